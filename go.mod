@@ -1,0 +1,19 @@
+module github.com/paymentsapi/paymentsapi
+
+go 1.26.0
+
+require (
+	github.com/go-chi/chi/v5 v5.5.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/mfridman/interpolate v0.0.2 // indirect
+	github.com/peterldowns/pgtestdb v0.1.1 // indirect
+	github.com/pressly/goose/v3 v3.29.0 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/sethvargo/go-retry v0.5.0 // indirect
+	github.com/stripe/stripe-go/v76 v76.25.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
