@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/api"
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/config"
+	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/pgembed"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+)
+
+// devDatabase is the database the embedded PostgreSQL serves in dev mode.
+const devDatabase = "paymentsapi"
+
+// serve runs the API until ctx ends, then shuts down in order: stop taking
+// requests, let in-flight ones finish (bounded), then close the provider,
+// the pool and the embedded database.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := config.Load(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return errUsage
+	}
+	if err != nil {
+		return err
+	}
+	log := logging.New(stderr, cfg.LogLevel)
+	clk := clock.System{}
+
+	dbURL := cfg.DatabaseURL
+	if cfg.DevMode() {
+		cluster, err := pgembed.Start(ctx, pgembed.Options{DataDir: filepath.Join(cfg.DataDir, "postgres"), Logger: log})
+		if err != nil {
+			return fmt.Errorf("start embedded PostgreSQL (set DATABASE_URL to use your own): %w", err)
+		}
+		defer func() {
+			if err := cluster.Stop(context.WithoutCancel(ctx)); err != nil {
+				log.Error("stop embedded PostgreSQL", "error", err)
+			}
+		}()
+		if err := ensureDatabase(ctx, cluster.URL("postgres"), devDatabase); err != nil {
+			return err
+		}
+		dbURL = cluster.URL(devDatabase)
+		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir())
+	}
+
+	pool, err := database.Open(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := database.Migrate(ctx, pool, log); err != nil {
+		return err
+	}
+	if err := setUpAPIKeys(ctx, pool, cfg, clk, log); err != nil {
+		return err
+	}
+
+	prov, stopProvider, err := startProvider(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopProvider()
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	svc := payments.NewService(pool, prov, clk, payments.Config{
+		ReplayTTL:         cfg.IdempotencyTTL,
+		Lease:             cfg.LeaseDuration,
+		ProviderTimeout:   cfg.ProviderTimeout,
+		ProviderKeyWindow: cfg.ProviderKeyTTL,
+		RetryAfter:        time.Second,
+	}, log, m)
+
+	handler := httpapi.NewServer(httpapi.Deps{
+		Payments: svc, DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
+		Ready: func(ctx context.Context) error { return ready(ctx, pool) },
+	})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		// A create may wait for the provider and, with Prefer: wait, for an
+		// original request: the write deadline must cover both.
+		WriteTimeout: cfg.ProviderTimeout*2 + 30*time.Second,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	base := "http://" + displayAddr(ln.Addr())
+	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider)
+	printBanner(stdout, base, cfg)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("in-flight requests did not finish in time; their keys stay leased and resume on retry", "error", err)
+	}
+	return nil
+}
+
+// ensureDatabase creates the dev database if it does not exist yet.
+func ensureDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to embedded PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// setUpAPIKeys stores the configured keys. In dev mode the demo key is the
+// default; with a real database there is none, and start-up warns when no
+// key is stored at all.
+func setUpAPIKeys(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, clk clock.Clock, log *slog.Logger) error {
+	pairs, err := apikeys.ParsePairs(cfg.APIKeys)
+	if err != nil {
+		return err
+	}
+	if err := apikeys.Upsert(ctx, pool, pairs, clk.Now()); err != nil {
+		return err
+	}
+	n, err := apikeys.Count(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		log.Warn("no API keys are stored: every request will get 401; set API_KEYS=tenant:secret")
+	}
+	return nil
+}
+
+// startProvider returns the configured provider and a function that stops
+// whatever it started.
+func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (provider.Provider, func(), error) {
+	hc := &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	switch cfg.Provider {
+	case "sim":
+		if cfg.ProviderURL != "" {
+			return simclient.New(cfg.ProviderURL, hc), func() {}, nil
+		}
+		srv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{Logger: log.With("component", "providersim")})
+		if err != nil {
+			return nil, nil, fmt.Errorf("start in-process provider simulator: %w", err)
+		}
+		log.Info("in-process provider simulator started", "url", srv.URL())
+		return simclient.New(srv.URL(), hc), func() { _ = srv.Close() }, nil
+	default:
+		return nil, nil, fmt.Errorf("PROVIDER=%s is not available yet", cfg.Provider)
+	}
+}
+
+// ready reports whether the database answers and every migration is applied.
+func ready(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	pending, err := database.Pending(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("check migrations: %w", err)
+	}
+	if pending {
+		return errors.New("migrations pending")
+	}
+	return nil
+}
+
+func displayAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || tcp.IP.IsUnspecified() {
+		port := 0
+		if ok {
+			port = tcp.Port
+		}
+		return fmt.Sprintf("localhost:%d", port)
+	}
+	return tcp.String()
+}
+
+// printBanner tells a person how to try the service.
+func printBanner(w io.Writer, base string, cfg config.Config) {
+	secret := "<your secret>"
+	if pairs, err := apikeys.ParsePairs(cfg.APIKeys); err == nil && cfg.APIKeys == config.DevAPIKeys && len(pairs) == 1 {
+		secret = pairs[0].Secret
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\npaymentsapi is listening on %s\n", base)
+	if cfg.DevMode() {
+		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, in-process provider simulator, demo key\n", cfg.DataDir)
+	}
+	fmt.Fprintf(&b, "\nTry it (run it twice: the second answer is a replay):\n\n")
+	fmt.Fprintf(&b, "curl -i -X POST %s/payments \\\n", base)
+	fmt.Fprintf(&b, "  -H 'Authorization: Bearer %s' \\\n", secret)
+	fmt.Fprintf(&b, "  -H 'Idempotency-Key: demo-order-1' \\\n")
+	fmt.Fprintf(&b, "  -H 'Content-Type: application/json' \\\n")
+	fmt.Fprintf(&b, "  -d '{\"accountId\":\"acc_1\",\"amount\":\"10.00\",\"currency\":\"EUR\",\"merchantReference\":\"invoice-1\",\"paymentMethod\":\"pm_card_visa\"}'\n\n")
+	_, _ = io.WriteString(w, b.String())
+}

@@ -1,0 +1,123 @@
+// Package config reads the service's settings from flags and the
+// environment. Flags win over variables; variables win over defaults.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Config is every setting of the paymentsapi process.
+type Config struct {
+	DatabaseURL            string
+	DataDir                string // dev mode: where the embedded PostgreSQL keeps its data
+	HTTPAddr               string
+	APIKeys                string
+	Provider               string // "sim" or "stripe"
+	ProviderURL            string
+	ProviderTimeout        time.Duration
+	ProviderKeyTTL         time.Duration
+	StripeAPIKey           string
+	StripeAPIBase          string
+	IdempotencyTTL         time.Duration
+	IdempotencyMetadataTTL time.Duration
+	LeaseDuration          time.Duration
+	ReconcileInterval      time.Duration
+	OutboxPublisher        string
+	NATSURL                string
+	LogLevel               string
+	ShutdownTimeout        time.Duration
+}
+
+// DevMode reports whether the service runs with an embedded PostgreSQL.
+func (c Config) DevMode() bool { return c.DatabaseURL == "" }
+
+// DevAPIKeys is the demo key of dev mode.
+const DevAPIKeys = "demo:sk_test_demo"
+
+// Load parses args (without the program name) over the environment.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("paymentsapi", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	var durErr error
+	dur := func(p *time.Duration, flagName, envName, def, usage string) {
+		d, err := time.ParseDuration(env(envName, def))
+		if err != nil {
+			durErr = errors.Join(durErr, fmt.Errorf("%s: %w", envName, err))
+		}
+		fs.DurationVar(p, flagName, d, usage+" ("+envName+")")
+	}
+	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL; empty starts an embedded PostgreSQL (DATABASE_URL)")
+	fs.StringVar(&c.DataDir, "data-dir", env("DATA_DIR", ".data"), "dev mode: data directory of the embedded PostgreSQL (DATA_DIR)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
+	fs.StringVar(&c.APIKeys, "api-keys", env("API_KEYS", ""), "tenant:secret pairs, comma-separated (API_KEYS)")
+	fs.StringVar(&c.Provider, "provider", env("PROVIDER", "sim"), "payment provider: sim or stripe (PROVIDER)")
+	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")
+	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")
+	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
+	fs.StringVar(&c.StripeAPIKey, "stripe-api-key", env("STRIPE_API_KEY", ""), "Stripe secret key (STRIPE_API_KEY)")
+	fs.StringVar(&c.StripeAPIBase, "stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL, e.g. a stripe-mock (STRIPE_API_BASE)")
+	dur(&c.IdempotencyTTL, "idempotency-ttl", "IDEMPOTENCY_TTL", "24h", "replay window of stored responses")
+	dur(&c.IdempotencyMetadataTTL, "idempotency-metadata-ttl", "IDEMPOTENCY_METADATA_TTL", "720h", "how long key metadata outlives the replay window")
+	dur(&c.LeaseDuration, "lease-duration", "LEASE_DURATION", "30s", "how long a request owns an in-flight key")
+	dur(&c.ReconcileInterval, "reconcile-interval", "RECONCILE_INTERVAL", "5s", "how often the reconciler runs")
+	fs.StringVar(&c.OutboxPublisher, "outbox-publisher", env("OUTBOX_PUBLISHER", "log"), "outbox publisher: log or nats (OUTBOX_PUBLISHER)")
+	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL (NATS_URL)")
+	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
+	dur(&c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT", "20s", "how long in-flight requests may finish on shutdown")
+	if durErr != nil {
+		return Config{}, durErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.APIKeys == "" && c.DevMode() {
+		c.APIKeys = DevAPIKeys
+	}
+	return c, c.validate()
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Provider != "sim" && c.Provider != "stripe" {
+		errs = append(errs, fmt.Errorf("PROVIDER must be sim or stripe, not %q", c.Provider))
+	}
+	if c.Provider == "stripe" && c.StripeAPIKey == "" {
+		errs = append(errs, errors.New("PROVIDER=stripe needs STRIPE_API_KEY"))
+	}
+	if c.OutboxPublisher != "log" && c.OutboxPublisher != "nats" {
+		errs = append(errs, fmt.Errorf("OUTBOX_PUBLISHER must be log or nats, not %q", c.OutboxPublisher))
+	}
+	if c.OutboxPublisher == "nats" && c.NATSURL == "" {
+		errs = append(errs, errors.New("OUTBOX_PUBLISHER=nats needs NATS_URL"))
+	}
+	for name, d := range map[string]time.Duration{
+		"PROVIDER_TIMEOUT": c.ProviderTimeout, "PROVIDER_KEY_TTL": c.ProviderKeyTTL,
+		"IDEMPOTENCY_TTL": c.IdempotencyTTL, "IDEMPOTENCY_METADATA_TTL": c.IdempotencyMetadataTTL,
+		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
+		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+	} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
+		}
+	}
+	if c.LeaseDuration <= c.ProviderTimeout {
+		errs = append(errs, fmt.Errorf("LEASE_DURATION (%s) must exceed PROVIDER_TIMEOUT (%s): "+
+			"a request must not lose its key while it still waits for the provider", c.LeaseDuration, c.ProviderTimeout))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,104 @@
+// Package database opens the PostgreSQL pool, applies the embedded
+// migrations, and tells errors that mean "the database is unavailable" from
+// the others.
+package database
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/paymentsapi/paymentsapi/migrations"
+)
+
+// Open connects a pool to url and checks that the server answers.
+func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+func newMigrator(pool *pgxpool.Pool) (*goose.Provider, *sql.DB, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, nil, errors.Join(err, db.Close())
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("load migrations: %w", err), db.Close())
+	}
+	return p, db, nil
+}
+
+// Migrate applies every pending migration. Several instances may start at
+// once: a PostgreSQL advisory lock lets one migrate while the others wait.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	p, db, err := newMigrator(pool)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	results, err := p.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("apply migrations: %w", err)
+	}
+	for _, r := range results {
+		log.InfoContext(ctx, "migration applied", "version", r.Source.Version, "file", r.Source.Path)
+	}
+	return nil
+}
+
+// Pending reports whether migrations remain to be applied (for /readyz).
+func Pending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	p, db, err := newMigrator(pool)
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	return p.HasPending(ctx)
+}
+
+// Unavailable reports whether err means the database could not be reached or
+// could not serve the request right now (connection refused or lost, server
+// shutting down or starting, too many connections): a 503, not a 500.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+		pgErr      *pgconn.PgError
+	)
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08: connection exception; 57P01-57P03: admin shutdown, crash
+		// shutdown, cannot connect now; 53300: too many connections.
+		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" ||
+			pgErr.Code == "57P03" || pgErr.Code == "53300"
+	}
+	return pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, net.ErrClosed) || pgconn.SafeToRetry(err)
+}

@@ -1,0 +1,142 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+)
+
+// RequestIDHeader carries the request id, in and out.
+const RequestIDHeader = "X-Request-Id"
+
+// requestContext gives every request its log fields and a request id: the
+// client's X-Request-Id if it is sane, a fresh one otherwise.
+func requestContext(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id := r.Header.Get(RequestIDHeader)
+			if !saneRequestID(id) {
+				id = newRequestID()
+			}
+			ctx := withLogger(logging.WithFields(r.Context()), log)
+			logging.Add(ctx, "request_id", id)
+			w.Header().Set(RequestIDHeader, id)
+			next.ServeHTTP(w, r.WithContext(ctx))
+		})
+	}
+}
+
+func saneRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c == '-' || c == '_' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// recoverPanics turns a panic into a logged 500 problem.
+func recoverPanics(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					log.ErrorContext(r.Context(), "panic serving request", "panic", v)
+					problem.New(http.StatusInternalServerError, problem.Internal, "An unexpected error occurred.").Write(w)
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// observe logs every request once, and measures it by route pattern.
+func observe(log *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			route := "unmatched"
+			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			status := ww.Status()
+			if status == 0 {
+				status = http.StatusOK
+			}
+			elapsed := time.Since(start)
+			m.HTTPRequests.WithLabelValues(route, r.Method, strconv.Itoa(status)).Observe(elapsed.Seconds())
+			if route == "/healthz" || route == "/readyz" || route == "/metrics" {
+				return
+			}
+			log.InfoContext(r.Context(), "http request", "method", r.Method, "route", route,
+				"status", status, "duration_ms", elapsed.Milliseconds(),
+				"replayed", ww.Header().Get(ReplayedHeader) == "true")
+		})
+	}
+}
+
+// authenticate admits requests with a valid `Authorization: Bearer <secret>`
+// and records their tenant. Others get 401 and nothing is written.
+func authenticate(db *pgxpool.Pool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+				unauthorized(w, "Send your API key as `Authorization: Bearer <secret>`.")
+				return
+			}
+			tenant, err := apikeys.Authenticate(r.Context(), db, strings.TrimSpace(secret))
+			switch {
+			case errors.Is(err, apikeys.ErrUnknownKey):
+				unauthorized(w, "The API key is not valid.")
+				return
+			case err != nil:
+				writeError(w, r, err)
+				return
+			}
+			logging.Add(r.Context(), "tenant", tenant)
+			next.ServeHTTP(w, r.WithContext(withTenant(r.Context(), tenant)))
+		})
+	}
+}
+
+func unauthorized(w http.ResponseWriter, detail string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="paymentsapi"`)
+	problem.New(http.StatusUnauthorized, problem.Unauthorized, detail).Write(w)
+}
+
+// unavailable is the 503 for a database that cannot be reached.
+func unavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
+		"The service cannot reach its database. Nothing was done; retry with the same Idempotency-Key.").Write(w)
+}

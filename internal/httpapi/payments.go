@@ -1,0 +1,189 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+)
+
+// ReplayedHeader marks an answer replayed from the idempotency store.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// MaxBodyBytes is the largest accepted request body.
+const MaxBodyBytes = 16 << 10
+
+type tenantKey struct{}
+
+func withTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+func tenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// handleCreatePayment is POST /payments.
+func handleCreatePayment(svc *payments.Service) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, err := idempotency.ParseKey(r.Header.Values(idempotency.Header))
+		switch {
+		case errors.Is(err, idempotency.ErrKeyMissing):
+			problem.New(http.StatusBadRequest, problem.IdempotencyKeyMissing, err.Error()).Write(w)
+			return
+		case err != nil:
+			problem.New(http.StatusBadRequest, problem.IdempotencyKeyInvalid, err.Error()).Write(w)
+			return
+		}
+		cmd, prob := decodeCreate(w, r)
+		if prob != nil {
+			prob.Write(w)
+			return
+		}
+		res, err := svc.Create(r.Context(), tenantOf(r.Context()), key, cmd)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		logging.Add(r.Context(), "payment_id", res.PaymentID)
+		for k, v := range res.Response.Headers {
+			w.Header().Set(k, v)
+		}
+		if res.Replayed {
+			w.Header().Set(ReplayedHeader, "true")
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(res.Response.Status)
+		_, _ = w.Write(res.Response.Body)
+	}
+}
+
+// decodeCreate reads and validates the body of POST /payments.
+func decodeCreate(w http.ResponseWriter, r *http.Request) (payments.Command, *problem.Problem) {
+	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mediaType != "application/json" {
+		return payments.Command{}, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType,
+			"Send the body as Content-Type: application/json.")
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return payments.Command{}, problem.New(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge,
+				fmt.Sprintf("The body must be at most %d bytes.", MaxBodyBytes))
+		}
+		return payments.Command{}, problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body could not be read.")
+	}
+	var req payments.CreateRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return payments.Command{}, jsonProblem(err)
+	}
+	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, " \t\r\n"))) {
+		return payments.Command{}, problem.New(http.StatusBadRequest, problem.MalformedJSON,
+			"The body must hold exactly one JSON object.")
+	}
+	cmd, err := req.Validate()
+	var verr *payments.ValidationError
+	if errors.As(err, &verr) {
+		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
+		p.Errors = verr.Fields
+		return payments.Command{}, p
+	}
+	return cmd, nil
+}
+
+// jsonProblem explains a decoding error: a wrong type or an unknown field is
+// a validation failure of that field; anything else is malformed JSON.
+func jsonProblem(err error) *problem.Problem {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
+		p.Errors = []problem.FieldError{{Field: typeErr.Field, Message: "must be a " + jsonType(typeErr.Type.Kind().String())}}
+		return p
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
+		p.Errors = []problem.FieldError{{Field: strings.Trim(field, `"`), Message: "is not a known field"}}
+		return p
+	}
+	return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body is not a valid JSON object.")
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "ptr", "string":
+		return "string"
+	default:
+		return kind
+	}
+}
+
+// handleGetPayment is GET /payments/{paymentId}.
+func handleGetPayment(svc *payments.Service) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "paymentId")
+		logging.Add(r.Context(), "payment_id", id)
+		p, err := svc.Get(r.Context(), tenantOf(r.Context()), id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, p.View())
+	}
+}
+
+// listResponse is the body of GET /payments.
+type listResponse struct {
+	Items      []payments.View `json:"items"`
+	NextCursor string          `json:"nextCursor,omitempty"`
+}
+
+// handleListPayments is GET /payments.
+func handleListPayments(svc *payments.Service) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		lq := payments.ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
+		if s := q.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 100 {
+				p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more parameters are invalid.")
+				p.Errors = []problem.FieldError{{Field: "limit", Message: "must be an integer from 1 to 100"}}
+				p.Write(w)
+				return
+			}
+			lq.Limit = n
+		}
+		page, err := svc.List(r.Context(), tenantOf(r.Context()), lq)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		resp := listResponse{Items: make([]payments.View, 0, len(page.Items)), NextCursor: page.NextCursor}
+		for _, p := range page.Items {
+			resp.Items = append(resp.Items, p.View())
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

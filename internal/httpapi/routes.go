@@ -1,0 +1,25 @@
+package httpapi
+
+import (
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// addRoutes maps the whole API surface.
+func addRoutes(r chi.Router, d Deps) {
+	r.Use(requestContext(d.Log), recoverPanics(d.Log), observe(d.Log, d.Metrics))
+	r.NotFound(handleNotFound())
+	r.MethodNotAllowed(handleMethodNotAllowed())
+
+	r.Get("/healthz", handleHealthz())
+	r.Get("/readyz", handleReadyz(d.Ready))
+	r.Method("GET", "/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	r.Get("/openapi.yaml", handleOpenAPI(d.OpenAPI))
+
+	r.Group(func(r chi.Router) {
+		r.Use(authenticate(d.DB))
+		r.Post("/payments", handleCreatePayment(d.Payments))
+		r.Get("/payments", handleListPayments(d.Payments))
+		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments))
+	})
+}

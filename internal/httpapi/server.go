@@ -1,0 +1,36 @@
+// Package httpapi is the HTTP adapter of the service: routing, middleware,
+// request decoding and problem+json answers. Handlers are thin: they decode,
+// call the payments service, and write what it answers.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+)
+
+// Deps is what the HTTP API needs.
+type Deps struct {
+	Payments *payments.Service
+	DB       *pgxpool.Pool
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	Gatherer prometheus.Gatherer
+	OpenAPI  []byte
+	// Ready reports whether the database is reachable and migrated.
+	Ready func(ctx context.Context) error
+}
+
+// NewServer returns the handler of the whole API.
+func NewServer(d Deps) http.Handler {
+	r := chi.NewRouter()
+	addRoutes(r, d)
+	return r
+}

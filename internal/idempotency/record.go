@@ -1,0 +1,85 @@
+package idempotency
+
+import (
+	"bytes"
+	"time"
+)
+
+// Scope identifies a key: the same key under another tenant or operation is
+// another key.
+type Scope struct {
+	Tenant    string
+	Operation string
+	Key       string
+}
+
+// Response is a final answer stored for replay, byte for byte.
+type Response struct {
+	Status  int               `json:"-"`
+	Headers map[string]string `json:"headers"` // Content-Type, Location, ...
+	Body    []byte            `json:"-"`
+}
+
+// Record is what the server remembers about a key.
+type Record struct {
+	Scope          Scope
+	Fingerprint    []byte
+	PaymentID      string
+	FencingToken   int64
+	LeaseExpiresAt *time.Time // nil: nobody owns the key now
+	Response       *Response  // nil until a final answer is stored
+	CreatedAt      time.Time
+	CompletedAt    *time.Time
+}
+
+// Decision is how a request that found an existing record is answered.
+type Decision int
+
+// The decisions, in the order Decide considers them.
+const (
+	// DecideMismatch: the key was used for a different command. 422.
+	DecideMismatch Decision = iota + 1
+	// DecideExpired: the stored answer is older than the replay window. 409.
+	DecideExpired
+	// DecideReplay: answer with the stored response.
+	DecideReplay
+	// DecideInFlight: another request owns the key and its lease is live. 409.
+	DecideInFlight
+	// DecideTakeOver: no live owner and no final answer: take the key over
+	// and resume the operation from its recorded state.
+	DecideTakeOver
+)
+
+func (d Decision) String() string {
+	switch d {
+	case DecideMismatch:
+		return "mismatch"
+	case DecideExpired:
+		return "expired"
+	case DecideReplay:
+		return "replay"
+	case DecideInFlight:
+		return "in_flight"
+	case DecideTakeOver:
+		return "take_over"
+	}
+	return "unknown"
+}
+
+// Decide answers a request carrying fingerprint for an existing record. A
+// different command is refused whatever the record's state; a final answer is
+// replayed only inside the replay window (ttl after completion).
+func (r Record) Decide(fingerprint []byte, now time.Time, ttl time.Duration) Decision {
+	switch {
+	case !bytes.Equal(r.Fingerprint, fingerprint):
+		return DecideMismatch
+	case r.CompletedAt != nil && !now.Before(r.CompletedAt.Add(ttl)):
+		return DecideExpired
+	case r.Response != nil:
+		return DecideReplay
+	case r.LeaseExpiresAt != nil && now.Before(*r.LeaseExpiresAt):
+		return DecideInFlight
+	default:
+		return DecideTakeOver
+	}
+}

@@ -1,0 +1,34 @@
+// Package ids generates the identifiers the service hands out.
+package ids
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+var lowerBase32 = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
+
+// NewPaymentID returns a random, unguessable payment id such as
+// "pay_5k3x...": 128 random bits, Crockford base32.
+func NewPaymentID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ panics instead)
+	return "pay_" + lowerBase32.EncodeToString(b[:])
+}
+
+// NewEventID returns a UUIDv7 (RFC 9562) string: time-ordered, so outbox rows
+// sort by creation, and random in its low 74 bits.
+func NewEventID(now time.Time) string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	ms := uint64(now.UnixMilli())
+	var ts [8]byte
+	binary.BigEndian.PutUint64(ts[:], ms)
+	copy(b[0:6], ts[2:8])
+	b[6] = (b[6] & 0x0f) | 0x70 // version 7
+	b[8] = (b[8] & 0x3f) | 0x80 // RFC 9562 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,94 @@
+// Package logging adds request-scoped fields (request id, tenant, payment
+// id) to every log record written with a request's context.
+package logging
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+)
+
+type fieldsKey struct{}
+
+// fields is the mutable, request-scoped set of attributes. It is shared by
+// the middleware that creates it and the handlers that add to it.
+type fields struct {
+	mu    sync.Mutex
+	attrs []slog.Attr
+}
+
+// WithFields returns a context that carries a fresh set of request fields.
+func WithFields(ctx context.Context) context.Context {
+	return context.WithValue(ctx, fieldsKey{}, &fields{})
+}
+
+// Add records key=value on the request of ctx, for every later log record
+// written with ctx. It does nothing if ctx has no request fields.
+func Add(ctx context.Context, key string, value any) {
+	f, ok := ctx.Value(fieldsKey{}).(*fields)
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, a := range f.attrs {
+		if a.Key == key {
+			f.attrs[i] = slog.Any(key, value)
+			return
+		}
+	}
+	f.attrs = append(f.attrs, slog.Any(key, value))
+}
+
+// Get returns the value of a request field, or "".
+func Get(ctx context.Context, key string) string {
+	f, ok := ctx.Value(fieldsKey{}).(*fields)
+	if !ok {
+		return ""
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.attrs {
+		if a.Key == key {
+			return a.Value.String()
+		}
+	}
+	return ""
+}
+
+// handler wraps another slog.Handler and adds the request fields of the
+// record's context.
+type handler struct{ slog.Handler }
+
+func (h handler) Handle(ctx context.Context, r slog.Record) error {
+	if f, ok := ctx.Value(fieldsKey{}).(*fields); ok {
+		f.mu.Lock()
+		r.AddAttrs(f.attrs...)
+		f.mu.Unlock()
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h handler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return handler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h handler) WithGroup(name string) slog.Handler { return handler{h.Handler.WithGroup(name)} }
+
+// New returns a JSON logger on w at level ("debug", "info", "warn", "error").
+func New(w io.Writer, level string) *slog.Logger {
+	var lv slog.Level
+	switch strings.ToLower(level) {
+	case "debug":
+		lv = slog.LevelDebug
+	case "warn":
+		lv = slog.LevelWarn
+	case "error":
+		lv = slog.LevelError
+	default:
+		lv = slog.LevelInfo
+	}
+	return slog.New(handler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})})
+}

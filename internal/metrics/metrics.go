@@ -1,0 +1,67 @@
+// Package metrics holds the service's Prometheus collectors. Labels are
+// bounded sets (route pattern, outcome), never a key or a payment id.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the collectors the service updates.
+type Metrics struct {
+	// IdempotencyClaims counts keys claimed by a first request.
+	IdempotencyClaims prometheus.Counter
+	// IdempotencyReplays counts stored answers replayed.
+	IdempotencyReplays prometheus.Counter
+	// IdempotencyConflicts counts retries refused, by reason:
+	// in_flight, mismatch, expired.
+	IdempotencyConflicts *prometheus.CounterVec
+	// IdempotencyTakeovers counts keys taken over from an owner whose lease
+	// had run out (or that had released it without a final answer).
+	IdempotencyTakeovers prometheus.Counter
+	// ProviderCalls measures provider calls by operation (charge, lookup)
+	// and outcome (succeeded, declined, not_found, unavailable, unknown).
+	ProviderCalls *prometheus.HistogramVec
+	// HTTPRequests measures requests by route pattern, method and status.
+	HTTPRequests *prometheus.HistogramVec
+}
+
+// New creates the collectors and registers them, with the Go and process
+// collectors, on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		IdempotencyClaims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paymentsapi_idempotency_claims_total",
+			Help: "Idempotency keys claimed by a first request.",
+		}),
+		IdempotencyReplays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paymentsapi_idempotency_replays_total",
+			Help: "Stored responses replayed to retries.",
+		}),
+		IdempotencyConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsapi_idempotency_conflicts_total",
+			Help: "Retries refused, by reason: in_flight (409), mismatch (422), expired (409).",
+		}, []string{"reason"}),
+		IdempotencyTakeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paymentsapi_idempotency_takeovers_total",
+			Help: "Keys taken over from an owner that no longer held a live lease.",
+		}),
+		ProviderCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "paymentsapi_provider_call_duration_seconds",
+			Help:    "Payment provider calls by operation and outcome.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"operation", "outcome"}),
+		HTTPRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "paymentsapi_http_request_duration_seconds",
+			Help:    "HTTP requests by route pattern, method and status code.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route", "method", "status"}),
+	}
+	for _, reason := range []string{"in_flight", "mismatch", "expired"} {
+		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
+	}
+	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts,
+		m.IdempotencyTakeovers, m.ProviderCalls, m.HTTPRequests,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

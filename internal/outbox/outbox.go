@@ -1,0 +1,57 @@
+// Package outbox is the transactional outbox: events are written in the same
+// transaction as the state change they announce, and published later, at
+// least once, by a relay. Consumers deduplicate by event id.
+package outbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/ids"
+)
+
+// Event types written by the payments service.
+const (
+	TypePaymentCreated   = "PaymentCreated"
+	TypePaymentSucceeded = "PaymentSucceeded"
+	TypePaymentDeclined  = "PaymentDeclined"
+)
+
+// Event is one message to publish. ID is the message id downstream.
+type Event struct {
+	ID            string          `json:"eventId"`
+	Type          string          `json:"type"`
+	AggregateType string          `json:"aggregateType"`
+	AggregateID   string          `json:"aggregateId"`
+	OccurredAt    time.Time       `json:"occurredAt"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// NewEvent builds an event about a payment with a fresh time-ordered id.
+func NewEvent(eventType, paymentID string, payload any, now time.Time) (Event, error) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("encode %s payload: %w", eventType, err)
+	}
+	return Event{
+		ID:            ids.NewEventID(now),
+		Type:          eventType,
+		AggregateType: "payment",
+		AggregateID:   paymentID,
+		OccurredAt:    now,
+		Payload:       raw,
+	}, nil
+}
+
+// Queue adds the insert of e to b, so that it commits or rolls back with the
+// state change queued beside it.
+func Queue(b *pgx.Batch, e Event) {
+	b.Queue(`
+		INSERT INTO outbox_events
+		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $6)`,
+		e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt)
+}

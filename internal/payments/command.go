@@ -1,0 +1,160 @@
+package payments
+
+import (
+	"crypto/sha256"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/paymentsapi/paymentsapi/internal/money"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+)
+
+// OperationCreate names the create-payment operation. It is part of every
+// idempotency key's scope and of every command fingerprint.
+const OperationCreate = "payments.create"
+
+// APIVersion is the version of the request semantics. Changing what a field
+// means must change this, so that old keys never match new commands.
+const APIVersion = "2026-11-01"
+
+// Channels a payment may come from. The default is ChannelWeb.
+var channels = map[string]bool{"web": true, "mobile": true, "pos": true, "api": true}
+
+// ChannelWeb is the default channel.
+const ChannelWeb = "web"
+
+// Field limits.
+const (
+	maxIDLength          = 128
+	maxDescriptionLength = 1024
+)
+
+// CreateRequest is the JSON body of POST /payments, as the client sent it.
+type CreateRequest struct {
+	AccountID         string  `json:"accountId"`
+	Amount            string  `json:"amount"`
+	Currency          string  `json:"currency"`
+	MerchantReference string  `json:"merchantReference"`
+	PaymentMethod     string  `json:"paymentMethod"`
+	Channel           *string `json:"channel"`
+	Description       *string `json:"description"`
+}
+
+// Command is a validated, normalised create-payment command: defaults
+// applied, the amount in minor units, the currency upper-cased. Two requests
+// are the same command exactly when their Commands are equal.
+type Command struct {
+	AccountID         string
+	AmountMinor       int64
+	Currency          string
+	MerchantReference string
+	PaymentMethod     string
+	Channel           string
+	Description       string
+}
+
+// ValidationError lists every invalid field of a request.
+type ValidationError struct {
+	Fields []problem.FieldError
+}
+
+func (e *ValidationError) Error() string {
+	msgs := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		msgs[i] = f.Field + ": " + f.Message
+	}
+	return "invalid request: " + strings.Join(msgs, "; ")
+}
+
+// Validate checks a request and returns the normalised Command, or a
+// *ValidationError naming every invalid field.
+func (r CreateRequest) Validate() (Command, error) {
+	var errs []problem.FieldError
+	add := func(field, msg string) { errs = append(errs, problem.FieldError{Field: field, Message: msg}) }
+
+	checkID := func(field, v string) {
+		switch {
+		case v == "":
+			add(field, "is required")
+		case len(v) > maxIDLength:
+			add(field, "must be at most 128 characters")
+		case !printable(v):
+			add(field, "must be printable text")
+		}
+	}
+	checkID("accountId", r.AccountID)
+	checkID("merchantReference", r.MerchantReference)
+	checkID("paymentMethod", r.PaymentMethod)
+
+	cmd := Command{
+		AccountID:         r.AccountID,
+		MerchantReference: r.MerchantReference,
+		PaymentMethod:     r.PaymentMethod,
+		Channel:           ChannelWeb,
+	}
+
+	currency, err := money.NormalizeCurrency(r.Currency)
+	switch {
+	case r.Currency == "":
+		add("currency", "is required")
+	case err != nil:
+		add("currency", "must be a supported ISO 4217 code such as EUR, USD or JPY")
+	default:
+		cmd.Currency = currency
+	}
+
+	switch {
+	case r.Amount == "":
+		add("amount", "is required")
+	case cmd.Currency != "":
+		minor, err := money.Parse(r.Amount, cmd.Currency)
+		if err != nil {
+			exp, _ := money.Exponent(cmd.Currency)
+			add("amount", "must be a decimal string greater than zero with at most "+
+				strconv.Itoa(exp)+" fraction digits for "+cmd.Currency)
+		}
+		cmd.AmountMinor = minor
+	}
+
+	if r.Channel != nil {
+		if !channels[*r.Channel] {
+			add("channel", "must be one of web, mobile, pos, api")
+		}
+		cmd.Channel = *r.Channel
+	}
+	if r.Description != nil {
+		if utf8.RuneCountInString(*r.Description) > maxDescriptionLength || !utf8.ValidString(*r.Description) {
+			add("description", "must be valid text of at most 1024 characters")
+		}
+		cmd.Description = *r.Description
+	}
+
+	if len(errs) > 0 {
+		return Command{}, &ValidationError{Fields: errs}
+	}
+	return cmd, nil
+}
+
+// Fingerprint is the one definition of "the same command": a SHA-256 over
+// the operation, the API version and every semantic field of the normalised
+// command. Raw bytes, field order and white space never enter it.
+func (c Command) Fingerprint() []byte {
+	canonical, _ := json.Marshal([]any{ // a fixed-order array: no field-order ambiguity
+		OperationCreate, APIVersion,
+		c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
+		c.PaymentMethod, c.Channel, c.Description,
+	})
+	sum := sha256.Sum256(canonical)
+	return sum[:]
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
+}
