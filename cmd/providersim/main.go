@@ -1,0 +1,163 @@
+// Command providersim serves the payment provider simulator (package
+// internal/provider/sim) over HTTP, so that the payments API can be killed
+// and restarted while the provider keeps its memory.
+//
+// Usage:
+//
+//	providersim [-addr 127.0.0.1:8081] [-slow 2s] [-key-ttl 24h] [-flaky-lookups 2] [-hang 60s]
+//
+// Each flag's default can also be set by an environment variable:
+// PROVIDERSIM_ADDR, PROVIDERSIM_SLOW, PROVIDERSIM_KEY_TTL,
+// PROVIDERSIM_FLAKY_LOOKUPS, PROVIDERSIM_HANG. A flag wins over its variable.
+//
+// Once listening it prints one line on stdout,
+//
+//	providersim listening on http://127.0.0.1:8081
+//
+// so that a launcher using port 0 learns the address. Logs are JSON lines on
+// stderr. SIGINT or SIGTERM stops it gracefully.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+)
+
+// shutdownTimeout bounds the graceful shutdown.
+const shutdownTimeout = 10 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "providersim:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args (flag defaults from getenv), serves the simulator until ctx
+// ends, then shuts it down. It prints the listening URL on stdout and logs
+// on stderr. -h prints usage and returns nil.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+
+	// A zero flag means "none"; in sim.Options zero means "default" and a
+	// negative value means "none".
+	opts := sim.Options{SlowDelay: cfg.slow, KeyTTL: cfg.keyTTL, FlakyLookups: cfg.flakyLookups, HangFor: cfg.hang, Logger: log}
+	if opts.SlowDelay == 0 {
+		opts.SlowDelay = -1
+	}
+	if opts.FlakyLookups == 0 {
+		opts.FlakyLookups = -1
+	}
+	if opts.HangFor == 0 {
+		opts.HangFor = -1
+	}
+	srv, err := sim.Start(ctx, cfg.addr, opts)
+	if err != nil {
+		return err
+	}
+	log.Info("providersim started", "url", srv.URL(), "slow", cfg.slow.String(), "keyTTL", cfg.keyTTL.String(),
+		"flakyLookups", cfg.flakyLookups, "hang", cfg.hang.String())
+	if _, err := fmt.Fprintf(stdout, "providersim listening on %s\n", srv.URL()); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("writing the listening address: %w", err)
+	}
+
+	<-ctx.Done()
+	log.Info("providersim shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	log.Info("providersim stopped")
+	return nil
+}
+
+type config struct {
+	addr         string
+	slow         time.Duration
+	keyTTL       time.Duration
+	flakyLookups int
+	hang         time.Duration
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	cfg := config{
+		addr:         "127.0.0.1:8081",
+		slow:         sim.DefaultSlowDelay,
+		keyTTL:       sim.DefaultKeyTTL,
+		flakyLookups: sim.DefaultFlakyLookups,
+		hang:         sim.DefaultHangFor,
+	}
+	if v := getenv("PROVIDERSIM_ADDR"); v != "" {
+		cfg.addr = v
+	}
+	var err error
+	envDuration := func(name string, dst *time.Duration) {
+		if v := getenv(name); v != "" && err == nil {
+			d, perr := time.ParseDuration(v)
+			if perr != nil {
+				err = fmt.Errorf("%s: %w", name, perr)
+			}
+			*dst = d
+		}
+	}
+	envDuration("PROVIDERSIM_SLOW", &cfg.slow)
+	envDuration("PROVIDERSIM_KEY_TTL", &cfg.keyTTL)
+	envDuration("PROVIDERSIM_HANG", &cfg.hang)
+	if v := getenv("PROVIDERSIM_FLAKY_LOOKUPS"); v != "" && err == nil {
+		n, perr := strconv.Atoi(v)
+		if perr != nil {
+			err = fmt.Errorf("PROVIDERSIM_FLAKY_LOOKUPS: %w", perr)
+		}
+		cfg.flakyLookups = n
+	}
+	if err != nil {
+		return cfg, err
+	}
+
+	fs := flag.NewFlagSet("providersim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.addr, "addr", cfg.addr, "listen address (port 0 picks a free port) [PROVIDERSIM_ADDR]")
+	fs.DurationVar(&cfg.slow, "slow", cfg.slow, "delay before pm_sim_slow answers [PROVIDERSIM_SLOW]")
+	fs.DurationVar(&cfg.keyTTL, "key-ttl", cfg.keyTTL, "how long idempotency keys are remembered for creates [PROVIDERSIM_KEY_TTL]")
+	fs.IntVar(&cfg.flakyLookups, "flaky-lookups", cfg.flakyLookups, "how many lookups of a pm_sim_lookup_flaky charge answer 503 [PROVIDERSIM_FLAKY_LOOKUPS]")
+	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long pm_sim_timeout_after_success holds a request before dropping it [PROVIDERSIM_HANG]")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	case cfg.slow < 0:
+		return cfg, errors.New("-slow must not be negative")
+	case cfg.keyTTL <= 0:
+		return cfg, errors.New("-key-ttl must be positive")
+	case cfg.flakyLookups < 0:
+		return cfg, errors.New("-flaky-lookups must not be negative")
+	case cfg.hang < 0:
+		return cfg, errors.New("-hang must not be negative")
+	}
+	return cfg, nil
+}

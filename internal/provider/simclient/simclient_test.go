@@ -1,0 +1,392 @@
+package simclient_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+)
+
+// newSim serves a new Simulator with fast delays and returns it with a
+// client for it.
+func newSim(t *testing.T, opts sim.Options) (*sim.Simulator, *simclient.Client) {
+	t.Helper()
+	if opts.SlowDelay == 0 {
+		opts.SlowDelay = 100 * time.Millisecond
+	}
+	if opts.HangFor == 0 {
+		opts.HangFor = 150 * time.Millisecond
+	}
+	s := sim.New(opts)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return s, simclient.New(ts.URL+"/", ts.Client())
+}
+
+// fakeProvider serves h and returns a client for it.
+func fakeProvider(t *testing.T, h http.HandlerFunc) *simclient.Client {
+	t.Helper()
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return simclient.New(ts.URL, nil)
+}
+
+func chargeReq(key, method string) provider.ChargeRequest {
+	return provider.ChargeRequest{
+		IdempotencyKey: key,
+		AmountMinor:    1000,
+		Currency:       "EUR",
+		PaymentMethod:  method,
+		Description:    "order 7",
+		PaymentID:      "pay_1",
+	}
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sentinels lists which of the provider errors err is.
+func sentinels(err error) []string {
+	var out []string
+	for name, s := range map[string]error{
+		"ErrUnavailable":    provider.ErrUnavailable,
+		"ErrUnknownOutcome": provider.ErrUnknownOutcome,
+		"ErrNotFound":       provider.ErrNotFound,
+	} {
+		if errors.Is(err, s) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// wantOnly fails unless err is want and no other provider sentinel; a nil
+// want means none of them (but an error).
+func wantOnly(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: nil error, want %v", what, want)
+	}
+	got := sentinels(err)
+	switch {
+	case want == nil && len(got) != 0:
+		t.Fatalf("%s: err = %v is %v, want none of the sentinels", what, err, got)
+	case want != nil && (len(got) != 1 || !errors.Is(err, want)):
+		t.Fatalf("%s: err = %v is %v, want only %v", what, err, got, want)
+	}
+}
+
+func TestChargeSucceedsAndDeclines(t *testing.T) {
+	s, c := newSim(t, sim.Options{})
+	ctx := ctxTimeout(t, 5*time.Second)
+
+	ok, err := c.Charge(ctx, chargeReq("k-ok", sim.MethodVisa))
+	if err != nil {
+		t.Fatalf("Charge: %v", err)
+	}
+	recs := s.Charges()
+	want := provider.Charge{ID: recs[0].ID, IdempotencyKey: "k-ok", Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR"}
+	if ok != want {
+		t.Errorf("Charge = %+v, want %+v", ok, want)
+	}
+	if recs[0].Description != "order 7" || recs[0].PaymentID != "pay_1" || recs[0].PaymentMethod != sim.MethodVisa {
+		t.Errorf("the simulator recorded %+v, want the request's description, payment id and method", recs[0])
+	}
+
+	declined, err := c.Charge(ctx, chargeReq("k-no", sim.MethodInsufficientFunds))
+	if err != nil {
+		t.Fatalf("a decline is not an error: %v", err)
+	}
+	if declined.Status != provider.StatusDeclined || declined.DeclineCode != sim.DeclineInsufficientFunds {
+		t.Errorf("declined = %+v", declined)
+	}
+
+	again, err := c.Charge(ctx, chargeReq("k-ok", sim.MethodVisa))
+	if err != nil || again.ID != ok.ID {
+		t.Errorf("retry = %+v, %v; want charge %s", again, err, ok.ID)
+	}
+	if recs := s.Charges(); len(recs) != 2 || recs[0].RequestCount != 2 {
+		t.Errorf("Charges() = %+v, want 2 charges, the first requested twice", recs)
+	}
+
+	got, err := c.Lookup(ctx, "k-no")
+	if err != nil || got != declined {
+		t.Errorf("Lookup = %+v, %v; want %+v", got, err, declined)
+	}
+}
+
+func TestChargeSlowWithinDeadline(t *testing.T) {
+	_, c := newSim(t, sim.Options{SlowDelay: 100 * time.Millisecond})
+	ch, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodSlow))
+	if err != nil || ch.Status != provider.StatusSucceeded {
+		t.Fatalf("Charge = %+v, %v", ch, err)
+	}
+}
+
+func TestConnectionRefusedIsUnavailable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	c := simclient.New("http://"+addr, nil)
+
+	_, err = c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
+	wantOnly(t, "Charge", err, provider.ErrUnavailable)
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" {
+		t.Errorf("err = %v, want the dial error kept", err)
+	}
+	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
+	wantOnly(t, "Lookup", err, provider.ErrUnavailable)
+}
+
+func TestTimeoutIsUnknownOutcomeAndTheChargeExists(t *testing.T) {
+	s, c := newSim(t, sim.Options{HangFor: time.Minute})
+	start := time.Now()
+	_, err := c.Charge(ctxTimeout(t, 100*time.Millisecond), chargeReq("k", sim.MethodTimeoutAfterSuccess))
+	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("Charge took %v; it must honour the context deadline", elapsed)
+	}
+	recs := s.Charges()
+	if len(recs) != 1 || recs[0].Status != provider.StatusSucceeded {
+		t.Fatalf("Charges() = %+v, want the charge recorded as succeeded", recs)
+	}
+
+	// Recovery: the lookup finds it, and a retry returns it without a second charge.
+	ctx := ctxTimeout(t, 5*time.Second)
+	got, err := c.Lookup(ctx, "k")
+	if err != nil || got.ID != recs[0].ID || got.Status != provider.StatusSucceeded {
+		t.Errorf("Lookup = %+v, %v; want charge %s", got, err, recs[0].ID)
+	}
+	got, err = c.Charge(ctx, chargeReq("k", sim.MethodTimeoutAfterSuccess))
+	if err != nil || got.ID != recs[0].ID {
+		t.Errorf("retry = %+v, %v; want charge %s", got, err, recs[0].ID)
+	}
+	if recs := s.Charges(); len(recs) != 1 || recs[0].RequestCount != 2 {
+		t.Errorf("Charges() = %+v, want one charge requested twice", recs)
+	}
+}
+
+func TestDroppedConnectionIsUnknownOutcome(t *testing.T) {
+	s := sim.New(sim.Options{HangFor: 50 * time.Millisecond})
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	// No keep-alive, so net/http cannot transparently resend on a fresh
+	// connection: the client sees the lost response.
+	c := simclient.New(ts.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
+	_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodTimeoutAfterSuccess))
+	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want the dropped connection, not the deadline", err)
+	}
+	if n := len(s.Charges()); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+}
+
+func TestResetAfterRequestIsUnknownOutcome(t *testing.T) {
+	var hits atomic.Int32
+	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		if tcp, ok := conn.(*net.TCPConn); ok {
+			_ = tcp.SetLinger(0) // close with RST
+		}
+		conn.Close()
+	})
+	_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
+	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	if hits.Load() == 0 {
+		t.Error("the request never reached the server")
+	}
+	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
+	wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+}
+
+func TestUnavailableIs503(t *testing.T) {
+	s, c := newSim(t, sim.Options{})
+	_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodUnavailable))
+	wantOnly(t, "Charge", err, provider.ErrUnavailable)
+	if n := len(s.Charges()); n != 0 {
+		t.Errorf("%d charges, want 0", n)
+	}
+	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
+	wantOnly(t, "Lookup after 503", err, provider.ErrNotFound)
+}
+
+func TestServerErrorsAreUnknownOutcome(t *testing.T) {
+	for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout, http.StatusCreated, http.StatusFound} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				_, _ = w.Write([]byte(`{"error":"boom"}`))
+			})
+			_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
+			wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+			_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
+			wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+		})
+	}
+}
+
+func TestMalformedSuccessIsUnknownOutcome(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":       `<html>ok</html>`,
+		"truncated":      `{"id":"ch_1","idempotencyKey":"k","status":"succ`,
+		"no id":          `{"idempotencyKey":"k","status":"succeeded"}`,
+		"unknown status": `{"id":"ch_1","idempotencyKey":"k","status":"pending"}`,
+		"other key":      `{"id":"ch_1","idempotencyKey":"other","status":"succeeded"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+				_, _ = w.Write([]byte(body))
+			})
+			_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
+			wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+			_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
+			wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+		})
+	}
+}
+
+func TestKeyReusedIsAPlainError(t *testing.T) {
+	s, c := newSim(t, sim.Options{})
+	ctx := ctxTimeout(t, 5*time.Second)
+	if _, err := c.Charge(ctx, chargeReq("k", sim.MethodVisa)); err != nil {
+		t.Fatal(err)
+	}
+	other := chargeReq("k", sim.MethodVisa)
+	other.AmountMinor = 999
+	_, err := c.Charge(ctx, other)
+	wantOnly(t, "Charge", err, nil)
+	var apiErr *simclient.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnprocessableEntity || apiErr.Code != sim.CodeKeyReused {
+		t.Errorf("err = %#v, want an *APIError 422 %s", err, sim.CodeKeyReused)
+	}
+	if !strings.Contains(err.Error(), sim.CodeKeyReused) {
+		t.Errorf("err = %q, want it to name the code", err)
+	}
+	if n := len(s.Charges()); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+}
+
+func TestInvalidRequestIsAPlainError(t *testing.T) {
+	_, c := newSim(t, sim.Options{})
+	req := chargeReq("k", sim.MethodVisa)
+	req.Currency = "XXX"
+	_, err := c.Charge(ctxTimeout(t, 5*time.Second), req)
+	wantOnly(t, "Charge", err, nil)
+	var apiErr *simclient.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != sim.CodeInvalidRequest {
+		t.Errorf("err = %#v, want an *APIError 400 %s", err, sim.CodeInvalidRequest)
+	}
+	_, err = c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("", sim.MethodVisa))
+	wantOnly(t, "Charge without key", err, nil)
+	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "")
+	wantOnly(t, "Lookup without key", err, nil)
+}
+
+func TestLookupNotFound(t *testing.T) {
+	_, c := newSim(t, sim.Options{})
+	_, err := c.Lookup(ctxTimeout(t, 5*time.Second), "never seen")
+	wantOnly(t, "Lookup", err, provider.ErrNotFound)
+}
+
+func TestLookupForeign404IsNotNotFound(t *testing.T) {
+	c := fakeProvider(t, http.NotFound) // a wrong base URL, say
+	_, err := c.Lookup(ctxTimeout(t, 5*time.Second), "k")
+	wantOnly(t, "Lookup", err, nil)
+	var apiErr *simclient.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+		t.Errorf("err = %#v, want an *APIError 404", err)
+	}
+}
+
+func TestLookupFlaky(t *testing.T) {
+	_, c := newSim(t, sim.Options{FlakyLookups: 2})
+	ctx := ctxTimeout(t, 5*time.Second)
+	created, err := c.Charge(ctx, chargeReq("k", sim.MethodLookupFlaky))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		_, err := c.Lookup(ctx, "k")
+		wantOnly(t, "flaky Lookup", err, provider.ErrUnavailable)
+		if errors.Is(err, provider.ErrNotFound) {
+			t.Fatalf("lookup %d: a flaky lookup must never say not found", i+1)
+		}
+	}
+	got, err := c.Lookup(ctx, "k")
+	if err != nil || got != created {
+		t.Errorf("third Lookup = %+v, %v; want %+v", got, err, created)
+	}
+}
+
+func TestLookupTimeoutIsNotNotFound(t *testing.T) {
+	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	_, err := c.Lookup(ctxTimeout(t, 50*time.Millisecond), "k")
+	wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
+	}
+}
+
+func TestLookupEscapesTheKey(t *testing.T) {
+	_, c := newSim(t, sim.Options{})
+	ctx := ctxTimeout(t, 5*time.Second)
+	const key = "pay_1/attempt 1&idempotencyKey=other#x?"
+	created, err := c.Charge(ctx, chargeReq(key, sim.MethodMastercard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Lookup(ctx, key)
+	if err != nil || got != created {
+		t.Errorf("Lookup = %+v, %v; want %+v", got, err, created)
+	}
+}
+
+func TestAgainstStartedServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := simclient.New(srv.URL(), nil)
+	if _, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa)); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Once the provider is gone, the refused connection says no money moved.
+	_, err = c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k2", sim.MethodVisa))
+	wantOnly(t, "Charge after Close", err, provider.ErrUnavailable)
+}
