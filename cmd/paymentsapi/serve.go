@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -60,7 +59,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 				log.Error("stop embedded PostgreSQL", "error", err)
 			}
 		}()
-		if err := ensureDatabase(ctx, cluster.URL("postgres"), devDatabase); err != nil {
+		if err := cluster.EnsureDatabase(ctx, devDatabase); err != nil {
 			return err
 		}
 		dbURL = cluster.URL(devDatabase)
@@ -130,26 +129,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		log.Warn("in-flight requests did not finish in time; their keys stay leased and resume on retry", "error", err)
-	}
-	return nil
-}
-
-// ensureDatabase creates the dev database if it does not exist yet.
-func ensureDatabase(ctx context.Context, adminURL, name string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return fmt.Errorf("connect to embedded PostgreSQL: %w", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return fmt.Errorf("look for database %s: %w", name, err)
-	}
-	if exists {
-		return nil
-	}
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
 	}
 	return nil
 }

@@ -57,6 +57,16 @@ func CanTransition(from, to State) bool {
 	return false
 }
 
+// allowedPairs returns the transition table as two parallel lists.
+func allowedPairs() (froms, tos []string) {
+	for _, from := range States() {
+		for _, to := range transitions[from] {
+			froms, tos = append(froms, string(from)), append(tos, string(to))
+		}
+	}
+	return froms, tos
+}
+
 // Final reports whether no transition leaves s.
 func (s State) Final() bool { return len(transitions[s]) == 0 }
 

@@ -62,14 +62,23 @@ type Transition struct {
 }
 
 // queueTransition adds t to b as one guarded statement: the payment moves
-// only if it is still in t.From and t.Token is still its key's fencing token,
-// and the move is recorded in payment_transitions. Otherwise the batch fails
-// with ErrStaleWrite. A move the state machine does not allow is refused
-// before anything is sent.
+// only if it is still in t.From, t.Token is still its key's fencing token,
+// and the state machine allows the move; the move is recorded in
+// payment_transitions. Otherwise the batch fails with ErrStaleWrite. A move
+// the state machine does not allow is refused before anything is sent.
 func queueTransition(b *pgx.Batch, t Transition) error {
 	if !CanTransition(t.From, t.To) {
 		return ErrIllegalTransition{From: t.From, To: t.To}
 	}
+	queueGuardedUpdate(b, t)
+	return nil
+}
+
+// queueGuardedUpdate is the statement behind queueTransition. The allowed
+// (from, to) pairs travel with it, from the one table in state.go, so the
+// database refuses an illegal move even if a caller skipped the check.
+func queueGuardedUpdate(b *pgx.Batch, t Transition) {
+	froms, tos := allowedPairs()
 	b.Queue(`
 		WITH moved AS (
 		    UPDATE payments p
@@ -79,18 +88,19 @@ func queueTransition(b *pgx.Batch, t Transition) error {
 		    FROM idempotency_keys k
 		    WHERE p.id = $1 AND p.state = $2
 		      AND k.payment_id = p.id AND k.fencing_token = $4
+		      AND ($2, $3) IN (SELECT * FROM unnest($9::text[], $10::text[]))
 		    RETURNING p.id
 		)
 		INSERT INTO payment_transitions (payment_id, from_state, to_state, reason, occurred_at)
 		SELECT id, $2, $3, $8, $5 FROM moved`,
 		t.PaymentID, t.From, t.To, t.Token, t.At, t.ProviderReference, t.DeclineCode, t.Reason,
+		froms, tos,
 	).Exec(func(tag pgconn.CommandTag) error {
 		if tag.RowsAffected() != 1 {
 			return fmt.Errorf("%s -> %s of %s: %w", t.From, t.To, t.PaymentID, ErrStaleWrite)
 		}
 		return nil
 	})
-	return nil
 }
 
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,

@@ -1,0 +1,246 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// The secrets of the two tenants every test environment has.
+const (
+	secretA = "sk_test_tenant_a"
+	secretB = "sk_test_tenant_b"
+)
+
+// env is the whole API on a real PostgreSQL database of its own and a real
+// provider simulator on a loopback port.
+type env struct {
+	t       *testing.T
+	url     string
+	pool    *pgxpool.Pool
+	sim     *sim.Simulator
+	clock   *clock.Fake
+	reg     *prometheus.Registry
+	cfg     payments.Config
+	service *payments.Service
+}
+
+type envOption func(*envOptions)
+
+type envOptions struct {
+	sim      sim.Options
+	cfg      payments.Config
+	provider func(provider.Provider) provider.Provider
+}
+
+func withSlowDelay(d time.Duration) envOption {
+	return func(o *envOptions) { o.sim.SlowDelay = d }
+}
+
+func withProviderTimeout(d time.Duration) envOption {
+	return func(o *envOptions) { o.cfg.ProviderTimeout = d }
+}
+
+// withProvider wraps the simulator's client, to inject faults.
+func withProvider(wrap func(provider.Provider) provider.Provider) envOption {
+	return func(o *envOptions) { o.provider = wrap }
+}
+
+func newEnv(t *testing.T, opts ...envOption) *env {
+	t.Helper()
+	o := envOptions{
+		sim: sim.Options{SlowDelay: 500 * time.Millisecond, HangFor: 5 * time.Second},
+		cfg: payments.Config{
+			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second,
+			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second,
+		},
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	simSrv, err := sim.Start(ctx, "127.0.0.1:0", o.sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = simSrv.Close() })
+	var prov provider.Provider = simclient.New(simSrv.URL(), nil)
+	if o.provider != nil {
+		prov = o.provider(prov)
+	}
+	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc := payments.NewService(pool, prov, clk, o.cfg, log, m)
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Payments: svc, DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
+		Ready: func(context.Context) error { return nil },
+	}))
+	t.Cleanup(srv.Close)
+	return &env{t: t, url: srv.URL, pool: pool, sim: simSrv.Simulator(), clock: clk, reg: reg, cfg: o.cfg, service: svc}
+}
+
+// response is an HTTP answer, read whole.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(r.Body, &v); err != nil {
+		t.Fatalf("body is not a JSON object: %v: %s", err, r.Body)
+	}
+	return v
+}
+
+func (e *env) do(method, path string, body []byte, header map[string]string) response {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.url+path, bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// post sends POST /payments as tenant A.
+func (e *env) post(key, body string) response {
+	e.t.Helper()
+	return e.postAs(secretA, key, body)
+}
+
+func (e *env) postAs(secret, key, body string) response {
+	e.t.Helper()
+	return e.do("POST", "/payments", []byte(body), map[string]string{
+		"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json",
+	})
+}
+
+func (e *env) get(secret, path string) response {
+	e.t.Helper()
+	return e.do("GET", path, nil, map[string]string{"Authorization": "Bearer " + secret})
+}
+
+// count returns the number of rows of a table (or any FROM clause).
+func (e *env) count(from string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), "SELECT count(*) FROM "+from, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// charges returns the simulator's charges for a payment's derived key.
+func (e *env) chargesFor(paymentID string) []sim.ChargeRecord {
+	var out []sim.ChargeRecord
+	for _, c := range e.sim.Charges() {
+		if c.IdempotencyKey == payments.ProviderKey(paymentID) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// metric returns the value of a counter or the sample count of a histogram
+// whose labels include all of labels.
+func (e *env) metric(name string, labels map[string]string) float64 {
+	e.t.Helper()
+	families, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var total float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			for k, v := range labels {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == k && lp.GetValue() == v {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				total += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				total += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return total
+}
+
+// body builds a create request body from the default one, with overrides.
+func body(overrides ...string) string {
+	fields := map[string]string{
+		"accountId": `"acc_1"`, "amount": `"10.00"`, "currency": `"EUR"`,
+		"merchantReference": `"invoice-7781"`, "paymentMethod": `"pm_card_visa"`,
+	}
+	for i := 0; i+1 < len(overrides); i += 2 {
+		if overrides[i+1] == "" {
+			delete(fields, overrides[i])
+			continue
+		}
+		fields[overrides[i]] = overrides[i+1]
+	}
+	parts := make([]string, 0, len(fields))
+	for _, k := range []string{"accountId", "amount", "currency", "merchantReference", "paymentMethod", "channel", "description", "extra"} {
+		if v, ok := fields[k]; ok {
+			parts = append(parts, `"`+k+`":`+v)
+		}
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}

@@ -1,0 +1,176 @@
+// Package pgtest gives each database test its own freshly migrated database
+// on a real PostgreSQL server.
+//
+// Usage, once per test package:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+// then, in a test, pgtest.NewPool(t) or pgtest.NewURL(t).
+//
+// The server is the one named by TEST_DATABASE_URL, else by DATABASE_URL,
+// else a throwaway cluster (see package pgembed) that Main starts in a
+// temporary directory for the life of the test binary. Databases come from
+// github.com/peterldowns/pgtestdb: the migrations of package migrations are
+// applied once to a template database, which each test then clones (fast),
+// and the clone is dropped when the test passes (kept for inspection when
+// it fails). The server's user must be allowed to create roles and
+// databases; tests connect as pgtestdb's own role, which is neither a
+// superuser nor allowed to create databases or roles, like the application.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver for pgtestdb
+	"github.com/peterldowns/pgtestdb"
+	"github.com/peterldowns/pgtestdb/migrators/goosemigrator"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgembed"
+	"github.com/paymentsapi/paymentsapi/migrations"
+)
+
+// EnvURL is the environment variable that names the server the tests use.
+// Main sets it to its throwaway cluster when neither it nor DATABASE_URL is
+// set.
+const EnvURL = "TEST_DATABASE_URL"
+
+// Main runs the tests of a package (m.Run) against a PostgreSQL server and
+// returns the exit code for os.Exit. If TEST_DATABASE_URL or DATABASE_URL is
+// set, it uses that server; otherwise it starts an ephemeral pgembed cluster
+// in a temporary directory, publishes its URL in TEST_DATABASE_URL for
+// NewURL, and removes it after the tests. If the cluster cannot start, Main
+// reports why and fails the binary.
+func Main(m *testing.M) int {
+	if os.Getenv(EnvURL) != "" {
+		return m.Run()
+	}
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		if err := os.Setenv(EnvURL, u); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+			return 1
+		}
+		return m.Run()
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// The temporary directory is 0700; as root, the cluster runs as the
+	// postgres OS user, which must be able to enter it.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	cluster, err := pgembed.Start(ctx, pgembed.Options{
+		DataDir:   filepath.Join(dir, "postgres"),
+		Ephemeral: true,
+		Logger:    logger,
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: no test database server: %v\n"+
+			"pgtest: set %s (or DATABASE_URL) to use an existing PostgreSQL server\n", err, EnvURL)
+		return 1
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := cluster.Stop(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		}
+	}()
+	if err := os.Setenv(EnvURL, cluster.URL("postgres")); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// NewURL creates a database with every migration applied, for this test
+// only, and returns its connection URL. The database is dropped when the
+// test ends, unless the test failed. NewURL fails the test if no server is
+// configured (see Main) or the database cannot be made.
+func NewURL(t testing.TB) string {
+	t.Helper()
+	serverURL := os.Getenv(EnvURL)
+	if serverURL == "" {
+		t.Fatalf("pgtest: %s is not set: call pgtest.Main from TestMain "+
+			"(func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) })", EnvURL)
+	}
+	conf, err := pgtestdbConfig(serverURL)
+	if err != nil {
+		t.Fatalf("pgtest: %s: %v", EnvURL, err)
+	}
+	migrator := goosemigrator.New(".", goosemigrator.WithFS(migrations.FS))
+	return pgtestdb.Custom(t, conf, migrator).URL()
+}
+
+// NewPool returns a pool on a database made by NewURL; it is closed when
+// the test ends.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), NewURL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// Registered after NewURL's clean-up, so it runs before it: the
+	// database can only be dropped once its connections are closed.
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// pgtestdbConfig turns a connection string (URL or key=value form) into
+// pgtestdb's configuration of the admin connection. pgtestdb pastes the
+// fields into a URL as they are, so they are escaped here; the query
+// parameters of a URL are kept for every connection.
+func pgtestdbConfig(connString string) (pgtestdb.Config, error) {
+	pc, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return pgtestdb.Config{}, fmt.Errorf("parse: %w", err)
+	}
+	query := url.Values{}
+	if u, err := url.Parse(connString); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		query = u.Query()
+		query.Del("host") // set below from the parsed configuration
+	}
+	if query.Get("sslmode") == "" {
+		if pc.TLSConfig == nil {
+			query.Set("sslmode", "disable")
+		} else {
+			query.Set("sslmode", "prefer")
+		}
+	}
+	host := pc.Host
+	if strings.HasPrefix(host, "/") { // a Unix socket directory
+		query.Set("host", host)
+		host = ""
+	}
+	dbname := pc.Database
+	if dbname == "" {
+		dbname = "postgres"
+	}
+	return pgtestdb.Config{
+		DriverName: "pgx",
+		Host:       host,
+		Port:       strconv.Itoa(int(pc.Port)),
+		User:       url.User(pc.User).String(),
+		Password:   strings.TrimPrefix(url.UserPassword("", pc.Password).String(), ":"),
+		Database:   url.PathEscape(dbname),
+		Options:    query.Encode(),
+	}, nil
+}
