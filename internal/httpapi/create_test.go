@@ -14,6 +14,7 @@ import (
 )
 
 func TestCreateAnswers201WithLocationAndStoresEverything(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.post("k-1", body())
 	if r.Status != http.StatusCreated {
@@ -69,6 +70,7 @@ func TestCreateAnswers201WithLocationAndStoresEverything(t *testing.T) {
 }
 
 func TestReplayIsByteIdenticalAndMarked(t *testing.T) {
+	t.Parallel()
 	for _, method := range []string{"pm_card_visa", "pm_card_chargeDeclined"} {
 		t.Run(method, func(t *testing.T) {
 			e := newEnv(t)
@@ -100,6 +102,7 @@ func TestReplayIsByteIdenticalAndMarked(t *testing.T) {
 }
 
 func TestDeclineIsA402ProblemStoredForReplay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.post("k-decline", body("paymentMethod", `"pm_card_insufficientFunds"`))
 	if r.Status != http.StatusPaymentRequired || r.Header.Get("Content-Type") != "application/problem+json" {
@@ -124,6 +127,7 @@ func TestDeclineIsA402ProblemStoredForReplay(t *testing.T) {
 // slow: one payment, one charge, one PaymentCreated; everyone else hears 409
 // with Retry-After, or the replay if they arrive after the original finished.
 func TestConcurrentSameKeyChargesOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withSlowDelay(time.Second))
 	const n = 50
 	var (
@@ -180,6 +184,7 @@ func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 }
 
 func TestEquivalentBodiesReplay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	original := e.post("k-eq", body())
 	if original.Status != http.StatusCreated {
@@ -219,6 +224,7 @@ var differentBodies = map[string]string{
 }
 
 func TestDifferentBodyWithSameKeyIs422InFlightAndAfter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withSlowDelay(2*time.Second))
 	slow := body("paymentMethod", `"pm_sim_slow"`)
 	done := make(chan response, 1)
@@ -248,6 +254,7 @@ func TestDifferentBodyWithSameKeyIs422InFlightAndAfter(t *testing.T) {
 }
 
 func TestTenantsHaveSeparateKeysAndPayments(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := e.postAs(secretA, "shared-key", body())
 	b := e.postAs(secretB, "shared-key", body())
@@ -275,6 +282,7 @@ func TestTenantsHaveSeparateKeysAndPayments(t *testing.T) {
 }
 
 func TestRejectedRequestsWriteNothingAndLeaveTheKeyUsable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	big := `{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"r","paymentMethod":"pm_card_visa","description":"` +
 		strings.Repeat("x", 17<<10) + `"}`
@@ -324,6 +332,7 @@ func TestRejectedRequestsWriteNothingAndLeaveTheKeyUsable(t *testing.T) {
 }
 
 func TestValidationNamesEveryField(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.post("k", `{"amount":"-1","currency":"XYZ"}`)
 	p := r.json(t)
@@ -339,6 +348,7 @@ func TestValidationNamesEveryField(t *testing.T) {
 }
 
 func TestDuplicateMerchantReferenceUnderANewKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	first := e.post("k-1", body())
 	second := e.post("k-2", body("amount", `"12.00"`))
@@ -379,6 +389,7 @@ func (f *flakyProvider) Charge(ctx context.Context, req provider.ChargeRequest) 
 }
 
 func TestProviderUnavailableIs503AndTheRetryResumesTheSamePayment(t *testing.T) {
+	t.Parallel()
 	flaky := &flakyProvider{refuse: 1}
 	e := newEnv(t, withProvider(func(p provider.Provider) provider.Provider { flaky.Provider = p; return flaky }))
 	first := e.post("k-503", body())
@@ -404,6 +415,7 @@ func TestProviderUnavailableIs503AndTheRetryResumesTheSamePayment(t *testing.T) 
 }
 
 func TestSimulatorUnavailableMethodIs503(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.post("k", body("paymentMethod", `"pm_sim_unavailable"`))
 	if r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "PROVIDER_UNAVAILABLE" {
@@ -416,6 +428,7 @@ func TestSimulatorUnavailableMethodIs503(t *testing.T) {
 }
 
 func TestLostProviderAnswerIs202ThenResolvedOnRetry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withProviderTimeout(300*time.Millisecond))
 	first := e.post("k-lost", body("paymentMethod", `"pm_sim_timeout_after_success"`))
 	if first.Status != http.StatusAccepted || first.Header.Get("Retry-After") == "" || first.Header.Get("Location") == "" {
@@ -443,6 +456,7 @@ func TestLostProviderAnswerIs202ThenResolvedOnRetry(t *testing.T) {
 }
 
 func TestListIsNewestFirstAndPaginated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var ids []string
 	for i := range 5 {

@@ -63,6 +63,7 @@ func send(ctx context.Context, pool *pgxpool.Pool, b *pgx.Batch) error {
 // Every pair of states: the allowed moves go through; every other move is
 // refused by the code and, when the code is bypassed, by the guarded update.
 func TestTransitionTableIsEnforcedByTheGuardedUpdate(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	for _, from := range States() {
@@ -115,6 +116,7 @@ func allowedPairsOrFail(t *testing.T) []string {
 }
 
 func TestGuardedUpdateRefusesTheWrongCurrentState(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewPool(t)
 	p := seedPayment(t, pool, StateCompleted, 1)
 	b := &pgx.Batch{}
@@ -133,6 +135,7 @@ func TestGuardedUpdateRefusesTheWrongCurrentState(t *testing.T) {
 // An owner whose key was taken over (its token is no longer current) cannot
 // move the payment, store an answer, or release the lease.
 func TestFencedOutOwnerCannotWrite(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	p := seedPayment(t, pool, StateProviderRequestSent, 2) // the new owner holds token 2

@@ -95,17 +95,18 @@ func (s *Server) Simulator() *Simulator { return s.sim }
 // and reports ctx's error. Only the first call to Shutdown or Close (or the
 // end of Start's context) does the work; later calls wait for it and return
 // its result.
-func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx) }
+func (s *Server) Shutdown(ctx context.Context) error { return s.stop(ctx, true) }
 
 // Close stops the server at once, closing every connection without waiting
 // for handlers. It returns once the server has stopped serving.
-func (s *Server) Close() error { return s.stop(nil) }
+func (s *Server) Close() error { return s.stop(context.Background(), false) }
 
-// stop stops the server once; a nil ctx means do not wait.
-func (s *Server) stop(ctx context.Context) error {
+// stop stops the server once; wait chooses a graceful shutdown bounded by
+// ctx over closing every connection at once.
+func (s *Server) stop(ctx context.Context, wait bool) error {
 	s.stopOnce.Do(func() {
 		s.cancel()
-		if ctx == nil {
+		if !wait {
 			if err := s.srv.Close(); err != nil {
 				s.stopErr = fmt.Errorf("sim: close: %w", err)
 			}

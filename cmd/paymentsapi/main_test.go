@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// lineWatcher collects a process's output and finds the first line that
+// matches a pattern, so tests wait for readiness instead of sleeping.
+type lineWatcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func newLineWatcher() *lineWatcher { return &lineWatcher{lines: make(chan string, 1024)} }
+
+func (w *lineWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		i := bytes.IndexByte(w.buf.Bytes(), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(w.buf.Next(i + 1))
+		select {
+		case w.lines <- strings.TrimRight(line, "\n"):
+		default:
+		}
+	}
+}
+
+// await returns the first submatch of re in a line written within timeout.
+func (w *lineWatcher) await(t *testing.T, re *regexp.Regexp, timeout time.Duration) (string, []string) {
+	t.Helper()
+	deadline := time.After(timeout)
+	var seen []string
+	for {
+		select {
+		case line := <-w.lines:
+			seen = append(seen, line)
+			if m := re.FindStringSubmatch(line); m != nil {
+				return m[len(m)-1], seen
+			}
+		case <-deadline:
+			t.Fatalf("no line matching %s within %s; saw:\n%s", re, timeout, strings.Join(seen, "\n"))
+		}
+	}
+}
+
+var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
+
+func tempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	// The embedded PostgreSQL runs as the postgres account when tests run as
+	// root: it must be able to enter the directory and its parent (t.TempDir
+	// makes both 0700).
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// The zero-configuration path of `make run`: embedded PostgreSQL, in-process
+// simulator, demo key; and the curl command it prints works as printed.
+func TestRunDevModeWithZeroConfiguration(t *testing.T) {
+	dataDir := filepath.Join(tempDir(t), ".data")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout, stderr := newLineWatcher(), newLineWatcher()
+	env := map[string]string{} // nothing set: dev mode
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0", "-data-dir", dataDir},
+			func(k string) string { return env[k] }, nil, stdout, stderr)
+	}()
+	base, _ := stdout.await(t, listeningRE, 90*time.Second)
+
+	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
+		resp, err := http.Get(base + path)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %v %v", path, resp, err)
+		}
+		resp.Body.Close()
+	}
+
+	// The banner's curl command, run as printed (twice: the second is a replay).
+	var banner []string
+	collecting := false
+	deadline := time.After(5 * time.Second)
+	for len(banner) == 0 || strings.HasSuffix(banner[len(banner)-1], `\`) {
+		select {
+		case line := <-stdout.lines:
+			if strings.HasPrefix(line, "curl ") {
+				collecting = true
+			}
+			if collecting {
+				banner = append(banner, line)
+			}
+		case <-deadline:
+			t.Fatalf("no curl command in the banner")
+		}
+	}
+	command := strings.Join(banner, "\n")
+	if !strings.Contains(command, base) || !strings.Contains(command, "sk_test_demo") {
+		t.Fatalf("banner command does not target this server with the demo key:\n%s", command)
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Log("curl is not installed: sending the banner's request with net/http instead")
+		command = ""
+	}
+	var first, second []byte
+	for i, out := range []*[]byte{&first, &second} {
+		if command != "" {
+			b, err := exec.Command("sh", "-c", strings.Replace(command, "curl -i", "curl -s -i", 1)).Output()
+			if err != nil {
+				t.Fatalf("banner command #%d: %v", i+1, err)
+			}
+			*out = b
+			continue
+		}
+		req, _ := http.NewRequest("POST", base+"/payments", strings.NewReader(
+			`{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"invoice-1","paymentMethod":"pm_card_visa"}`))
+		req.Header.Set("Authorization", "Bearer sk_test_demo")
+		req.Header.Set("Idempotency-Key", "demo-order-1")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		*out = []byte(resp.Status + "\n" + resp.Header.Get("Idempotent-Replayed") + "\n" + string(b))
+	}
+	if !bytes.Contains(first, []byte("201")) || !bytes.Contains(first, []byte(`"status":"SUCCEEDED"`)) {
+		t.Fatalf("first banner request:\n%s", first)
+	}
+	if !bytes.Contains(bytes.ToLower(second), []byte("idempotent-replayed: true")) && !bytes.Contains(second, []byte("\ntrue\n")) {
+		t.Fatalf("second banner request is not a replay:\n%s", second)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	// The data stays for the next run.
+	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "PG_VERSION")); err != nil {
+		t.Errorf("embedded data dir not kept under %s: %v", dataDir, err)
+	}
+}
+
+func TestRunRefusesALeaseShorterThanTheProviderTimeout(t *testing.T) {
+	env := map[string]string{"DATABASE_URL": "postgres://unused", "LEASE_DURATION": "5s", "PROVIDER_TIMEOUT": "5s"}
+	err := run(context.Background(), nil, func(k string) string { return env[k] }, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "LEASE_DURATION") {
+		t.Fatalf("got %v, want a LEASE_DURATION error", err)
+	}
+}
+
+// buildBinaries compiles the real commands once per test.
+func buildBinaries(t *testing.T) (api, providersim string) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/paymentsapi/paymentsapi/cmd/paymentsapi", "github.com/paymentsapi/paymentsapi/cmd/providersim")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build: %v", err)
+	}
+	return filepath.Join(dir, "paymentsapi"), filepath.Join(dir, "providersim")
+}
+
+// startProcess starts a binary and returns the URL it reports as listening.
+func startProcess(t *testing.T, path string, env []string, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	stdout, stderr := newLineWatcher(), newLineWatcher()
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	url, _ := stdout.await(t, listeningRE, 60*time.Second)
+	return cmd, url
+}
+
+type httpResult struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func call(t *testing.T, method, url, secret, key, body string) httpResult {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secret != "" {
+		req.Header.Set("Authorization", "Bearer "+secret)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return httpResult{resp.StatusCode, resp.Header, b}
+}
+
+// The real binaries, as separate processes, driven over HTTP: the API on a
+// real database, the provider simulator in its own process.
+func TestEndToEndWithRealBinaries(t *testing.T) {
+	apiBin, simBin := buildBinaries(t)
+	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "200ms")
+	api, apiURL := startProcess(t, apiBin, []string{
+		"DATABASE_URL=" + pgtest.NewURL(t), "PROVIDER_URL=" + simURL,
+		"API_KEYS=e2e:sk_e2e", "HTTP_ADDR=127.0.0.1:0",
+	})
+
+	paid := `{"accountId":"acc_e2e","amount":"25.50","currency":"eur","merchantReference":"order-1","paymentMethod":"pm_sim_slow"}`
+	first := call(t, "POST", apiURL+"/payments", "sk_e2e", "e2e-1", paid)
+	if first.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", first.status, first.body)
+	}
+	replay := call(t, "POST", apiURL+"/payments", "sk_e2e", "e2e-1", paid)
+	if replay.status != http.StatusCreated || !bytes.Equal(replay.body, first.body) || replay.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %v %s", replay.status, replay.header, replay.body)
+	}
+	declined := call(t, "POST", apiURL+"/payments", "sk_e2e", "e2e-2",
+		`{"accountId":"acc_e2e","amount":"5","currency":"EUR","merchantReference":"order-2","paymentMethod":"pm_card_chargeDeclined"}`)
+	if declined.status != http.StatusPaymentRequired {
+		t.Fatalf("decline: %d %s", declined.status, declined.body)
+	}
+	if r := call(t, "POST", apiURL+"/payments", "sk_nope", "e2e-3", paid); r.status != http.StatusUnauthorized {
+		t.Fatalf("bad key: %d", r.status)
+	}
+	var p struct{ PaymentID, Amount string }
+	if err := json.Unmarshal(first.body, &p); err != nil || p.Amount != "25.50" {
+		t.Fatalf("payment %s: %v", first.body, err)
+	}
+	if g := call(t, "GET", apiURL+"/payments/"+p.PaymentID, "sk_e2e", "", ""); g.status != http.StatusOK {
+		t.Fatalf("GET: %d %s", g.status, g.body)
+	}
+	if m := call(t, "GET", apiURL+"/metrics", "", "", ""); !bytes.Contains(m.body, []byte("paymentsapi_idempotency_replays_total 1")) {
+		t.Errorf("metrics do not show the replay")
+	}
+
+	// Money moved exactly once per payment, as the provider itself reports.
+	var charges struct {
+		Charges []struct {
+			IdempotencyKey, Amount, Status string
+			RequestCount                   int
+		}
+	}
+	s := call(t, "GET", simURL+"/_sim/charges", "", "", "")
+	if err := json.Unmarshal(s.body, &charges); err != nil {
+		t.Fatal(err)
+	}
+	if len(charges.Charges) != 2 || charges.Charges[0].RequestCount != 1 || charges.Charges[0].Amount != "25.50" ||
+		!strings.Contains(charges.Charges[0].IdempotencyKey, p.PaymentID) {
+		t.Errorf("provider charges: %s", s.body)
+	}
+
+	if err := api.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Wait(); err != nil {
+		t.Errorf("API did not exit cleanly on SIGTERM: %v", err)
+	}
+}
+

@@ -1,0 +1,104 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+)
+
+// deadPool is a pool whose server never answers: nothing listens on port 1.
+func deadPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func TestDatabaseDownIs503(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	// The payments store is down (authentication still works): the create
+	// itself cannot be claimed.
+	svc := payments.NewService(deadPool(t), simclient.New("http://127.0.0.1:1", nil), clock.System{}, e.cfg, log, m)
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg,
+		Ready: func(context.Context) error { return errors.New("database unreachable") },
+	}))
+	defer srv.Close()
+	e.url = srv.URL
+	r := e.post("k-down", body())
+	if r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "SERVICE_UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("create with the database down: %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if r := e.get(secretA, "/readyz"); r.Status != http.StatusServiceUnavailable {
+		t.Errorf("readyz with the database down: %d", r.Status)
+	}
+
+	// Everything is down: even authentication answers 503, not 401 or 500.
+	all := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Payments: svc, DB: deadPool(t), Log: log, Metrics: m, Gatherer: reg,
+	}))
+	defer all.Close()
+	e.url = all.URL
+	if r := e.post("k-down", body()); r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "SERVICE_UNAVAILABLE" {
+		t.Fatalf("auth with the database down: %d %s", r.Status, r.Body)
+	}
+	if n := len(e.sim.Charges()); n != 0 {
+		t.Errorf("the provider was called: %d charges", n)
+	}
+}
+
+func TestOperationsEndpoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.post("k-1", body())
+	e.post("k-1", body())
+	for path, want := range map[string]string{
+		"/healthz":      `"ok"`,
+		"/readyz":       `"ok"`,
+		"/openapi.yaml": "openapi: 3.1.0",
+		"/metrics":      "paymentsapi_idempotency_replays_total 1",
+	} {
+		r := e.do("GET", path, nil, nil)
+		if r.Status != http.StatusOK || !strings.Contains(string(r.Body), want) {
+			t.Errorf("GET %s: %d, want %q in %.300s", path, r.Status, want, r.Body)
+		}
+	}
+	// Requests are measured by route pattern, never by payment id.
+	r := e.do("GET", "/metrics", nil, nil)
+	if !strings.Contains(string(r.Body), `route="/payments"`) || strings.Contains(string(r.Body), "pay_") {
+		t.Errorf("HTTP metrics are not labelled by route pattern")
+	}
+	if r := e.do("GET", "/nope", nil, nil); r.Status != http.StatusNotFound || r.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("unknown route: %d %s", r.Status, r.Header.Get("Content-Type"))
+	}
+	if r := e.do("DELETE", "/payments", nil, map[string]string{"Authorization": "Bearer " + secretA}); r.Status != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE /payments: %d", r.Status)
+	}
+	// Every answer carries a request id; a sane one from the client is kept.
+	r = e.do("GET", "/healthz", nil, map[string]string{"X-Request-Id": "trace-42"})
+	if r.Header.Get("X-Request-Id") != "trace-42" {
+		t.Errorf("request id not echoed: %q", r.Header.Get("X-Request-Id"))
+	}
+}
