@@ -306,4 +306,3 @@ func TestEndToEndWithRealBinaries(t *testing.T) {
 		t.Errorf("API did not exit cleanly on SIGTERM: %v", err)
 	}
 }
-
