@@ -38,9 +38,6 @@ CREATE UNIQUE INDEX payments_merchant_reference_key
 -- Newest-first listing, keyset-paginated, optionally per account.
 CREATE INDEX payments_tenant_created_idx ON payments (tenant_id, created_at DESC, id DESC);
 CREATE INDEX payments_tenant_account_created_idx ON payments (tenant_id, account_id, created_at DESC, id DESC);
--- Unresolved payments, for the reconciler.
-CREATE INDEX payments_unresolved_idx ON payments (updated_at)
-    WHERE state IN ('RECEIVED', 'PROVIDER_REQUEST_SENT', 'UNKNOWN_REQUIRES_RECOVERY', 'FAILED_RETRYABLE');
 
 -- Every state change, for audit and debugging.
 CREATE TABLE payment_transitions (

@@ -6,11 +6,15 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/paymentsapi/paymentsapi/internal/config"
+	"github.com/paymentsapi/paymentsapi/internal/logging"
 )
 
 func main() {
@@ -28,9 +32,36 @@ var errUsage = errors.New("usage")
 
 // run is the whole program: everything it needs from the OS is a parameter,
 // so tests start the real server in-process.
+//
+//	paymentsapi [serve] [flags]          the API, with its reconciler and listener
+//	paymentsapi reconcile [-once] [flags] the reconciler alone (an operator's tool)
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && (args[0] == "serve") {
-		args = args[1:]
+	command := "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "reconcile") {
+		command, args = args[0], args[1:]
 	}
-	return serve(ctx, args, getenv, stdout, stderr)
+	once := false
+	if command == "reconcile" {
+		rest := args[:0:0]
+		for _, a := range args {
+			if a == "-once" || a == "--once" {
+				once = true
+				continue
+			}
+			rest = append(rest, a)
+		}
+		args = rest
+	}
+	cfg, err := config.Load(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return errUsage
+	}
+	if err != nil {
+		return err
+	}
+	log := logging.New(stderr, cfg.LogLevel)
+	if command == "reconcile" {
+		return reconcile(ctx, cfg, log, stdout, once)
+	}
+	return serve(ctx, cfg, log, stdout)
 }

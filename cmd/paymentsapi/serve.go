@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,7 +23,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
-	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
@@ -34,69 +35,114 @@ import (
 // devDatabase is the database the embedded PostgreSQL serves in dev mode.
 const devDatabase = "paymentsapi"
 
-// serve runs the API until ctx ends, then shuts down in order: stop taking
-// requests, let in-flight ones finish (bounded), then close the provider,
-// the pool and the embedded database.
-func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := config.Load(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return errUsage
+// app is what both the server and the reconcile command need: the
+// database, the provider and the payments service.
+type app struct {
+	cfg     config.Config
+	log     *slog.Logger
+	pool    *pgxpool.Pool
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	svc     *payments.Service
+	keys    *idempotency.Listener
+	closers []func()
+}
+
+// close releases what newApp acquired, in reverse order.
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
 	}
-	if err != nil {
-		return err
-	}
-	log := logging.New(stderr, cfg.LogLevel)
+}
+
+// newApp connects to (or, in dev mode, starts) the database, migrates it,
+// stores the API keys, and starts the provider.
+func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, err error) {
+	a := &app{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
 	clk := clock.System{}
 
 	dbURL := cfg.DatabaseURL
 	if cfg.DevMode() {
 		cluster, err := pgembed.Start(ctx, pgembed.Options{DataDir: filepath.Join(cfg.DataDir, "postgres"), Logger: log})
 		if err != nil {
-			return fmt.Errorf("start embedded PostgreSQL (set DATABASE_URL to use your own): %w", err)
+			return nil, fmt.Errorf("start embedded PostgreSQL (set DATABASE_URL to use your own): %w", err)
 		}
-		defer func() {
+		a.closers = append(a.closers, func() {
 			if err := cluster.Stop(context.WithoutCancel(ctx)); err != nil {
 				log.Error("stop embedded PostgreSQL", "error", err)
 			}
-		}()
+		})
 		if err := cluster.EnsureDatabase(ctx, devDatabase); err != nil {
-			return err
+			return nil, err
 		}
 		dbURL = cluster.URL(devDatabase)
 		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir())
 	}
 
-	pool, err := database.Open(ctx, dbURL)
+	a.pool, err = database.Open(ctx, dbURL)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer pool.Close()
-	if err := database.Migrate(ctx, pool, log); err != nil {
-		return err
+	a.closers = append(a.closers, a.pool.Close)
+	if err := database.Migrate(ctx, a.pool, log); err != nil {
+		return nil, err
 	}
-	if err := setUpAPIKeys(ctx, pool, cfg, clk, log); err != nil {
-		return err
+	if err := setUpAPIKeys(ctx, a.pool, cfg, clk, log); err != nil {
+		return nil, err
 	}
 
 	prov, stopProvider, err := startProvider(ctx, cfg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stopProvider()
+	a.closers = append(a.closers, stopProvider)
 
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	svc := payments.NewService(pool, prov, clk, payments.Config{
+	a.reg = prometheus.NewRegistry()
+	a.metrics = metrics.New(a.reg)
+	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
+	a.svc = payments.NewService(payments.Deps{
+		DB: a.pool, Provider: prov, Clock: clk, Log: log, Metrics: a.metrics, Waiter: a.keys,
+	}, payments.Config{
 		ReplayTTL:         cfg.IdempotencyTTL,
 		Lease:             cfg.LeaseDuration,
 		ProviderTimeout:   cfg.ProviderTimeout,
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
 		RetryAfter:        time.Second,
-	}, log, m)
+		Recovery: payments.RecoveryPolicy{
+			Backoff:     cfg.ReconcileInterval,
+			MaxAttempts: cfg.ReconcileMaxAttempts,
+		},
+	})
+	return a, nil
+}
+
+// serve runs the API until ctx ends, then shuts down in order: stop taking
+// requests, let in-flight ones finish (bounded), stop the background
+// workers, then close the provider, the pool and the embedded database.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
+	a, err := newApp(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+
+	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { a.keys.Run(workers) })
+	wg.Go(func() { a.svc.RunReconciler(workers, cfg.ReconcileInterval) })
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+	}()
 
 	handler := httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
-		Ready: func(ctx context.Context) error { return ready(ctx, pool) },
+		Payments: a.svc, DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
+		Ready: func(ctx context.Context) error { return ready(ctx, a.pool) },
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -106,9 +152,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		// A create may wait for the provider and, with Prefer: wait, for an
-		// original request: the write deadline must cover both.
-		WriteTimeout: cfg.ProviderTimeout*2 + 30*time.Second,
+		// A create may wait for the provider (twice: a lookup, then a
+		// charge) and, with Prefer: wait, for an original request.
+		WriteTimeout: cfg.ProviderTimeout*2 + payments.MaxWait + 30*time.Second,
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -128,9 +174,28 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("in-flight requests did not finish in time; their keys stay leased and resume on retry", "error", err)
+		log.Warn("in-flight requests did not finish in time; their keys stay leased and resume on retry or by the reconciler", "error", err)
 	}
 	return nil
+}
+
+// reconcile runs the reconciler alone: one pass with once, else until ctx
+// ends. It prints what it did as JSON on stdout.
+func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, once bool) error {
+	a, err := newApp(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	if !once {
+		a.svc.RunReconciler(ctx, cfg.ReconcileInterval)
+		return nil
+	}
+	stats, err := a.svc.ReconcileOnce(ctx, 1000)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(map[string]any{"reconciled": stats})
 }
 
 // setUpAPIKeys stores the configured keys. In dev mode the demo key is the

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,6 +28,7 @@ type Config struct {
 	IdempotencyMetadataTTL time.Duration
 	LeaseDuration          time.Duration
 	ReconcileInterval      time.Duration
+	ReconcileMaxAttempts   int
 	OutboxPublisher        string
 	NATSURL                string
 	LogLevel               string
@@ -72,6 +74,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.IdempotencyMetadataTTL, "idempotency-metadata-ttl", "IDEMPOTENCY_METADATA_TTL", "720h", "how long key metadata outlives the replay window")
 	dur(&c.LeaseDuration, "lease-duration", "LEASE_DURATION", "30s", "how long a request owns an in-flight key")
 	dur(&c.ReconcileInterval, "reconcile-interval", "RECONCILE_INTERVAL", "5s", "how often the reconciler runs")
+	maxAttempts, err := strconv.Atoi(env("RECONCILE_MAX_ATTEMPTS", "20"))
+	if err != nil || maxAttempts < 1 {
+		durErr = errors.Join(durErr, fmt.Errorf("RECONCILE_MAX_ATTEMPTS must be a positive integer"))
+	}
+	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", maxAttempts, "unresolved attempts before a payment is marked for manual review (RECONCILE_MAX_ATTEMPTS)")
 	fs.StringVar(&c.OutboxPublisher, "outbox-publisher", env("OUTBOX_PUBLISHER", "log"), "outbox publisher: log or nats (OUTBOX_PUBLISHER)")
 	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL (NATS_URL)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")

@@ -99,7 +99,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := payments.NewService(pool, prov, clk, o.cfg, log, m)
+	svc := payments.NewService(payments.Deps{DB: pool, Provider: prov, Clock: clk, Log: log, Metrics: m}, o.cfg)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Payments: svc, DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
 		Ready: func(context.Context) error { return nil },

@@ -40,7 +40,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 
 	// The payments store is down (authentication still works): the create
 	// itself cannot be claimed.
-	svc := payments.NewService(deadPool(t), simclient.New("http://127.0.0.1:1", nil), clock.System{}, e.cfg, log, m)
+	svc := payments.NewService(payments.Deps{DB: deadPool(t), Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: log, Metrics: m}, e.cfg)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg,
 		Ready: func(context.Context) error { return errors.New("database unreachable") },

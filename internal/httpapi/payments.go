@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -54,7 +55,7 @@ func handleCreatePayment(svc *payments.Service) http.HandlerFunc {
 			prob.Write(w)
 			return
 		}
-		res, err := svc.Create(r.Context(), tenantOf(r.Context()), key, cmd)
+		res, err := svc.Create(r.Context(), tenantOf(r.Context()), key, cmd, preferWait(r.Header.Values("Prefer")))
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -70,6 +71,25 @@ func handleCreatePayment(svc *payments.Service) http.HandlerFunc {
 		w.WriteHeader(res.Response.Status)
 		_, _ = w.Write(res.Response.Body)
 	}
+}
+
+// preferWait reads `Prefer: wait=N` (RFC 7240): how long the client is
+// willing to wait for an in-flight original, capped by the service.
+func preferWait(values []string) time.Duration {
+	for _, v := range values {
+		for _, pref := range strings.Split(v, ",") {
+			name, val, ok := strings.Cut(strings.TrimSpace(pref), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(name), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || n <= 0 {
+				return 0
+			}
+			return min(time.Duration(n)*time.Second, payments.MaxWait)
+		}
+	}
+	return 0
 }
 
 // decodeCreate reads and validates the body of POST /payments.

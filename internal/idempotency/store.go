@@ -123,6 +123,7 @@ func QueueFinish(b *pgx.Batch, paymentID string, token int64, resp Response, now
 		    completed_at = $6, lease_expires_at = NULL
 		WHERE payment_id = $1 AND fencing_token = $2 AND response_status IS NULL`,
 		paymentID, token, resp.Status, headers, resp.Body, now).Exec(fenced)
+	queueNotify(b, paymentID)
 }
 
 // QueueRelease adds to b the statement that ends the caller's lease without
@@ -133,6 +134,13 @@ func QueueRelease(b *pgx.Batch, paymentID string, token int64) {
 		UPDATE idempotency_keys SET lease_expires_at = NULL
 		WHERE payment_id = $1 AND fencing_token = $2 AND response_status IS NULL`,
 		paymentID, token).Exec(fenced)
+	queueNotify(b, paymentID)
+}
+
+// queueNotify tells waiting requests, on every instance, that the key of
+// paymentID changed. PostgreSQL delivers it only if the transaction commits.
+func queueNotify(b *pgx.Batch, paymentID string) {
+	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, paymentID)
 }
 
 func fenced(tag pgconn.CommandTag) error {

@@ -22,6 +22,9 @@ type Metrics struct {
 	// ProviderCalls measures provider calls by operation (charge, lookup)
 	// and outcome (succeeded, declined, not_found, unavailable, unknown).
 	ProviderCalls *prometheus.HistogramVec
+	// ReconcilerOutcomes counts the reconciler's attempts by outcome:
+	// succeeded, declined, failed_retryable, unresolved, manual_review, error.
+	ReconcilerOutcomes *prometheus.CounterVec
 	// HTTPRequests measures requests by route pattern, method and status.
 	HTTPRequests *prometheus.HistogramVec
 }
@@ -51,6 +54,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Payment provider calls by operation and outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"operation", "outcome"}),
+		ReconcilerOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsapi_reconciler_outcomes_total",
+			Help: "Reconciler attempts by outcome: succeeded, declined, failed_retryable, unresolved, manual_review, error.",
+		}, []string{"outcome"}),
 		HTTPRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "paymentsapi_http_request_duration_seconds",
 			Help:    "HTTP requests by route pattern, method and status code.",
@@ -61,7 +68,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
 	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts,
-		m.IdempotencyTakeovers, m.ProviderCalls, m.HTTPRequests,
+		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

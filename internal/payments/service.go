@@ -35,6 +35,28 @@ type Config struct {
 	ProviderKeyWindow time.Duration
 	// RetryAfter is what 202 and 409 answers advise clients to wait.
 	RetryAfter time.Duration
+	// Recovery is how the reconciler spaces and bounds its attempts.
+	Recovery RecoveryPolicy
+	// Hooks are failpoints for tests; the zero value does nothing.
+	Hooks Hooks
+}
+
+// Hooks are failpoints at the boundaries of the state machine, for tests
+// that prove recovery. Each runs after the named step has committed; an error
+// stops the request right there, as a crash would: nothing more is written,
+// and the key keeps its lease until it runs out.
+type Hooks struct {
+	AfterClaim          func(ctx context.Context, paymentID string) error
+	AfterRequestSent    func(ctx context.Context, paymentID string) error
+	AfterProviderAnswer func(ctx context.Context, paymentID string) error
+}
+
+// run calls hook if it is set.
+func run(ctx context.Context, hook func(context.Context, string) error, paymentID string) error {
+	if hook == nil {
+		return nil
+	}
+	return hook(ctx, paymentID)
 }
 
 // Validate checks the rules between the settings.
@@ -49,7 +71,26 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Service creates payments idempotently and reads them back.
+// KeyWaiter tells a request when the key of a payment changes, on any
+// instance (idempotency.Listener).
+type KeyWaiter interface {
+	Subscribe(paymentID string) (<-chan struct{}, func())
+}
+
+// Deps are the collaborators of a Service.
+type Deps struct {
+	DB       *pgxpool.Pool
+	Provider provider.Provider
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	// Waiter lets duplicates wait for the original (Prefer: wait). Nil:
+	// duplicates never wait.
+	Waiter KeyWaiter
+}
+
+// Service creates payments idempotently, reads them back, and resolves
+// payments whose outcome is unknown.
 type Service struct {
 	db       *pgxpool.Pool
 	provider provider.Provider
@@ -57,14 +98,16 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	metrics  *metrics.Metrics
+	waiter   KeyWaiter
 }
 
 // NewService returns a Service. cfg must be valid.
-func NewService(db *pgxpool.Pool, p provider.Provider, clk clock.Clock, cfg Config, log *slog.Logger, m *metrics.Metrics) *Service {
+func NewService(d Deps, cfg Config) *Service {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Service{db: db, provider: p, clock: clk, cfg: cfg, log: log, metrics: m}
+	cfg.Recovery = cfg.Recovery.withDefaults()
+	return &Service{db: d.DB, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log, metrics: d.Metrics, waiter: d.Waiter}
 }
 
 // Result is the answer to a create request: what to send, and whether it is
@@ -106,11 +149,15 @@ func (e *DuplicateReferenceError) Error() string {
 	return "a payment for this accountId and merchantReference already exists"
 }
 
+// MaxWait bounds how long a duplicate may wait for its original.
+const MaxWait = 10 * time.Second
+
 // Create runs the create-payment command cmd under the tenant's key. The
 // first request claims the key, creates the payment and its PaymentCreated
 // event in one transaction, and takes the payment through the provider. A
-// retry is answered from what the key's record says.
-func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command) (Result, error) {
+// retry is answered from what the key's record says; if the original is in
+// flight it may wait up to wait (at most MaxWait) for it to finish.
+func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (Result, error) {
 	scope := idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}
 	fp := cmd.Fingerprint()
 	now := s.clock.Now()
@@ -125,9 +172,12 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command) (
 	if claimed {
 		s.metrics.IdempotencyClaims.Inc()
 		s.log.InfoContext(ctx, "idempotency key claimed", "payment_id", p.ID)
+		if err := run(ctx, s.cfg.Hooks.AfterClaim, p.ID); err != nil {
+			return Result{}, err
+		}
 		return s.process(ctx, p, 1)
 	}
-	return s.answerRetry(ctx, scope, fp)
+	return s.answerRetry(ctx, scope, fp, min(wait, MaxWait))
 }
 
 // claim is the first transaction: the key, the payment in RECEIVED, its
@@ -162,12 +212,21 @@ func (s *Service) claim(ctx context.Context, scope idempotency.Scope, fp []byte,
 	return claimed, nil
 }
 
-// answerRetry answers a request whose key was already claimed.
-func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp []byte) (Result, error) {
-	// Each round either answers or loses a takeover race, after which the
-	// winner owns a live lease and the next round answers 409: two rounds
-	// suffice; the third guards against a key deleted in between.
-	for range 3 {
+// answerRetry answers a request whose key was already claimed. While the
+// original is in flight it waits, up to wait, for a notification that the
+// key changed, then answers as a retry would.
+func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp []byte, wait time.Duration) (Result, error) {
+	var (
+		waitCtx context.Context // nil: do not wait
+		changed <-chan struct{}
+		lost    int // takeover races lost
+	)
+	if wait > 0 && s.waiter != nil {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	for {
 		rec, err := idempotency.Load(ctx, s.db, scope)
 		if errors.Is(err, idempotency.ErrNotFound) {
 			return Result{}, fmt.Errorf("idempotency key vanished during retry: %w", err)
@@ -176,8 +235,7 @@ func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp [
 			return Result{}, err
 		}
 		now := s.clock.Now()
-		decision := rec.Decide(fp, now, s.cfg.ReplayTTL)
-		switch decision {
+		switch rec.Decide(fp, now, s.cfg.ReplayTTL) {
 		case idempotency.DecideMismatch:
 			s.metrics.IdempotencyConflicts.WithLabelValues("mismatch").Inc()
 			return Result{}, ErrKeyReused
@@ -188,15 +246,36 @@ func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp [
 			s.metrics.IdempotencyReplays.Inc()
 			return Result{Response: *rec.Response, Replayed: true, PaymentID: rec.PaymentID}, nil
 		case idempotency.DecideInFlight:
-			s.metrics.IdempotencyConflicts.WithLabelValues("in_flight").Inc()
-			return Result{}, &KeyInUseError{RetryAfter: s.cfg.RetryAfter}
+			if waitCtx == nil || waitCtx.Err() != nil {
+				s.metrics.IdempotencyConflicts.WithLabelValues("in_flight").Inc()
+				return Result{}, &KeyInUseError{RetryAfter: s.cfg.RetryAfter}
+			}
+			if changed == nil {
+				// Subscribe, then look again: a change between the load
+				// and the subscription is not missed.
+				var unsubscribe func()
+				changed, unsubscribe = s.waiter.Subscribe(rec.PaymentID)
+				defer unsubscribe()
+				continue
+			}
+			select {
+			case <-changed:
+			case <-waitCtx.Done():
+			}
 		case idempotency.DecideTakeOver:
 			token, ok, err := idempotency.TakeOver(ctx, s.db, scope, rec.FencingToken, now, s.cfg.Lease)
 			if err != nil {
 				return Result{}, err
 			}
 			if !ok {
-				continue // someone else moved first: look again
+				// Someone else moved first and now owns a live lease, or
+				// finished: look again. Losing more than a few races in a
+				// row means the key is contended: answer 409.
+				if lost++; lost > 3 {
+					s.metrics.IdempotencyConflicts.WithLabelValues("in_flight").Inc()
+					return Result{}, &KeyInUseError{RetryAfter: s.cfg.RetryAfter}
+				}
+				continue
 			}
 			s.metrics.IdempotencyTakeovers.Inc()
 			p, err := getPayment(ctx, s.db, scope.Tenant, rec.PaymentID)
@@ -208,7 +287,6 @@ func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp [
 			return s.process(ctx, p, token)
 		}
 	}
-	return Result{}, &KeyInUseError{RetryAfter: s.cfg.RetryAfter}
 }
 
 // process takes a payment whose key the caller owns with token from its
@@ -236,7 +314,19 @@ func (s *Service) send(ctx context.Context, p Payment, token int64) (Result, err
 	if err := s.commitTransition(ctx, &p, token, StateProviderRequestSent, "sending charge to provider"); err != nil {
 		return s.afterLostWrite(ctx, p, err)
 	}
+	return s.chargeAndSettle(ctx, p, token)
+}
+
+// chargeAndSettle calls the provider for a payment recorded as
+// PROVIDER_REQUEST_SENT and commits what it said.
+func (s *Service) chargeAndSettle(ctx context.Context, p Payment, token int64) (Result, error) {
+	if err := run(ctx, s.cfg.Hooks.AfterRequestSent, p.ID); err != nil {
+		return Result{}, err
+	}
 	charge, err := s.charge(ctx, p)
+	if err := run(ctx, s.cfg.Hooks.AfterProviderAnswer, p.ID); err != nil {
+		return Result{}, err
+	}
 	return s.settle(ctx, p, token, charge, err)
 }
 
@@ -247,6 +337,9 @@ func (s *Service) recoverOutcome(ctx context.Context, p Payment, token int64) (R
 	charge, err := s.lookup(ctx, p)
 	switch {
 	case err == nil:
+		if err := run(ctx, s.cfg.Hooks.AfterProviderAnswer, p.ID); err != nil {
+			return Result{}, err
+		}
 		return s.settle(ctx, p, token, charge, nil)
 	case errors.Is(err, provider.ErrNotFound) && s.clock.Now().Sub(p.CreatedAt) < s.cfg.ProviderKeyWindow:
 		if p.State == StateUnknown {
@@ -254,8 +347,7 @@ func (s *Service) recoverOutcome(ctx context.Context, p Payment, token int64) (R
 				return s.afterLostWrite(ctx, p, err)
 			}
 		}
-		charge, err := s.charge(ctx, p)
-		return s.settle(ctx, p, token, charge, err)
+		return s.chargeAndSettle(ctx, p, token)
 	default:
 		// The provider cannot say (or is past its key window): leave the
 		// payment to the reconciler and tell the client it is processing.
