@@ -30,6 +30,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
 )
 
 // devDatabase is the database the embedded PostgreSQL serves in dev mode.
@@ -237,8 +238,17 @@ func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (pr
 		}
 		log.Info("in-process provider simulator started", "url", srv.URL())
 		return simclient.New(srv.URL(), hc), func() { _ = srv.Close() }, nil
+	case "stripe":
+		p, err := stripeprovider.New(stripeprovider.Config{
+			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, HTTPClient: hc,
+			Logger: log.With("component", "stripe"),
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("set up the Stripe provider: %w", err)
+		}
+		return p, func() {}, nil
 	default:
-		return nil, nil, fmt.Errorf("PROVIDER=%s is not available yet", cfg.Provider)
+		return nil, nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
 	}
 }
 

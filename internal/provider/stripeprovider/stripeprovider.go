@@ -1,0 +1,465 @@
+// Package stripeprovider implements provider.Provider with Stripe
+// PaymentIntents, through stripe-go v76.
+//
+// Each Provider has its own stripe-go backend (base URL, HTTP client, no
+// network retries of its own, a log/slog logger) and its own API key; the
+// package never touches stripe.Key or stripe-go's global backends.
+//
+// # Charge
+//
+// Charge creates and confirms a PaymentIntent in one request: amount (minor
+// units), currency (lower case), payment_method, confirm=true,
+// automatic_payment_methods[enabled]=true with
+// automatic_payment_methods[allow_redirects]=never (so confirmation never
+// waits for a redirect; Stripe refuses a payment method that would need one),
+// description, metadata[idempotency_key] and (when set) metadata[payment_id], with the
+// request's key in the Idempotency-Key header. The parameters are a function
+// of the ChargeRequest alone, so sending the same request again is, to
+// Stripe's idempotency layer, the same request: for at least 24 hours Stripe
+// answers it with the stored answer of the first one (a 409 while the first
+// is still executing) instead of charging again.
+//
+// The error a call returns tells the caller whether money may have moved:
+//
+//   - 200 with a PaymentIntent that succeeded: provider.StatusSucceeded, and
+//     the Charge's ID is the PaymentIntent id.
+//   - A card_error answer (HTTP 402: the attempt was declined), or a
+//     PaymentIntent back in requires_payment_method with a
+//     last_payment_error: provider.StatusDeclined with a nil error;
+//     DeclineCode is the error's decline_code, else its code, else
+//     "payment_intent_payment_attempt_failed". A canceled PaymentIntent is
+//     declined too, with DeclineCode "canceled": Stripe moves no money for
+//     it, ever.
+//   - A PaymentIntent in processing, requires_action, requires_capture,
+//     requires_confirmation, requires_payment_method without a failed
+//     attempt, or any other status: provider.ErrUnknownOutcome. Money may
+//     still move: processing settles later, requires_action completes if
+//     the customer authenticates, requires_capture holds the funds. Lookup
+//     tells later.
+//   - The request was never sent: the dial failed (refused, unreachable, no
+//     such host) and no connection was obtained at any point of the call,
+//     or the context was done before the call: provider.ErrUnavailable.
+//   - HTTP 429 (rate limited, or lock_timeout): provider.ErrUnavailable.
+//     Stripe did not process the request.
+//   - HTTP 409 (idempotency_key_in_use: a request with the same key is still
+//     executing at Stripe): provider.ErrUnknownOutcome, since that other
+//     request may move the money.
+//   - Any 5xx, 503 included: provider.ErrUnknownOutcome. Stripe documents
+//     that a 500 may or may not have been processed, and its idempotency
+//     layer stores a 500 like any answer and replays it for that key, so
+//     sending again will not tell; Lookup will.
+//   - Every other failure after a connection was obtained: a timeout, the
+//     context's deadline or cancellation, EOF, a reset connection, a body
+//     that stopped half way, a 2xx or 3xx answer that is not a
+//     PaymentIntent: provider.ErrUnknownOutcome.
+//   - Any other 4xx (400 invalid_request_error; 400 idempotency_error,
+//     which means the key was used before with other parameters; 401, 403,
+//     404, or a 4xx that is not a Stripe error at all, such as a wrong base
+//     URL): an *APIError, which is neither sentinel. Stripe rejected the
+//     request; sending it again unchanged will not help.
+//   - An invalid ChargeRequest: a plain error, and nothing is sent.
+//
+// A dial error alone is not taken as proof that nothing was sent: net/http
+// resends a request that carries an Idempotency-Key header on a new
+// connection when a reused keep-alive connection fails, possibly after
+// Stripe received the first copy. The Provider therefore watches the call
+// with net/http/httptrace and says ErrUnavailable only when no connection was
+// ever obtained.
+//
+// Sentinels are wrapped together with the underlying error, so
+// errors.Is(err, context.DeadlineExceeded) works, and so does errors.As with
+// an *APIError or a *stripe.Error target for an error answer. The caller bounds each call with
+// its context (passed to stripe-go as Params.Context); the Provider adds no
+// timeout of its own, and stripe-go's network retries are off, so one call is
+// one request. Error texts never include stripe-go's own error text, which
+// carries a PaymentIntent's client_secret.
+//
+// # Lookup
+//
+// Stripe has no lookup by idempotency key. Lookup searches PaymentIntents for
+// metadata['idempotency_key']:'KEY' (the Search API; backslashes and single
+// quotes in the key are escaped), keeps the results whose metadata carries
+// exactly that key, and then retrieves each of them by id (GET
+// /v1/payment_intents/ID, which is consistent, unlike the search index) and
+// maps it as Charge does. Should more than one PaymentIntent carry the key
+// (Stripe forgot the key after 24 hours and someone charged again), a
+// succeeded one wins and the anomaly is logged.
+//
+// Search has limits, and they shape what Lookup may claim:
+//
+//   - It is eventually consistent: Stripe documents that new data becomes
+//     searchable within about a minute under normal operation, later during
+//     an incident. A PaymentIntent created seconds ago may be missing.
+//   - It is rate limited (20 reads per second for all search endpoints of an
+//     account); a 429 is provider.ErrUnavailable.
+//   - It is not available to accounts in India, and needs API version
+//     2020-08-27 or later (stripe-go v76 sends 2023-10-16).
+//
+// Lookup returns provider.ErrNotFound only when the search answered HTTP 200
+// with a well-formed search_result that lists no PaymentIntent at all. A
+// failed, partial or unreadable search, or one that lists only PaymentIntents
+// of other keys, is never ErrNotFound. Because of the indexing delay even an
+// empty search is not certainty, and ErrNotFound could lead the caller to send
+// the charge again. That is still safe, for as long as the caller sends again
+// only with the same idempotency key and only within Stripe's key window (at
+// least 24 hours from the first request), which is what the payments service
+// does (its ProviderKeyWindow must therefore be at most 24h with Stripe):
+// Stripe answers the second create with the first one's stored answer, or a
+// 409 while the first is still executing, and never charges twice. A caller
+// that would act on ErrNotFound in any other way (mark the payment failed,
+// say) must not do so before the search delay has surely passed.
+package stripeprovider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	stripe "github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/paymentintent"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// Metadata keys set on every PaymentIntent that Charge creates.
+const (
+	MetadataIdempotencyKey = "idempotency_key"
+	MetadataPaymentID      = "payment_id"
+)
+
+// searchLimit is how many search results Lookup reads; more than one result
+// for a key is already an anomaly.
+const searchLimit = 10
+
+// maxKeyLen is Stripe's limit on an Idempotency-Key.
+const maxKeyLen = 255
+
+// Config configures a Provider.
+type Config struct {
+	// APIKey is the Stripe secret key (sk_test_... or sk_live_...).
+	APIKey string
+	// BaseURL is the API's base URL, such as "http://127.0.0.1:12111" for
+	// stripe-mock; empty means Stripe's default, https://api.stripe.com.
+	BaseURL string
+	// HTTPClient sends the requests; nil means a client on
+	// http.DefaultTransport with no timeout of its own. The Provider uses a
+	// copy whose Transport is wrapped to observe each call.
+	HTTPClient *http.Client
+	// Logger receives stripe-go's log lines and the Provider's warnings;
+	// nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Provider charges with Stripe PaymentIntents. It is safe for concurrent use.
+type Provider struct {
+	intents paymentintent.Client
+	log     *slog.Logger
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a Provider for cfg.
+func New(cfg Config) (*Provider, error) {
+	if cfg.APIKey == "" {
+		return nil, errors.New("stripeprovider: empty API key")
+	}
+	bc := &stripe.BackendConfig{
+		MaxNetworkRetries: stripe.Int64(0),
+		EnableTelemetry:   stripe.Bool(false),
+	}
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("stripeprovider: base URL: %w", err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("stripeprovider: base URL %q: want http(s)://host[:port]", cfg.BaseURL)
+		}
+		bc.URL = stripe.String(cfg.BaseURL)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	var hc http.Client
+	if cfg.HTTPClient != nil {
+		hc = *cfg.HTTPClient
+	}
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	hc.Transport = &observingTransport{next: next}
+	bc.HTTPClient = &hc
+	bc.LeveledLogger = leveledLogger{log: log.With("component", "stripe-go")}
+	return &Provider{
+		intents: paymentintent.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: cfg.APIKey},
+		log:     log,
+	}, nil
+}
+
+// Charge creates and confirms a PaymentIntent with req.IdempotencyKey, or
+// gets Stripe's stored answer for that key. See the package documentation
+// for errors.
+func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {
+	if err := checkChargeRequest(req); err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: charge: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: %w: not sent: %w", req.IdempotencyKey, provider.ErrUnavailable, err)
+	}
+	ctx, trace := withCallTrace(ctx)
+	params := &stripe.PaymentIntentParams{
+		Amount:        stripe.Int64(req.AmountMinor),
+		Currency:      stripe.String(strings.ToLower(req.Currency)),
+		PaymentMethod: stripe.String(req.PaymentMethod),
+		Confirm:       stripe.Bool(true),
+		AutomaticPaymentMethods: &stripe.PaymentIntentAutomaticPaymentMethodsParams{
+			Enabled:        stripe.Bool(true),
+			AllowRedirects: stripe.String("never"),
+		},
+		Metadata: map[string]string{MetadataIdempotencyKey: req.IdempotencyKey},
+	}
+	if req.PaymentID != "" {
+		params.Metadata[MetadataPaymentID] = req.PaymentID
+	}
+	if req.Description != "" {
+		params.Description = stripe.String(req.Description)
+	}
+	params.Context = ctx
+	params.IdempotencyKey = stripe.String(req.IdempotencyKey)
+
+	pi, err := p.intents.New(params)
+	if err != nil {
+		var se *stripe.Error
+		if errors.As(err, &se) && se.Type == stripe.ErrorTypeCard {
+			return declinedByError(se, req), nil
+		}
+		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: %w", req.IdempotencyKey, classify(err, trace))
+	}
+	ch, err := chargeFromIntent(pi, req.IdempotencyKey)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: %w", req.IdempotencyKey, err)
+	}
+	return ch, nil
+}
+
+// Lookup finds the PaymentIntent created with key through the Search API and
+// retrieves it. See the package documentation for what ErrNotFound means
+// here, and for errors.
+func (p *Provider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+	if err := checkKey(key); err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w: not sent: %w", key, provider.ErrUnavailable, err)
+	}
+	ids, err := p.search(ctx, key)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: search: %w", key, err)
+	}
+	if len(ids) == 0 {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: the search lists no PaymentIntent (it may lag a fresh one by about a minute): %w", key, provider.ErrNotFound)
+	}
+	if len(ids) > 1 {
+		p.log.WarnContext(ctx, "several Stripe PaymentIntents carry one idempotency key", "idempotency_key", key, "payment_intents", ids)
+	}
+	var (
+		found   provider.Charge
+		ok      bool
+		unknown error
+	)
+	for _, id := range ids {
+		ch, err := p.retrieve(ctx, id, key)
+		switch {
+		case err != nil:
+			if unknown == nil {
+				unknown = err
+			}
+		case ch.Status == provider.StatusSucceeded:
+			// Money moved for this key: nothing else can change that.
+			return ch, nil
+		case !ok:
+			found, ok = ch, true
+		}
+	}
+	if unknown != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w", key, unknown)
+	}
+	return found, nil
+}
+
+// search returns the ids of the PaymentIntents whose metadata carries key,
+// as the search index lists them.
+func (p *Provider) search(ctx context.Context, key string) ([]string, error) {
+	ctx, trace := withCallTrace(ctx)
+	params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{
+		Context: ctx,
+		Query:   searchQuery(key),
+		Limit:   stripe.Int64(searchLimit),
+		Single:  true,
+	}}
+	it := p.intents.Search(params)
+	var ids, others []string
+	for it.Next() {
+		pi := it.PaymentIntent()
+		if pi.Metadata[MetadataIdempotencyKey] == key && pi.ID != "" {
+			ids = append(ids, pi.ID)
+		} else {
+			others = append(others, pi.ID)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, classify(err, trace)
+	}
+	if err := checkSearchResult(it.PaymentIntentSearchResult()); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(others) > 0 && len(ids) == 0:
+		return nil, fmt.Errorf("%w: the search lists only PaymentIntents of other keys: %v", provider.ErrUnknownOutcome, others)
+	case len(others) > 0:
+		p.log.WarnContext(ctx, "Stripe search listed PaymentIntents of other keys", "idempotency_key", key, "others", others)
+	}
+	if it.Meta().HasMore {
+		p.log.WarnContext(ctx, "Stripe search lists more PaymentIntents for one key than Lookup reads", "idempotency_key", key, "read", searchLimit)
+	}
+	return ids, nil
+}
+
+// checkSearchResult accepts a search answer only if it says it is a search
+// result, so that an empty answer from something else (a proxy answering
+// 200 {}) never reads as "no PaymentIntent".
+func checkSearchResult(res *stripe.PaymentIntentSearchResult) error {
+	if res == nil || res.LastResponse == nil {
+		return fmt.Errorf("%w: no search answer", provider.ErrUnknownOutcome)
+	}
+	var head struct {
+		Object string          `json:"object"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(res.LastResponse.RawJSON, &head); err != nil || head.Object != "search_result" || !bytes.HasPrefix(head.Data, []byte("[")) {
+		return fmt.Errorf("%w: HTTP %d answer is not a search_result", provider.ErrUnknownOutcome, res.LastResponse.StatusCode)
+	}
+	return nil
+}
+
+// retrieve gets PaymentIntent id and maps it.
+func (p *Provider) retrieve(ctx context.Context, id, key string) (provider.Charge, error) {
+	ctx, trace := withCallTrace(ctx)
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	pi, err := p.intents.Get(id, params)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("retrieve %s: %w", id, classify(err, trace))
+	}
+	if pi.ID != id {
+		return provider.Charge{}, fmt.Errorf("retrieve %s: %w: the answer is PaymentIntent %q", id, provider.ErrUnknownOutcome, pi.ID)
+	}
+	ch, err := chargeFromIntent(pi, key)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("retrieve %s: %w", id, err)
+	}
+	return ch, nil
+}
+
+// searchQuery is the search for PaymentIntents whose metadata carries key.
+// Stripe's query language escapes a quote inside quotes with a backslash.
+func searchQuery(key string) string {
+	esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(key)
+	return "metadata['" + MetadataIdempotencyKey + "']:'" + esc + "'"
+}
+
+// chargeFromIntent maps a PaymentIntent to a Charge, or to
+// ErrUnknownOutcome when money may still move.
+func chargeFromIntent(pi *stripe.PaymentIntent, key string) (provider.Charge, error) {
+	if pi == nil || pi.ID == "" || pi.Object != "payment_intent" {
+		return provider.Charge{}, fmt.Errorf("%w: the answer is not a PaymentIntent", provider.ErrUnknownOutcome)
+	}
+	ch := provider.Charge{
+		ID:             pi.ID,
+		IdempotencyKey: key,
+		AmountMinor:    pi.Amount,
+		Currency:       strings.ToUpper(string(pi.Currency)),
+	}
+	switch pi.Status {
+	case stripe.PaymentIntentStatusSucceeded:
+		ch.Status = provider.StatusSucceeded
+	case stripe.PaymentIntentStatusRequiresPaymentMethod:
+		if pi.LastPaymentError == nil {
+			return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s is %q but records no failed attempt", provider.ErrUnknownOutcome, pi.ID, pi.Status)
+		}
+		ch.Status, ch.DeclineCode = provider.StatusDeclined, declineCode(pi.LastPaymentError)
+	case stripe.PaymentIntentStatusCanceled:
+		ch.Status, ch.DeclineCode = provider.StatusDeclined, "canceled"
+	default:
+		return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s is %q: money may still move", provider.ErrUnknownOutcome, pi.ID, pi.Status)
+	}
+	return ch, nil
+}
+
+// declinedByError maps a card_error answer to a declined Charge.
+func declinedByError(se *stripe.Error, req provider.ChargeRequest) provider.Charge {
+	ch := provider.Charge{
+		IdempotencyKey: req.IdempotencyKey,
+		Status:         provider.StatusDeclined,
+		DeclineCode:    declineCode(se),
+		AmountMinor:    req.AmountMinor,
+		Currency:       strings.ToUpper(req.Currency),
+	}
+	if pi := se.PaymentIntent; pi != nil {
+		ch.ID = pi.ID
+		if pi.Amount != 0 && pi.Currency != "" {
+			ch.AmountMinor, ch.Currency = pi.Amount, strings.ToUpper(string(pi.Currency))
+		}
+	}
+	return ch
+}
+
+// declineCode is the most specific reason a failed attempt gives.
+func declineCode(e *stripe.Error) string {
+	switch {
+	case e.DeclineCode != "":
+		return string(e.DeclineCode)
+	case e.Code != "":
+		return string(e.Code)
+	default:
+		return string(stripe.ErrorCodePaymentIntentPaymentAttemptFailed)
+	}
+}
+
+func checkChargeRequest(req provider.ChargeRequest) error {
+	if err := checkKey(req.IdempotencyKey); err != nil {
+		return err
+	}
+	switch {
+	case req.AmountMinor <= 0:
+		return fmt.Errorf("amount %d: want a positive amount in minor units", req.AmountMinor)
+	case len(req.Currency) != 3:
+		return fmt.Errorf("currency %q: want an ISO 4217 code", req.Currency)
+	case req.PaymentMethod == "":
+		return errors.New("empty payment method")
+	}
+	return nil
+}
+
+// checkKey refuses keys that Stripe or stripe-go would not carry unchanged:
+// stripe-go trims the Idempotency-Key header, which would then differ from
+// the metadata that Lookup searches.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("empty idempotency key")
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("idempotency key of %d bytes: Stripe takes at most %d", len(key), maxKeyLen)
+	case strings.TrimSpace(key) != key:
+		return fmt.Errorf("idempotency key %q has surrounding white space", key)
+	}
+	return nil
+}
