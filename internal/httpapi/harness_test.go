@@ -19,6 +19,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
@@ -42,6 +43,7 @@ type env struct {
 	url     string
 	pool    *pgxpool.Pool
 	sim     *sim.Simulator
+	prov    provider.Provider
 	clock   *clock.Fake
 	reg     *prometheus.Registry
 	cfg     payments.Config
@@ -62,6 +64,16 @@ func withSlowDelay(d time.Duration) envOption {
 
 func withProviderTimeout(d time.Duration) envOption {
 	return func(o *envOptions) { o.cfg.ProviderTimeout = d }
+}
+
+// withHooks installs failpoints at the boundaries of the state machine.
+func withHooks(h payments.Hooks) envOption {
+	return func(o *envOptions) { o.cfg.Hooks = h }
+}
+
+// withRecovery sets the reconciler's policy.
+func withRecovery(p payments.RecoveryPolicy) envOption {
+	return func(o *envOptions) { o.cfg.Recovery = p }
 }
 
 // withProvider wraps the simulator's client, to inject faults.
@@ -95,17 +107,35 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	if o.provider != nil {
 		prov = o.provider(prov)
 	}
-	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg,
+		clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
+	e.url, e.service, e.reg = e.instance()
+	return e
+}
+
+// instance starts one more API instance on the environment's database,
+// provider and clock, with its own LISTEN connection, as a second process
+// would have. It returns the instance's URL, service and metrics registry.
+func (e *env) instance() (string, *payments.Service, *prometheus.Registry) {
+	t := e.t
+	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc := payments.NewService(payments.Deps{DB: pool, Provider: prov, Clock: clk, Log: log, Metrics: m}, o.cfg)
+	keys := idempotency.NewListener(e.pool.Config().ConnConfig.Copy(), log)
+	done := make(chan struct{})
+	go func() { defer close(done); keys.Run(ctx) }()
+	svc := payments.NewService(payments.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m, Waiter: keys}, e.cfg)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
+		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
 		Ready: func(context.Context) error { return nil },
 	}))
-	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, sim: simSrv.Simulator(), clock: clk, reg: reg, cfg: o.cfg, service: svc}
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		<-done
+	})
+	return srv.URL, svc, reg
 }
 
 // response is an HTTP answer, read whole.

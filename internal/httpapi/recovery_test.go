@@ -1,0 +1,471 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+)
+
+var errCrash = errors.New("injected crash")
+
+// crashOnce is a failpoint that fails its first call only: the original
+// request dies there; the recovery that follows passes through.
+func crashOnce() func(context.Context, string) error {
+	var calls atomic.Int32
+	return func(context.Context, string) error {
+		if calls.Add(1) == 1 {
+			return errCrash
+		}
+		return nil
+	}
+}
+
+// state returns the payment state and its count of transitions into to.
+func (e *env) state(paymentID string) payments.State {
+	e.t.Helper()
+	var s payments.State
+	if err := e.pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE id = $1`, paymentID).Scan(&s); err != nil {
+		e.t.Fatal(err)
+	}
+	return s
+}
+
+// onlyPaymentID returns the id of the one payment in the database.
+func (e *env) onlyPaymentID() string {
+	e.t.Helper()
+	var id string
+	if err := e.pool.QueryRow(context.Background(), `SELECT id FROM payments`).Scan(&id); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+// assertChargedOnce checks that the payment ended SUCCEEDED with exactly one
+// charge that the provider was asked to create once, and one success event.
+func (e *env) assertChargedOnce(paymentID string) {
+	e.t.Helper()
+	if s := e.state(paymentID); s != payments.StateCompleted {
+		e.t.Errorf("payment %s, want COMPLETED", s)
+	}
+	charges := e.chargesFor(paymentID)
+	if len(charges) != 1 || charges[0].RequestCount != 1 {
+		e.t.Errorf("provider charges %+v: want one, created by one request", charges)
+	}
+	if n := e.count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, paymentID); n != 1 {
+		e.t.Errorf("PaymentSucceeded events = %d, want 1", n)
+	}
+	if n := e.count(`payment_transitions WHERE payment_id = $1 AND to_state = 'COMPLETED'`, paymentID); n != 1 {
+		e.t.Errorf("transitions to COMPLETED = %d, want 1", n)
+	}
+	if n := e.count("payments"); n != 1 {
+		e.t.Errorf("payments = %d, want 1", n)
+	}
+}
+
+// A crash at every boundary of the state machine, resolved by a retry or by
+// the reconciler: one charge, and the right final answer.
+func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
+	t.Parallel()
+	boundaries := map[string]func(h *payments.Hooks){
+		"after claim":           func(h *payments.Hooks) { h.AfterClaim = crashOnce() },
+		"after request sent":    func(h *payments.Hooks) { h.AfterRequestSent = crashOnce() },
+		"after provider answer": func(h *payments.Hooks) { h.AfterProviderAnswer = crashOnce() },
+	}
+	for name, install := range boundaries {
+		for _, resolver := range []string{"retry", "reconciler"} {
+			t.Run(name+"/"+resolver, func(t *testing.T) {
+				t.Parallel()
+				var hooks payments.Hooks
+				install(&hooks)
+				e := newEnv(t, withHooks(hooks))
+
+				if r := e.post("k-crash", body()); r.Status != http.StatusInternalServerError {
+					t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
+				}
+				id := e.onlyPaymentID()
+				// The dead owner's lease still runs: a retry is told to wait.
+				if r := e.post("k-crash", body()); r.Status != http.StatusConflict {
+					t.Fatalf("retry within the lease: %d %s", r.Status, r.Body)
+				}
+				e.clock.Advance(e.cfg.Lease + time.Second)
+
+				if resolver == "reconciler" {
+					stats, err := e.service.ReconcileOnce(context.Background(), 10)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if name == "after claim" {
+						// Never sent: no outcome to find out. The reconciler
+						// leaves it to the client's retry.
+						if len(stats) != 0 || e.state(id) != payments.StateReceived {
+							t.Fatalf("reconciler touched a payment never sent: %v, %s", stats, e.state(id))
+						}
+					} else if stats[payments.OutcomeSucceeded] != 1 {
+						t.Fatalf("reconciler: %v", stats)
+					}
+				}
+				final := e.post("k-crash", body())
+				if final.Status != http.StatusCreated || final.json(t)["status"] != "SUCCEEDED" {
+					t.Fatalf("final answer %d %s", final.Status, final.Body)
+				}
+				again := e.post("k-crash", body())
+				if !bytes.Equal(again.Body, final.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+					t.Errorf("final answer not replayed: %s", again.Body)
+				}
+				e.assertChargedOnce(id)
+			})
+		}
+	}
+}
+
+// Many retries find the same stale key at once: exactly one takes it over.
+func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
+	e.post("k-stale", body())
+	id := e.onlyPaymentID()
+	e.clock.Advance(e.cfg.Lease + time.Second)
+
+	// The mechanism itself: concurrent TakeOver calls on the same seen token.
+	rec, err := idempotency.LoadByPayment(context.Background(), e.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			_, ok, err := idempotency.TakeOver(context.Background(), e.pool, rec.Scope, rec.FencingToken, e.clock.Now(), time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		t.Fatalf("%d concurrent takeovers won, want exactly 1", wins.Load())
+	}
+
+	// Through the API: the winner's short lease has run out; twenty retries
+	// race for the key again.
+	e.clock.Advance(2 * time.Second)
+	statuses := make([]int, 20)
+	for i := range statuses {
+		wg.Go(func() { statuses[i] = e.post("k-stale", body()).Status })
+	}
+	wg.Wait()
+	var created int
+	for _, s := range statuses {
+		switch s {
+		case http.StatusCreated:
+			created++
+		case http.StatusConflict:
+		default:
+			t.Errorf("unexpected status %d", s)
+		}
+	}
+	if created == 0 {
+		t.Errorf("nobody finished the payment: %v", statuses)
+	}
+	if got := e.metric("paymentsapi_idempotency_takeovers_total", nil); got != 1 {
+		t.Errorf("takeovers through the API = %v, want 1", got)
+	}
+	e.assertChargedOnce(id)
+}
+
+// The original pauses after the provider answered; its lease runs out and a
+// retry completes the payment. When the original wakes, its writes are
+// refused by the fencing token, and it answers with what the key recorded.
+func TestFencedOutOriginalCannotOverwriteTheNewOwner(t *testing.T) {
+	t.Parallel()
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
+		if calls.Add(1) == 1 {
+			close(paused)
+			<-resume
+		}
+		return nil
+	}}), withProviderTimeout(2*time.Second))
+	original := make(chan response, 1)
+	go func() { original <- e.post("k-fence", body("paymentMethod", `"pm_card_chargeDeclined"`)) }()
+	<-paused
+	id := e.onlyPaymentID()
+
+	e.clock.Advance(e.cfg.Lease + time.Second)
+	retry := e.post("k-fence", body("paymentMethod", `"pm_card_chargeDeclined"`))
+	if retry.Status != http.StatusPaymentRequired {
+		t.Fatalf("retry after takeover: %d %s", retry.Status, retry.Body)
+	}
+	close(resume)
+	late := <-original
+	if late.Status != retry.Status || !bytes.Equal(late.Body, retry.Body) {
+		t.Errorf("the fenced-out original answered %d %s, want the new owner's %s", late.Status, late.Body, retry.Body)
+	}
+	if n := e.count(`payment_transitions WHERE payment_id = $1 AND to_state = 'DECLINED'`, id); n != 1 {
+		t.Errorf("transitions to DECLINED = %d, want 1: the late owner wrote", n)
+	}
+	if n := e.count(`outbox_events WHERE event_type = 'PaymentDeclined'`); n != 1 {
+		t.Errorf("PaymentDeclined events = %d, want 1", n)
+	}
+	var token int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT fencing_token FROM idempotency_keys`).Scan(&token); err != nil || token != 2 {
+		t.Errorf("fencing token %d, %v: want 2 (one takeover)", token, err)
+	}
+}
+
+func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withProviderTimeout(300*time.Millisecond))
+	first := e.post("k-lost", body("paymentMethod", `"pm_sim_timeout_after_success"`))
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("got %d %s", first.Status, first.Body)
+	}
+	id := e.onlyPaymentID()
+	stats, err := e.service.ReconcileOnce(context.Background(), 10)
+	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
+		t.Fatalf("reconciler: %v %v", stats, err)
+	}
+	g := e.get(secretA, "/payments/"+id).json(t)
+	if g["status"] != "SUCCEEDED" || g["providerReference"] == nil {
+		t.Errorf("after reconciliation: %v", g)
+	}
+	retry := e.post("k-lost", body("paymentMethod", `"pm_sim_timeout_after_success"`))
+	if retry.Status != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the reconciler's answer is not replayed: %d %s", retry.Status, retry.Body)
+	}
+	e.assertChargedOnce(id)
+	if e.metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "succeeded"}) != 1 {
+		t.Errorf("reconciler metric did not move")
+	}
+}
+
+func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}),
+		withRecovery(payments.RecoveryPolicy{Backoff: time.Minute, MaxBackoff: time.Hour, MaxAttempts: 10}))
+	e.post("k-flaky", body("paymentMethod", `"pm_sim_lookup_flaky"`)) // charged, answer lost
+	id := e.onlyPaymentID()
+	e.clock.Advance(e.cfg.Lease + time.Second)
+
+	reconcile := func() payments.ReconcileStats {
+		t.Helper()
+		stats, err := e.service.ReconcileOnce(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stats
+	}
+	for attempt := 1; attempt <= 2; attempt++ { // the simulator fails the first two lookups
+		if stats := reconcile(); stats[payments.OutcomeUnresolved] != 1 {
+			t.Fatalf("attempt %d: %v", attempt, stats)
+		}
+		if stats := reconcile(); len(stats) != 0 {
+			t.Fatalf("attempt %d: retried before its backoff: %v", attempt, stats)
+		}
+		if s := e.state(id); s != payments.StateUnknown {
+			t.Fatalf("state %s", s)
+		}
+		e.clock.Advance(time.Duration(attempt) * time.Minute) // past the jittered backoff
+	}
+	if stats := reconcile(); stats[payments.OutcomeSucceeded] != 1 {
+		t.Fatalf("after backoff: %v", stats)
+	}
+	e.assertChargedOnce(id)
+	if c := e.chargesFor(id); c[0].LookupCount != 3 {
+		t.Errorf("lookups %d, want 3", c[0].LookupCount)
+	}
+}
+
+// Past the provider's key window a create with the same key would be a new
+// charge: the reconciler only looks up, and after its last attempt marks the
+// payment for a person, keeping it PROCESSING.
+func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
+		withRecovery(payments.RecoveryPolicy{Backoff: time.Second, MaxBackoff: time.Second, MaxAttempts: 3}))
+	e.post("k-old", body())
+	id := e.onlyPaymentID()
+	e.clock.Advance(e.cfg.ProviderKeyWindow + time.Hour)
+
+	outcomes := map[string]int{}
+	for range 5 {
+		stats, err := e.service.ReconcileOnce(context.Background(), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range stats {
+			outcomes[k] += v
+		}
+		e.clock.Advance(2 * time.Second)
+	}
+	if outcomes[payments.OutcomeUnresolved] != 2 || outcomes[payments.OutcomeManualReview] != 1 {
+		t.Errorf("outcomes %v: want 2 unresolved then manual review, then nothing", outcomes)
+	}
+	if n := len(e.sim.Charges()); n != 0 {
+		t.Errorf("the reconciler created %d charges past the key window", n)
+	}
+	if n := e.count(`payments WHERE manual_review_at IS NOT NULL AND recovery_attempts = 3`); n != 1 {
+		t.Errorf("payment not marked for manual review")
+	}
+	if g := e.get(secretA, "/payments/"+id).json(t); g["status"] != "PROCESSING" {
+		t.Errorf("status %v, want PROCESSING", g["status"])
+	}
+	// A client retry past the window may not create either.
+	if r := e.post("k-old", body()); r.Status != http.StatusAccepted {
+		t.Errorf("retry past the window: %d %s", r.Status, r.Body)
+	}
+	if n := len(e.sim.Charges()); n != 0 {
+		t.Errorf("the retry created a charge past the key window")
+	}
+	if e.metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "manual_review"}) != 1 {
+		t.Errorf("manual review metric did not move")
+	}
+}
+
+func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
+	t.Parallel()
+	var crashed sync.Map // the original of every payment dies after the provider answered
+	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: func(_ context.Context, id string) error {
+		if _, seen := crashed.LoadOrStore(id, true); !seen {
+			return errCrash
+		}
+		return nil
+	}}))
+	const n = 30
+	for i := range n {
+		e.post(fmt.Sprintf("k-%d", i), body("merchantReference", fmt.Sprintf(`"inv-%d"`, i)))
+	}
+	services := []*payments.Service{e.service}
+	for range 3 {
+		_, svc, _ := e.instance()
+		services = append(services, svc)
+	}
+	e.clock.Advance(e.cfg.Lease + time.Second)
+
+	var wg sync.WaitGroup
+	results := make([]payments.ReconcileStats, len(services))
+	start := make(chan struct{})
+	for i, svc := range services {
+		wg.Go(func() {
+			<-start
+			stats, err := svc.ReconcileOnce(context.Background(), 100)
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = stats
+		})
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for _, r := range results {
+		total += r[payments.OutcomeSucceeded]
+		if len(r) > 1 {
+			t.Errorf("a reconciler had other outcomes: %v", r)
+		}
+	}
+	if total != n {
+		t.Errorf("resolved %d (%v), want %d", total, results, n)
+	}
+	// Each payment was claimed by exactly one reconciler: one takeover each.
+	if got := e.count(`idempotency_keys WHERE fencing_token <> 2`); got != 0 {
+		t.Errorf("%d keys were claimed more than once", got)
+	}
+	if got := e.count(`payment_transitions WHERE to_state = 'COMPLETED'`); got != n {
+		t.Errorf("transitions to COMPLETED = %d, want %d", got, n)
+	}
+	if got := e.count(`outbox_events WHERE event_type = 'PaymentSucceeded'`); got != n {
+		t.Errorf("PaymentSucceeded events = %d, want %d", got, n)
+	}
+	for _, c := range e.sim.Charges() {
+		if c.RequestCount != 1 {
+			t.Errorf("charge %s created by %d requests", c.ID, c.RequestCount)
+		}
+	}
+}
+
+// A duplicate sent to another instance with Prefer: wait is held until the
+// original finishes (LISTEN/NOTIFY), then gets its answer byte for byte.
+func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withSlowDelay(time.Second))
+	otherURL, _, _ := e.instance()
+	slow := body("paymentMethod", `"pm_sim_slow"`)
+	original := make(chan response, 1)
+	go func() { original <- e.post("k-wait", slow) }()
+	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+
+	other := &env{t: t, url: otherURL}
+	noWait := other.post("k-wait", slow)
+	if noWait.Status != http.StatusConflict {
+		t.Fatalf("without Prefer: %d %s", noWait.Status, noWait.Body)
+	}
+	waited := other.do("POST", "/payments", []byte(slow), map[string]string{
+		"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-wait",
+		"Content-Type": "application/json", "Prefer": "wait=5",
+	})
+	first := <-original
+	if first.Status != http.StatusCreated {
+		t.Fatalf("original: %d %s", first.Status, first.Body)
+	}
+	if waited.Status != first.Status || !bytes.Equal(waited.Body, first.Body) || waited.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("waited duplicate answered %d %s, want the original's %s", waited.Status, waited.Body, first.Body)
+	}
+}
+
+// A duplicate that waits longer than the original takes is answered 409
+// when its wait runs out.
+func TestPreferWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withSlowDelay(3*time.Second))
+	slow := body("paymentMethod", `"pm_sim_slow"`)
+	original := make(chan response, 1)
+	go func() { original <- e.post("k-wait", slow) }()
+	defer func() { <-original }()
+	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	r := e.do("POST", "/payments", []byte(slow), map[string]string{
+		"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-wait",
+		"Content-Type": "application/json", "Prefer": "wait=1",
+	})
+	if r.Status != http.StatusConflict || r.json(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
+		t.Errorf("got %d %s", r.Status, r.Body)
+	}
+}
+
+// A retry that takes over a payment the provider may have charged asks
+// first; if the provider cannot say, the answer is 202 and the payment is
+// left to the reconciler, never charged again.
+func TestTakeoverWhenTheProviderCannotSayAnswers202(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
+	flaky := body("paymentMethod", `"pm_sim_lookup_flaky"`)
+	e.post("k-unsure", flaky)
+	id := e.onlyPaymentID()
+	e.clock.Advance(e.cfg.Lease + time.Second)
+
+	r := e.post("k-unsure", flaky)
+	if r.Status != http.StatusAccepted || r.json(t)["status"] != "PROCESSING" || r.Header.Get("Location") != "/payments/"+id {
+		t.Fatalf("got %d %v %s", r.Status, r.Header, r.Body)
+	}
+	if s := e.state(id); s != payments.StateUnknown {
+		t.Errorf("state %s, want UNKNOWN_REQUIRES_RECOVERY", s)
+	}
+	e.post("k-unsure", flaky) // second failing lookup: 202 again
+	if final := e.post("k-unsure", flaky); final.Status != http.StatusCreated {
+		t.Fatalf("third retry: %d %s", final.Status, final.Body)
+	}
+	e.assertChargedOnce(id)
+}
