@@ -12,7 +12,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 run: ## start the service: embedded PostgreSQL, in-process provider simulator, demo key
-	$(GO) run ./cmd/paymentsapi
+	$(GO) run ./cmd/paymentsapi $(ARGS)
 
 providersim: ## start the provider simulator alone on 127.0.0.1:8081
 	$(GO) run ./cmd/providersim -addr 127.0.0.1:8081

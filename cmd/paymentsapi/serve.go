@@ -19,6 +19,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/database"
@@ -46,6 +47,7 @@ type app struct {
 	metrics *metrics.Metrics
 	svc     *payments.Service
 	keys    *idempotency.Listener
+	janitor *cleanup.Janitor
 	closers []func()
 }
 
@@ -105,6 +107,10 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, e
 
 	a.reg = prometheus.NewRegistry()
 	a.metrics = metrics.New(a.reg)
+	a.reg.MustRegister(payments.NewStateCollector(a.pool, clk, log))
+	a.janitor = cleanup.New(a.pool, clk, cleanup.Policy{
+		ReplayTTL: cfg.IdempotencyTTL, MetadataTTL: cfg.IdempotencyMetadataTTL, OutboxRetention: cfg.OutboxRetention,
+	}, log)
 	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
 	a.svc = payments.NewService(payments.Deps{
 		DB: a.pool, Provider: prov, Clock: clk, Log: log, Metrics: a.metrics, Waiter: a.keys,
@@ -136,6 +142,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keys.Run(workers) })
 	wg.Go(func() { a.svc.RunReconciler(workers, cfg.ReconcileInterval) })
+	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
 	defer func() {
 		stopWorkers()
 		wg.Wait()

@@ -29,6 +29,8 @@ type Config struct {
 	LeaseDuration          time.Duration
 	ReconcileInterval      time.Duration
 	ReconcileMaxAttempts   int
+	OutboxRetention        time.Duration
+	CleanupInterval        time.Duration
 	OutboxPublisher        string
 	NATSURL                string
 	LogLevel               string
@@ -74,6 +76,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.IdempotencyMetadataTTL, "idempotency-metadata-ttl", "IDEMPOTENCY_METADATA_TTL", "720h", "how long key metadata outlives the replay window")
 	dur(&c.LeaseDuration, "lease-duration", "LEASE_DURATION", "30s", "how long a request owns an in-flight key")
 	dur(&c.ReconcileInterval, "reconcile-interval", "RECONCILE_INTERVAL", "5s", "how often the reconciler runs")
+	dur(&c.OutboxRetention, "outbox-retention", "OUTBOX_RETENTION", "168h", "how long published outbox events are kept")
+	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")
 	maxAttempts, err := strconv.Atoi(env("RECONCILE_MAX_ATTEMPTS", "20"))
 	if err != nil || maxAttempts < 1 {
 		durErr = errors.Join(durErr, fmt.Errorf("RECONCILE_MAX_ATTEMPTS must be a positive integer"))
@@ -116,7 +120,8 @@ func (c Config) validate() error {
 		"PROVIDER_TIMEOUT": c.ProviderTimeout, "PROVIDER_KEY_TTL": c.ProviderKeyTTL,
 		"IDEMPOTENCY_TTL": c.IdempotencyTTL, "IDEMPOTENCY_METADATA_TTL": c.IdempotencyMetadataTTL,
 		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
-		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout,
+		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
+		"CLEANUP_INTERVAL": c.CleanupInterval,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))

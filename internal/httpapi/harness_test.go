@@ -122,6 +122,7 @@ func (e *env) instance() (string, *payments.Service, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg.MustRegister(payments.NewStateCollector(e.pool, e.clock, log))
 	keys := idempotency.NewListener(e.pool.Config().ConnConfig.Copy(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()

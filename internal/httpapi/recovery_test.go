@@ -333,6 +333,10 @@ func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 	if e.metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "manual_review"}) != 1 {
 		t.Errorf("manual review metric did not move")
 	}
+	if e.metric("paymentsapi_payments_manual_review", nil) != 1 || e.metric("paymentsapi_payments_unknown_outcome", nil) != 0 {
+		t.Errorf("manual review gauge %v, unknown gauge %v", e.metric("paymentsapi_payments_manual_review", nil),
+			e.metric("paymentsapi_payments_unknown_outcome", nil))
+	}
 }
 
 func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
@@ -468,4 +472,36 @@ func TestTakeoverWhenTheProviderCannotSayAnswers202(t *testing.T) {
 		t.Fatalf("third retry: %d %s", final.Status, final.Body)
 	}
 	e.assertChargedOnce(id)
+}
+
+func TestStateGaugesMove(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withSlowDelay(time.Second), withProviderTimeout(300*time.Millisecond))
+	gauge := func(name string) float64 { t.Helper(); return e.metric(name, nil) }
+
+	slow := make(chan response, 1)
+	go func() { slow <- e.post("k-slow", body("paymentMethod", `"pm_sim_slow"`, "merchantReference", `"slow"`)) }()
+	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	e.clock.Advance(10 * time.Second)
+	if gauge("paymentsapi_idempotency_in_flight_keys") != 1 || gauge("paymentsapi_idempotency_unfinished_keys") != 1 ||
+		gauge("paymentsapi_idempotency_oldest_unfinished_key_age_seconds") != 10 {
+		t.Errorf("in flight: %v %v %v", gauge("paymentsapi_idempotency_in_flight_keys"),
+			gauge("paymentsapi_idempotency_unfinished_keys"), gauge("paymentsapi_idempotency_oldest_unfinished_key_age_seconds"))
+	}
+	// The slow charge outlives the provider timeout: its outcome is unknown.
+	if r := <-slow; r.Status != http.StatusAccepted {
+		t.Fatalf("slow payment: %d %s", r.Status, r.Body)
+	}
+	if gauge("paymentsapi_payments_unknown_outcome") != 1 || gauge("paymentsapi_idempotency_in_flight_keys") != 0 ||
+		gauge("paymentsapi_idempotency_unfinished_keys") != 1 {
+		t.Errorf("unknown: %v, in flight %v", gauge("paymentsapi_payments_unknown_outcome"), gauge("paymentsapi_idempotency_in_flight_keys"))
+	}
+	if _, err := e.service.ReconcileOnce(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if gauge("paymentsapi_payments_unknown_outcome") != 0 || gauge("paymentsapi_idempotency_unfinished_keys") != 0 ||
+		gauge("paymentsapi_idempotency_oldest_unfinished_key_age_seconds") != 0 {
+		t.Errorf("after reconciliation: unknown %v, unfinished %v", gauge("paymentsapi_payments_unknown_outcome"),
+			gauge("paymentsapi_idempotency_unfinished_keys"))
+	}
 }

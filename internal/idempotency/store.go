@@ -99,7 +99,7 @@ func TakeOver(ctx context.Context, q Querier, scope Scope, seen int64, now time.
 		SET fencing_token = fencing_token + 1, lease_expires_at = $5
 		WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
 		  AND fencing_token = $4
-		  AND response_status IS NULL
+		  AND response_status IS NULL AND completed_at IS NULL
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= $6)
 		RETURNING fencing_token`,
 		scope.Tenant, scope.Operation, scope.Key, seen, now.Add(lease), now).Scan(&token)

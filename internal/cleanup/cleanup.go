@@ -1,0 +1,142 @@
+// Package cleanup enforces the retention policy, in small batches:
+//
+//   - IDEMPOTENCY_TTL after a key's final answer, the stored response body and
+//     headers are erased. The key's metadata stays: a retry with the same key
+//     and command gets 409 IDEMPOTENCY_KEY_EXPIRED with the payment id, a
+//     different command 422; never a new charge.
+//   - IDEMPOTENCY_METADATA_TTL later the key is deleted, and may be used again.
+//   - Published outbox events are deleted after the outbox retention.
+//
+// A key without a final answer (in flight, unknown outcome, retryable) is
+// never touched, however old. Payments themselves are business records and
+// are never deleted.
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+)
+
+// Policy is the retention policy.
+type Policy struct {
+	ReplayTTL       time.Duration // IDEMPOTENCY_TTL
+	MetadataTTL     time.Duration // IDEMPOTENCY_METADATA_TTL, counted after ReplayTTL
+	OutboxRetention time.Duration // how long published events are kept
+	BatchSize       int           // rows per transaction; default 500
+}
+
+// Stats counts what one pass did.
+type Stats struct {
+	BodiesErased     int
+	KeysDeleted      int
+	EventsDeleted    int
+	Batches          int
+	LargestBatchRows int
+}
+
+// Janitor runs the retention policy.
+type Janitor struct {
+	db     *pgxpool.Pool
+	clock  clock.Clock
+	policy Policy
+	log    *slog.Logger
+}
+
+// New returns a Janitor.
+func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor {
+	if p.BatchSize <= 0 {
+		p.BatchSize = 500
+	}
+	return &Janitor{db: db, clock: clk, policy: p, log: log}
+}
+
+// The steps of a pass. Each statement handles at most $2 rows, chosen with
+// SKIP LOCKED so that clean-up never waits for, or blocks, live traffic, and
+// touches only keys with a final answer (completed_at IS NOT NULL).
+const (
+	eraseBodies = `
+		UPDATE idempotency_keys k SET response_body = NULL, response_headers = NULL
+		FROM (
+		    SELECT tenant_id, operation, idempotency_key FROM idempotency_keys
+		    WHERE completed_at IS NOT NULL AND completed_at <= $1 AND response_body IS NOT NULL
+		    LIMIT $2 FOR UPDATE SKIP LOCKED
+		) old
+		WHERE (k.tenant_id, k.operation, k.idempotency_key) = (old.tenant_id, old.operation, old.idempotency_key)`
+	deleteKeys = `
+		DELETE FROM idempotency_keys k
+		USING (
+		    SELECT tenant_id, operation, idempotency_key FROM idempotency_keys
+		    WHERE completed_at IS NOT NULL AND completed_at <= $1
+		    LIMIT $2 FOR UPDATE SKIP LOCKED
+		) old
+		WHERE (k.tenant_id, k.operation, k.idempotency_key) = (old.tenant_id, old.operation, old.idempotency_key)`
+	deleteEvents = `
+		DELETE FROM outbox_events e
+		USING (
+		    SELECT id FROM outbox_events
+		    WHERE published_at IS NOT NULL AND published_at <= $1
+		    LIMIT $2 FOR UPDATE SKIP LOCKED
+		) old
+		WHERE e.id = old.id`
+)
+
+// RunOnce applies the policy until nothing is left to do.
+func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
+	var st Stats
+	now := j.clock.Now()
+	steps := []struct {
+		name   string
+		sql    string
+		cutoff time.Time
+		count  *int
+	}{
+		{"erase expired response bodies", eraseBodies, now.Add(-j.policy.ReplayTTL), &st.BodiesErased},
+		{"delete expired keys", deleteKeys, now.Add(-j.policy.ReplayTTL - j.policy.MetadataTTL), &st.KeysDeleted},
+		{"delete published outbox events", deleteEvents, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
+	}
+	for _, step := range steps {
+		for {
+			tag, err := j.db.Exec(ctx, step.sql, step.cutoff, j.policy.BatchSize)
+			if err != nil {
+				return st, fmt.Errorf("%s: %w", step.name, err)
+			}
+			n := int(tag.RowsAffected())
+			*step.count += n
+			if n > 0 {
+				st.Batches++
+				st.LargestBatchRows = max(st.LargestBatchRows, n)
+			}
+			if n < j.policy.BatchSize {
+				break
+			}
+		}
+	}
+	return st, nil
+}
+
+// Run applies the policy every interval until ctx ends.
+func (j *Janitor) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		st, err := j.RunOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			j.log.ErrorContext(ctx, "clean-up pass failed", "error", err)
+		case st.Batches > 0:
+			j.log.InfoContext(ctx, "clean-up pass", "bodies_erased", st.BodiesErased,
+				"keys_deleted", st.KeysDeleted, "events_deleted", st.EventsDeleted)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

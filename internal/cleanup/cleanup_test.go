@@ -1,0 +1,108 @@
+package cleanup
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+var policy = Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour, BatchSize: 500}
+
+// seed stores n payments in state with keys created at created; completed
+// keys carry a stored answer completed at completed.
+func seed(t *testing.T, db *pgxpool.Pool, prefix string, n int, state string, created time.Time, completed *time.Time, lease *time.Time) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		WITH p AS (
+		    INSERT INTO payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
+		        payment_method, channel, state, created_at, updated_at)
+		    SELECT $1::text || i, 't', 'acc', 100, 'EUR', $1::text || i, 'pm_card_visa', 'web', $3, $4, $4
+		    FROM generate_series(1, $2) i
+		    RETURNING id
+		)
+		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, payment_id,
+		    lease_expires_at, response_status, response_headers, response_body, created_at, completed_at)
+		SELECT 't', 'payments.create', id, '\x01', id, $6,
+		       CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE 201 END,
+		       CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '{"Content-Type":"application/json"}'::jsonb END,
+		       CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '{"paymentId":"x"}'::bytea END,
+		       $4, $5
+		FROM p`, prefix, n, state, created, completed, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(t *testing.T, db *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ts := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
+	long := -800 * 24 * time.Hour                                                            // older than every retention
+	seed(t, db, "gone_", 3000, "COMPLETED", now.Add(long), ts(long), nil)                    // past metadata retention
+	seed(t, db, "erased_", 1200, "DECLINED", now.Add(-48*time.Hour), ts(-47*time.Hour), nil) // past replay window only
+	seed(t, db, "fresh_", 50, "COMPLETED", now.Add(-time.Hour), ts(-time.Hour), nil)         // inside the window
+	seed(t, db, "inflight_", 20, "PROVIDER_REQUEST_SENT", now.Add(long), nil, ts(time.Minute))
+	seed(t, db, "unknown_", 20, "UNKNOWN_REQUIRES_RECOVERY", now.Add(long), nil, nil)
+	seed(t, db, "retryable_", 20, "FAILED_RETRYABLE", now.Add(long), nil, nil)
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, published_at)
+		SELECT gen_random_uuid(), 'payment', 'p' || i, 'PaymentCreated', '{}', $1::timestamptz, $1::timestamptz, CASE WHEN i <= 700 THEN $1::timestamptz END
+		FROM generate_series(1, 1000) i`, now.Add(long))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	j := New(db, clock.NewFake(now), policy, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st, err := j.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.KeysDeleted != 3000 || st.EventsDeleted != 700 {
+		t.Errorf("stats %+v: want 3000 keys and 700 events deleted", st)
+	}
+	if st.LargestBatchRows > policy.BatchSize || st.Batches < 3000/policy.BatchSize+1200/policy.BatchSize {
+		t.Errorf("stats %+v: not in batches of at most %d", st, policy.BatchSize)
+	}
+	if n := count(t, db, `SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE 'gone_%'`); n != 0 {
+		t.Errorf("%d keys past retention survived", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE 'erased_%' AND response_body IS NULL AND response_status IS NOT NULL AND fingerprint IS NOT NULL`); n != 1200 {
+		t.Errorf("%d keys past the replay window have their metadata without their body, want 1200", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE 'fresh_%' AND response_body IS NOT NULL`); n != 50 {
+		t.Errorf("%d keys inside the window kept their body, want 50", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM idempotency_keys WHERE idempotency_key ~ '^(inflight|unknown|retryable)_'`); n != 60 {
+		t.Errorf("%d unfinished keys survived, want all 60", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM payments`); n != 4310 {
+		t.Errorf("payments = %d: payments are never deleted", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`); n != 300 {
+		t.Errorf("unpublished events = %d, want 300 kept", n)
+	}
+	// A second pass has nothing left to do.
+	if st, err := j.RunOnce(context.Background()); err != nil || st.Batches != 0 {
+		t.Errorf("second pass: %+v, %v", st, err)
+	}
+}

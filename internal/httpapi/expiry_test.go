@@ -1,0 +1,68 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/cleanup"
+)
+
+// After the replay window a same-key retry learns the payment id, never
+// causes a new charge; after the metadata retention the key is forgotten, and
+// the merchant reference still guards the payment.
+func TestExpiredKeyAnswers409WithThePaymentAndNeverCharges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.post("k-old", body())
+	id := first.json(t)["paymentId"]
+	janitor := cleanup.New(e.pool, e.clock, cleanup.Policy{
+		ReplayTTL: e.cfg.ReplayTTL, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+
+	expired := func(when string) {
+		t.Helper()
+		r := e.post("k-old", body())
+		p := r.json(t)
+		if r.Status != http.StatusConflict || p["code"] != "IDEMPOTENCY_KEY_EXPIRED" || p["paymentId"] != id {
+			t.Fatalf("%s: %d %s", when, r.Status, r.Body)
+		}
+	}
+	e.clock.Advance(e.cfg.ReplayTTL - time.Second)
+	if r := e.post("k-old", body()); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("inside the window: %d %s", r.Status, r.Body)
+	}
+	e.clock.Advance(time.Second)
+	expired("at the end of the window")
+	if _, err := janitor.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("idempotency_keys WHERE response_body IS NULL"); n != 1 {
+		t.Fatalf("the stored body was not erased")
+	}
+	expired("after clean-up erased the body")
+	if r := e.post("k-old", body("amount", `"11.00"`)); r.Status != http.StatusUnprocessableEntity {
+		t.Errorf("different command after the window: %d %s", r.Status, r.Body)
+	}
+
+	e.clock.Advance(720 * time.Hour)
+	if _, err := janitor.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("idempotency_keys"); n != 0 {
+		t.Fatalf("the key outlived its metadata retention")
+	}
+	r := e.post("k-old", body())
+	if r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" || r.json(t)["paymentId"] != id {
+		t.Errorf("forgotten key, same reference: %d %s", r.Status, r.Body)
+	}
+	if c := e.sim.Charges(); len(c) != 1 || c[0].RequestCount != 1 {
+		t.Errorf("charges %+v: expiry must never charge again", c)
+	}
+	if got := e.metric("paymentsapi_idempotency_conflicts_total", map[string]string{"reason": "expired"}); got != 2 {
+		t.Errorf("expired metric = %v, want 2", got)
+	}
+}
