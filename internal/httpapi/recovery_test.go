@@ -480,7 +480,9 @@ func TestStateGaugesMove(t *testing.T) {
 	gauge := func(name string) float64 { t.Helper(); return e.metric(name, nil) }
 
 	slow := make(chan response, 1)
-	go func() { slow <- e.post("k-slow", body("paymentMethod", `"pm_sim_slow"`, "merchantReference", `"slow"`)) }()
+	go func() {
+		slow <- e.post("k-slow", body("paymentMethod", `"pm_sim_slow"`, "merchantReference", `"slow"`))
+	}()
 	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 	e.clock.Advance(10 * time.Second)
 	if gauge("paymentsapi_idempotency_in_flight_keys") != 1 || gauge("paymentsapi_idempotency_unfinished_keys") != 1 ||
