@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +26,11 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default (the number of CPUs, at least 4) is too small for
+		// a service whose requests each run two or three short transactions.
+		cfg.MaxConns = 20
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

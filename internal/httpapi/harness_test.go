@@ -39,7 +39,7 @@ const (
 // env is the whole API on a real PostgreSQL database of its own and a real
 // provider simulator on a loopback port.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	url     string
 	pool    *pgxpool.Pool
 	sim     *sim.Simulator
@@ -81,7 +81,7 @@ func withProvider(wrap func(provider.Provider) provider.Provider) envOption {
 	return func(o *envOptions) { o.provider = wrap }
 }
 
-func newEnv(t *testing.T, opts ...envOption) *env {
+func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	o := envOptions{
 		sim: sim.Options{SlowDelay: 500 * time.Millisecond, HangFor: 5 * time.Second},
@@ -146,7 +146,7 @@ type response struct {
 	Body   []byte
 }
 
-func (r response) json(t *testing.T) map[string]any {
+func (r response) json(t testing.TB) map[string]any {
 	t.Helper()
 	var v map[string]any
 	if err := json.Unmarshal(r.Body, &v); err != nil {
