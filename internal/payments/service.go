@@ -127,6 +127,10 @@ var (
 	ErrProviderUnavailable = errors.New("the payment provider is unavailable; no money moved, retry with the same Idempotency-Key")
 )
 
+// errReferenceFreed: the payment that held a merchant reference when the
+// claim collided with it no longer holds it.
+var errReferenceFreed = errors.New("merchant reference freed during claim")
+
 // KeyInUseError: the original request still owns the key (409).
 type KeyInUseError struct{ RetryAfter time.Duration }
 
@@ -166,6 +170,11 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		State: StateReceived, CreatedAt: now, UpdatedAt: now,
 	}
 	claimed, err := s.claim(ctx, scope, fp, p)
+	if errors.Is(err, errReferenceFreed) {
+		// The payment holding the reference was declined in between: the
+		// reference is free, try once more.
+		claimed, err = s.claim(ctx, scope, fp, p)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -201,6 +210,9 @@ func (s *Service) claim(ctx context.Context, scope idempotency.Scope, fp []byte,
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == merchantReferenceConstraint {
 		id, lookupErr := liveByMerchantReference(ctx, s.db, p.TenantID, p.Command.AccountID, p.Command.MerchantReference)
+		if errors.Is(lookupErr, ErrNotFound) {
+			return false, errReferenceFreed
+		}
 		if lookupErr != nil {
 			return false, fmt.Errorf("duplicate merchant reference: %w", lookupErr)
 		}
