@@ -13,6 +13,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
 var errCrash = errors.New("injected crash")
@@ -506,4 +507,47 @@ func TestStateGaugesMove(t *testing.T) {
 		t.Errorf("after reconciliation: unknown %v, unfinished %v", gauge("paymentsapi_payments_unknown_outcome"),
 			gauge("paymentsapi_idempotency_unfinished_keys"))
 	}
+}
+
+// slowLookupProvider makes every lookup take 25 s of the fake clock, and
+// records how much lease its caller still holds when it charges.
+type slowLookupProvider struct {
+	provider.Provider
+	e         *env
+	mu        sync.Mutex
+	remaining []time.Duration
+}
+
+func (p *slowLookupProvider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+	p.e.clock.Advance(25 * time.Second)
+	return p.Provider.Lookup(ctx, key)
+}
+
+func (p *slowLookupProvider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {
+	var until time.Time
+	if err := p.e.pool.QueryRow(ctx, `SELECT lease_expires_at FROM idempotency_keys`).Scan(&until); err == nil {
+		p.mu.Lock()
+		p.remaining = append(p.remaining, until.Sub(p.e.clock.Now()))
+		p.mu.Unlock()
+	}
+	return p.Provider.Charge(ctx, req)
+}
+
+// A takeover may look up, then charge: the owner renews its lease in
+// between, so the two calls never outlive it.
+func TestOwnerRenewsItsLeaseBeforeCharging(t *testing.T) {
+	t.Parallel()
+	slow := &slowLookupProvider{}
+	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
+		withProvider(func(p provider.Provider) provider.Provider { slow.Provider = p; return slow }))
+	slow.e = e
+	e.post("k-renew", body()) // dies after PROVIDER_REQUEST_SENT, before the provider call
+	e.clock.Advance(e.cfg.Lease + time.Second)
+	if r := e.post("k-renew", body()); r.Status != http.StatusCreated {
+		t.Fatalf("takeover: %d %s", r.Status, r.Body)
+	}
+	if len(slow.remaining) != 1 || slow.remaining[0] != e.cfg.Lease {
+		t.Errorf("lease left when charging: %v, want a full %s", slow.remaining, e.cfg.Lease)
+	}
+	e.assertChargedOnce(e.onlyPaymentID())
 }

@@ -126,6 +126,17 @@ func QueueFinish(b *pgx.Batch, paymentID string, token int64, resp Response, now
 	queueNotify(b, paymentID)
 }
 
+// QueueRenew adds to b the statement that extends the owner's lease to
+// until, provided token is still the key's fencing token; otherwise the batch
+// fails with ErrFenced. An owner renews before each provider call, so that a
+// lookup followed by a charge never outlives its lease.
+func QueueRenew(b *pgx.Batch, paymentID string, token int64, until time.Time) {
+	b.Queue(`
+		UPDATE idempotency_keys SET lease_expires_at = $3
+		WHERE payment_id = $1 AND fencing_token = $2 AND response_status IS NULL`,
+		paymentID, token, until).Exec(fenced)
+}
+
 // QueueRelease adds to b the statement that ends the caller's lease without
 // a final answer (the outcome is unknown, or the provider refused), so that
 // the next retry or the reconciler may take the key over at once.

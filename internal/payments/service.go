@@ -354,10 +354,14 @@ func (s *Service) recoverOutcome(ctx context.Context, p Payment, token int64) (R
 		}
 		return s.settle(ctx, p, token, charge, nil)
 	case errors.Is(err, provider.ErrNotFound) && s.clock.Now().Sub(p.CreatedAt) < s.cfg.ProviderKeyWindow:
+		var err error
 		if p.State == StateUnknown {
-			if err := s.commitTransition(ctx, &p, token, StateProviderRequestSent, "provider never saw the key: sending again"); err != nil {
-				return s.afterLostWrite(ctx, p, err)
-			}
+			err = s.commitTransition(ctx, &p, token, StateProviderRequestSent, "provider never saw the key: sending again")
+		} else {
+			err = s.renewLease(ctx, p, token)
+		}
+		if err != nil {
+			return s.afterLostWrite(ctx, p, err)
 		}
 		return s.chargeAndSettle(ctx, p, token)
 	default:
@@ -470,8 +474,7 @@ func (s *Service) settle(ctx context.Context, p Payment, token int64, c provider
 	} else {
 		idempotency.QueueRelease(b, p.ID, token)
 	}
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
-	if err != nil {
+	if err := s.sendBatch(ctx, b); err != nil {
 		return s.afterLostWrite(ctx, p, err)
 	}
 	s.log.InfoContext(ctx, "payment settled", "payment_id", p.ID, "from", from, "to", p.State)
@@ -492,18 +495,32 @@ func (s *Service) processingAnswer(p Payment) Result {
 	}}
 }
 
-// commitTransition moves p to `to` in its own transaction.
+// commitTransition moves p to `to` in its own transaction, and renews the
+// caller's lease: a provider call follows.
 func (s *Service) commitTransition(ctx context.Context, p *Payment, token int64, to State, reason string) error {
 	now := s.clock.Now()
 	b := &pgx.Batch{}
 	if err := queueTransition(b, Transition{PaymentID: p.ID, From: p.State, To: to, Token: token, Reason: reason, At: now}); err != nil {
 		return err
 	}
-	if err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }); err != nil {
+	idempotency.QueueRenew(b, p.ID, token, now.Add(s.cfg.Lease))
+	if err := s.sendBatch(ctx, b); err != nil {
 		return err
 	}
 	p.State, p.UpdatedAt = to, now
 	return nil
+}
+
+// renewLease extends the caller's lease before a second provider call.
+func (s *Service) renewLease(ctx context.Context, p Payment, token int64) error {
+	b := &pgx.Batch{}
+	idempotency.QueueRenew(b, p.ID, token, s.clock.Now().Add(s.cfg.Lease))
+	return s.sendBatch(ctx, b)
+}
+
+// sendBatch runs b in one transaction.
+func (s *Service) sendBatch(ctx context.Context, b *pgx.Batch) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
 // afterLostWrite answers a request whose write was refused because another
