@@ -62,15 +62,22 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		}
 		fs.DurationVar(p, flagName, d, usage+" ("+envName+")")
 	}
-	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "PostgreSQL URL; empty starts an embedded PostgreSQL (DATABASE_URL)")
+	// Secrets take their variable only after parsing, so that -h and a
+	// mistyped flag never print them as defaults.
+	secrets := map[*string]string{}
+	secret := func(p *string, flagName, envName, usage string) {
+		fs.StringVar(p, flagName, "", usage+" ("+envName+")")
+		secrets[p] = envName
+	}
+	secret(&c.DatabaseURL, "database-url", "DATABASE_URL", "PostgreSQL URL; empty starts an embedded PostgreSQL")
 	fs.StringVar(&c.DataDir, "data-dir", env("DATA_DIR", ".data"), "dev mode: data directory of the embedded PostgreSQL (DATA_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
-	fs.StringVar(&c.APIKeys, "api-keys", env("API_KEYS", ""), "tenant:secret pairs, comma-separated (API_KEYS)")
+	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
 	fs.StringVar(&c.Provider, "provider", env("PROVIDER", "sim"), "payment provider: sim or stripe (PROVIDER)")
 	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")
 	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
-	fs.StringVar(&c.StripeAPIKey, "stripe-api-key", env("STRIPE_API_KEY", ""), "Stripe secret key (STRIPE_API_KEY)")
+	secret(&c.StripeAPIKey, "stripe-api-key", "STRIPE_API_KEY", "Stripe secret key")
 	fs.StringVar(&c.StripeAPIBase, "stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL, e.g. a stripe-mock (STRIPE_API_BASE)")
 	dur(&c.IdempotencyTTL, "idempotency-ttl", "IDEMPOTENCY_TTL", "24h", "replay window of stored responses")
 	dur(&c.IdempotencyMetadataTTL, "idempotency-metadata-ttl", "IDEMPOTENCY_METADATA_TTL", "720h", "how long key metadata outlives the replay window")
@@ -84,7 +91,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	}
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", maxAttempts, "unresolved attempts before a payment is marked for manual review (RECONCILE_MAX_ATTEMPTS)")
 	fs.StringVar(&c.OutboxPublisher, "outbox-publisher", env("OUTBOX_PUBLISHER", "log"), "outbox publisher: log or nats (OUTBOX_PUBLISHER)")
-	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS URL (NATS_URL)")
+	secret(&c.NATSURL, "nats-url", "NATS_URL", "NATS URL (may hold credentials)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT", "20s", "how long in-flight requests may finish on shutdown")
 	if durErr != nil {
@@ -92,6 +99,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	for p, envName := range secrets {
+		if *p == "" {
+			*p = env(envName, "")
+		}
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())

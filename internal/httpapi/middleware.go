@@ -138,5 +138,5 @@ func unauthorized(w http.ResponseWriter, detail string) {
 func unavailable(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", "1")
 	problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
-		"The service cannot reach its database. Nothing was done; retry with the same Idempotency-Key.").Write(w)
+		"The service cannot reach its database right now. Retry with the same Idempotency-Key: the request is resumed where it stopped, never repeated.").Write(w)
 }

@@ -407,7 +407,7 @@ func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withSlowDelay(time.Second))
-	otherURL, _, _ := e.instance()
+	otherURL, _, otherReg := e.instance()
 	slow := body("paymentMethod", `"pm_sim_slow"`)
 	original := make(chan response, 1)
 	go func() { original <- e.post("k-wait", slow) }()
@@ -429,6 +429,12 @@ func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 	if waited.Status != first.Status || !bytes.Equal(waited.Body, first.Body) || waited.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("waited duplicate answered %d %s, want the original's %s", waited.Status, waited.Body, first.Body)
 	}
+	// It was woken by the original's NOTIFY, not by its own time running out.
+	other.reg = otherReg
+	if n := other.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "notified"}); n < 1 {
+		t.Errorf("the wait was not ended by a notification (notified = %v, timeout = %v)", n,
+			other.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}))
+	}
 }
 
 // A duplicate that waits longer than the original takes is answered 409
@@ -447,6 +453,9 @@ func TestPreferWaitRunsOut(t *testing.T) {
 	})
 	if r.Status != http.StatusConflict || r.json(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
 		t.Errorf("got %d %s", r.Status, r.Body)
+	}
+	if n := e.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}); n != 1 {
+		t.Errorf("waits that timed out = %v, want 1: Prefer: wait was ignored", n)
 	}
 }
 
@@ -550,4 +559,46 @@ func TestOwnerRenewsItsLeaseBeforeCharging(t *testing.T) {
 		t.Errorf("lease left when charging: %v, want a full %s", slow.remaining, e.cfg.Lease)
 	}
 	e.assertChargedOnce(e.onlyPaymentID())
+}
+
+// The fenced-out owner's late write arrives while the new owner is still in
+// flight, in the same state: only the fencing token can refuse it.
+func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
+	t.Parallel()
+	pauseA, resumeA := make(chan struct{}), make(chan struct{})
+	pauseB, resumeB := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
+		switch calls.Add(1) {
+		case 1: // the original, after the provider charged
+			close(pauseA)
+			<-resumeA
+		case 2: // the new owner, after its lookup found the charge
+			close(pauseB)
+			<-resumeB
+		}
+		return nil
+	}}))
+	a := make(chan response, 1)
+	go func() { a <- e.post("k-token", body()) }()
+	<-pauseA
+	id := e.onlyPaymentID()
+	e.clock.Advance(e.cfg.Lease + time.Second)
+	b := make(chan response, 1)
+	go func() { b <- e.post("k-token", body()) }()
+	<-pauseB // B owns the key (token 2); the payment is still PROVIDER_REQUEST_SENT
+
+	close(resumeA)
+	late := <-a
+	if late.Status != http.StatusConflict {
+		t.Errorf("the fenced-out owner answered %d %s: its write went through", late.Status, late.Body)
+	}
+	if s := e.state(id); s != payments.StateProviderRequestSent {
+		t.Errorf("the fenced-out owner moved the payment to %s", s)
+	}
+	close(resumeB)
+	if r := <-b; r.Status != http.StatusCreated {
+		t.Fatalf("the new owner: %d %s", r.Status, r.Body)
+	}
+	e.assertChargedOnce(id)
 }

@@ -73,7 +73,9 @@ func (r Record) Decide(fingerprint []byte, now time.Time, ttl time.Duration) Dec
 	switch {
 	case !bytes.Equal(r.Fingerprint, fingerprint):
 		return DecideMismatch
-	case r.CompletedAt != nil && !now.Before(r.CompletedAt.Add(ttl)):
+	case r.CompletedAt != nil && (!now.Before(r.CompletedAt.Add(ttl)) || r.Response == nil || r.Response.Body == nil):
+		// Past the window, or already erased by a clean-up whose clock or
+		// TTL differs from ours: never replay what is no longer whole.
 		return DecideExpired
 	case r.Response != nil:
 		return DecideReplay

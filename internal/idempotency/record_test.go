@@ -10,7 +10,7 @@ func TestDecide(t *testing.T) {
 	ttl := 24 * time.Hour
 	fp, other := []byte{1}, []byte{2}
 	at := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
-	done := &Response{Status: 201}
+	done := &Response{Status: 201, Body: []byte(`{}`)}
 	cases := []struct {
 		name string
 		rec  Record
@@ -21,6 +21,7 @@ func TestDecide(t *testing.T) {
 		{"different command after completion", Record{Fingerprint: fp, Response: done, CompletedAt: at(-time.Hour)}, other, DecideMismatch},
 		{"different command after expiry", Record{Fingerprint: fp, CompletedAt: at(-48 * time.Hour)}, other, DecideMismatch},
 		{"finished", Record{Fingerprint: fp, Response: done, CompletedAt: at(-time.Hour)}, fp, DecideReplay},
+		{"finished, erased early by another clock", Record{Fingerprint: fp, Response: &Response{Status: 201}, CompletedAt: at(-time.Hour)}, fp, DecideExpired},
 		{"finished, window ends now", Record{Fingerprint: fp, Response: done, CompletedAt: at(-ttl)}, fp, DecideExpired},
 		{"finished, body erased", Record{Fingerprint: fp, CompletedAt: at(-48 * time.Hour)}, fp, DecideExpired},
 		{"in flight", Record{Fingerprint: fp, LeaseExpiresAt: at(time.Second)}, fp, DecideInFlight},

@@ -16,6 +16,10 @@ type Metrics struct {
 	// IdempotencyConflicts counts retries refused, by reason:
 	// in_flight, mismatch, expired.
 	IdempotencyConflicts *prometheus.CounterVec
+	// IdempotencyWaits counts the waits of duplicates sent with Prefer: wait,
+	// by how they ended: notified (the original's key changed, on any
+	// instance), lease_expired, or timeout.
+	IdempotencyWaits *prometheus.CounterVec
 	// IdempotencyTakeovers counts keys taken over from an owner whose lease
 	// had run out (or that had released it without a final answer).
 	IdempotencyTakeovers prometheus.Counter
@@ -45,6 +49,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "paymentsapi_idempotency_conflicts_total",
 			Help: "Retries refused, by reason: in_flight (409), mismatch (422), expired (409).",
 		}, []string{"reason"}),
+		IdempotencyWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsapi_idempotency_waits_total",
+			Help: "Waits of duplicates sent with Prefer: wait, by how they ended: notified, lease_expired, timeout.",
+		}, []string{"result"}),
 		IdempotencyTakeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "paymentsapi_idempotency_takeovers_total",
 			Help: "Keys taken over from an owner that no longer held a live lease.",
@@ -67,7 +75,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, reason := range []string{"in_flight", "mismatch", "expired"} {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
-	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts,
+	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
 		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

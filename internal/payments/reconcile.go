@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 )
 
 // RecoveryPolicy spaces and bounds the reconciler's attempts on one payment.
@@ -33,17 +34,6 @@ func (p RecoveryPolicy) withDefaults() RecoveryPolicy {
 		p.MaxAttempts = 20
 	}
 	return p
-}
-
-// delay is the wait after the n-th unresolved attempt (n >= 1): exponential,
-// capped, and jittered into [d/2, d) so that payments that failed together
-// do not retry together.
-func (p RecoveryPolicy) delay(n int) time.Duration {
-	d := p.MaxBackoff
-	if shift := n - 1; shift < 30 && p.Backoff<<shift < p.MaxBackoff {
-		d = p.Backoff << shift
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 // Reconciliation outcomes, as counted in the reconciler metric.
@@ -71,14 +61,14 @@ type ReconcileStats map[string]int
 func (s *Service) ReconcileOnce(ctx context.Context, limit int) (ReconcileStats, error) {
 	stats := ReconcileStats{}
 	for range limit {
-		p, token, ok, err := s.claimForRecovery(ctx)
+		p, token, attempt, ok, err := s.claimForRecovery(ctx)
 		if err != nil {
 			return stats, err
 		}
 		if !ok {
 			break
 		}
-		outcome := s.recoverOne(ctx, p, token)
+		outcome := s.recoverOne(ctx, p, token, attempt)
 		stats[outcome]++
 		s.metrics.ReconcilerOutcomes.WithLabelValues(outcome).Inc()
 	}
@@ -104,17 +94,21 @@ func (s *Service) RunReconciler(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// claimForRecovery takes over the key of the most overdue payment, skipping
-// rows another reconciler is claiming at this moment.
-func (s *Service) claimForRecovery(ctx context.Context) (Payment, int64, bool, error) {
+// claimForRecovery takes over the key of the most overdue payment,
+// skipping rows another reconciler or a request holds at this moment. In the
+// same statement it books the attempt and schedules the next one
+// (exponential backoff from RecoveryPolicy, capped, jittered into [d/2, d)),
+// so an attempt that dies half-way is still counted and spaced.
+func (s *Service) claimForRecovery(ctx context.Context) (Payment, int64, int, bool, error) {
 	now := s.clock.Now()
 	var (
 		id, tenant string
 		token      int64
+		attempts   int
 	)
 	err := s.db.QueryRow(ctx, `
 		WITH due AS (
-		    SELECT k.payment_id
+		    SELECT p.id
 		    FROM payments p
 		    JOIN idempotency_keys k ON k.payment_id = p.id
 		    WHERE p.state IN ('PROVIDER_REQUEST_SENT', 'UNKNOWN_REQUIRES_RECOVERY')
@@ -124,29 +118,47 @@ func (s *Service) claimForRecovery(ctx context.Context) (Payment, int64, bool, e
 		      AND (k.lease_expires_at IS NULL OR k.lease_expires_at <= $1)
 		    ORDER BY p.recovery_next_at, p.id
 		    LIMIT 1
-		    FOR UPDATE OF k SKIP LOCKED
+		    FOR UPDATE OF k, p SKIP LOCKED
+		), booked AS (
+		    UPDATE payments p
+		    SET recovery_attempts = p.recovery_attempts + 1,
+		        recovery_next_at = $1 + LEAST($3 * power(2, LEAST(p.recovery_attempts, 30)), $4)
+		                              * (0.5 + random() / 2) * interval '1 microsecond'
+		    FROM due WHERE p.id = due.id
+		    RETURNING p.id, p.tenant_id, p.recovery_attempts
 		)
 		UPDATE idempotency_keys k
 		SET fencing_token = k.fencing_token + 1, lease_expires_at = $2
-		FROM due WHERE k.payment_id = due.payment_id
-		RETURNING k.payment_id, k.tenant_id, k.fencing_token`,
-		now, now.Add(s.cfg.Lease)).Scan(&id, &tenant, &token)
+		FROM booked WHERE k.payment_id = booked.id
+		RETURNING k.payment_id, booked.tenant_id, k.fencing_token, booked.recovery_attempts`,
+		now, now.Add(s.cfg.Lease), s.cfg.Recovery.Backoff.Microseconds(), s.cfg.Recovery.MaxBackoff.Microseconds(),
+	).Scan(&id, &tenant, &token, &attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Payment{}, 0, false, nil
+		return Payment{}, 0, 0, false, nil
 	}
 	if err != nil {
-		return Payment{}, 0, false, fmt.Errorf("claim payment for recovery: %w", err)
+		return Payment{}, 0, 0, false, fmt.Errorf("claim payment for recovery: %w", err)
 	}
 	p, err := getPayment(ctx, s.db, tenant, id)
 	if err != nil {
-		return Payment{}, 0, false, err
+		return Payment{}, 0, 0, false, err
 	}
-	return p, token, true, nil
+	return p, token, attempts, true, nil
 }
 
-// recoverOne resumes p as a takeover would and books the attempt.
-func (s *Service) recoverOne(ctx context.Context, p Payment, token int64) string {
-	log := s.log.With("payment_id", p.ID, "tenant", p.TenantID)
+// recoverOne resumes p as a takeover would. After the last allowed attempt
+// an unresolved payment is marked for manual review.
+func (s *Service) recoverOne(ctx context.Context, p Payment, token int64, attempt int) string {
+	log := s.log.With("payment_id", p.ID, "tenant", p.TenantID, "attempt", attempt)
+	if p.State != StateProviderRequestSent && p.State != StateUnknown {
+		// Moved on between the claim's snapshot and now: not ours to resume.
+		b := &pgx.Batch{}
+		idempotency.QueueRelease(b, p.ID, token)
+		if err := s.sendBatch(ctx, b); err != nil {
+			log.WarnContext(ctx, "reconciler could not release a key", "error", err)
+		}
+		return OutcomeUnresolved
+	}
 	res, err := s.process(ctx, p, token)
 	switch {
 	case err == nil && res.Response.Status == http.StatusCreated:
@@ -162,44 +174,21 @@ func (s *Service) recoverOne(ctx context.Context, p Payment, token int64) string
 	if err != nil {
 		reason = err.Error()
 	}
-	manual, bookErr := s.bookUnresolved(ctx, p.ID, reason)
-	if bookErr != nil {
-		log.ErrorContext(ctx, "reconciler could not book attempt", "error", bookErr)
-		return OutcomeError
+	if attempt < s.cfg.Recovery.MaxAttempts {
+		if err != nil {
+			log.WarnContext(ctx, "reconciler attempt failed", "error", err)
+			return OutcomeError
+		}
+		return OutcomeUnresolved
 	}
-	if manual {
-		log.WarnContext(ctx, "payment marked for manual review: the reconciler gave up; it stays PROCESSING", "reason", reason)
-		return OutcomeManualReview
-	}
-	if err != nil {
-		log.WarnContext(ctx, "reconciler attempt failed", "error", err)
-		return OutcomeError
-	}
-	return OutcomeUnresolved
-}
-
-// bookUnresolved counts an attempt that did not resolve the payment, sets
-// its next attempt, and marks it for manual review after the last one.
-func (s *Service) bookUnresolved(ctx context.Context, id, reason string) (manual bool, err error) {
-	var attempts int
-	err = s.db.QueryRow(ctx, `SELECT recovery_attempts FROM payments WHERE id = $1`, id).Scan(&attempts)
-	if err != nil {
-		return false, fmt.Errorf("read recovery attempts: %w", err)
-	}
-	attempts++
-	now := s.clock.Now()
-	manual = attempts >= s.cfg.Recovery.MaxAttempts
-	var reviewAt *time.Time
-	if manual {
-		reviewAt = &now
-	}
-	_, err = s.db.Exec(ctx, `
-		UPDATE payments
-		SET recovery_attempts = $2, recovery_next_at = $3, recovery_last_error = $4, manual_review_at = $5
+	_, markErr := s.db.Exec(ctx, `
+		UPDATE payments SET manual_review_at = $2, recovery_last_error = $3
 		WHERE id = $1 AND state IN ('PROVIDER_REQUEST_SENT', 'UNKNOWN_REQUIRES_RECOVERY')`,
-		id, attempts, now.Add(s.cfg.Recovery.delay(attempts)), reason, reviewAt)
-	if err != nil {
-		return false, fmt.Errorf("book recovery attempt: %w", err)
+		p.ID, s.clock.Now(), reason)
+	if markErr != nil {
+		log.ErrorContext(ctx, "reconciler could not mark payment for manual review", "error", markErr)
+		return OutcomeError
 	}
-	return manual, nil
+	log.WarnContext(ctx, "payment marked for manual review: the reconciler gave up; it stays PROCESSING", "reason", reason)
+	return OutcomeManualReview
 }

@@ -169,24 +169,31 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		ID: ids.NewPaymentID(), TenantID: tenant, Command: cmd,
 		State: StateReceived, CreatedAt: now, UpdatedAt: now,
 	}
-	claimed, err := s.claim(ctx, scope, fp, p)
-	if errors.Is(err, errReferenceFreed) {
-		// The payment holding the reference was declined in between: the
-		// reference is free, try once more.
-		claimed, err = s.claim(ctx, scope, fp, p)
-	}
-	if err != nil {
-		return Result{}, err
-	}
-	if claimed {
-		s.metrics.IdempotencyClaims.Inc()
-		s.log.InfoContext(ctx, "idempotency key claimed", "payment_id", p.ID)
-		if err := run(ctx, s.cfg.Hooks.AfterClaim, p.ID); err != nil {
+	// A second round is needed only when the world moved between two
+	// statements: the payment holding the merchant reference was declined,
+	// or clean-up deleted the key we collided with.
+	for round := 0; ; round++ {
+		claimed, err := s.claim(ctx, scope, fp, p)
+		if errors.Is(err, errReferenceFreed) && round == 0 {
+			continue
+		}
+		if err != nil {
 			return Result{}, err
 		}
-		return s.process(ctx, p, 1)
+		if claimed {
+			s.metrics.IdempotencyClaims.Inc()
+			s.log.InfoContext(ctx, "idempotency key claimed", "payment_id", p.ID)
+			if err := run(ctx, s.cfg.Hooks.AfterClaim, p.ID); err != nil {
+				return Result{}, err
+			}
+			return s.process(ctx, p, 1)
+		}
+		res, err := s.answerRetry(ctx, scope, fp, min(wait, MaxWait))
+		if errors.Is(err, idempotency.ErrNotFound) && round == 0 {
+			continue
+		}
+		return res, err
 	}
-	return s.answerRetry(ctx, scope, fp, min(wait, MaxWait))
 }
 
 // claim is the first transaction: the key, the payment in RECEIVED, its
@@ -240,11 +247,8 @@ func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp [
 	}
 	for {
 		rec, err := idempotency.Load(ctx, s.db, scope)
-		if errors.Is(err, idempotency.ErrNotFound) {
-			return Result{}, fmt.Errorf("idempotency key vanished during retry: %w", err)
-		}
 		if err != nil {
-			return Result{}, err
+			return Result{}, err // ErrNotFound: deleted by clean-up meanwhile; Create claims again
 		}
 		now := s.clock.Now()
 		switch rec.Decide(fp, now, s.cfg.ReplayTTL) {
@@ -270,10 +274,19 @@ func (s *Service) answerRetry(ctx context.Context, scope idempotency.Scope, fp [
 				defer unsubscribe()
 				continue
 			}
+			// Wake on a notification, or when the owner's lease runs out
+			// (a dead owner sends none): then a takeover is due.
+			leaseLeft := time.NewTimer(max(rec.LeaseExpiresAt.Sub(now), 0) + 10*time.Millisecond)
+			woken := "notified"
 			select {
 			case <-changed:
+			case <-leaseLeft.C:
+				woken = "lease_expired"
 			case <-waitCtx.Done():
+				woken = "timeout"
 			}
+			leaseLeft.Stop()
+			s.metrics.IdempotencyWaits.WithLabelValues(woken).Inc()
 		case idempotency.DecideTakeOver:
 			token, ok, err := idempotency.TakeOver(ctx, s.db, scope, rec.FencingToken, now, s.cfg.Lease)
 			if err != nil {
@@ -321,23 +334,33 @@ func (s *Service) process(ctx context.Context, p Payment, token int64) (Result, 
 }
 
 // send records PROVIDER_REQUEST_SENT, commits, and only then calls the
-// provider, with the key derived from the payment.
+// provider, with the key derived from the payment. A payment reaches send
+// only from RECEIVED or FAILED_RETRYABLE: no earlier call for it can still be
+// on its way to the provider, and the transition, fenced, makes this owner
+// the only caller. So a refusal of this call means no money moved.
 func (s *Service) send(ctx context.Context, p Payment, token int64) (Result, error) {
 	if err := s.commitTransition(ctx, &p, token, StateProviderRequestSent, "sending charge to provider"); err != nil {
 		return s.afterLostWrite(ctx, p, err)
 	}
-	return s.chargeAndSettle(ctx, p, token)
+	return s.chargeAndSettle(ctx, p, token, true)
 }
 
 // chargeAndSettle calls the provider for a payment recorded as
-// PROVIDER_REQUEST_SENT and commits what it said.
-func (s *Service) chargeAndSettle(ctx context.Context, p Payment, token int64) (Result, error) {
+// PROVIDER_REQUEST_SENT and commits what it said. soleCall says whether this
+// call is the only one that can have reached the provider for the payment:
+// only then does a refusal prove that no money moved.
+func (s *Service) chargeAndSettle(ctx context.Context, p Payment, token int64, soleCall bool) (Result, error) {
 	if err := run(ctx, s.cfg.Hooks.AfterRequestSent, p.ID); err != nil {
 		return Result{}, err
 	}
 	charge, err := s.charge(ctx, p)
 	if err := run(ctx, s.cfg.Hooks.AfterProviderAnswer, p.ID); err != nil {
 		return Result{}, err
+	}
+	if errors.Is(err, provider.ErrUnavailable) && !soleCall {
+		// An earlier call (a dead owner's, or one whose answer was lost)
+		// may still reach the provider: this refusal proves nothing.
+		err = fmt.Errorf("%w: refused, but an earlier call may still be processed: %v", provider.ErrUnknownOutcome, err) //nolint:errorlint
 	}
 	return s.settle(ctx, p, token, charge, err)
 }
@@ -363,7 +386,7 @@ func (s *Service) recoverOutcome(ctx context.Context, p Payment, token int64) (R
 		if err != nil {
 			return s.afterLostWrite(ctx, p, err)
 		}
-		return s.chargeAndSettle(ctx, p, token)
+		return s.chargeAndSettle(ctx, p, token, false)
 	default:
 		// The provider cannot say (or is past its key window): leave the
 		// payment to the reconciler and tell the client it is processing.
@@ -443,7 +466,7 @@ func (s *Service) settle(ctx context.Context, p Payment, token int64, c provider
 		answer = &idempotency.Response{Status: http.StatusPaymentRequired, Body: prob.JSON(), Headers: map[string]string{
 			"Content-Type": problem.ContentType,
 		}}
-	case errors.Is(callErr, provider.ErrUnavailable) && from == StateProviderRequestSent:
+	case errors.Is(callErr, provider.ErrUnavailable):
 		t.To, t.Reason = StateFailedRetryable, "provider refused before processing: "+callErr.Error()
 		p.State = StateFailedRetryable
 		resultErr = ErrProviderUnavailable
@@ -518,8 +541,15 @@ func (s *Service) renewLease(ctx context.Context, p Payment, token int64) error 
 	return s.sendBatch(ctx, b)
 }
 
+// dbStepTimeout bounds one transaction of a payment's progress. It is well
+// below any sane lease, so an owner stuck on a silent database gives up
+// before its key can be taken over.
+const dbStepTimeout = 10 * time.Second
+
 // sendBatch runs b in one transaction.
 func (s *Service) sendBatch(ctx context.Context, b *pgx.Batch) error {
+	ctx, cancel := context.WithTimeout(ctx, dbStepTimeout)
+	defer cancel()
 	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
@@ -536,7 +566,7 @@ func (s *Service) afterLostWrite(ctx context.Context, p Payment, err error) (Res
 		return Result{}, errors.Join(err, loadErr)
 	}
 	if rec.Response != nil {
-		return Result{Response: *rec.Response, PaymentID: p.ID}, nil
+		return Result{Response: *rec.Response, Replayed: true, PaymentID: p.ID}, nil
 	}
 	return Result{}, &KeyInUseError{RetryAfter: s.cfg.RetryAfter}
 }

@@ -74,20 +74,26 @@ func queueTransition(b *pgx.Batch, t Transition) error {
 	return nil
 }
 
-// queueGuardedUpdate is the statement behind queueTransition. The allowed
+// queueGuardedUpdate is the statement behind queueTransition. It locks the
+// key row, then the payment row: the order every writer uses. The allowed
 // (from, to) pairs travel with it, from the one table in state.go, so the
 // database refuses an illegal move even if a caller skipped the check.
 func queueGuardedUpdate(b *pgx.Batch, t Transition) {
 	froms, tos := allowedPairs()
 	b.Queue(`
-		WITH moved AS (
+		WITH owner AS (
+		    -- Lock the key row first: the token is checked on its latest
+		    -- version, so a takeover committed meanwhile fences us out.
+		    SELECT payment_id FROM idempotency_keys
+		    WHERE payment_id = $1 AND fencing_token = $4
+		    FOR UPDATE
+		), moved AS (
 		    UPDATE payments p
 		    SET state = $3, updated_at = $5,
 		        provider_reference = COALESCE(NULLIF($6, ''), p.provider_reference),
 		        decline_code = COALESCE(NULLIF($7, ''), p.decline_code)
-		    FROM idempotency_keys k
-		    WHERE p.id = $1 AND p.state = $2
-		      AND k.payment_id = p.id AND k.fencing_token = $4
+		    FROM owner
+		    WHERE p.id = owner.payment_id AND p.state = $2
 		      AND ($2, $3) IN (SELECT * FROM unnest($9::text[], $10::text[]))
 		    RETURNING p.id
 		)
@@ -119,6 +125,7 @@ func scanPayment(row pgx.Row) (Payment, error) {
 	if err != nil {
 		return Payment{}, fmt.Errorf("read payment: %w", err)
 	}
+	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC() // one rendering, whatever time.Local is
 	return p, nil
 }
 

@@ -47,8 +47,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
@@ -159,9 +161,16 @@ func (c *Client) Lookup(ctx context.Context, key string) (provider.Charge, error
 
 // do sends hreq and maps the answer to a charge or a classified error.
 func (c *Client) do(hreq *http.Request, key string, lookup bool) (provider.Charge, error) {
+	// net/http may resend a request that carries an Idempotency-Key after a
+	// reused connection failed, possibly after the first copy was processed.
+	// Only a failure with no connection ever obtained proves "never sent".
+	var gotConn atomic.Bool
+	hreq = hreq.WithContext(httptrace.WithClientTrace(hreq.Context(), &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) },
+	}))
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
-		return provider.Charge{}, transportError(err)
+		return provider.Charge{}, transportError(err, gotConn.Load())
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
@@ -188,11 +197,12 @@ func (c *Client) do(hreq *http.Request, key string, lookup bool) (provider.Charg
 	}
 }
 
-// transportError classifies an error from http.Client.Do: only a failed dial
-// proves that the request was never sent.
-func transportError(err error) error {
+// transportError classifies an error from http.Client.Do: only a failed dial,
+// with no connection obtained before it, proves that the request was never
+// sent.
+func transportError(err error, connected bool) error {
 	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
+	if !connected && errors.As(err, &op) && op.Op == "dial" {
 		return fmt.Errorf("%w: %w", provider.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: %w", provider.ErrUnknownOutcome, err)

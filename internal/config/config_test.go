@@ -1,0 +1,64 @@
+package config
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadFlagsOverEnvironment(t *testing.T) {
+	env := map[string]string{"HTTP_ADDR": ":9000", "LEASE_DURATION": "40s", "DATABASE_URL": "postgres://env"}
+	c, err := Load([]string{"-http-addr", ":9001", "-database-url", "postgres://flag"}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HTTPAddr != ":9001" || c.LeaseDuration != 40*time.Second || c.DatabaseURL != "postgres://flag" {
+		t.Errorf("got %+v", c)
+	}
+	if c.DevMode() || c.APIKeys != "" {
+		t.Errorf("with a database there is no default key: %q", c.APIKeys)
+	}
+	dev, err := Load(nil, func(string) string { return "" }, &bytes.Buffer{})
+	if err != nil || !dev.DevMode() || dev.APIKeys != DevAPIKeys {
+		t.Errorf("dev mode: %+v, %v", dev, err)
+	}
+}
+
+func TestLoadRefusesInconsistentSettings(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"lease not above timeout": {"LEASE_DURATION": "5s", "PROVIDER_TIMEOUT": "5s"},
+		"bad duration":            {"IDEMPOTENCY_TTL": "a day"},
+		"unknown provider":        {"PROVIDER": "paypal"},
+		"stripe without key":      {"PROVIDER": "stripe"},
+		"nats without url":        {"OUTBOX_PUBLISHER": "nats"},
+		"zero attempts":           {"RECONCILE_MAX_ATTEMPTS": "0"},
+	} {
+		if _, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestHelpNeverPrintsSecrets(t *testing.T) {
+	env := map[string]string{
+		"DATABASE_URL": "postgres://u:hunter2@db/x", "API_KEYS": "demo:sk_live_secret",
+		"STRIPE_API_KEY": "sk_live_stripe", "NATS_URL": "nats://u:natspass@n",
+	}
+	var out bytes.Buffer
+	if _, err := Load([]string{"-h"}, func(k string) string { return env[k] }, &out); err == nil {
+		t.Fatal("-h did not stop")
+	}
+	if _, err := Load([]string{"-no-such-flag"}, func(k string) string { return env[k] }, &out); err == nil {
+		t.Fatal("unknown flag accepted")
+	}
+	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass"} {
+		if strings.Contains(out.String(), secret) {
+			t.Errorf("usage output leaks %q", secret)
+		}
+	}
+	c, err := Load(nil, func(k string) string { return env[k] }, &out)
+	if err != nil || c.StripeAPIKey != "sk_live_stripe" || c.DatabaseURL != env["DATABASE_URL"] || c.APIKeys != env["API_KEYS"] {
+		t.Errorf("secrets from the environment no longer apply: %v", err)
+	}
+}
