@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -150,7 +149,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	handler := httpapi.NewServer(httpapi.Deps{
 		Payments: a.svc, DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
-		Ready: func(ctx context.Context) error { return ready(ctx, a.pool) },
+		Ready: func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -257,23 +256,6 @@ func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (pr
 	default:
 		return nil, nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
 	}
-}
-
-// ready reports whether the database answers and every migration is applied.
-func ready(ctx context.Context, pool *pgxpool.Pool) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("database unreachable: %w", err)
-	}
-	pending, err := database.Pending(ctx, pool)
-	if err != nil {
-		return fmt.Errorf("check migrations: %w", err)
-	}
-	if pending {
-		return errors.New("migrations pending")
-	}
-	return nil
 }
 
 func displayAddr(a net.Addr) string {

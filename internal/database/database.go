@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -82,6 +83,24 @@ func Pending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	}
 	defer db.Close()
 	return p.HasPending(ctx)
+}
+
+// Ready reports whether the database answers and every migration is
+// applied (for /readyz).
+func Ready(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("database unreachable: %w", err)
+	}
+	pending, err := Pending(ctx, pool)
+	if err != nil {
+		return fmt.Errorf("check migrations: %w", err)
+	}
+	if pending {
+		return errors.New("migrations pending")
+	}
+	return nil
 }
 
 // Unavailable reports whether err means the database could not be reached or

@@ -18,6 +18,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -129,7 +130,7 @@ func (e *env) instance() (string, *payments.Service, *prometheus.Registry) {
 	svc := payments.NewService(payments.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m, Waiter: keys}, e.cfg)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
-		Ready: func(context.Context) error { return nil },
+		Ready: func(ctx context.Context) error { return database.Ready(ctx, e.pool) },
 	}))
 	t.Cleanup(func() {
 		srv.Close()

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
@@ -40,10 +40,11 @@ func TestDatabaseDownIs503(t *testing.T) {
 
 	// The payments store is down (authentication still works): the create
 	// itself cannot be claimed.
-	svc := payments.NewService(payments.Deps{DB: deadPool(t), Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: log, Metrics: m}, e.cfg)
+	dead := deadPool(t)
+	svc := payments.NewService(payments.Deps{DB: dead, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: log, Metrics: m}, e.cfg)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg,
-		Ready: func(context.Context) error { return errors.New("database unreachable") },
+		Ready: func(ctx context.Context) error { return database.Ready(ctx, dead) },
 	}))
 	defer srv.Close()
 	e.url = srv.URL
