@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 
-# One image, two binaries: the payments API (paymentsapi, the default command)
-# and the payment provider simulator (providersim). docker-compose.yml runs both.
+# One image, three binaries: the payments API (paymentsapi, the default command),
+# the payment provider simulator (providersim) and the ledger projector
+# (ledger). docker-compose.yml runs all three.
 #
 #   docker build -t paymentsapi:dev .
 #   docker run --rm -p 8080:8080 -e DATABASE_URL=postgres://... paymentsapi:dev
@@ -20,12 +21,12 @@ COPY go.mod go.sum ./
 RUN go mod download
 
 COPY . .
-RUN go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/paymentsapi ./cmd/providersim
+RUN go build -trimpath -ldflags="-s -w" -o /out/ ./cmd/paymentsapi ./cmd/providersim ./cmd/ledger
 
 # ---- runtime ---------------------------------------------------------------
 # distroless static: CA certificates and tzdata, no shell, runs as nonroot (65532).
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/paymentsapi /out/providersim /usr/local/bin/
+COPY --from=build /out/paymentsapi /out/providersim /out/ledger /usr/local/bin/
 WORKDIR /home/nonroot
 USER nonroot:nonroot
 EXPOSE 8080

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/api"
@@ -25,6 +26,8 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
@@ -136,11 +139,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	defer a.close()
+	relay, closePublisher, err := newRelay(a, cfg, log, stdout)
+	if err != nil {
+		return err
+	}
+	defer closePublisher() // runs after the workers below have stopped
 
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keys.Run(workers) })
 	wg.Go(func() { a.svc.RunReconciler(workers, cfg.ReconcileInterval) })
+	wg.Go(func() { relay.Run(workers, outbox.DefaultRelayInterval) })
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
 	defer func() {
 		stopWorkers()
@@ -184,6 +193,38 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		log.Warn("in-flight requests did not finish in time; their keys stay leased and resume on retry or by the reconciler", "error", err)
 	}
 	return nil
+}
+
+// newRelay returns the outbox relay with the configured publisher
+// (OUTBOX_PUBLISHER: log, JSON lines on stdout; or nats, JetStream at
+// NATS_URL) and its metrics, and a function that closes the publisher.
+func newRelay(a *app, cfg config.Config, log *slog.Logger, stdout io.Writer) (*outbox.Relay, func(), error) {
+	var (
+		pub      outbox.Publisher = outbox.NewLogPublisher(stdout)
+		closePub                  = func() {}
+	)
+	if cfg.OutboxPublisher == "nats" {
+		nc, err := natspub.Connect(cfg.NATSURL, "paymentsapi", log.With("component", "nats"))
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("JetStream: %w", err)
+		}
+		pub, closePub = natspub.NewPublisher(js, natspub.StreamConfig{}, log), nc.Close
+	}
+	clk := clock.System{}
+	relay, err := outbox.NewRelay(outbox.RelayDeps{
+		DB: a.pool, Publisher: pub, Clock: clk, Log: log.With("component", "outbox-relay"),
+		Metrics: outbox.NewMetrics(a.reg, a.pool, clk, log),
+	}, outbox.RelayConfig{})
+	if err != nil {
+		closePub()
+		return nil, nil, err
+	}
+	return relay, closePub, nil
 }
 
 // reconcile runs the reconciler alone: one pass with once, else until ctx

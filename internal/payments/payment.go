@@ -69,5 +69,14 @@ func (p Payment) JSON() []byte {
 	return b
 }
 
+// eventPayload is what outbox events about p carry: the client view plus the
+// tenant, which consumers (the ledger) need and clients never see.
+func (p Payment) eventPayload() any {
+	return struct {
+		View
+		TenantID string `json:"tenantId"`
+	}{p.View(), p.TenantID}
+}
+
 // Location is the URL path of the payment.
 func (p Payment) Location() string { return "/payments/" + p.ID }

@@ -199,7 +199,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 // claim is the first transaction: the key, the payment in RECEIVED, its
 // first transition and the PaymentCreated event, all or nothing.
 func (s *Service) claim(ctx context.Context, scope idempotency.Scope, fp []byte, p Payment) (bool, error) {
-	event, err := outbox.NewEvent(outbox.TypePaymentCreated, p.ID, p.View(), p.CreatedAt)
+	event, err := outbox.NewEvent(outbox.TypePaymentCreated, p.ID, p.eventPayload(), p.CreatedAt)
 	if err != nil {
 		return false, err
 	}
@@ -485,7 +485,7 @@ func (s *Service) settle(ctx context.Context, p Payment, token int64, c provider
 		}
 	}
 	if eventType != "" {
-		event, err := outbox.NewEvent(eventType, p.ID, p.View(), now)
+		event, err := outbox.NewEvent(eventType, p.ID, p.eventPayload(), now)
 		if err != nil {
 			return Result{}, err
 		}

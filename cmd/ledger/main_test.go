@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub/natstest"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRunBooksEntriesFromNATS runs the command in-process against a real
+// PostgreSQL and a real NATS server: an event published before it started
+// and one published while it runs are booked, its metrics say so, and it
+// stops cleanly when its context ends.
+func TestRunBooksEntriesFromNATS(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewURL(t)
+	natsURL := natstest.Start(t)
+	_, js := natstest.Connect(t, natsURL)
+	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
+	publish := func(paymentID string) {
+		t.Helper()
+		ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, paymentID, map[string]string{
+			"paymentId": paymentID, "status": "SUCCEEDED", "accountId": "acc_1", "amount": "12.34", "currency": "EUR",
+		}, time.Now().UTC())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish(t.Context(), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("pay_before")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL}
+	go func() {
+		done <- run(ctx, []string{"-metrics-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, stdout, stderr)
+	}()
+
+	pool, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	waitEntries := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var got int
+			err := pool.QueryRow(t.Context(), `SELECT count(*) FROM ledger_entries WHERE amount_minor = 1234`).Scan(&got)
+			if err == nil && got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d ledger entries after 15s (err %v), want %d; stderr:\n%s", got, err, n, stderr.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitEntries(1)
+	publish("pay_during")
+	waitEntries(2)
+
+	m := regexp.MustCompile(`metrics on (http://\S+)`).FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no metrics URL on stdout: %q", stdout.String())
+	}
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `paymentsapi_ledger_events_total{outcome="applied"} 2`) {
+		t.Errorf("metrics:\n%s", body)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return 15s after its context ended")
+	}
+}
+
+func TestRunNeedsItsURLs(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	err := run(context.Background(), nil, func(string) string { return "" }, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") || !strings.Contains(err.Error(), "NATS_URL") {
+		t.Fatalf("run = %v", err)
+	}
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); err != errUsage {
+		t.Fatalf("run -h = %v", err)
+	}
+}

@@ -1,0 +1,366 @@
+// Package ledger is a small projector of payment events: it consumes them
+// from NATS JetStream and books exactly one ledger entry per succeeded
+// payment, however often an event is published or delivered.
+//
+// Exactly once rests on two keys, both written in the transaction that
+// books the entry, and on acknowledging only after it commits:
+//
+//   - the inbox, primary key (consumer, event_id): a redelivered or
+//     republished event finds its row and changes nothing;
+//   - the entry's natural key, unique (payment_id, entry_type): a second
+//     event announcing the same success (another event id) books nothing.
+//
+// A crash before the commit books nothing and the broker redelivers; a
+// crash between the commit and the acknowledgement redelivers an event the
+// inbox already holds. Order does not matter: only PaymentSucceeded books an
+// entry, and it carries everything the entry needs.
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/money"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
+)
+
+// DefaultConsumer is the inbox's consumer name and the JetStream durable
+// consumer's name.
+const DefaultConsumer = "ledger"
+
+// EntryPaymentSucceeded is the entry type booked for a succeeded payment.
+const EntryPaymentSucceeded = "PAYMENT_SUCCEEDED"
+
+// Outcome is what handling one event did.
+type Outcome string
+
+// Outcomes of Apply, as recorded in the inbox and counted in the metric
+// paymentsapi_ledger_events_total{outcome}.
+const (
+	// OutcomeApplied: the entry was booked.
+	OutcomeApplied Outcome = "applied"
+	// OutcomeDuplicateEvent: the inbox already held this event id; nothing
+	// changed (not recorded again).
+	OutcomeDuplicateEvent Outcome = "duplicate_event"
+	// OutcomeDuplicateEntry: a new event id, but the payment's entry was
+	// already booked (natural key); nothing booked.
+	OutcomeDuplicateEntry Outcome = "duplicate_entry"
+	// OutcomeIgnored: an event type the ledger does not book.
+	OutcomeIgnored Outcome = "ignored"
+	// OutcomeRejected: the payload cannot make an entry (no amount, bad
+	// currency, ...). Recorded in the inbox with the reason, for a person.
+	OutcomeRejected Outcome = "rejected"
+)
+
+// Outcomes of a delivery that are not outcomes of Apply, counted in the
+// same metric.
+const (
+	outcomeMalformed = "malformed" // the message is not an event: terminated
+	outcomeError     = "error"     // the database failed: redelivered later
+)
+
+// DB is what the projector needs of the database; *pgxpool.Pool has it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Deps are the collaborators of a Projector.
+type Deps struct {
+	DB    DB
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Registerer gets the projector's metric; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// Projector books ledger entries from payment events.
+type Projector struct {
+	db       DB
+	clock    clock.Clock
+	log      *slog.Logger
+	consumer string
+	events   *prometheus.CounterVec
+}
+
+// NewProjector returns a Projector recording its inbox rows as consumer
+// (DefaultConsumer if empty).
+func NewProjector(d Deps, consumer string) *Projector {
+	if consumer == "" {
+		consumer = DefaultConsumer
+	}
+	log := d.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	events := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "paymentsapi_ledger_events_total",
+		Help: "Payment events handled by the ledger projector, by outcome: applied, duplicate_event, duplicate_entry, ignored, rejected, malformed, error.",
+	}, []string{"outcome"})
+	for _, o := range []string{string(OutcomeApplied), string(OutcomeDuplicateEvent), string(OutcomeDuplicateEntry),
+		string(OutcomeIgnored), string(OutcomeRejected), outcomeMalformed, outcomeError} {
+		events.WithLabelValues(o)
+	}
+	if d.Registerer != nil {
+		d.Registerer.MustRegister(events)
+	}
+	return &Projector{db: d.DB, clock: d.Clock, log: log, consumer: consumer, events: events}
+}
+
+// paymentPayload is what the ledger reads of a payment event's payload (the
+// payment's JSON view).
+type paymentPayload struct {
+	PaymentID         string `json:"paymentId"`
+	TenantID          string `json:"tenantId"` // not sent yet; booked when present
+	Status            string `json:"status"`
+	AccountID         string `json:"accountId"`
+	Amount            string `json:"amount"`
+	Currency          string `json:"currency"`
+	ProviderReference string `json:"providerReference"`
+}
+
+// entry is a ledger entry to book.
+type entry struct {
+	paymentID, tenantID, accountID, currency, providerReference string
+	amountMinor                                                 int64
+}
+
+// entryOf reads the entry a PaymentSucceeded event books.
+func entryOf(e outbox.Event) (entry, error) {
+	var p paymentPayload
+	if err := json.Unmarshal(e.Payload, &p); err != nil {
+		return entry{}, fmt.Errorf("payload is not a payment: %w", err)
+	}
+	switch {
+	case p.PaymentID != e.AggregateID:
+		return entry{}, fmt.Errorf("payload paymentId %q differs from the event's aggregateId %q", p.PaymentID, e.AggregateID)
+	case p.Status != "SUCCEEDED":
+		return entry{}, fmt.Errorf("status %q in a %s event", p.Status, e.Type)
+	case p.AccountID == "":
+		return entry{}, errors.New("no accountId")
+	}
+	currency, err := money.NormalizeCurrency(p.Currency)
+	if err != nil {
+		return entry{}, err
+	}
+	minor, err := money.Parse(p.Amount, currency)
+	if err != nil {
+		return entry{}, err
+	}
+	return entry{paymentID: p.PaymentID, tenantID: p.TenantID, accountID: p.AccountID, currency: currency,
+		providerReference: p.ProviderReference, amountMinor: minor}, nil
+}
+
+// Apply handles one event in one transaction: it records the event in the
+// inbox and, for a PaymentSucceeded event, books the payment's entry. An
+// error means nothing was written and the event should be delivered again.
+func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) {
+	outcome, reason := OutcomeIgnored, ""
+	var ent *entry
+	if e.Type == outbox.TypePaymentSucceeded {
+		en, err := entryOf(e)
+		if err != nil {
+			outcome, reason = OutcomeRejected, err.Error()
+		} else {
+			outcome, ent = OutcomeApplied, &en
+		}
+	}
+	now := p.clock.Now()
+	err := pgx.BeginFunc(ctx, p.db, func(tx pgx.Tx) error {
+		var reasonArg *string
+		if reason != "" {
+			reasonArg = &reason
+		}
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO inbox (consumer, event_id, event_type, aggregate_id, outcome, error, received_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT (consumer, event_id) DO NOTHING`,
+			p.consumer, e.ID, e.Type, e.AggregateID, string(outcome), reasonArg, now)
+		if err != nil {
+			return fmt.Errorf("record event %s in the inbox: %w", e.ID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			outcome = OutcomeDuplicateEvent
+			return nil
+		}
+		if ent == nil {
+			return nil
+		}
+		var tenant, providerRef *string
+		if ent.tenantID != "" {
+			tenant = &ent.tenantID
+		}
+		if ent.providerReference != "" {
+			providerRef = &ent.providerReference
+		}
+		tag, err = tx.Exec(ctx, `
+			INSERT INTO ledger_entries
+			    (payment_id, entry_type, tenant_id, account_id, amount_minor, currency, provider_reference,
+			     event_id, occurred_at, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (payment_id, entry_type) DO NOTHING`,
+			ent.paymentID, EntryPaymentSucceeded, tenant, ent.accountID, ent.amountMinor, ent.currency, providerRef,
+			e.ID, e.OccurredAt, now)
+		if err != nil {
+			return fmt.Errorf("book ledger entry of payment %s: %w", ent.paymentID, err)
+		}
+		if tag.RowsAffected() == 0 {
+			outcome = OutcomeDuplicateEntry
+			_, err = tx.Exec(ctx, `UPDATE inbox SET outcome = $3 WHERE consumer = $1 AND event_id = $2`,
+				p.consumer, e.ID, string(outcome))
+			if err != nil {
+				return fmt.Errorf("record event %s in the inbox: %w", e.ID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	p.events.WithLabelValues(string(outcome)).Inc()
+	log := p.log.With("event_id", e.ID, "event_type", e.Type, "payment_id", e.AggregateID, "outcome", string(outcome))
+	switch outcome {
+	case OutcomeRejected:
+		log.ErrorContext(ctx, "ledger rejected an event: it cannot make an entry; recorded in the inbox", "reason", reason)
+	case OutcomeApplied:
+		log.InfoContext(ctx, "ledger entry booked")
+	default:
+		log.DebugContext(ctx, "ledger event handled")
+	}
+	return outcome, nil
+}
+
+// ConsumerConfig tunes the JetStream consumer of Run. Zero fields take
+// their defaults.
+type ConsumerConfig struct {
+	// Stream is the stream to read (natspub's defaults).
+	Stream natspub.StreamConfig
+	// AckWait is how long the broker waits for an acknowledgement before it
+	// delivers a message again (default 30s).
+	AckWait time.Duration
+	// HandleTimeout bounds the handling of one message (default AckWait).
+	HandleTimeout time.Duration
+	// RetryWait is how long Run waits between attempts to set up the
+	// consumer while NATS is unreachable (default 1s).
+	RetryWait time.Duration
+}
+
+func (c ConsumerConfig) withDefaults() ConsumerConfig {
+	c.Stream = c.Stream.WithDefaults()
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.HandleTimeout <= 0 {
+		c.HandleTimeout = c.AckWait
+	}
+	if c.RetryWait <= 0 {
+		c.RetryWait = time.Second
+	}
+	return c
+}
+
+// Run consumes PaymentSucceeded events with a durable JetStream consumer
+// (named like the projector's consumer) until ctx ends, acknowledging each
+// message only after its transaction committed. It waits for NATS while it
+// is unreachable. On return, messages already received have been handled.
+func (p *Projector) Run(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig) error {
+	cfg = cfg.withDefaults()
+	var cons jetstream.Consumer
+	for {
+		var err error
+		cons, err = p.ensureConsumer(ctx, js, cfg)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		p.log.WarnContext(ctx, "ledger consumer not set up yet; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(cfg.RetryWait):
+		}
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) { p.handle(ctx, msg, cfg.HandleTimeout) },
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			p.log.WarnContext(ctx, "ledger consumer", "error", err)
+		}))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", cfg.Stream.Name, err)
+	}
+	p.log.InfoContext(ctx, "ledger consuming", "stream", cfg.Stream.Name, "consumer", p.consumer)
+	<-ctx.Done()
+	cc.Drain() // handle what was already received, then stop
+	select {
+	case <-cc.Closed():
+	case <-time.After(cfg.AckWait):
+		cc.Stop()
+	}
+	return nil
+}
+
+// ensureConsumer creates or updates the durable consumer.
+func (p *Projector) ensureConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig) (jetstream.Consumer, error) {
+	stream, err := natspub.EnsureStream(ctx, js, cfg.Stream)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       p.consumer,
+		Description:   "Ledger projector: one entry per succeeded payment.",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    -1, // never give up on an event: a database outage must not lose entries
+		FilterSubject: natspub.Subject(cfg.Stream.SubjectPrefix, outbox.TypePaymentSucceeded),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s on %s: %w", p.consumer, cfg.Stream.Name, err)
+	}
+	return cons, nil
+}
+
+// handle applies one message and acknowledges it after the commit.
+func (p *Projector) handle(ctx context.Context, msg jetstream.Msg, timeout time.Duration) {
+	e, err := natspub.Decode(msg.Data())
+	if err != nil {
+		// Never an event, however often delivered: stop its redelivery.
+		// It stays in the stream for a person to look at.
+		p.events.WithLabelValues(outcomeMalformed).Inc()
+		p.log.ErrorContext(ctx, "ledger terminated a malformed message", "subject", msg.Subject(), "error", err)
+		if err := msg.TermWithReason("malformed event"); err != nil {
+			p.log.WarnContext(ctx, "could not terminate message", "error", err)
+		}
+		return
+	}
+	// Finish a message already started even while shutting down.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if _, err := p.Apply(hctx, e); err != nil {
+		p.events.WithLabelValues(outcomeError).Inc()
+		delay := time.Second
+		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered > 1 {
+			delay = min(time.Second<<min(md.NumDelivered-1, 6), time.Minute)
+		}
+		p.log.WarnContext(ctx, "ledger could not handle event; it will be delivered again",
+			"event_id", e.ID, "error", err, "retry_in", delay)
+		if err := msg.NakWithDelay(delay); err != nil {
+			p.log.WarnContext(ctx, "could not nak message; it is redelivered after the ack wait", "error", err)
+		}
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		// Redelivered later; the inbox recognises it.
+		p.log.WarnContext(ctx, "could not acknowledge event", "event_id", e.ID, "error", err)
+	}
+}

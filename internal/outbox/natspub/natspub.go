@@ -1,0 +1,242 @@
+// Package natspub publishes outbox events to NATS JetStream, one message
+// per event on the subject <prefix>.<EventType> (payments.events.PaymentSucceeded),
+// with the event id as Nats-Msg-Id: the stream drops a repeat of an event
+// within its duplicate window, and consumers deduplicate the rest by the
+// same id. The message body is the event's JSON form (outbox.Event).
+package natspub
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+)
+
+// Defaults of StreamConfig.
+const (
+	DefaultStream          = "PAYMENTS_EVENTS"
+	DefaultSubjectPrefix   = "payments.events"
+	DefaultDuplicateWindow = 2 * time.Minute
+)
+
+// Headers set on every message besides Nats-Msg-Id.
+const (
+	HeaderEventType     = "Event-Type"
+	HeaderAggregateType = "Aggregate-Type"
+	HeaderAggregateID   = "Aggregate-Id"
+)
+
+// StreamConfig names the stream the events go to. Zero fields take their
+// defaults.
+type StreamConfig struct {
+	// Name is the JetStream stream (default PAYMENTS_EVENTS).
+	Name string
+	// SubjectPrefix is the subjects' prefix (default payments.events); the
+	// stream holds <prefix>.>.
+	SubjectPrefix string
+	// DuplicateWindow is how long the stream remembers message ids to drop
+	// repeats (default 2m; the server's minimum is 100ms).
+	DuplicateWindow time.Duration
+	// MaxAge is how long the stream keeps messages (default 0: no limit).
+	MaxAge time.Duration
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c StreamConfig) WithDefaults() StreamConfig {
+	if c.Name == "" {
+		c.Name = DefaultStream
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	if c.DuplicateWindow <= 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	return c
+}
+
+// Subject is the subject of events of eventType under prefix.
+func Subject(prefix, eventType string) string { return prefix + "." + eventType }
+
+// EnsureStream returns the stream of cfg, creating it if it does not exist.
+// An existing stream is used as it is: changing its configuration is an
+// operator's decision, not a side effect of starting a process.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig) (jetstream.Stream, error) {
+	cfg = cfg.WithDefaults()
+	s, err := js.Stream(ctx, cfg.Name)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("look up stream %s: %w", cfg.Name, err)
+	}
+	s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.Name,
+		Description: "Payment events published from the paymentsapi transactional outbox.",
+		Subjects:    []string{cfg.SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      cfg.MaxAge,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) { // another process was quicker
+		s, err = js.Stream(ctx, cfg.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// Message is the NATS message of e under prefix.
+func Message(prefix string, e outbox.Event) (*nats.Msg, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
+	}
+	m := nats.NewMsg(Subject(prefix, e.Type))
+	m.Data = data
+	m.Header.Set(jetstream.MsgIDHeader, e.ID)
+	m.Header.Set(HeaderEventType, e.Type)
+	m.Header.Set(HeaderAggregateType, e.AggregateType)
+	m.Header.Set(HeaderAggregateID, e.AggregateID)
+	return m, nil
+}
+
+// ErrMalformed is wrapped by Decode's errors: the message is not an event
+// and never will be, however often it is redelivered.
+var ErrMalformed = errors.New("malformed event message")
+
+// Decode reads the event a message body carries and checks that it names
+// an id (a UUID), a type and an aggregate.
+func Decode(data []byte) (outbox.Event, error) {
+	var e outbox.Event
+	if err := json.Unmarshal(data, &e); err != nil {
+		return outbox.Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	switch {
+	case !isUUID(e.ID):
+		return outbox.Event{}, fmt.Errorf("%w: eventId %q is not a UUID", ErrMalformed, e.ID)
+	case e.Type == "" || strings.ContainsAny(e.Type, ". *>"):
+		return outbox.Event{}, fmt.Errorf("%w: bad type %q", ErrMalformed, e.Type)
+	case e.AggregateID == "":
+		return outbox.Event{}, fmt.Errorf("%w: no aggregateId", ErrMalformed)
+	}
+	e.ID = strings.ToLower(e.ID)
+	return e, nil
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	_, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	return err == nil
+}
+
+// Publisher is the outbox.Publisher for NATS JetStream. It creates the
+// stream on first use (and again if it disappears), so that the API starts
+// whether or not NATS is up: until it is, publishing fails and the relay
+// backs off. It is safe for concurrent use.
+type Publisher struct {
+	js  jetstream.JetStream
+	cfg StreamConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	ensured bool
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// NewPublisher returns a Publisher to the stream of cfg.
+func NewPublisher(js jetstream.JetStream, cfg StreamConfig, log *slog.Logger) *Publisher {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Publisher{js: js, cfg: cfg.WithDefaults(), log: log}
+}
+
+// Publish publishes e and waits for the stream's acknowledgement. A repeat
+// the stream dropped as a duplicate is a success.
+func (p *Publisher) Publish(ctx context.Context, e outbox.Event) error {
+	_, err := p.PublishAck(ctx, e)
+	return err
+}
+
+// PublishAck is Publish that also returns the stream's acknowledgement, whose
+// Duplicate field tells whether the stream dropped the message as a repeat.
+func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.PubAck, error) {
+	if err := p.ensure(ctx); err != nil {
+		return nil, err
+	}
+	m, err := Message(p.cfg.SubjectPrefix, e)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := p.js.PublishMsg(ctx, m, jetstream.WithExpectStream(p.cfg.Name))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			p.forget()
+		}
+		return nil, fmt.Errorf("publish event %s to %s: %w", e.ID, m.Subject, err)
+	}
+	if ack.Duplicate {
+		p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", ack.Stream, "seq", ack.Sequence)
+	}
+	return ack, nil
+}
+
+func (p *Publisher) ensure(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ensured {
+		return nil
+	}
+	if _, err := EnsureStream(ctx, p.js, p.cfg); err != nil {
+		return err
+	}
+	p.ensured = true
+	return nil
+}
+
+func (p *Publisher) forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ensured = false
+}
+
+// Connect opens a connection to the NATS server(s) at url that keeps
+// reconnecting for ever, also when the first attempt fails (the caller gets
+// the connection at once; operations fail until it is up).
+func Connect(url, clientName string, log *slog.Logger) (*nats.Conn, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	nc, err := nats.Connect(url,
+		nats.Name(clientName),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS disconnected", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS connected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS: %w", err)
+	}
+	return nc, nil
+}
