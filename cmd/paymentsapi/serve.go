@@ -50,6 +50,7 @@ type app struct {
 	svc     *payments.Service
 	keys    *idempotency.Listener
 	janitor *cleanup.Janitor
+	dataDir string // dev mode: where the embedded PostgreSQL keeps its data
 	closers []func()
 }
 
@@ -85,7 +86,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, e
 		if err := cluster.EnsureDatabase(ctx, devDatabase); err != nil {
 			return nil, err
 		}
-		dbURL = cluster.URL(devDatabase)
+		dbURL, a.dataDir = cluster.URL(devDatabase), cluster.DataDir()
 		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir())
 	}
 
@@ -179,7 +180,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	base := "http://" + displayAddr(ln.Addr())
 	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider)
-	printBanner(stdout, base, cfg)
+	printBanner(stdout, base, cfg, a.dataDir)
 
 	select {
 	case err := <-serveErr:
@@ -312,7 +313,7 @@ func displayAddr(a net.Addr) string {
 }
 
 // printBanner tells a person how to try the service.
-func printBanner(w io.Writer, base string, cfg config.Config) {
+func printBanner(w io.Writer, base string, cfg config.Config, dataDir string) {
 	secret := "<your secret>"
 	if pairs, err := apikeys.ParsePairs(cfg.APIKeys); err == nil && cfg.APIKeys == config.DevAPIKeys && len(pairs) == 1 {
 		secret = pairs[0].Secret
@@ -320,7 +321,7 @@ func printBanner(w io.Writer, base string, cfg config.Config) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\npaymentsapi is listening on %s\n", base)
 	if cfg.DevMode() {
-		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, in-process provider simulator, demo key\n", cfg.DataDir)
+		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, in-process provider simulator, demo key\n", dataDir)
 	}
 	fmt.Fprintf(&b, "\nTry it (run it twice: the second answer is a replay):\n\n")
 	fmt.Fprintf(&b, "curl -i -X POST %s/payments \\\n", base)
