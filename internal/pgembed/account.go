@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // serverUser is the OS account that runs PostgreSQL when the caller is root.
@@ -271,7 +272,16 @@ func lockDataDir(dataDir string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgembed: open lock file: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	// A child forked by another goroutine of this process shares the
+	// descriptor (and so the lock) until it execs, which on a loaded machine
+	// can take a moment after the lock was released: retry briefly before
+	// declaring the directory in use.
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	for deadline := time.Now().Add(2 * time.Second); errors.Is(err, syscall.EWOULDBLOCK) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
+	if err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
