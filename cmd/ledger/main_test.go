@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,27 +17,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub/natstest"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestRunBooksEntriesFromNATS runs the command in-process against a real
 // PostgreSQL and a real NATS server: an event published before it started
@@ -65,7 +47,7 @@ func TestRunBooksEntriesFromNATS(t *testing.T) {
 	publish("pay_before")
 
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &testio.SyncBuffer{}, &testio.SyncBuffer{}
 	done := make(chan error, 1)
 	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL}
 	go func() {

@@ -43,6 +43,17 @@ func recAPIEnv(dbURL, simURL string, extra ...string) []string {
 	}, extra...)
 }
 
+// recStartBackends starts what the API processes of a test run against: a
+// providersim process (simBin with simArgs, on a loopback port) and a fresh
+// database, with a pool on it. It returns the simulator's URL, the pool, and
+// the environment of an API process on both, with extra added.
+func recStartBackends(t *testing.T, simBin string, simArgs []string, extra ...string) (simURL string, db *pgxpool.Pool, env []string) {
+	t.Helper()
+	_, simURL = startProcess(t, simBin, nil, append([]string{"-addr", "127.0.0.1:0"}, simArgs...)...)
+	dbURL := pgtest.NewURL(t)
+	return simURL, recPool(t, dbURL), recAPIEnv(dbURL, simURL, extra...)
+}
+
 // recClient bounds every request, so that a hung server fails the test
 // instead of hanging it.
 var recClient = &http.Client{Timeout: 30 * time.Second}
@@ -347,10 +358,8 @@ func TestKilledAPIMidFlightThenRetryChargesOnce(t *testing.T) {
 }
 
 func testKilledMidFlight(t *testing.T, apiBin, simBin, reconcileInterval string, byRetry bool) {
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "2s")
-	dbURL := pgtest.NewURL(t)
-	db := recPool(t, dbURL)
-	env := recAPIEnv(dbURL, simURL, "PROVIDER_TIMEOUT=3s", "LEASE_DURATION=4s", "RECONCILE_INTERVAL="+reconcileInterval)
+	simURL, db, env := recStartBackends(t, simBin, []string{"-slow", "2s"},
+		"PROVIDER_TIMEOUT=3s", "LEASE_DURATION=4s", "RECONCILE_INTERVAL="+reconcileInterval)
 	apiA, urlA := startProcess(t, apiBin, env)
 
 	const key = "kill-mid-flight-1"
@@ -547,10 +556,8 @@ func testKilledMidFlight(t *testing.T, apiBin, simBin, reconcileInterval string,
 // answer, which only LISTEN/NOTIFY across processes can tell it about.
 func TestTwoAPIProcessesOneDatabaseChargeOnce(t *testing.T) {
 	apiBin, simBin := buildBinaries(t)
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "1s")
-	dbURL := pgtest.NewURL(t)
-	db := recPool(t, dbURL)
-	env := recAPIEnv(dbURL, simURL, "PROVIDER_TIMEOUT=5s", "LEASE_DURATION=30s", "RECONCILE_INTERVAL=5s")
+	simURL, db, env := recStartBackends(t, simBin, []string{"-slow", "1s"},
+		"PROVIDER_TIMEOUT=5s", "LEASE_DURATION=30s", "RECONCILE_INTERVAL=5s")
 	_, urlA := startProcess(t, apiBin, env)
 	_, urlB := startProcess(t, apiBin, env)
 	targets := []string{urlA, urlB}
@@ -695,12 +702,10 @@ func TestTwoAPIProcessesOneDatabaseChargeOnce(t *testing.T) {
 // charges again, and stores the answer that later retries replay.
 func TestReconcileOnceCommand(t *testing.T) {
 	apiBin, simBin := buildBinaries(t)
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-hang", "60s")
-	dbURL := pgtest.NewURL(t)
-	db := recPool(t, dbURL)
 	// RECONCILE_INTERVAL=1h: the API's own reconciler runs once at start-up,
 	// before the payment exists, so only the command can resolve it.
-	env := recAPIEnv(dbURL, simURL, "PROVIDER_TIMEOUT=500ms", "LEASE_DURATION=2s", "RECONCILE_INTERVAL=1h")
+	simURL, db, env := recStartBackends(t, simBin, []string{"-hang", "60s"},
+		"PROVIDER_TIMEOUT=500ms", "LEASE_DURATION=2s", "RECONCILE_INTERVAL=1h")
 	api, apiURL := startProcess(t, apiBin, env)
 
 	// A settled payment, which the reconciler must leave alone.

@@ -10,34 +10,17 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type running struct {
 	url    string
 	cancel context.CancelFunc
 	done   chan error
-	stderr *syncBuffer
+	stderr *testio.SyncBuffer
 }
 
 // start runs the command in a goroutine and waits for its listening line.
@@ -45,7 +28,7 @@ func start(t *testing.T, args []string, env map[string]string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	r := &running{cancel: cancel, done: make(chan error, 1), stderr: &syncBuffer{}}
+	r := &running{cancel: cancel, done: make(chan error, 1), stderr: &testio.SyncBuffer{}}
 	go func() {
 		err := run(ctx, args, func(k string) string { return env[k] }, pw, r.stderr)
 		pw.Close()

@@ -2,7 +2,6 @@ package pgembed
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 // skipWithoutPostgres skips tests that need the PostgreSQL binaries when
@@ -46,27 +47,9 @@ func testDir(t *testing.T) string {
 	return dir
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers, for logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testLogger logs to the test output and to the returned buffer.
-func testLogger() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func testLogger() (*slog.Logger, *testio.SyncBuffer) {
+	buf := &testio.SyncBuffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 

@@ -23,6 +23,21 @@ func testEvent(t *testing.T, typ, paymentID string, at time.Time) outbox.Event {
 	return e
 }
 
+// defaultStream returns the publisher's default stream and its current
+// state.
+func defaultStream(t *testing.T, js jetstream.JetStream) (jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
+	stream, err := js.Stream(t.Context(), natspub.DefaultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream, info
+}
+
 // TestPublishThroughBrokerDropsDuplicateIDs publishes through a real NATS
 // server: every event lands once on its subject with its id as the message
 // id, and a repeat within the stream's duplicate window is acknowledged as
@@ -51,14 +66,7 @@ func TestPublishThroughBrokerDropsDuplicateIDs(t *testing.T) {
 		}
 	}
 
-	stream, err := js.Stream(ctx, natspub.DefaultStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream, info := defaultStream(t, js)
 	if info.State.Msgs != uint64(len(events)) {
 		t.Fatalf("stream holds %d messages, want %d: the repeats were not dropped", info.State.Msgs, len(events))
 	}
@@ -118,14 +126,7 @@ func TestRepeatAfterWindowIsStored(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	stream, err := js.Stream(ctx, natspub.DefaultStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, info := defaultStream(t, js)
 	if info.State.Msgs != 2 {
 		t.Fatalf("stream holds %d messages, want 2", info.State.Msgs)
 	}

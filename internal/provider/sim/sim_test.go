@@ -17,6 +17,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/providertest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 )
 
@@ -26,15 +27,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 // server, closed at the end of the test.
 func newServer(t *testing.T, opts sim.Options) (*sim.Simulator, string) {
 	t.Helper()
-	if opts.SlowDelay == 0 {
-		opts.SlowDelay = 150 * time.Millisecond
-	}
-	if opts.HangFor == 0 {
-		opts.HangFor = 200 * time.Millisecond
-	}
-	s := sim.New(opts)
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
+	s, ts := providertest.ServeSim(t, opts, 150*time.Millisecond, 200*time.Millisecond)
 	return s, ts.URL
 }
 

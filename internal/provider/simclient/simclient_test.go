@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/providertest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
@@ -20,15 +21,7 @@ import (
 // client for it.
 func newSim(t *testing.T, opts sim.Options) (*sim.Simulator, *simclient.Client) {
 	t.Helper()
-	if opts.SlowDelay == 0 {
-		opts.SlowDelay = 100 * time.Millisecond
-	}
-	if opts.HangFor == 0 {
-		opts.HangFor = 150 * time.Millisecond
-	}
-	s := sim.New(opts)
-	ts := httptest.NewServer(s)
-	t.Cleanup(ts.Close)
+	s, ts := providertest.ServeSim(t, opts, 100*time.Millisecond, 150*time.Millisecond)
 	return s, simclient.New(ts.URL+"/", ts.Client())
 }
 
@@ -40,60 +33,11 @@ func fakeProvider(t *testing.T, h http.HandlerFunc) *simclient.Client {
 	return simclient.New(ts.URL, nil)
 }
 
-func chargeReq(key, method string) provider.ChargeRequest {
-	return provider.ChargeRequest{
-		IdempotencyKey: key,
-		AmountMinor:    1000,
-		Currency:       "EUR",
-		PaymentMethod:  method,
-		Description:    "order 7",
-		PaymentID:      "pay_1",
-	}
-}
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// sentinels lists which of the provider errors err is.
-func sentinels(err error) []string {
-	var out []string
-	for name, s := range map[string]error{
-		"ErrUnavailable":    provider.ErrUnavailable,
-		"ErrUnknownOutcome": provider.ErrUnknownOutcome,
-		"ErrNotFound":       provider.ErrNotFound,
-	} {
-		if errors.Is(err, s) {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
-// wantOnly fails unless err is want and no other provider sentinel; a nil
-// want means none of them (but an error).
-func wantOnly(t *testing.T, what string, err, want error) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("%s: nil error, want %v", what, want)
-	}
-	got := sentinels(err)
-	switch {
-	case want == nil && len(got) != 0:
-		t.Fatalf("%s: err = %v is %v, want none of the sentinels", what, err, got)
-	case want != nil && (len(got) != 1 || !errors.Is(err, want)):
-		t.Fatalf("%s: err = %v is %v, want only %v", what, err, got, want)
-	}
-}
-
 func TestChargeSucceedsAndDeclines(t *testing.T) {
 	s, c := newSim(t, sim.Options{})
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := providertest.Context(t, 5*time.Second)
 
-	ok, err := c.Charge(ctx, chargeReq("k-ok", sim.MethodVisa))
+	ok, err := c.Charge(ctx, providertest.ChargeRequest("k-ok", sim.MethodVisa))
 	if err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
@@ -106,7 +50,7 @@ func TestChargeSucceedsAndDeclines(t *testing.T) {
 		t.Errorf("the simulator recorded %+v, want the request's description, payment id and method", recs[0])
 	}
 
-	declined, err := c.Charge(ctx, chargeReq("k-no", sim.MethodInsufficientFunds))
+	declined, err := c.Charge(ctx, providertest.ChargeRequest("k-no", sim.MethodInsufficientFunds))
 	if err != nil {
 		t.Fatalf("a decline is not an error: %v", err)
 	}
@@ -114,7 +58,7 @@ func TestChargeSucceedsAndDeclines(t *testing.T) {
 		t.Errorf("declined = %+v", declined)
 	}
 
-	again, err := c.Charge(ctx, chargeReq("k-ok", sim.MethodVisa))
+	again, err := c.Charge(ctx, providertest.ChargeRequest("k-ok", sim.MethodVisa))
 	if err != nil || again.ID != ok.ID {
 		t.Errorf("retry = %+v, %v; want charge %s", again, err, ok.ID)
 	}
@@ -130,7 +74,7 @@ func TestChargeSucceedsAndDeclines(t *testing.T) {
 
 func TestChargeSlowWithinDeadline(t *testing.T) {
 	_, c := newSim(t, sim.Options{SlowDelay: 100 * time.Millisecond})
-	ch, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodSlow))
+	ch, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodSlow))
 	if err != nil || ch.Status != provider.StatusSucceeded {
 		t.Fatalf("Charge = %+v, %v", ch, err)
 	}
@@ -145,21 +89,21 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 	ln.Close()
 	c := simclient.New("http://"+addr, nil)
 
-	_, err = c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
-	wantOnly(t, "Charge", err, provider.ErrUnavailable)
+	_, err = c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
 		t.Errorf("err = %v, want the dial error kept", err)
 	}
-	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
-	wantOnly(t, "Lookup", err, provider.ErrUnavailable)
+	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
+	providertest.WantOnly(t, "Lookup", err, provider.ErrUnavailable)
 }
 
 func TestTimeoutIsUnknownOutcomeAndTheChargeExists(t *testing.T) {
 	s, c := newSim(t, sim.Options{HangFor: time.Minute})
 	start := time.Now()
-	_, err := c.Charge(ctxTimeout(t, 100*time.Millisecond), chargeReq("k", sim.MethodTimeoutAfterSuccess))
-	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	_, err := c.Charge(providertest.Context(t, 100*time.Millisecond), providertest.ChargeRequest("k", sim.MethodTimeoutAfterSuccess))
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
 	}
@@ -172,12 +116,12 @@ func TestTimeoutIsUnknownOutcomeAndTheChargeExists(t *testing.T) {
 	}
 
 	// Recovery: the lookup finds it, and a retry returns it without a second charge.
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := providertest.Context(t, 5*time.Second)
 	got, err := c.Lookup(ctx, "k")
 	if err != nil || got.ID != recs[0].ID || got.Status != provider.StatusSucceeded {
 		t.Errorf("Lookup = %+v, %v; want charge %s", got, err, recs[0].ID)
 	}
-	got, err = c.Charge(ctx, chargeReq("k", sim.MethodTimeoutAfterSuccess))
+	got, err = c.Charge(ctx, providertest.ChargeRequest("k", sim.MethodTimeoutAfterSuccess))
 	if err != nil || got.ID != recs[0].ID {
 		t.Errorf("retry = %+v, %v; want charge %s", got, err, recs[0].ID)
 	}
@@ -193,8 +137,8 @@ func TestDroppedConnectionIsUnknownOutcome(t *testing.T) {
 	// No keep-alive, so net/http cannot transparently resend on a fresh
 	// connection: the client sees the lost response.
 	c := simclient.New(ts.URL, &http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
-	_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodTimeoutAfterSuccess))
-	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodTimeoutAfterSuccess))
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want the dropped connection, not the deadline", err)
 	}
@@ -217,24 +161,24 @@ func TestResetAfterRequestIsUnknownOutcome(t *testing.T) {
 		}
 		conn.Close()
 	})
-	_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
-	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 	if hits.Load() == 0 {
 		t.Error("the request never reached the server")
 	}
-	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
-	wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
+	providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
 }
 
 func TestUnavailableIs503(t *testing.T) {
 	s, c := newSim(t, sim.Options{})
-	_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodUnavailable))
-	wantOnly(t, "Charge", err, provider.ErrUnavailable)
+	_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodUnavailable))
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
 	if n := len(s.Charges()); n != 0 {
 		t.Errorf("%d charges, want 0", n)
 	}
-	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
-	wantOnly(t, "Lookup after 503", err, provider.ErrNotFound)
+	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
+	providertest.WantOnly(t, "Lookup after 503", err, provider.ErrNotFound)
 }
 
 func TestServerErrorsAreUnknownOutcome(t *testing.T) {
@@ -245,10 +189,10 @@ func TestServerErrorsAreUnknownOutcome(t *testing.T) {
 				w.WriteHeader(status)
 				_, _ = w.Write([]byte(`{"error":"boom"}`))
 			})
-			_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
-			wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-			_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
-			wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+			_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
+			providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+			_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
+			providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
 		})
 	}
 }
@@ -265,24 +209,24 @@ func TestMalformedSuccessIsUnknownOutcome(t *testing.T) {
 			c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
 				_, _ = w.Write([]byte(body))
 			})
-			_, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa))
-			wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-			_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "k")
-			wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+			_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
+			providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+			_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
+			providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
 		})
 	}
 }
 
 func TestKeyReusedIsAPlainError(t *testing.T) {
 	s, c := newSim(t, sim.Options{})
-	ctx := ctxTimeout(t, 5*time.Second)
-	if _, err := c.Charge(ctx, chargeReq("k", sim.MethodVisa)); err != nil {
+	ctx := providertest.Context(t, 5*time.Second)
+	if _, err := c.Charge(ctx, providertest.ChargeRequest("k", sim.MethodVisa)); err != nil {
 		t.Fatal(err)
 	}
-	other := chargeReq("k", sim.MethodVisa)
+	other := providertest.ChargeRequest("k", sim.MethodVisa)
 	other.AmountMinor = 999
 	_, err := c.Charge(ctx, other)
-	wantOnly(t, "Charge", err, nil)
+	providertest.WantOnly(t, "Charge", err, nil)
 	var apiErr *simclient.APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnprocessableEntity || apiErr.Code != sim.CodeKeyReused {
 		t.Errorf("err = %#v, want an *APIError 422 %s", err, sim.CodeKeyReused)
@@ -297,30 +241,30 @@ func TestKeyReusedIsAPlainError(t *testing.T) {
 
 func TestInvalidRequestIsAPlainError(t *testing.T) {
 	_, c := newSim(t, sim.Options{})
-	req := chargeReq("k", sim.MethodVisa)
+	req := providertest.ChargeRequest("k", sim.MethodVisa)
 	req.Currency = "XXX"
-	_, err := c.Charge(ctxTimeout(t, 5*time.Second), req)
-	wantOnly(t, "Charge", err, nil)
+	_, err := c.Charge(providertest.Context(t, 5*time.Second), req)
+	providertest.WantOnly(t, "Charge", err, nil)
 	var apiErr *simclient.APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Code != sim.CodeInvalidRequest {
 		t.Errorf("err = %#v, want an *APIError 400 %s", err, sim.CodeInvalidRequest)
 	}
-	_, err = c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("", sim.MethodVisa))
-	wantOnly(t, "Charge without key", err, nil)
-	_, err = c.Lookup(ctxTimeout(t, 5*time.Second), "")
-	wantOnly(t, "Lookup without key", err, nil)
+	_, err = c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("", sim.MethodVisa))
+	providertest.WantOnly(t, "Charge without key", err, nil)
+	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "")
+	providertest.WantOnly(t, "Lookup without key", err, nil)
 }
 
 func TestLookupNotFound(t *testing.T) {
 	_, c := newSim(t, sim.Options{})
-	_, err := c.Lookup(ctxTimeout(t, 5*time.Second), "never seen")
-	wantOnly(t, "Lookup", err, provider.ErrNotFound)
+	_, err := c.Lookup(providertest.Context(t, 5*time.Second), "never seen")
+	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 }
 
 func TestLookupForeign404IsNotNotFound(t *testing.T) {
 	c := fakeProvider(t, http.NotFound) // a wrong base URL, say
-	_, err := c.Lookup(ctxTimeout(t, 5*time.Second), "k")
-	wantOnly(t, "Lookup", err, nil)
+	_, err := c.Lookup(providertest.Context(t, 5*time.Second), "k")
+	providertest.WantOnly(t, "Lookup", err, nil)
 	var apiErr *simclient.APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
 		t.Errorf("err = %#v, want an *APIError 404", err)
@@ -329,14 +273,14 @@ func TestLookupForeign404IsNotNotFound(t *testing.T) {
 
 func TestLookupFlaky(t *testing.T) {
 	_, c := newSim(t, sim.Options{FlakyLookups: 2})
-	ctx := ctxTimeout(t, 5*time.Second)
-	created, err := c.Charge(ctx, chargeReq("k", sim.MethodLookupFlaky))
+	ctx := providertest.Context(t, 5*time.Second)
+	created, err := c.Charge(ctx, providertest.ChargeRequest("k", sim.MethodLookupFlaky))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
 		_, err := c.Lookup(ctx, "k")
-		wantOnly(t, "flaky Lookup", err, provider.ErrUnavailable)
+		providertest.WantOnly(t, "flaky Lookup", err, provider.ErrUnavailable)
 		if errors.Is(err, provider.ErrNotFound) {
 			t.Fatalf("lookup %d: a flaky lookup must never say not found", i+1)
 		}
@@ -351,8 +295,8 @@ func TestLookupTimeoutIsNotNotFound(t *testing.T) {
 	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	_, err := c.Lookup(ctxTimeout(t, 50*time.Millisecond), "k")
-	wantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+	_, err := c.Lookup(providertest.Context(t, 50*time.Millisecond), "k")
+	providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
 	}
@@ -360,9 +304,9 @@ func TestLookupTimeoutIsNotNotFound(t *testing.T) {
 
 func TestLookupEscapesTheKey(t *testing.T) {
 	_, c := newSim(t, sim.Options{})
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := providertest.Context(t, 5*time.Second)
 	const key = "pay_1/attempt 1&idempotencyKey=other#x?"
-	created, err := c.Charge(ctx, chargeReq(key, sim.MethodMastercard))
+	created, err := c.Charge(ctx, providertest.ChargeRequest(key, sim.MethodMastercard))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +324,7 @@ func TestAgainstStartedServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := simclient.New(srv.URL(), nil)
-	if _, err := c.Charge(ctxTimeout(t, 5*time.Second), chargeReq("k", sim.MethodVisa)); err != nil {
+	if _, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa)); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Close(); err != nil {
@@ -389,6 +333,6 @@ func TestAgainstStartedServer(t *testing.T) {
 	// A client that never connected is refused at the dial: never sent.
 	// (One whose kept-alive connection died may have written the request
 	// before the dial that failed: see TestTransportErrorAfterAConnection.)
-	_, err = simclient.New(srv.URL(), &http.Client{Transport: &http.Transport{}}).Charge(ctxTimeout(t, 5*time.Second), chargeReq("k3", sim.MethodVisa))
-	wantOnly(t, "Charge with a fresh client after Close", err, provider.ErrUnavailable)
+	_, err = simclient.New(srv.URL(), &http.Client{Transport: &http.Transport{}}).Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k3", sim.MethodVisa))
+	providertest.WantOnly(t, "Charge with a fresh client after Close", err, provider.ErrUnavailable)
 }

@@ -18,7 +18,9 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/providertest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 // stripeMockVersion is the stripe-mock these tests were written against;
@@ -72,24 +74,6 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startStripeMock runs stripe-mock on loopback ports that it picks itself
 // (HTTPS too, since it cannot be turned off with an address flag), with
 // fixtures if not empty, waits until it answers, and stops it when the test
@@ -106,7 +90,7 @@ func startStripeMock(t *testing.T, bin, fixtures string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
-	var out syncBuffer
+	var out testio.SyncBuffer
 	addrc := make(chan string, 1)
 	go func() {
 		const prefix = "Listening for HTTP at address: "
@@ -281,7 +265,7 @@ func TestStripeMockWireFormat(t *testing.T) {
 	bundled := startStripeMock(t, bin, "")
 	t.Run("bundled fixtures", func(t *testing.T) {
 		p, rec := stripeMockProvider(t, bundled)
-		ctx := ctxTimeout(t, 10*time.Second)
+		ctx := providertest.Context(t, 10*time.Second)
 
 		ch, err := p.Charge(ctx, req)
 		if err != nil {
@@ -293,7 +277,7 @@ func TestStripeMockWireFormat(t *testing.T) {
 			t.Errorf("Charge = %+v, want stripe-mock's fixture: a declined pi_... of 1234 EUR", ch)
 		}
 		_, err = p.Lookup(ctx, req.IdempotencyKey)
-		wantOnly(t, "Lookup (the fixture's metadata has no key)", err, provider.ErrUnknownOutcome)
+		providertest.WantOnly(t, "Lookup (the fixture's metadata has no key)", err, provider.ErrUnknownOutcome)
 
 		reqs := rec.requests()
 		if len(reqs) != 2 {
@@ -328,7 +312,7 @@ func TestStripeMockWireFormat(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, rec := stripeMockProvider(t, startStripeMock(t, bin, path))
-		ctx := ctxTimeout(t, 10*time.Second)
+		ctx := providertest.Context(t, 10*time.Second)
 
 		ch, err := p.Charge(ctx, req)
 		if err != nil {
@@ -363,14 +347,14 @@ func TestStripeMockWireFormat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx := ctxTimeout(t, 10*time.Second)
+		ctx := providertest.Context(t, 10*time.Second)
 		_, err = p.Charge(ctx, req)
-		wantOnly(t, "Charge", err, nil)
+		providertest.WantOnly(t, "Charge", err, nil)
 		var apiErr *stripeprovider.APIError
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized || apiErr.Type != "invalid_request_error" {
 			t.Errorf("err = %v, want an *APIError 401 invalid_request_error", err)
 		}
 		_, err = p.Lookup(ctx, req.IdempotencyKey)
-		wantOnly(t, "Lookup", err, nil)
+		providertest.WantOnly(t, "Lookup", err, nil)
 	})
 }

@@ -2,7 +2,6 @@ package stripeprovider_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,76 +20,16 @@ import (
 	stripe "github.com/stripe/stripe-go/v76"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/providertest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 const testKey = "paymentsapi:pay_1"
 
+// chargeReq is the charge request of these tests.
 func chargeReq() provider.ChargeRequest {
-	return provider.ChargeRequest{
-		IdempotencyKey: testKey,
-		AmountMinor:    1000,
-		Currency:       "EUR",
-		PaymentMethod:  "pm_card_visa",
-		Description:    "order 7",
-		PaymentID:      "pay_1",
-	}
-}
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// sentinels lists which of the provider errors err is.
-func sentinels(err error) []string {
-	var out []string
-	for name, s := range map[string]error{
-		"ErrUnavailable":    provider.ErrUnavailable,
-		"ErrUnknownOutcome": provider.ErrUnknownOutcome,
-		"ErrNotFound":       provider.ErrNotFound,
-	} {
-		if errors.Is(err, s) {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
-// wantOnly fails unless err is want and no other provider sentinel; a nil
-// want means none of them (but an error).
-func wantOnly(t *testing.T, what string, err, want error) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("%s: nil error, want %v", what, want)
-	}
-	got := sentinels(err)
-	switch {
-	case want == nil && len(got) != 0:
-		t.Fatalf("%s: err = %v is %v, want none of the sentinels", what, err, got)
-	case want != nil && (len(got) != 1 || !errors.Is(err, want)):
-		t.Fatalf("%s: err = %v is %v, want only %v", what, err, got, want)
-	}
-}
-
-// logBuffer collects log output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	return providertest.ChargeRequest(testKey, "pm_card_visa")
 }
 
 // request is what the fake Stripe received.
@@ -109,13 +48,13 @@ type fakeStripe struct {
 
 	mu   sync.Mutex
 	reqs []request
-	logs *logBuffer
+	logs *testio.SyncBuffer
 	srv  *httptest.Server
 }
 
 func newFake(t *testing.T) *fakeStripe {
 	t.Helper()
-	f := &fakeStripe{logs: &logBuffer{}}
+	f := &fakeStripe{logs: &testio.SyncBuffer{}}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -261,7 +200,7 @@ func TestNewValidatesConfig(t *testing.T) {
 func TestChargeSucceededAndWireFormat(t *testing.T) {
 	f := newFake(t)
 	f.Create = answer(http.StatusOK, intent("pi_ok", "succeeded", testKey))
-	got, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
+	got, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
 	if err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
@@ -324,7 +263,7 @@ func TestChargeDeclines(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
 			f.Create = tc.h
-			got, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
+			got, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
 			if err != nil {
 				t.Fatalf("a decline is not an error: %v", err)
 			}
@@ -342,8 +281,8 @@ func TestChargeIntermediateStatusesAreUnknownOutcome(t *testing.T) {
 		t.Run(status, func(t *testing.T) {
 			f := newFake(t)
 			f.Create = answer(http.StatusOK, intent("pi_1", status, testKey))
-			_, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
-			wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+			_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
+			providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 			if !strings.Contains(err.Error(), status) {
 				t.Errorf("err = %v, want it to name the status", err)
 			}
@@ -425,8 +364,8 @@ func TestChargeErrorAnswers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
 			f.Create = tc.h
-			_, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
-			wantOnly(t, "Charge", err, tc.want)
+			_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
+			providertest.WantOnly(t, "Charge", err, tc.want)
 			var apiErr *stripeprovider.APIError
 			switch {
 			case tc.wantStatus == 0 && errors.As(err, &apiErr):
@@ -449,8 +388,8 @@ func TestChargeHangingProviderHitsTheDeadline(t *testing.T) {
 	f := newFake(t)
 	f.Create = func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 	start := time.Now()
-	_, err := f.provider(t).Charge(ctxTimeout(t, 100*time.Millisecond), chargeReq())
-	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	_, err := f.provider(t).Charge(providertest.Context(t, 100*time.Millisecond), chargeReq())
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
 	}
@@ -473,14 +412,14 @@ func TestClosedPortIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Charge(ctxTimeout(t, 5*time.Second), chargeReq())
-	wantOnly(t, "Charge", err, provider.ErrUnavailable)
+	_, err = p.Charge(providertest.Context(t, 5*time.Second), chargeReq())
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
 		t.Errorf("err = %v, want the dial error kept", err)
 	}
-	_, err = p.Lookup(ctxTimeout(t, 5*time.Second), testKey)
-	wantOnly(t, "Lookup", err, provider.ErrUnavailable)
+	_, err = p.Lookup(providertest.Context(t, 5*time.Second), testKey)
+	providertest.WantOnly(t, "Lookup", err, provider.ErrUnavailable)
 }
 
 func TestContextDoneBeforeTheCallIsUnavailable(t *testing.T) {
@@ -490,12 +429,12 @@ func TestContextDoneBeforeTheCallIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := p.Charge(ctx, chargeReq())
-	wantOnly(t, "Charge", err, provider.ErrUnavailable)
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled kept", err)
 	}
 	_, err = p.Lookup(ctx, testKey)
-	wantOnly(t, "Lookup", err, provider.ErrUnavailable)
+	providertest.WantOnly(t, "Lookup", err, provider.ErrUnavailable)
 	if n := len(f.requests()); n != 0 {
 		t.Errorf("%d requests, want none", n)
 	}
@@ -521,8 +460,8 @@ func TestChargeResetAfterRequestIsUnknownOutcome(t *testing.T) {
 			conn.Close()
 		}
 	}
-	_, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
-	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 	if n := len(f.requests()); n != 1 {
 		t.Errorf("%d requests, want 1", n)
 	}
@@ -549,8 +488,8 @@ func TestAnswerCutShort(t *testing.T) {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
 			f := newFake(t)
 			f.Create = cut(tc.status)
-			_, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
-			wantOnly(t, "Charge", err, tc.want)
+			_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
+			providertest.WantOnly(t, "Charge", err, tc.want)
 			if !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Errorf("err = %v, want the body's io.ErrUnexpectedEOF kept", err)
 			}
@@ -609,11 +548,11 @@ func TestRedialAfterStaleKeepAliveIsUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Lookup(ctxTimeout(t, 5*time.Second), testKey)
-	wantOnly(t, "Lookup", err, provider.ErrNotFound)
+	_, err = p.Lookup(providertest.Context(t, 5*time.Second), testKey)
+	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 
-	_, err = p.Charge(ctxTimeout(t, 5*time.Second), chargeReq())
-	wantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	_, err = p.Charge(providertest.Context(t, 5*time.Second), chargeReq())
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "dial" {
 		t.Fatalf("err = %v, want a dial error (the transport's resend), or the test did not set up its case", err)
@@ -633,7 +572,7 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 	f := newFake(t)
 	f.Create = answer(http.StatusOK, intent("pi_ok", "succeeded", testKey))
 	p := f.provider(t)
-	ctx := ctxTimeout(t, 5*time.Second)
+	ctx := providertest.Context(t, 5*time.Second)
 	for name, mutate := range map[string]func(*provider.ChargeRequest){
 		"no key":            func(r *provider.ChargeRequest) { r.IdempotencyKey = "" },
 		"key too long":      func(r *provider.ChargeRequest) { r.IdempotencyKey = strings.Repeat("k", 256) },
@@ -645,10 +584,10 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 		req := chargeReq()
 		mutate(&req)
 		_, err := p.Charge(ctx, req)
-		wantOnly(t, "Charge with "+name, err, nil)
+		providertest.WantOnly(t, "Charge with "+name, err, nil)
 	}
 	_, err := p.Lookup(ctx, "")
-	wantOnly(t, "Lookup without key", err, nil)
+	providertest.WantOnly(t, "Lookup without key", err, nil)
 	if n := len(f.requests()); n != 0 {
 		t.Errorf("%d requests, want none", n)
 	}
@@ -673,7 +612,7 @@ func TestErrorsAndLogsHideClientSecrets(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
 			f.Create = h
-			_, err := f.provider(t).Charge(ctxTimeout(t, 5*time.Second), chargeReq())
+			_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
 			if err == nil {
 				t.Fatal("nil error")
 			}
@@ -692,7 +631,7 @@ func TestLookupFindsAndRetrieves(t *testing.T) {
 	// The search index may hold an older snapshot; the retrieve is current.
 	f.Search = answer(http.StatusOK, searchResult(intent("pi_1", "processing", testKey)))
 	f.Retrieve = retrieveByPath(intent("pi_1", "succeeded", testKey))
-	got, err := f.provider(t).Lookup(ctxTimeout(t, 5*time.Second), testKey)
+	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -718,7 +657,7 @@ func TestLookupDeclined(t *testing.T) {
 	pi := withLastPaymentError(intent("pi_1", "requires_payment_method", testKey), "card_declined", "insufficient_funds")
 	f.Search = answer(http.StatusOK, searchResult(pi))
 	f.Retrieve = retrieveByPath(pi)
-	got, err := f.provider(t).Lookup(ctxTimeout(t, 5*time.Second), testKey)
+	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
 	want := provider.Charge{ID: "pi_1", IdempotencyKey: testKey, Status: provider.StatusDeclined, DeclineCode: "insufficient_funds", AmountMinor: 1000, Currency: "EUR"}
 	if err != nil || got != want {
 		t.Errorf("Lookup = %+v, %v; want %+v", got, err, want)
@@ -726,7 +665,7 @@ func TestLookupDeclined(t *testing.T) {
 	canceled := intent("pi_2", "canceled", testKey)
 	f.Search = answer(http.StatusOK, searchResult(canceled))
 	f.Retrieve = retrieveByPath(canceled)
-	got, err = f.provider(t).Lookup(ctxTimeout(t, 5*time.Second), testKey)
+	got, err = f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
 	if err != nil || got.Status != provider.StatusDeclined || got.DeclineCode != "canceled" {
 		t.Errorf("Lookup of a canceled intent = %+v, %v; want declined", got, err)
 	}
@@ -735,8 +674,8 @@ func TestLookupDeclined(t *testing.T) {
 func TestLookupEmptySearchIsNotFound(t *testing.T) {
 	f := newFake(t)
 	f.Search = answer(http.StatusOK, searchResult())
-	_, err := f.provider(t).Lookup(ctxTimeout(t, 5*time.Second), testKey)
-	wantOnly(t, "Lookup", err, provider.ErrNotFound)
+	_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 	if n := len(f.requests()); n != 1 {
 		t.Errorf("%d requests, want the search only", n)
 	}
@@ -802,8 +741,8 @@ func TestLookupThatCannotSayIsNeverNotFound(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
 			f.Search, f.Retrieve = tc.search, tc.retrieve
-			_, err := f.provider(t).Lookup(ctxTimeout(t, 500*time.Millisecond), testKey)
-			wantOnly(t, "Lookup", err, tc.want)
+			_, err := f.provider(t).Lookup(providertest.Context(t, 500*time.Millisecond), testKey)
+			providertest.WantOnly(t, "Lookup", err, tc.want)
 		})
 	}
 }
@@ -824,9 +763,9 @@ func TestLookupSeveralIntentsForOneKey(t *testing.T) {
 			f := newFake(t)
 			f.Search = answer(http.StatusOK, searchResult(tc.intents...))
 			f.Retrieve = retrieveByPath(tc.intents...)
-			got, err := f.provider(t).Lookup(ctxTimeout(t, 5*time.Second), testKey)
+			got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
 			if tc.wantErr != nil {
-				wantOnly(t, "Lookup", err, tc.wantErr)
+				providertest.WantOnly(t, "Lookup", err, tc.wantErr)
 			} else if err != nil || got.Status != tc.wantStatus || got.ID != tc.wantID {
 				t.Errorf("Lookup = %+v, %v; want %s %s", got, err, tc.wantStatus, tc.wantID)
 			}
@@ -847,7 +786,7 @@ func TestLookupEscapesTheKey(t *testing.T) {
 		writeJSON(w, http.StatusOK, searchResult(intent("pi_1", "succeeded", key)))
 	}
 	f.Retrieve = retrieveByPath(intent("pi_1", "succeeded", key))
-	got, err := f.provider(t).Lookup(ctxTimeout(t, 5*time.Second), key)
+	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), key)
 	if err != nil || got.ID != "pi_1" || got.IdempotencyKey != key {
 		t.Errorf("Lookup = %+v, %v", got, err)
 	}

@@ -1,0 +1,87 @@
+// Package providertest is test support for the payment providers: helpers
+// that the contract tests of packages sim, simclient and stripeprovider
+// share. Only tests import it.
+package providertest
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+)
+
+// ChargeRequest returns a request to charge 10.00 EUR with method for
+// payment pay_1 ("order 7"), under the idempotency key key.
+func ChargeRequest(key, method string) provider.ChargeRequest {
+	return provider.ChargeRequest{
+		IdempotencyKey: key,
+		AmountMinor:    1000,
+		Currency:       "EUR",
+		PaymentMethod:  method,
+		Description:    "order 7",
+		PaymentID:      "pay_1",
+	}
+}
+
+// Context returns a context that ends after d, or when the test ends.
+func Context(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sentinels lists which of the provider errors err is.
+func sentinels(err error) []string {
+	var out []string
+	for name, s := range map[string]error{
+		"ErrUnavailable":    provider.ErrUnavailable,
+		"ErrUnknownOutcome": provider.ErrUnknownOutcome,
+		"ErrNotFound":       provider.ErrNotFound,
+	} {
+		if errors.Is(err, s) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// WantOnly fails the test unless err is want and none of the other provider
+// sentinels (provider.ErrUnavailable, provider.ErrUnknownOutcome,
+// provider.ErrNotFound); a nil want means none of them (but an error). what
+// names the call in the failure message.
+func WantOnly(t testing.TB, what string, err, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: nil error, want %v", what, want)
+	}
+	got := sentinels(err)
+	switch {
+	case want == nil && len(got) != 0:
+		t.Fatalf("%s: err = %v is %v, want none of the sentinels", what, err, got)
+	case want != nil && (len(got) != 1 || !errors.Is(err, want)):
+		t.Fatalf("%s: err = %v is %v, want only %v", what, err, got, want)
+	}
+}
+
+// ServeSim serves a new sim.Simulator on an httptest server that is closed
+// when the test ends. A zero opts.SlowDelay becomes slow and a zero
+// opts.HangFor becomes hang, so that tests pass the short delays they are
+// written for instead of the simulator's defaults.
+func ServeSim(t testing.TB, opts sim.Options, slow, hang time.Duration) (*sim.Simulator, *httptest.Server) {
+	t.Helper()
+	if opts.SlowDelay == 0 {
+		opts.SlowDelay = slow
+	}
+	if opts.HangFor == 0 {
+		opts.HangFor = hang
+	}
+	s := sim.New(opts)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return s, ts
+}
