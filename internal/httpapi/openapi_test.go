@@ -1,0 +1,456 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/api"
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+)
+
+// TestResponsesConformToTheOpenAPISpec drives the whole API through real
+// exchanges, one environment per group of scenarios, and checks every request
+// and every answer against api/openapi.yaml (the document that is served at
+// /openapi.yaml): the status is documented for the operation, the
+// Content-Type is one the spec lists for it, the body matches its schema, the
+// headers the spec declares are well formed (and present where it requires
+// them). Each exchange also states what CONTRACT.md promises (status,
+// problem code, headers), and the test checks that the spec declares those
+// headers for that answer, so a spec that stops documenting them fails too.
+//
+// Requests the scenario breaks on purpose (no Idempotency-Key, malformed
+// JSON, ...) must be rejected by the spec as well: that proves the spec
+// documents the rule the server enforces.
+func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
+	t.Parallel()
+	// Load and validate once, up front, so that a broken document fails
+	// here with the loader's message rather than in every group.
+	loadOpenAPISpec(t)
+
+	groups := []struct {
+		name string
+		opts []envOption
+		run  func(t *testing.T, c *conformance)
+	}{
+		{"create, replay, decline, conflicts, reads", nil, func(t *testing.T, c *conformance) {
+			created := c.check(specExchange{
+				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				status: 201, headers: []string{"Location"},
+			})
+			replay := c.check(specExchange{
+				name: "201 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
+			})
+			if !bytes.Equal(replay.Body, created.Body) {
+				t.Errorf("the replay is not the original body byte for byte:\n%s\n%s", created.Body, replay.Body)
+			}
+			declineBody := body("merchantReference", `"invoice-7782"`, "paymentMethod", `"pm_card_insufficientFunds"`)
+			c.check(specExchange{
+				name: "402 declined", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
+				status: 402, code: "PAYMENT_DECLINED",
+			})
+			c.check(specExchange{
+				name: "402 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
+				status: 402, code: "PAYMENT_DECLINED", headers: []string{"Idempotent-Replayed"}, replayed: true,
+			})
+			c.check(specExchange{
+				name: "422 key reused for another command", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"),
+				body: body("amount", `"11.00"`), status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+			})
+			c.check(specExchange{
+				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: createHeaders(secretA, "k-3"), body: body(),
+				status: 409, code: "DUPLICATE_MERCHANT_REFERENCE",
+			})
+
+			location := created.Header.Get("Location")
+			c.check(specExchange{name: "200 get one payment", method: "GET", path: location, header: bearer(secretA), status: 200})
+			c.check(specExchange{
+				name: "404 unknown payment", method: "GET", path: "/payments/pay_doesnotexist", header: bearer(secretA),
+				status: 404, code: "NOT_FOUND",
+			})
+			c.check(specExchange{
+				name: "404 another tenant's payment", method: "GET", path: location, header: bearer(secretB),
+				status: 404, code: "NOT_FOUND",
+			})
+
+			first := c.check(specExchange{
+				name: "200 list, first page", method: "GET", path: "/payments?accountId=acc_1&limit=1", header: bearer(secretA), status: 200,
+			})
+			var page struct {
+				Items      []json.RawMessage `json:"items"`
+				NextCursor string            `json:"nextCursor"`
+			}
+			if err := json.Unmarshal(first.Body, &page); err != nil || len(page.Items) != 1 || page.NextCursor == "" {
+				t.Fatalf("first page of two payments: want one item and a nextCursor: %s", first.Body)
+			}
+			last := c.check(specExchange{
+				name: "200 list, last page", method: "GET", path: "/payments?accountId=acc_1&limit=1&cursor=" + url.QueryEscape(page.NextCursor),
+				header: bearer(secretA), status: 200,
+			})
+			if bytes.Contains(last.Body, []byte(`"nextCursor"`)) {
+				t.Errorf("the last page has a nextCursor: %s", last.Body)
+			}
+			c.check(specExchange{
+				name: "400 list limit out of range", method: "GET", path: "/payments?limit=0", header: bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "limit"`,
+			})
+			c.check(specExchange{
+				name: "400 list cursor not issued", method: "GET", path: "/payments?cursor=nope", header: bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
+				name: "401 list without credentials", method: "GET", path: "/payments", status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed",
+			})
+			c.check(specExchange{name: "200 healthz", method: "GET", path: "/healthz", status: 200})
+			c.check(specExchange{name: "200 readyz", method: "GET", path: "/readyz", status: 200})
+			c.check(specExchange{name: "200 metrics", method: "GET", path: "/metrics", status: 200})
+		}},
+
+		{"rejected create requests", nil, func(t *testing.T, c *conformance) {
+			noKey := createHeaders(secretA, "")
+			delete(noKey, "Idempotency-Key")
+			noAuth := createHeaders("", "k")
+			delete(noAuth, "Authorization")
+			textPlain := createHeaders(secretA, "k")
+			textPlain["Content-Type"] = "text/plain"
+			// Valid JSON and a valid command, padded past 16 KiB: only the
+			// size is wrong, which no schema keyword can say.
+			tooLarge := body() + strings.Repeat(" ", 17<<10)
+			for _, x := range []specExchange{
+				{name: "401 no credentials", header: noAuth, body: body(), status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
+				{name: "401 unknown secret", header: createHeaders("sk_test_unknown", "k"), body: body(), status: 401, code: "UNAUTHORIZED"},
+				{name: "400 key missing", header: noKey, body: body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
+				{name: "400 key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "400 malformed JSON", header: createHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "'extra'"},
+				{name: "400 amount not a string", header: createHeaders(secretA, "k"), body: body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 too many fraction digits", header: createHeaders(secretA, "k"), body: body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
+				{name: "413 body too large", header: createHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
+				{name: "415 wrong content type", header: textPlain, body: body(), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
+			} {
+				x.method, x.path = "POST", "/payments"
+				c.check(x)
+			}
+			if n := c.e.count("payments"); n != 0 {
+				t.Errorf("rejected requests wrote %d payments", n)
+			}
+		}},
+
+		{"outcome unknown", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			r := c.check(specExchange{
+				name: "202 provider timed out", method: "POST", path: "/payments", header: createHeaders(secretA, "k-lost"),
+				body: body("paymentMethod", `"pm_sim_timeout_after_success"`), status: 202, headers: []string{"Location", "Retry-After"},
+			})
+			if got := r.json(t)["status"]; got != "PROCESSING" {
+				t.Errorf("202 with status %v, want PROCESSING", got)
+			}
+			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
+		}},
+
+		{"original in flight", []envOption{withSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
+			slow := specExchange{
+				name: "201 slow original", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
+				body: body("paymentMethod", `"pm_sim_slow"`), status: 201, headers: []string{"Location"},
+			}
+			var original response
+			done := make(chan struct{})
+			go func() { defer close(done); original = c.send(slow) }()
+			defer func() { <-done }() // never leave the original running past the test
+			waitFor(t, func() bool { return c.e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			inUse := slow
+			inUse.name, inUse.status, inUse.code, inUse.headers = "409 key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
+			c.check(inUse)
+			<-done
+			c.verify(slow, original)
+			c.check(specExchange{
+				name: "201 replayed after the original finished", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
+				body: slow.body, status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
+			})
+		}},
+
+		{"provider unavailable", nil, func(t *testing.T, c *conformance) {
+			r := c.check(specExchange{
+				name: "503 provider refused", method: "POST", path: "/payments", header: createHeaders(secretA, "k-down"),
+				body: body("paymentMethod", `"pm_sim_unavailable"`), status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"},
+			})
+			if r.Status != 503 {
+				return
+			}
+			got := c.check(specExchange{name: "200 get a failed payment", method: "GET", path: "/payments/" + c.e.onlyPaymentID(), header: bearer(secretA), status: 200})
+			if s := got.json(t)["status"]; s != "FAILED" {
+				t.Errorf("payment after 503 PROVIDER_UNAVAILABLE: status %v, want FAILED", s)
+			}
+		}},
+
+		{"key past its replay window", nil, func(t *testing.T, c *conformance) {
+			c.check(specExchange{
+				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: body(),
+				status: 201, headers: []string{"Location"},
+			})
+			c.e.clock.Advance(c.e.cfg.ReplayTTL)
+			c.check(specExchange{
+				name: "409 key expired", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: body(),
+				status: 409, code: "IDEMPOTENCY_KEY_EXPIRED",
+			})
+		}},
+
+		{"database unavailable", nil, func(t *testing.T, c *conformance) {
+			// The same wiring as TestDatabaseDownIs503: authentication works,
+			// the payments store and readiness check see a dead database.
+			e := c.e
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			reg := prometheus.NewRegistry()
+			m := metrics.New(reg)
+			dead := deadPool(t)
+			svc := payments.NewService(payments.Deps{DB: dead, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: log, Metrics: m}, e.cfg)
+			srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+				Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg,
+				Ready: func(ctx context.Context) error { return database.Ready(ctx, dead) },
+			}))
+			t.Cleanup(srv.Close)
+			e.url = srv.URL
+			c.check(specExchange{
+				name: "503 create", method: "POST", path: "/payments", header: createHeaders(secretA, "k"), body: body(),
+				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
+			})
+			c.check(specExchange{
+				name: "503 list", method: "GET", path: "/payments", header: bearer(secretA),
+				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
+			})
+			c.check(specExchange{name: "503 readyz", method: "GET", path: "/readyz", status: 503, code: "SERVICE_UNAVAILABLE"})
+		}},
+	}
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			g.run(t, &conformance{t: t, e: newEnv(t, g.opts...), spec: loadOpenAPISpec(t)})
+		})
+	}
+}
+
+// specExchange is one request and what CONTRACT.md promises for its answer.
+type specExchange struct {
+	name   string
+	method string
+	path   string
+	header map[string]string
+	body   string
+
+	status   int
+	code     string   // the problem's code; "" for a success
+	headers  []string // headers the contract promises on this answer; the spec must declare them
+	replayed bool     // Idempotent-Replayed: true, and only then
+	// specRejects: the request breaks a rule the spec states (a missing
+	// required header, a body that does not match the schema, ...), so
+	// validating it against the spec must fail, with an error that contains
+	// this text (it names the rule). Other requests must pass.
+	specRejects string
+}
+
+func bearer(secret string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + secret}
+}
+
+func createHeaders(secret, key string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json"}
+}
+
+// openAPISpec is the router of the parsed OpenAPI document: the operation
+// it finds for a request carries the document's schemas.
+type openAPISpec struct {
+	router routers.Router
+}
+
+// loadOpenAPISpec parses and validates api/openapi.yaml as embedded in the binary.
+// Every caller gets its own copy: nothing is shared between parallel tests.
+func loadOpenAPISpec(t *testing.T) *openAPISpec {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("loading api/openapi.yaml: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("api/openapi.yaml declares openapi %q, want 3.1", doc.OpenAPI)
+	}
+	if err := doc.Validate(loader.Context, openapi3.EnableExamplesValidation()); err != nil {
+		t.Fatalf("api/openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	// Hold the server to the members the spec documents: an answer with a
+	// member the spec does not name (a renamed or undocumented field) fails.
+	// The document leaves its object schemas open so that clients tolerate
+	// additions; this copy closes them. Inline schemas (such as the allOf
+	// branch of PaymentDeclinedProblem) stay open, as closing one would
+	// reject the members its sibling branches define.
+	closed := false
+	for _, s := range doc.Components.Schemas {
+		if v := s.Value; v != nil && v.Type.Is(openapi3.TypeObject) && len(v.Properties) > 0 &&
+			v.AdditionalProperties.Has == nil && v.AdditionalProperties.Schema == nil {
+			v.AdditionalProperties.Has = &closed
+		}
+	}
+	// The declared server is the dev one on localhost:8080; the test server
+	// listens elsewhere. Match routes by path alone.
+	doc.Servers = nil
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &openAPISpec{router: router}
+}
+
+// conformance sends exchanges to one environment and checks them.
+type conformance struct {
+	t    *testing.T
+	e    *env
+	spec *openAPISpec
+}
+
+// check sends x and verifies the exchange; it returns the answer.
+func (c *conformance) check(x specExchange) response {
+	c.t.Helper()
+	r := c.send(x)
+	c.verify(x, r)
+	return r
+}
+
+// send only sends x: it may run on another goroutine.
+func (c *conformance) send(x specExchange) response {
+	return c.e.do(x.method, x.path, []byte(x.body), x.header)
+}
+
+// verify checks the request and the answer of x against the spec, and the
+// answer against the contract's promises in x.
+func (c *conformance) verify(x specExchange, r response) {
+	t := c.t
+	t.Helper()
+	ctx := context.Background()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("%s: %s %s: %s\nanswer: %d %v\n%.2000s", x.name, x.method, x.path, fmt.Sprintf(format, args...), r.Status, r.Header, r.Body)
+	}
+
+	req, err := http.NewRequest(x.method, c.e.url+x.path, bytes.NewReader([]byte(x.body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range x.header {
+		req.Header.Set(k, v)
+	}
+	route, pathParams, err := c.spec.router.FindRoute(req)
+	if err != nil {
+		fail("the spec documents no such operation: %v", err)
+		return
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: req, PathParams: pathParams, Route: route,
+		Options: &openapi3filter.Options{
+			MultiError: true,
+			// The spec can say a bearer secret is required, not which
+			// secrets exist: check that one is sent, as a client would.
+			AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+				scheme, secret, _ := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
+				if in.SecurityScheme.Type != "http" || !strings.EqualFold(scheme, in.SecurityScheme.Scheme) || secret == "" {
+					return errors.New("no bearer secret")
+				}
+				return nil
+			},
+		},
+	}
+	reqErr := openapi3filter.ValidateRequest(ctx, in)
+	switch {
+	case x.specRejects != "" && reqErr == nil:
+		fail("the request breaks the contract, but the spec accepts it: the spec does not document the rule (%s)", x.specRejects)
+	case x.specRejects != "" && !strings.Contains(reqErr.Error(), x.specRejects):
+		fail("the spec rejects the request, but not for %s: %v", x.specRejects, reqErr)
+	case x.specRejects == "" && reqErr != nil:
+		fail("the request does not conform to the spec: %v", reqErr)
+	}
+
+	// The answer against the spec: documented status, media type, body
+	// schema, declared headers.
+	if err := openapi3filter.ValidateResponse(ctx, &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 r.Status,
+		Header:                 r.Header,
+		Body:                   io.NopCloser(bytes.NewReader(r.Body)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}); err != nil {
+		fail("the answer does not conform to the spec: %v", err)
+	}
+
+	// The answer against the contract.
+	if r.Status != x.status {
+		fail("status %d, want %d", r.Status, x.status)
+		return
+	}
+	documented := route.Operation.Responses.Status(r.Status)
+	for _, h := range x.headers {
+		if r.Header.Get(h) == "" {
+			fail("no %s header", h)
+		}
+		if documented == nil || documented.Value == nil || documented.Value.Headers[h] == nil {
+			fail("the spec does not declare the %s header of this answer", h)
+		}
+	}
+	if got := r.Header.Get("Idempotent-Replayed"); (got == "true") != x.replayed {
+		fail("Idempotent-Replayed: %q, want replayed=%v", got, x.replayed)
+	}
+	ct := r.Header.Get("Content-Type")
+	if x.code == "" {
+		return
+	}
+	if ct != "application/problem+json" {
+		fail("a problem served as %q", ct)
+	}
+	var p struct {
+		Type, Title, Detail, Code string
+		Status                    int
+		PaymentID, DeclineCode    string
+		Errors                    []json.RawMessage
+	}
+	if err := json.Unmarshal(r.Body, &p); err != nil {
+		fail("problem body: %v", err)
+		return
+	}
+	if p.Code != x.code || p.Status != r.Status || p.Type == "" || p.Title == "" || p.Detail == "" {
+		fail("want code %s with type, title, detail and status %d", x.code, r.Status)
+	}
+	// The members the contract adds to some codes.
+	switch p.Code {
+	case "PAYMENT_DECLINED":
+		if p.PaymentID == "" || p.DeclineCode == "" {
+			fail("%s without paymentId and declineCode", p.Code)
+		}
+	case "IDEMPOTENCY_KEY_EXPIRED", "DUPLICATE_MERCHANT_REFERENCE":
+		if p.PaymentID == "" {
+			fail("%s without paymentId", p.Code)
+		}
+	case "VALIDATION_FAILED":
+		if len(p.Errors) == 0 {
+			fail("%s without errors", p.Code)
+		}
+	}
+}
