@@ -140,6 +140,32 @@ func (e *env) instance() (string, *payments.Service, *prometheus.Registry) {
 	return srv.URL, svc, reg
 }
 
+// deadStoreURL starts an instance whose payments store and readiness check
+// see a database that never answers (nothing listens on port 1); with
+// authToo its authentication does as well, else authentication works.
+func (e *env) deadStoreURL(authToo bool) string {
+	e.t.Helper()
+	dead, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2&sslmode=disable")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(dead.Close)
+	auth := e.pool
+	if authToo {
+		auth = dead
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	svc := payments.NewService(payments.Deps{DB: dead, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m}, e.cfg)
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Payments: svc, DB: auth, Log: log, Metrics: m, Gatherer: reg,
+		Ready: func(ctx context.Context) error { return database.Ready(ctx, dead) },
+	}))
+	e.t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // response is an HTTP answer, read whole.
 type response struct {
 	Status int

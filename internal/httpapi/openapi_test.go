@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -19,15 +17,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/api"
-	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/database"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
 
 // TestResponsesConformToTheOpenAPISpec drives the whole API through real
@@ -219,18 +210,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		{"database unavailable", nil, func(t *testing.T, c *conformance) {
 			// The same wiring as TestDatabaseDownIs503: authentication works,
 			// the payments store and readiness check see a dead database.
-			e := c.e
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			reg := prometheus.NewRegistry()
-			m := metrics.New(reg)
-			dead := deadPool(t)
-			svc := payments.NewService(payments.Deps{DB: dead, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: log, Metrics: m}, e.cfg)
-			srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-				Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg,
-				Ready: func(ctx context.Context) error { return database.Ready(ctx, dead) },
-			}))
-			t.Cleanup(srv.Close)
-			e.url = srv.URL
+			c.e.url = c.e.deadStoreURL(false)
 			c.check(specExchange{
 				name: "503 create", method: "POST", path: "/payments", header: createHeaders(secretA, "k"), body: body(),
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},

@@ -1,53 +1,17 @@
 package httpapi_test
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/database"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
-
-// deadPool is a pool whose server never answers: nothing listens on port 1.
-func deadPool(t *testing.T) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2&sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 func TestDatabaseDownIs503(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-
 	// The payments store is down (authentication still works): the create
 	// itself cannot be claimed.
-	dead := deadPool(t)
-	svc := payments.NewService(payments.Deps{DB: dead, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: log, Metrics: m}, e.cfg)
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg,
-		Ready: func(ctx context.Context) error { return database.Ready(ctx, dead) },
-	}))
-	defer srv.Close()
-	e.url = srv.URL
+	e.url = e.deadStoreURL(false)
 	r := e.post("k-down", body())
 	if r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "SERVICE_UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("create with the database down: %d %v %s", r.Status, r.Header, r.Body)
@@ -57,11 +21,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	}
 
 	// Everything is down: even authentication answers 503, not 401 or 500.
-	all := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: deadPool(t), Log: log, Metrics: m, Gatherer: reg,
-	}))
-	defer all.Close()
-	e.url = all.URL
+	e.url = e.deadStoreURL(true)
 	if r := e.post("k-down", body()); r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "SERVICE_UNAVAILABLE" {
 		t.Fatalf("auth with the database down: %d %s", r.Status, r.Body)
 	}
