@@ -33,9 +33,13 @@ var errUsage = errors.New("usage")
 // run is the whole program: everything it needs from the OS is a parameter,
 // so tests start the real server in-process.
 //
-//	paymentsapi [serve] [flags]          the API, with its reconciler and listener
-//	paymentsapi reconcile [-once] [flags] the reconciler alone (an operator's tool)
+//	paymentsapi [serve] [flags]                     the API, with its reconciler, relay and listener
+//	paymentsapi reconcile [-once] [flags]            the reconciler alone (an operator's tool)
+//	paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "outbox" {
+		return outboxCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
 	command := "serve"
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "reconcile") {
 		command, args = args[0], args[1:]

@@ -14,6 +14,38 @@
 // crash between the commit and the acknowledgement redelivers an event the
 // inbox already holds. Order does not matter: only PaymentSucceeded books an
 // entry, and it carries everything the entry needs.
+//
+// # Rejected events, and how to replay them
+//
+// A PaymentSucceeded event whose payload cannot make an entry (no account, a
+// bad amount or currency, a status other than SUCCEEDED, ...) is rejected,
+// and that is final: it is recorded in the inbox with outcome 'rejected' and
+// the reason in inbox.error, counted in
+// paymentsapi_ledger_events_total{outcome="rejected"}, logged at error
+// level, and acknowledged, so that the broker stops redelivering it. The
+// inbox row then makes every later delivery of the same event id a
+// duplicate_event. To replay a rejected event once its cause is fixed (a
+// ledger release that accepts it, or corrected data):
+//
+//  1. Find it: SELECT event_id, aggregate_id, error, received_at FROM inbox
+//     WHERE consumer = 'ledger' AND outcome = 'rejected';
+//  2. Forget it: DELETE FROM inbox WHERE consumer = 'ledger' AND
+//     outcome = 'rejected' AND event_id = '<event id>';
+//  3. Deliver it again. While the outbox still holds the row (published rows
+//     are kept for OUTBOX_RETENTION, 7 days by default), let the relay
+//     publish it again: UPDATE outbox_events SET published_at = NULL,
+//     attempts = 0, next_attempt_at = now() WHERE id = '<event id>' (every
+//     consumer of the stream gets it again, and deduplicates it by event
+//     id; the stream itself drops a copy published within its duplicate
+//     window, 2 minutes, of the first publish). Otherwise republish the copy
+//     the stream keeps (its MaxAge is unlimited by default), e.g. with the
+//     nats CLI: nats stream get PAYMENTS_EVENTS <sequence>, then nats pub on
+//     the same subject with the same body (a new Nats-Msg-Id is fine: the
+//     ledger deduplicates by the body's eventId).
+//
+// A replay books at most one entry: the entry's natural key (payment_id,
+// entry_type) still holds if the payment's entry was booked meanwhile from
+// another event.
 package ledger
 
 import (
@@ -22,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,7 +153,7 @@ func NewProjector(d Deps, consumer string) *Projector {
 // payment's JSON view).
 type paymentPayload struct {
 	PaymentID         string `json:"paymentId"`
-	TenantID          string `json:"tenantId"` // not sent yet; booked when present
+	TenantID          string `json:"tenantId"` // in every payload the payments service writes; older events may lack it (booked NULL)
 	Status            string `json:"status"`
 	AccountID         string `json:"accountId"`
 	Amount            string `json:"amount"`
@@ -252,6 +285,11 @@ type ConsumerConfig struct {
 	// RetryWait is how long Run waits between attempts to set up the
 	// consumer while NATS is unreachable (default 1s).
 	RetryWait time.Duration
+	// Prefetch is how many messages the consumer pulls ahead of the one it
+	// handles (default 20). Each waits its turn, and its AckWait runs from
+	// its delivery: the broker delivers again a message not acknowledged in
+	// time, so Prefetch times the handling time must stay well below AckWait.
+	Prefetch int
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -264,6 +302,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.RetryWait <= 0 {
 		c.RetryWait = time.Second
+	}
+	if c.Prefetch <= 0 {
+		c.Prefetch = 20
 	}
 	return c
 }
@@ -291,14 +332,28 @@ func (p *Projector) Run(ctx context.Context, js jetstream.JetStream, cfg Consume
 		case <-time.After(cfg.RetryWait):
 		}
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) { p.handle(ctx, msg, cfg.HandleTimeout) },
+	// handling is held while a message is handled; stopped, set under it
+	// once consuming stopped, turns away messages still on their way.
+	var (
+		handling sync.Mutex
+		stopped  bool
+	)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		handling.Lock()
+		defer handling.Unlock()
+		if stopped {
+			return // not acknowledged: delivered again later
+		}
+		p.handle(ctx, msg, cfg)
+	},
+		jetstream.PullMaxMessages(cfg.Prefetch),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			p.log.WarnContext(ctx, "ledger consumer", "error", err)
 		}))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cfg.Stream.Name, err)
 	}
-	p.log.InfoContext(ctx, "ledger consuming", "stream", cfg.Stream.Name, "consumer", p.consumer)
+	p.log.InfoContext(ctx, "ledger consuming", "stream", cfg.Stream.Name, "consumer", p.consumer, "prefetch", cfg.Prefetch)
 	<-ctx.Done()
 	cc.Drain() // handle what was already received, then stop
 	select {
@@ -306,6 +361,11 @@ func (p *Projector) Run(ctx context.Context, js jetstream.JetStream, cfg Consume
 	case <-time.After(cfg.AckWait):
 		cc.Stop()
 	}
+	// Wait for a handler still running (Stop does not), and let no other
+	// start.
+	handling.Lock()
+	stopped = true
+	handling.Unlock()
 	return nil
 }
 
@@ -331,7 +391,7 @@ func (p *Projector) ensureConsumer(ctx context.Context, js jetstream.JetStream, 
 }
 
 // handle applies one message and acknowledges it after the commit.
-func (p *Projector) handle(ctx context.Context, msg jetstream.Msg, timeout time.Duration) {
+func (p *Projector) handle(ctx context.Context, msg jetstream.Msg, cfg ConsumerConfig) {
 	e, err := natspub.Decode(msg.Data())
 	if err != nil {
 		// Never an event, however often delivered: stop its redelivery.
@@ -344,9 +404,12 @@ func (p *Projector) handle(ctx context.Context, msg jetstream.Msg, timeout time.
 		return
 	}
 	// Finish a message already started even while shutting down.
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandleTimeout)
 	defer cancel()
-	if _, err := p.Apply(hctx, e); err != nil {
+	stopProgress := inProgress(msg, max(cfg.AckWait/3, time.Millisecond))
+	_, err = p.Apply(hctx, e)
+	stopProgress()
+	if err != nil {
 		p.events.WithLabelValues(outcomeError).Inc()
 		delay := time.Second
 		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered > 1 {
@@ -362,5 +425,30 @@ func (p *Projector) handle(ctx context.Context, msg jetstream.Msg, timeout time.
 	if err := msg.Ack(); err != nil {
 		// Redelivered later; the inbox recognises it.
 		p.log.WarnContext(ctx, "could not acknowledge event", "event_id", e.ID, "error", err)
+	}
+}
+
+// inProgress tells the broker every interval that msg is still being
+// handled, so that a slow handling (a database waiting on a lock) does not
+// get the message delivered again meanwhile. The returned function stops it
+// and returns once it stopped.
+func inProgress(msg jetstream.Msg, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress() // if it fails, the message is delivered again: harmless
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }

@@ -168,8 +168,10 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 	e.wantOutcomes(map[string]float64{"applied": 1, "duplicate_event": 2, "duplicate_entry": 1, "ignored": 1, "rejected": 1})
 }
 
-// TestApplyBooksTenantWhenTheEventCarriesIt: the payload has no tenant
-// today; when it carries tenantId, the entry books it.
+// TestApplyBooksTenantWhenTheEventCarriesIt: the payments service sends
+// tenantId in every event payload, and the entry books it (an event written
+// before it did has none: see TestApplyIsIdempotentByEventAndByPayment,
+// whose entry books NULL).
 func TestApplyBooksTenantWhenTheEventCarriesIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -563,4 +565,128 @@ func TestMalformedMessageIsTerminated(t *testing.T) {
 	b.consume(e.proj)
 	b.waitIdle()
 	e.wantOutcomes(map[string]float64{"malformed": 1, "applied": 1})
+}
+
+// gatedDB holds every transaction of the projector at Begin until release
+// is closed, and tells when the first one arrived.
+type gatedDB struct {
+	*pgxpool.Pool
+	arrived chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func newGatedDB(pool *pgxpool.Pool) *gatedDB {
+	return &gatedDB{Pool: pool, arrived: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gatedDB) Begin(ctx context.Context) (pgx.Tx, error) {
+	g.once.Do(func() { close(g.arrived) })
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.Pool.Begin(ctx)
+}
+
+// consumerInfo reads the state of the ledger's durable consumer.
+func (b *broker) consumerInfo() *jetstream.ConsumerInfo {
+	b.t.Helper()
+	cons, err := b.js.Consumer(b.t.Context(), b.stream.Name, ledger.DefaultConsumer)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	info, err := cons.Info(b.t.Context())
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return info
+}
+
+// TestConsumerPrefetchesLittleAndStopsAfterItsHandler: the consumer pulls
+// only Prefetch (default 20) messages ahead, not the client's default of 500
+// (each one's AckWait runs while it waits its turn), and on shutdown Run returns only after the handler in flight
+// finished, even when that takes longer than the drain allows: its caller
+// closes the database right after.
+func TestConsumerPrefetchesLittleAndStopsAfterItsHandler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	db := newGatedDB(e.pool)
+	proj := ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock}, "")
+	b := newBroker(t, natspub.StreamConfig{})
+	pub := natspub.NewPublisher(b.js, b.stream, nil)
+	const published = 60
+	for i := range published {
+		if err := pub.Publish(t.Context(), succeeded(t, fmt.Sprintf("pay_%02d", i), "1.00", t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- proj.Run(ctx, b.js, ledger.ConsumerConfig{Stream: b.stream, AckWait: time.Second, HandleTimeout: 10 * time.Second})
+	}()
+	select {
+	case <-db.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer did not start handling in 10s")
+	}
+	time.Sleep(100 * time.Millisecond) // let the broker deliver whatever it will
+	if info := b.consumerInfo(); info.NumAckPending > 20 {
+		t.Errorf("%d messages delivered and unacknowledged while the first is handled: the consumer prefetched more than 20", info.NumAckPending)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while its handler was still running", err)
+	case <-time.After(1500 * time.Millisecond): // past the drain's bound of AckWait
+	}
+	close(db.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its handler finished")
+	}
+	if n := e.count(`SELECT count(*) FROM ledger_entries`); n < 1 {
+		t.Fatal("the handler in flight did not book its entry before Run returned")
+	}
+}
+
+// TestSlowHandlingIsNotRedelivered: while a message takes longer than
+// AckWait to handle (the database waits on a lock), the consumer tells the
+// broker it is in progress, so the broker does not deliver it again.
+func TestSlowHandlingIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	db := newGatedDB(e.pool)
+	reg := prometheus.NewRegistry()
+	proj := ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock, Registerer: reg}, "")
+	e.reg = reg
+	b := newBroker(t, natspub.StreamConfig{})
+	if err := natspub.NewPublisher(b.js, b.stream, nil).Publish(t.Context(), succeeded(t, "pay_a", "1.00", t0)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- proj.Run(ctx, b.js, ledger.ConsumerConfig{Stream: b.stream, AckWait: time.Second, HandleTimeout: 10 * time.Second})
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	<-db.arrived
+	time.Sleep(2500 * time.Millisecond) // two and a half AckWaits
+	close(db.release)
+	b.waitIdle()
+	if info := b.consumerInfo(); info.Delivered.Consumer != 1 {
+		t.Errorf("the message was delivered %d times, want once", info.Delivered.Consumer)
+	}
+	e.wantOutcomes(map[string]float64{"applied": 1})
 }

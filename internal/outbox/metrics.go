@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -15,16 +16,23 @@ import (
 // Gauges, read from the database on each scrape, so they are the same on
 // every instance (aggregate them with max, not sum):
 //
-//	paymentsapi_outbox_pending_events             rows not yet published and not parked
-//	paymentsapi_outbox_oldest_pending_age_seconds age of the oldest of them (0 when none): the publish lag
-//	paymentsapi_outbox_parked_events              rows the relay gave up on
+//	paymentsapi_outbox_pending_events             rows not yet published and not parked, counted up to BacklogCountCap
+//	paymentsapi_outbox_oldest_pending_age_seconds age of the earliest written of them (0 when none): the publish lag
+//	paymentsapi_outbox_parked_events              rows the relay gave up on, counted up to BacklogCountCap
 //
-// Counters and a histogram, of this instance's relay:
+// Each scrape reads at most BacklogCountCap index entries per count and one
+// for the age, however large the backlog: a count that reads
+// BacklogCountCap means "at least that many". The age is that of the
+// pending row inserted first (by seq, from an index); rows are inserted in
+// the order of their creation times up to the clock skew between instances.
+//
+// Counters, a histogram and a gauge, of this instance's relay:
 //
 //	paymentsapi_outbox_published_total
-//	paymentsapi_outbox_publish_failures_total
+//	paymentsapi_outbox_publish_failures_total     failures booked on a row (not those of a broker outage)
 //	paymentsapi_outbox_parked_total
 //	paymentsapi_outbox_publish_lag_seconds        from the event's creation to its publication
+//	paymentsapi_outbox_broker_unavailable         1 while the relay pauses for a broker outage, else 0
 type Metrics struct {
 	// Published counts events this instance published and marked.
 	Published prometheus.Counter
@@ -34,7 +42,13 @@ type Metrics struct {
 	Parked prometheus.Counter
 	// Lag measures the time from an event's creation to its publication.
 	Lag prometheus.Histogram
+	// BrokerUnavailable is 1 while the relay pauses because publishes fail
+	// with ErrBrokerUnavailable, else 0.
+	BrokerUnavailable prometheus.Gauge
 }
+
+// BacklogCountCap bounds the pending and parked counts of the gauges.
+const BacklogCountCap = 100_000
 
 // NewMetrics creates the outbox metrics and registers them on reg, with a
 // collector that reads the pending and parked counts from db on each
@@ -62,8 +76,12 @@ func NewMetrics(reg prometheus.Registerer, db DB, clk clock.Clock, log *slog.Log
 			Help:    "Time from an outbox event's creation to its publication.",
 			Buckets: []float64{.01, .05, .1, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600},
 		}),
+		BrokerUnavailable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paymentsapi_outbox_broker_unavailable",
+			Help: "1 while this instance's outbox relay pauses because the broker is unavailable (no attempt is counted meanwhile), else 0.",
+		}),
 	}
-	reg.MustRegister(m.Published, m.Failures, m.Parked, m.Lag, newStatsCollector(db, clk, log))
+	reg.MustRegister(m.Published, m.Failures, m.Parked, m.Lag, m.BrokerUnavailable, newStatsCollector(db, clk, log, BacklogCountCap))
 	return m
 }
 
@@ -87,25 +105,56 @@ func (m *Metrics) parkedOne() {
 	}
 }
 
+func (m *Metrics) setBrokerUnavailable(down bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if down {
+		v = 1
+	}
+	m.BrokerUnavailable.Set(v)
+}
+
 // statsCollector reads the outbox's backlog from the database on scrape.
 type statsCollector struct {
 	db                                  DB
 	clock                               clock.Clock
 	log                                 *slog.Logger
+	countCap                            int
 	pendingDesc, oldestDesc, parkedDesc *prometheus.Desc
 }
 
-func newStatsCollector(db DB, clk clock.Clock, log *slog.Logger) *statsCollector {
+func newStatsCollector(db DB, clk clock.Clock, log *slog.Logger, countCap int) *statsCollector {
 	return &statsCollector{
-		db: db, clock: clk, log: log,
+		db: db, clock: clk, log: log, countCap: countCap,
 		pendingDesc: prometheus.NewDesc("paymentsapi_outbox_pending_events",
-			"Outbox events not yet published and not parked (including those waiting behind a parked event of their payment).", nil, nil),
+			fmt.Sprintf("Outbox events not yet published and not parked (including those waiting behind a parked event of their payment), counted up to %d.", countCap), nil, nil),
 		oldestDesc: prometheus.NewDesc("paymentsapi_outbox_oldest_pending_age_seconds",
 			"Age of the oldest pending outbox event, 0 when none: how far publishing lags behind.", nil, nil),
 		parkedDesc: prometheus.NewDesc("paymentsapi_outbox_parked_events",
-			"Outbox events the relay gave up on; kept for a person to look at and unpark.", nil, nil),
+			fmt.Sprintf("Outbox events the relay gave up on, counted up to %d; kept for a person to look at and unpark.", countCap), nil, nil),
 	}
 }
+
+// backlogSQL reads the gauges with $1 as the count cap. Each part reads a
+// bounded number of rows: the counts stop at the cap (partial indexes hold
+// exactly the pending rows and exactly the parked ones), and the age is the
+// first entry of outbox_events_claimable_idx (seq).
+const backlogSQL = `
+		SELECT
+		    (SELECT count(*) FROM (
+		        SELECT 1 FROM outbox_events
+		        WHERE published_at IS NULL AND parked_at IS NULL
+		        LIMIT $1) pending),
+		    (SELECT created_at FROM outbox_events
+		     WHERE published_at IS NULL AND parked_at IS NULL
+		     ORDER BY seq
+		     LIMIT 1),
+		    (SELECT count(*) FROM (
+		        SELECT 1 FROM outbox_events
+		        WHERE published_at IS NULL AND parked_at IS NOT NULL
+		        LIMIT $1) parked)`
 
 // Describe sends the descriptors of the gauges.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -122,12 +171,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		pending, parked int64
 		oldest          *time.Time
 	)
-	err := c.db.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE parked_at IS NULL),
-		       min(created_at) FILTER (WHERE parked_at IS NULL),
-		       count(*) FILTER (WHERE parked_at IS NOT NULL)
-		FROM outbox_events
-		WHERE published_at IS NULL`).Scan(&pending, &oldest, &parked)
+	err := c.db.QueryRow(ctx, backlogSQL, c.countCap).Scan(&pending, &oldest, &parked)
 	if err != nil {
 		c.log.WarnContext(ctx, "could not read the outbox backlog for metrics", "error", err)
 		return

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -13,9 +14,20 @@ import (
 // the event published after that, so a crash in between publishes it again.
 // Publishing the same event twice must therefore be harmless: publishers
 // pass the event id on as the message id, and consumers deduplicate by it.
+//
+// A failure of the broker as a whole (unreachable, not answering in time, no
+// stream behind the subject) is not the event's fault: a publisher wraps
+// ErrBrokerUnavailable into such errors, and the relay then pauses without
+// counting an attempt on any row. Every other error counts against its row,
+// which is parked after RelayConfig.MaxAttempts.
 type Publisher interface {
 	Publish(ctx context.Context, e Event) error
 }
+
+// ErrBrokerUnavailable is wrapped by a Publisher's error when the broker as a
+// whole cannot take events right now, whatever the event. The relay hands
+// the row back uncounted, stops its pass and backs off (see Relay).
+var ErrBrokerUnavailable = errors.New("outbox broker unavailable")
 
 // PublisherFunc adapts a function to the Publisher interface.
 type PublisherFunc func(ctx context.Context, e Event) error
@@ -49,7 +61,8 @@ func (p *LogPublisher) Publish(ctx context.Context, e Event) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, err := p.w.Write(line); err != nil {
-		return fmt.Errorf("write event %s: %w", e.ID, err)
+		// The writer is this publisher's broker: no event gets through it.
+		return fmt.Errorf("write event %s: %w: %w", e.ID, ErrBrokerUnavailable, err)
 	}
 	return nil
 }

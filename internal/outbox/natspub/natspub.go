@@ -3,6 +3,10 @@
 // with the event id as Nats-Msg-Id: the stream drops a repeat of an event
 // within its duplicate window, and consumers deduplicate the rest by the
 // same id. The message body is the event's JSON form (outbox.Event).
+//
+// NATS URLs may carry credentials (nats://user:password@host,
+// nats://token@host): this package never prints one unredacted (see
+// RedactURL).
 package natspub
 
 import (
@@ -12,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -147,7 +153,10 @@ func isUUID(s string) bool {
 // Publisher is the outbox.Publisher for NATS JetStream. It creates the
 // stream on first use (and again if it disappears), so that the API starts
 // whether or not NATS is up: until it is, publishing fails and the relay
-// backs off. It is safe for concurrent use.
+// backs off. Failures of the broker as a whole (see BrokerUnavailable) wrap
+// outbox.ErrBrokerUnavailable, so that the relay pauses instead of counting
+// them against the events; while the connection is down, Publish fails at
+// once instead of waiting for its context. It is safe for concurrent use.
 type Publisher struct {
 	js  jetstream.JetStream
 	cfg StreamConfig
@@ -177,8 +186,13 @@ func (p *Publisher) Publish(ctx context.Context, e outbox.Event) error {
 // PublishAck is Publish that also returns the stream's acknowledgement, whose
 // Duplicate field tells whether the stream dropped the message as a repeat.
 func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.PubAck, error) {
+	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
+		// Reconnecting (or closed): the request would only wait in the
+		// reconnect buffer until ctx ends.
+		return nil, fmt.Errorf("publish event %s: %w: NATS connection %s", e.ID, outbox.ErrBrokerUnavailable, nc.Status())
+	}
 	if err := p.ensure(ctx); err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
 	m, err := Message(p.cfg.SubjectPrefix, e)
 	if err != nil {
@@ -189,7 +203,7 @@ func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
 			p.forget()
 		}
-		return nil, fmt.Errorf("publish event %s to %s: %w", e.ID, m.Subject, err)
+		return nil, classify(fmt.Errorf("publish event %s to %s: %w", e.ID, m.Subject, err))
 	}
 	if ack.Duplicate {
 		p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", ack.Stream, "seq", ack.Sequence)
@@ -216,9 +230,159 @@ func (p *Publisher) forget() {
 	p.ensured = false
 }
 
+// BrokerUnavailable reports whether err, an error of a JetStream publish or
+// stream lookup, is a failure of the broker as a whole rather than of the
+// message: a timeout (the broker did not answer in time), no responders (no
+// JetStream, or no stream, behind the subject), a connection that is down,
+// closed or draining, or a JetStream API error with status 503.
+func BrokerUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, target := range []error{
+		outbox.ErrBrokerUnavailable,
+		context.DeadlineExceeded, nats.ErrTimeout,
+		nats.ErrNoResponders, jetstream.ErrNoStreamResponse,
+		jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount,
+		nats.ErrDisconnected, nats.ErrConnectionClosed, nats.ErrConnectionDraining,
+		nats.ErrConnectionReconnecting, nats.ErrNoServers, nats.ErrStaleConnection,
+		nats.ErrInvalidConnection,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.Code == 503
+}
+
+// classify wraps outbox.ErrBrokerUnavailable into err if it is a failure of
+// the broker as a whole.
+func classify(err error) error {
+	if BrokerUnavailable(err) && !errors.Is(err, outbox.ErrBrokerUnavailable) {
+		return fmt.Errorf("%w: %w", outbox.ErrBrokerUnavailable, err)
+	}
+	return err
+}
+
+// redacted is what stands in for a credential in a redacted URL.
+const redacted = "xxxxx"
+
+// RedactURL returns the NATS server URL(s) in servers (comma-separated, as
+// nats.Connect takes them) with their credentials replaced by xxxxx: the
+// password of user:password (url.URL.Redacted), and a user with no password
+// too, since that is how a token is given (nats://token@host). A server that
+// does not parse as a URL has its whole user information replaced.
+func RedactURL(servers string) string {
+	parts := strings.Split(servers, ",")
+	for i, s := range parts {
+		parts[i] = redactOne(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+func redactOne(s string) string {
+	s = strings.TrimSpace(s)
+	// nats.Connect takes host:port with no scheme too (as nats://).
+	prefix := ""
+	if !strings.Contains(s, "://") {
+		prefix = "nats://"
+	}
+	if u, err := url.Parse(prefix + s); err == nil {
+		if u.User == nil {
+			return s
+		}
+		if _, hasPassword := u.User.Password(); !hasPassword {
+			u.User = url.User(redacted)
+			return strings.TrimPrefix(u.String(), prefix)
+		}
+		return strings.TrimPrefix(u.Redacted(), prefix)
+	}
+	// Not a URL: still hide whatever stands before the host.
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		scheme, rest = "", s
+	}
+	host := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		host = rest[:i]
+	}
+	at := strings.LastIndex(host, "@")
+	if at < 0 {
+		return s
+	}
+	if ok {
+		scheme += "://"
+	}
+	return scheme + redacted + rest[at:]
+}
+
+// secrets returns the credentials written in servers, raw and as they may
+// be quoted in an error message, longest first.
+func secrets(servers string) []string {
+	var out []string
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		_, rest, ok := strings.Cut(s, "://")
+		if !ok {
+			rest = s
+		}
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			rest = rest[:i]
+		}
+		at := strings.LastIndex(rest, "@")
+		if at <= 0 {
+			continue
+		}
+		userinfo := rest[:at]
+		cred := userinfo
+		if _, pw, found := strings.Cut(userinfo, ":"); found {
+			cred = pw
+		}
+		if cred == "" {
+			continue
+		}
+		out = append(out, cred)
+		if unescaped, err := url.PathUnescape(cred); err == nil && unescaped != cred {
+			out = append(out, unescaped)
+		}
+		if q := fmt.Sprintf("%q", cred); q[1:len(q)-1] != cred {
+			out = append(out, q[1:len(q)-1])
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// redactedError is an error whose message had the credentials of a NATS
+// URL taken out.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactError returns err with every credential of servers taken out of its
+// message (url.Parse errors, for one, quote the whole URL).
+func redactError(err error, servers string) error {
+	msg := err.Error()
+	for _, s := range strings.Split(servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			msg = strings.ReplaceAll(msg, s, redactOne(s))
+		}
+	}
+	for _, c := range secrets(servers) {
+		msg = strings.ReplaceAll(msg, c, redacted)
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
 // Connect opens a connection to the NATS server(s) at url that keeps
 // reconnecting for ever, also when the first attempt fails (the caller gets
-// the connection at once; operations fail until it is up).
+// the connection at once; operations fail until it is up). Neither its
+// errors nor its logs carry the URL's credentials.
 func Connect(url, clientName string, log *slog.Logger) (*nats.Conn, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -230,13 +394,13 @@ func Connect(url, clientName string, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectWait(time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
-				log.Warn("NATS disconnected", "error", err)
+				log.Warn("NATS disconnected", "error", redactError(err, url).Error())
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS connected", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS connected", "url", RedactURL(c.ConnectedUrl())) }),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS: %w", err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), redactError(err, url))
 	}
 	return nc, nil
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
@@ -132,8 +135,9 @@ func TestRepeatAfterWindowIsStored(t *testing.T) {
 	}
 }
 
-// TestPublishFailsWithoutServer: with the server gone, Publish fails (the
-// relay then backs off) instead of hanging past its context.
+// TestPublishFailsWithoutServer: with the server gone, Publish fails at once
+// (instead of waiting for its context) with ErrBrokerUnavailable, so that
+// the relay pauses instead of counting the failure against the event.
 func TestPublishFailsWithoutServer(t *testing.T) {
 	t.Parallel()
 	nc, err := natspub.Connect("nats://127.0.0.1:1", "test", nil) // nothing listens on port 1
@@ -145,11 +149,121 @@ func TestPublishFailsWithoutServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
+	start := time.Now()
 	err = natspub.NewPublisher(js, natspub.StreamConfig{}, nil).Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now()))
-	if err == nil {
-		t.Fatal("Publish succeeded without a server")
+	if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+		t.Fatalf("Publish without a server = %v, want ErrBrokerUnavailable", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Publish took %s to fail: it waited for its context", d)
+	}
+}
+
+// TestStreamGoneIsBrokerUnavailable: a stream deleted under the publisher
+// fails every event alike (no stream answers), so the failure is the
+// broker's; the next publish creates the stream again and succeeds.
+func TestStreamGoneIsBrokerUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
+	if err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, natspub.DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_2", time.Now()))
+	if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+		t.Fatalf("Publish to a deleted stream = %v, want ErrBrokerUnavailable", err)
+	}
+	if err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_2", time.Now())); err != nil {
+		t.Fatalf("Publish after the stream was deleted: %v (want it created again)", err)
+	}
+}
+
+// TestOversizedEventIsTheEventsFault: an event the broker can never take
+// fails as the event's own failure (counted, parked in the end), not as an
+// outage that would hold every other event back.
+func TestOversizedEventIsTheEventsFault(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
+	e := testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now())
+	e.Payload = json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
+	err := pub.Publish(t.Context(), e)
+	if err == nil || errors.Is(err, outbox.ErrBrokerUnavailable) {
+		t.Fatalf("Publish of a 2 MiB event = %v, want an error of the event, not ErrBrokerUnavailable", err)
+	}
+}
+
+func TestBrokerUnavailableClassifiesErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("publish event x: %w", nats.ErrTimeout), true},
+		{nats.ErrNoResponders, true},
+		{jetstream.ErrNoStreamResponse, true},
+		{jetstream.ErrJetStreamNotEnabled, true},
+		{nats.ErrDisconnected, true},
+		{nats.ErrConnectionClosed, true},
+		{nats.ErrConnectionDraining, true},
+		{nats.ErrConnectionReconnecting, true},
+		{nats.ErrNoServers, true},
+		{fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{nil, false},
+		{context.Canceled, false}, // shutdown: the relay sees it on its own context
+		{nats.ErrMaxPayload, false},
+		{fmt.Errorf("nats: %w", &jetstream.APIError{Code: 400, ErrorCode: 10060, Description: "expected stream does not match"}), false},
+		{errors.New("encode event x: json: unsupported value"), false},
+	} {
+		if got := natspub.BrokerUnavailable(tc.err); got != tc.want {
+			t.Errorf("BrokerUnavailable(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":                          "nats://127.0.0.1:4222",
+		"nats://user:s3cret@nats:4222":                   "nats://user:xxxxx@nats:4222",
+		"nats://s3cret-token@nats:4222":                  "nats://xxxxx@nats:4222",
+		"user:s3cret@nats:4222":                          "user:xxxxx@nats:4222",
+		"nats://u:s3cret@a:4222, tls://u:s3cret@b:4222":  "nats://u:xxxxx@a:4222,tls://u:xxxxx@b:4222",
+		"nats://user:s3cret@exa mple:4222":               "nats://xxxxx@exa mple:4222",
+		"nats://user:s3cret@[::1:4222/path?x=user:pass@": "nats://xxxxx@[::1:4222/path?x=user:pass@",
+	} {
+		if got := natspub.RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestConnectErrorsHideCredentials: a URL that does not parse is quoted
+// whole in the client's error; Connect's error must not carry its password
+// or token.
+func TestConnectErrorsHideCredentials(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{
+		"nats://user:s3cret@exa mple:4222",
+		"nats://s3cret@host:badport",
+		`nats://user:s3"cret@host:badport`,
+		"nats://ok@a:4222,nats://user:s3cret@[::1:4222",
+	} {
+		_, err := natspub.Connect(u, "test", nil)
+		if err == nil {
+			t.Errorf("Connect(%q) succeeded", u)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "s3cret") || strings.Contains(msg, `s3\"cret`) || strings.Contains(msg, "cret") {
+			t.Errorf("Connect(%q) error shows the credentials: %s", u, msg)
+		}
 	}
 }
 

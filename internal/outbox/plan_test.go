@@ -1,0 +1,169 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+)
+
+// seedBacklog inserts n pending rows, one per payment, due at due, then
+// ANALYZEs the table so that the planner knows its size.
+func seedBacklog(t *testing.T, pool *pgxpool.Pool, prefix string, n int, due time.Time) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `
+		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+		SELECT gen_random_uuid(), 'payment', $1 || i, 'PaymentCreated', '{}', $2, $3
+		FROM generate_series(1, $4) i`, prefix, t0, due, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `ANALYZE outbox_events`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	NodeType       string     `json:"Node Type"`
+	Relation       string     `json:"Relation Name"`
+	Index          string     `json:"Index Name"`
+	ActualRows     float64    `json:"Actual Rows"`
+	ActualLoops    float64    `json:"Actual Loops"`
+	RemovedFilter  float64    `json:"Rows Removed by Filter"`
+	RemovedRecheck float64    `json:"Rows Removed by Index Recheck"`
+	Plans          []planNode `json:"Plans"`
+}
+
+// rowsRead sums the rows that the scans of a plan read: returned, or
+// read and then removed by a filter.
+func (n planNode) rowsRead() float64 {
+	total := 0.0
+	if n.Relation != "" || n.Index != "" {
+		total += n.ActualLoops * (n.ActualRows + n.RemovedFilter + n.RemovedRecheck)
+	}
+	for _, c := range n.Plans {
+		total += c.rowsRead()
+	}
+	return total
+}
+
+func (n planNode) String() string {
+	var b strings.Builder
+	var walk func(n planNode, depth int)
+	walk = func(n planNode, depth int) {
+		fmt.Fprintf(&b, "%s%s %s %s rows=%v loops=%v filtered=%v\n", strings.Repeat("  ", depth), n.NodeType, n.Relation, n.Index,
+			n.ActualRows, n.ActualLoops, n.RemovedFilter+n.RemovedRecheck)
+		for _, c := range n.Plans {
+			walk(c, depth+1)
+		}
+	}
+	walk(n, 0)
+	return b.String()
+}
+
+// explain runs query (a statement with parameters of types paramTypes) as
+// a prepared statement under plan_cache_mode mode, with EXPLAIN ANALYZE,
+// in a transaction that it rolls back, and returns the plan.
+func explain(t *testing.T, pool *pgxpool.Pool, mode, paramTypes, query string, args ...string) planNode {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "PREPARE planned("+paramTypes+") AS "+query); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE planned") }()
+	var out []struct {
+		Plan planNode `json:"Plan"`
+	}
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + a + "'"
+	}
+	var raw []byte
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE planned("+strings.Join(quoted, ", ")+")", pgx.QueryExecModeSimpleProtocol).Scan(&raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out[0].Plan
+}
+
+// TestQueriesReadOnlyWhatTheyNeed runs the relay's claim and the backlog
+// gauges' query under EXPLAIN ANALYZE on a large outbox (published rows, a
+// backlog waiting for its backoff, a few due rows), as custom and as generic
+// plans (what a cached prepared statement may get): each reads a bounded
+// number of rows, not the backlog.
+func TestQueriesReadOnlyWhatTheyNeed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const backlog = 20000
+	seedBacklog(t, e.pool, "published_", backlog, t0.Add(-time.Hour))
+	if _, err := e.pool.Exec(context.Background(), `UPDATE outbox_events SET published_at = $1, attempts = 1`, t0.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	seedBacklog(t, e.pool, "waiting_", backlog, t0.Add(time.Hour)) // backing off
+	seedBacklog(t, e.pool, "due_", 10, t0.Add(-time.Second))
+	const countCap = 1000
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		claim := explain(t, e.pool, mode, "timestamptz, int, timestamptz, uuid", outbox.ClaimSQL,
+			t0.Format(time.RFC3339Nano), "100", t0.Add(30*time.Second).Format(time.RFC3339Nano), "01900000-0000-7000-8000-000000000000")
+		if got := claim.rowsRead(); got > 200 {
+			t.Errorf("claim (%s) read %v rows to claim 10 of %d pending:\n%s", mode, got, backlog+10, claim)
+		}
+		gauges := explain(t, e.pool, mode, "int", outbox.BacklogSQL, fmt.Sprint(countCap))
+		if got := gauges.rowsRead(); got > countCap+100 {
+			t.Errorf("backlog gauges (%s) read %v rows with a count cap of %d:\n%s", mode, got, countCap, gauges)
+		}
+	}
+}
+
+// TestBacklogCountsAreCapped: the pending and parked gauges count up to
+// their cap, so that a scrape reads a bounded number of rows; the age is
+// still that of the oldest pending row.
+func TestBacklogCountsAreCapped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated", "pay_d:PaymentCreated", "pay_e:PaymentCreated")
+	e.clock.Advance(time.Minute)
+	e.add("pay_f:PaymentCreated", "pay_g:PaymentCreated", "pay_h:PaymentCreated", "pay_i:PaymentCreated")
+	if _, err := e.pool.Exec(context.Background(), `UPDATE outbox_events SET parked_at = $1 WHERE aggregate_id > 'pay_e'`, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(outbox.NewStatsCollector(e.pool, e.clock, 3))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+	}
+	want := map[string]float64{
+		"paymentsapi_outbox_pending_events":             3, // 5, capped
+		"paymentsapi_outbox_parked_events":              3, // 4, capped
+		"paymentsapi_outbox_oldest_pending_age_seconds": 120,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("gauges = %v, want %v", got, want)
+	}
+}
