@@ -58,32 +58,28 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 
 // The steps of a pass. Each statement handles at most $2 rows, chosen with
 // SKIP LOCKED so that clean-up never waits for, or blocks, live traffic, and
-// touches only keys with a final answer (completed_at IS NOT NULL).
+// touches only keys with a final answer (completed_at IS NOT NULL). The rows
+// are then found by key through ANY(ARRAY(...)), so that even a generic
+// (cached) plan never joins them with the whole table.
 const (
 	eraseBodies = `
-		UPDATE idempotency_keys k SET response_body = NULL, response_headers = NULL
-		FROM (
-		    SELECT tenant_id, operation, idempotency_key FROM idempotency_keys
+		UPDATE idempotency_keys SET response_body = NULL, response_headers = NULL
+		WHERE payment_id = ANY(ARRAY(
+		    SELECT payment_id FROM idempotency_keys
 		    WHERE completed_at IS NOT NULL AND completed_at <= $1 AND response_body IS NOT NULL
-		    LIMIT $2 FOR UPDATE SKIP LOCKED
-		) old
-		WHERE (k.tenant_id, k.operation, k.idempotency_key) = (old.tenant_id, old.operation, old.idempotency_key)`
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	deleteKeys = `
-		DELETE FROM idempotency_keys k
-		USING (
-		    SELECT tenant_id, operation, idempotency_key FROM idempotency_keys
+		DELETE FROM idempotency_keys
+		WHERE payment_id = ANY(ARRAY(
+		    SELECT payment_id FROM idempotency_keys
 		    WHERE completed_at IS NOT NULL AND completed_at <= $1
-		    LIMIT $2 FOR UPDATE SKIP LOCKED
-		) old
-		WHERE (k.tenant_id, k.operation, k.idempotency_key) = (old.tenant_id, old.operation, old.idempotency_key)`
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	deleteEvents = `
-		DELETE FROM outbox_events e
-		USING (
+		DELETE FROM outbox_events
+		WHERE id = ANY(ARRAY(
 		    SELECT id FROM outbox_events
 		    WHERE published_at IS NOT NULL AND published_at <= $1
-		    LIMIT $2 FOR UPDATE SKIP LOCKED
-		) old
-		WHERE e.id = old.id`
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 )
 
 // RunOnce applies the policy until nothing is left to do.
