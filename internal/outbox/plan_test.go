@@ -2,17 +2,15 @@ package outbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
 // seedBacklog inserts n pending rows, one per payment, due at due, then
@@ -29,81 +27,6 @@ func seedBacklog(t *testing.T, pool *pgxpool.Pool, prefix string, n int, due tim
 	if _, err := pool.Exec(context.Background(), `ANALYZE outbox_events`); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// planNode is a node of EXPLAIN (ANALYZE, FORMAT JSON).
-type planNode struct {
-	NodeType       string     `json:"Node Type"`
-	Relation       string     `json:"Relation Name"`
-	Index          string     `json:"Index Name"`
-	ActualRows     float64    `json:"Actual Rows"`
-	ActualLoops    float64    `json:"Actual Loops"`
-	RemovedFilter  float64    `json:"Rows Removed by Filter"`
-	RemovedRecheck float64    `json:"Rows Removed by Index Recheck"`
-	Plans          []planNode `json:"Plans"`
-}
-
-// rowsRead sums the rows that the scans of a plan read: returned, or
-// read and then removed by a filter.
-func (n planNode) rowsRead() float64 {
-	total := 0.0
-	if n.Relation != "" || n.Index != "" {
-		total += n.ActualLoops * (n.ActualRows + n.RemovedFilter + n.RemovedRecheck)
-	}
-	for _, c := range n.Plans {
-		total += c.rowsRead()
-	}
-	return total
-}
-
-func (n planNode) String() string {
-	var b strings.Builder
-	var walk func(n planNode, depth int)
-	walk = func(n planNode, depth int) {
-		fmt.Fprintf(&b, "%s%s %s %s rows=%v loops=%v filtered=%v\n", strings.Repeat("  ", depth), n.NodeType, n.Relation, n.Index,
-			n.ActualRows, n.ActualLoops, n.RemovedFilter+n.RemovedRecheck)
-		for _, c := range n.Plans {
-			walk(c, depth+1)
-		}
-	}
-	walk(n, 0)
-	return b.String()
-}
-
-// explain runs query (a statement with parameters of types paramTypes) as
-// a prepared statement under plan_cache_mode mode, with EXPLAIN ANALYZE,
-// in a transaction that it rolls back, and returns the plan.
-func explain(t *testing.T, pool *pgxpool.Pool, mode, paramTypes, query string, args ...string) planNode {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "PREPARE planned("+paramTypes+") AS "+query); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE planned") }()
-	var out []struct {
-		Plan planNode `json:"Plan"`
-	}
-	quoted := make([]string, len(args))
-	for i, a := range args {
-		quoted[i] = "'" + a + "'"
-	}
-	var raw []byte
-	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE planned("+strings.Join(quoted, ", ")+")", pgx.QueryExecModeSimpleProtocol).Scan(&raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out[0].Plan
 }
 
 // TestQueriesReadOnlyWhatTheyNeed runs the relay's claim and the backlog
@@ -123,13 +46,13 @@ func TestQueriesReadOnlyWhatTheyNeed(t *testing.T) {
 	seedBacklog(t, e.pool, "due_", 10, t0.Add(-time.Second))
 	const countCap = 1000
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-		claim := explain(t, e.pool, mode, "timestamptz, int, timestamptz, uuid", outbox.ClaimSQL,
+		claim := pgtest.Explain(t, e.pool, mode, "timestamptz, int, timestamptz, uuid", outbox.ClaimSQL,
 			t0.Format(time.RFC3339Nano), "100", t0.Add(30*time.Second).Format(time.RFC3339Nano), "01900000-0000-7000-8000-000000000000")
-		if got := claim.rowsRead(); got > 200 {
+		if got := claim.RowsRead(); got > 200 {
 			t.Errorf("claim (%s) read %v rows to claim 10 of %d pending:\n%s", mode, got, backlog+10, claim)
 		}
-		gauges := explain(t, e.pool, mode, "int", outbox.BacklogSQL, fmt.Sprint(countCap))
-		if got := gauges.rowsRead(); got > countCap+100 {
+		gauges := pgtest.Explain(t, e.pool, mode, "int", outbox.BacklogSQL, fmt.Sprint(countCap))
+		if got := gauges.RowsRead(); got > countCap+100 {
 			t.Errorf("backlog gauges (%s) read %v rows with a count cap of %d:\n%s", mode, got, countCap, gauges)
 		}
 	}

@@ -59,18 +59,6 @@ func run(ctx context.Context, hook func(context.Context, string) error, paymentI
 	return hook(ctx, paymentID)
 }
 
-// Validate checks the rules between the settings.
-func (c Config) Validate() error {
-	switch {
-	case c.ReplayTTL <= 0 || c.Lease <= 0 || c.ProviderTimeout <= 0 || c.ProviderKeyWindow <= 0:
-		return errors.New("replay TTL, lease, provider timeout and provider key window must be positive")
-	case c.Lease <= c.ProviderTimeout:
-		return fmt.Errorf("LEASE_DURATION (%s) must exceed PROVIDER_TIMEOUT (%s): "+
-			"otherwise a request could lose its key while still waiting for the provider", c.Lease, c.ProviderTimeout)
-	}
-	return nil
-}
-
 // KeyWaiter tells a request when the key of a payment changes, on any
 // instance (idempotency.Listener).
 type KeyWaiter interface {
@@ -101,7 +89,9 @@ type Service struct {
 	waiter   KeyWaiter
 }
 
-// NewService returns a Service. cfg must be valid.
+// NewService returns a Service. The rules between the settings (a lease
+// longer than the provider timeout) are checked once, at start-up, by
+// package config.
 func NewService(d Deps, cfg Config) *Service {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second

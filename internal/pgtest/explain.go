@@ -1,0 +1,92 @@
+package pgtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Plan is a node of EXPLAIN (ANALYZE, FORMAT JSON): what a statement
+// really read, for tests that prove a query stays bounded.
+type Plan struct {
+	NodeType       string  `json:"Node Type"`
+	Relation       string  `json:"Relation Name"`
+	Index          string  `json:"Index Name"`
+	ActualRows     float64 `json:"Actual Rows"`
+	ActualLoops    float64 `json:"Actual Loops"`
+	RemovedFilter  float64 `json:"Rows Removed by Filter"`
+	RemovedRecheck float64 `json:"Rows Removed by Index Recheck"`
+	Plans          []Plan  `json:"Plans"`
+}
+
+// RowsRead sums the rows that the scans of the plan read: returned, or read
+// and then removed by a filter.
+func (n Plan) RowsRead() float64 {
+	total := 0.0
+	if n.Relation != "" || n.Index != "" {
+		total += n.ActualLoops * (n.ActualRows + n.RemovedFilter + n.RemovedRecheck)
+	}
+	for _, c := range n.Plans {
+		total += c.RowsRead()
+	}
+	return total
+}
+
+// String renders the plan as an indented tree, for failure messages.
+func (n Plan) String() string {
+	var b strings.Builder
+	var walk func(n Plan, depth int)
+	walk = func(n Plan, depth int) {
+		fmt.Fprintf(&b, "%s%s %s %s rows=%v loops=%v filtered=%v\n", strings.Repeat("  ", depth), n.NodeType, n.Relation, n.Index,
+			n.ActualRows, n.ActualLoops, n.RemovedFilter+n.RemovedRecheck)
+		for _, c := range n.Plans {
+			walk(c, depth+1)
+		}
+	}
+	walk(n, 0)
+	return b.String()
+}
+
+// Explain runs query (a statement whose parameters have the types
+// paramTypes, e.g. "timestamptz, int") as a prepared statement under
+// plan_cache_mode mode ("force_custom_plan" or "force_generic_plan", the
+// plan a cached prepared statement may get), with EXPLAIN ANALYZE, in a
+// transaction that it rolls back, and returns the plan. args are literals.
+func Explain(t testing.TB, pool *pgxpool.Pool, mode, paramTypes, query string, args ...string) Plan {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "PREPARE planned("+paramTypes+") AS "+query); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = tx.Exec(ctx, "DEALLOCATE planned") }()
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
+	}
+	var raw []byte
+	err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE planned("+strings.Join(quoted, ", ")+")",
+		pgx.QueryExecModeSimpleProtocol).Scan(&raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []struct {
+		Plan Plan `json:"Plan"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out[0].Plan
+}
