@@ -10,6 +10,11 @@
 //     lost (timeout, reset connection, malformed answer). The caller must not
 //     treat this as a failure; it must find out, by Lookup with the same key.
 //   - ErrNotFound (Lookup only): the provider is certain it never saw the key.
+//   - ErrAmbiguous (Lookup only): the provider holds more than one object for
+//     the key. Money may have moved twice; only a person can sort it out.
+//
+// Refunds follow the same rules as charges: a key derived from the refund,
+// the same errors, and LookupRefund to resolve an unknown outcome.
 package provider
 
 import (
@@ -23,6 +28,7 @@ var (
 	ErrUnavailable    = errors.New("provider unavailable: request not processed")
 	ErrUnknownOutcome = errors.New("provider outcome unknown")
 	ErrNotFound       = errors.New("provider has no charge for this key")
+	ErrAmbiguous      = errors.New("provider holds more than one object for this key")
 )
 
 // Status is the provider's verdict on a charge.
@@ -32,6 +38,9 @@ type Status string
 const (
 	StatusSucceeded Status = "succeeded"
 	StatusDeclined  Status = "declined"
+	// StatusPending: the provider accepted the request but has not decided
+	// yet (a refund Stripe still processes). Not final: look it up later.
+	StatusPending Status = "pending"
 )
 
 // ChargeRequest asks the provider to move money once. IdempotencyKey is
@@ -56,7 +65,37 @@ type Charge struct {
 	Currency       string
 }
 
-// Provider charges and looks charges up by idempotency key.
+// RefundRequest asks the provider to return money of a charge once.
+// IdempotencyKey is derived from the refund (never from the client's key)
+// and is the same on every attempt for that refund.
+type RefundRequest struct {
+	IdempotencyKey string
+	ChargeID       string // the provider's id of the charge (Charge.ID)
+	AmountMinor    int64  // in the charge's currency's minor unit
+	Currency       string // ISO 4217, upper case; the charge's currency
+	Reason         string // "", requested_by_customer, duplicate or fraudulent
+	RefundID       string // our refund id, for the provider's metadata
+}
+
+// RefundLookup names a refund to look up: its key, and the charge it
+// belongs to (some providers list refunds per charge only).
+type RefundLookup struct {
+	IdempotencyKey string
+	ChargeID       string
+}
+
+// Refund is the provider's record of a refund.
+type Refund struct {
+	ID             string
+	IdempotencyKey string
+	ChargeID       string
+	Status         Status // succeeded, declined, or pending (not final)
+	DeclineCode    string // set when Status is StatusDeclined
+	AmountMinor    int64
+	Currency       string
+}
+
+// Provider charges, refunds, and looks both up by idempotency key.
 type Provider interface {
 	// Charge creates a charge, or returns the existing one for the key.
 	// A decline is a Charge with StatusDeclined and a nil error.
@@ -64,4 +103,13 @@ type Provider interface {
 	// Lookup returns the charge created with key, ErrNotFound when the
 	// provider is certain there is none, or another error when it cannot say.
 	Lookup(ctx context.Context, key string) (Charge, error)
+	// Refund creates a refund of a charge, or returns the existing one for
+	// the key. A refused refund (the provider declined it, or the charge
+	// cannot be refunded by that much) is a Refund with StatusDeclined and
+	// a nil error.
+	Refund(ctx context.Context, req RefundRequest) (Refund, error)
+	// LookupRefund returns the refund created with the key, ErrNotFound
+	// when the provider is certain there is none, or another error when it
+	// cannot say.
+	LookupRefund(ctx context.Context, l RefundLookup) (Refund, error)
 }

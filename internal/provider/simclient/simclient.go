@@ -255,3 +255,16 @@ func detail(b []byte) string {
 	}
 	return ": " + s
 }
+
+// errRefundsNotYet is returned until the simulator speaks refunds.
+var errRefundsNotYet = errors.New("simclient: refunds are not implemented yet")
+
+// Refund is not implemented yet.
+func (c *Client) Refund(context.Context, provider.RefundRequest) (provider.Refund, error) {
+	return provider.Refund{}, errRefundsNotYet
+}
+
+// LookupRefund is not implemented yet.
+func (c *Client) LookupRefund(context.Context, provider.RefundLookup) (provider.Refund, error) {
+	return provider.Refund{}, errRefundsNotYet
+}

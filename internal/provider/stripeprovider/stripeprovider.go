@@ -463,3 +463,16 @@ func checkKey(key string) error {
 	}
 	return nil
 }
+
+// errRefundsNotYet is returned until the adapter speaks refunds.
+var errRefundsNotYet = errors.New("stripeprovider: refunds are not implemented yet")
+
+// Refund is not implemented yet.
+func (p *Provider) Refund(context.Context, provider.RefundRequest) (provider.Refund, error) {
+	return provider.Refund{}, errRefundsNotYet
+}
+
+// LookupRefund is not implemented yet.
+func (p *Provider) LookupRefund(context.Context, provider.RefundLookup) (provider.Refund, error) {
+	return provider.Refund{}, errRefundsNotYet
+}
