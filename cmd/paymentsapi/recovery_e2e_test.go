@@ -173,7 +173,7 @@ func recLoadKey(ctx context.Context, db *pgxpool.Pool, key string) (recKeyState,
 	var s recKeyState
 	err := db.QueryRow(ctx, `
 		SELECT p.id, p.state, k.fencing_token, k.lease_expires_at, k.response_status, k.response_body
-		FROM idempotency_keys k JOIN payments p ON p.id = k.payment_id
+		FROM idempotency_keys k JOIN payments p ON p.id = k.resource_id
 		WHERE k.tenant_id = $1 AND k.idempotency_key = $2`, recTenant, key).
 		Scan(&s.PaymentID, &s.State, &s.FencingToken, &s.LeaseExpiresAt, &s.ResponseStatus, &s.ResponseBody)
 	if errors.Is(err, pgx.ErrNoRows) {

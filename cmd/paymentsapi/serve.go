@@ -19,6 +19,8 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/config"
@@ -28,7 +30,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -39,15 +40,15 @@ import (
 // devDatabase is the database the embedded PostgreSQL serves in dev mode.
 const devDatabase = "paymentsapi"
 
-// app is what both the server and the reconcile command need: the
+// instance is what both the server and the reconcile command need: the
 // database, the provider and the payments service.
-type app struct {
+type instance struct {
 	cfg     config.Config
 	log     *slog.Logger
 	pool    *pgxpool.Pool
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
-	svc     *payments.Service
+	core    *app.Core
 	keys    *idempotency.Listener
 	janitor *cleanup.Janitor
 	dataDir string // dev mode: where the embedded PostgreSQL keeps its data
@@ -55,7 +56,7 @@ type app struct {
 }
 
 // close releases what newApp acquired, in reverse order.
-func (a *app) close() {
+func (a *instance) close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
 	}
@@ -63,8 +64,8 @@ func (a *app) close() {
 
 // newApp connects to (or, in dev mode, starts) the database, migrates it,
 // stores the API keys, and starts the provider.
-func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, err error) {
-	a := &app{cfg: cfg, log: log}
+func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *instance, err error) {
+	a := &instance{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
 			a.close()
@@ -110,21 +111,21 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, e
 
 	a.reg = prometheus.NewRegistry()
 	a.metrics = metrics.New(a.reg)
-	a.reg.MustRegister(payments.NewStateCollector(a.pool, clk, log))
+	app.RegisterGauges(a.reg, a.pool, clk, log)
 	a.janitor = cleanup.New(a.pool, clk, cleanup.Policy{
 		ReplayTTL: cfg.IdempotencyTTL, MetadataTTL: cfg.IdempotencyMetadataTTL, OutboxRetention: cfg.OutboxRetention,
 	}, log)
 	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
-	a.svc = payments.NewService(payments.Deps{
+	a.core = app.New(app.Deps{
 		DB: a.pool, Provider: prov, Clock: clk, Log: log, Metrics: a.metrics, Waiter: a.keys,
-	}, payments.Config{
+	}, app.Config{
 		ReplayTTL:         cfg.IdempotencyTTL,
 		Lease:             cfg.LeaseDuration,
+		RetryAfter:        time.Second,
 		ProviderTimeout:   cfg.ProviderTimeout,
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
-		RetryAfter:        time.Second,
-		Recovery: payments.RecoveryPolicy{
-			Backoff:     cfg.ReconcileInterval,
+		Recovery: idempotency.RecoveryPolicy{
+			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,
 		},
 	})
@@ -149,7 +150,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keys.Run(workers) })
-	wg.Go(func() { a.svc.RunReconciler(workers, cfg.ReconcileInterval) })
+	wg.Go(func() { a.core.Reconciler.Run(workers, cfg.ReconcileInterval) })
 	wg.Go(func() { relay.Run(workers, outbox.DefaultRelayInterval) })
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
 	defer func() {
@@ -157,10 +158,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		wg.Wait()
 	}()
 
-	handler := httpapi.NewServer(httpapi.Deps{
-		Payments: a.svc, DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
+	handler := httpapi.NewServer(a.core.HTTPDeps(httpapi.Deps{
+		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
 		Ready: func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
-	})
+	}))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -171,7 +172,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		ReadTimeout:       30 * time.Second,
 		// A create may wait for the provider (twice: a lookup, then a
 		// charge) and, with Prefer: wait, for an original request.
-		WriteTimeout: cfg.ProviderTimeout*2 + payments.MaxWait + 30*time.Second,
+		WriteTimeout: cfg.ProviderTimeout*2 + idempotency.MaxWait + 30*time.Second,
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -199,7 +200,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 // newRelay returns the outbox relay with the configured publisher
 // (OUTBOX_PUBLISHER: log, JSON lines on stdout; or nats, JetStream at
 // NATS_URL) and its metrics, and a function that closes the publisher.
-func newRelay(a *app, cfg config.Config, log *slog.Logger, stdout io.Writer) (*outbox.Relay, func(), error) {
+func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (*outbox.Relay, func(), error) {
 	var (
 		pub      outbox.Publisher = outbox.NewLogPublisher(stdout)
 		closePub                  = func() {}
@@ -237,10 +238,10 @@ func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 	}
 	defer a.close()
 	if !once {
-		a.svc.RunReconciler(ctx, cfg.ReconcileInterval)
+		a.core.Reconciler.Run(ctx, cfg.ReconcileInterval)
 		return nil
 	}
-	stats, err := a.svc.ReconcileOnce(ctx, 1000)
+	stats, err := a.core.Reconciler.RunOnce(ctx, 1000)
 	if err != nil {
 		return err
 	}

@@ -64,14 +64,14 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 const (
 	eraseBodies = `
 		UPDATE idempotency_keys SET response_body = NULL, response_headers = NULL
-		WHERE payment_id = ANY(ARRAY(
-		    SELECT payment_id FROM idempotency_keys
+		WHERE id = ANY(ARRAY(
+		    SELECT id FROM idempotency_keys
 		    WHERE completed_at IS NOT NULL AND completed_at <= $1 AND response_body IS NOT NULL
 		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	deleteKeys = `
 		DELETE FROM idempotency_keys
-		WHERE payment_id = ANY(ARRAY(
-		    SELECT payment_id FROM idempotency_keys
+		WHERE id = ANY(ARRAY(
+		    SELECT id FROM idempotency_keys
 		    WHERE completed_at IS NOT NULL AND completed_at <= $1
 		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 	deleteEvents = `

@@ -20,26 +20,26 @@ var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 var policy = Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour, BatchSize: 500}
 
-// seed stores n payments in state with keys created at created; completed
+// seed stores n payments (their state does not matter to clean-up) with
+// keys created at created; completed
 // keys carry a stored answer completed at completed.
-func seed(t *testing.T, db *pgxpool.Pool, prefix string, n int, state string, created time.Time, completed *time.Time, lease *time.Time) {
+func seed(t *testing.T, db *pgxpool.Pool, prefix string, n int, created time.Time, completed *time.Time, lease *time.Time) {
 	t.Helper()
 	_, err := db.Exec(context.Background(), `
 		WITH p AS (
 		    INSERT INTO payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 		        payment_method, channel, state, created_at, updated_at)
-		    SELECT $1::text || i, 't', 'acc', 100, 'EUR', $1::text || i, 'pm_card_visa', 'web', $3, $4, $4
+		    SELECT $1::text || i, 't', 'acc', 100, 'EUR', $1::text || i, 'pm_card_visa', 'web', 'RECEIVED', $3, $3
 		    FROM generate_series(1, $2) i
-		    RETURNING id
 		)
-		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, payment_id,
+		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		    lease_expires_at, response_status, response_headers, response_body, created_at, completed_at)
-		SELECT 't', 'payments.create', id, '\x01', id, $6,
-		       CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE 201 END,
-		       CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '{"Content-Type":"application/json"}'::jsonb END,
-		       CASE WHEN $5::timestamptz IS NULL THEN NULL ELSE '{"paymentId":"x"}'::bytea END,
-		       $4, $5
-		FROM p`, prefix, n, state, created, completed, lease)
+		SELECT 't', 'payments.create', $1::text || i, '\x01', 'payment', $1::text || i, $5,
+		       CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE 201 END,
+		       CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE '{"Content-Type":"application/json"}'::jsonb END,
+		       CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE '{"paymentId":"x"}'::bytea END,
+		       $3, $4
+		FROM generate_series(1, $2) i`, prefix, n, created, completed, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,13 +57,13 @@ func count(t *testing.T, db *pgxpool.Pool, sql string) int {
 func TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
 	db := pgtest.NewPool(t)
 	ts := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
-	long := -800 * 24 * time.Hour                                                            // older than every retention
-	seed(t, db, "gone_", 3000, "COMPLETED", now.Add(long), ts(long), nil)                    // past metadata retention
-	seed(t, db, "erased_", 1200, "DECLINED", now.Add(-48*time.Hour), ts(-47*time.Hour), nil) // past replay window only
-	seed(t, db, "fresh_", 50, "COMPLETED", now.Add(-time.Hour), ts(-time.Hour), nil)         // inside the window
-	seed(t, db, "inflight_", 20, "PROVIDER_REQUEST_SENT", now.Add(long), nil, ts(time.Minute))
-	seed(t, db, "unknown_", 20, "UNKNOWN_REQUIRES_RECOVERY", now.Add(long), nil, nil)
-	seed(t, db, "retryable_", 20, "FAILED_RETRYABLE", now.Add(long), nil, nil)
+	long := -800 * 24 * time.Hour                                                // older than every retention
+	seed(t, db, "gone_", 3000, now.Add(long), ts(long), nil)                     // past metadata retention
+	seed(t, db, "erased_", 1200, now.Add(-48*time.Hour), ts(-47*time.Hour), nil) // past replay window only
+	seed(t, db, "fresh_", 50, now.Add(-time.Hour), ts(-time.Hour), nil)          // inside the window
+	seed(t, db, "inflight_", 20, now.Add(long), nil, ts(time.Minute))
+	seed(t, db, "unknown_", 20, now.Add(long), nil, nil)
+	seed(t, db, "retryable_", 20, now.Add(long), nil, nil)
 	_, err := db.Exec(context.Background(), `
 		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, published_at)
 		SELECT gen_random_uuid(), 'payment', 'p' || i, 'PaymentCreated', '{}', $1::timestamptz, $1::timestamptz, CASE WHEN i <= 700 THEN $1::timestamptz END

@@ -3,37 +3,48 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
+	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
-// writeError answers err as a problem. It is the one map from service errors
-// to HTTP.
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+// errorWriter answers errors as problems. Its write is the one map from
+// the errors of the engine and the domains to HTTP.
+type errorWriter struct {
+	retryAfter time.Duration // the service's one advice to come back later
+}
+
+func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 	var (
-		inUse   *payments.KeyInUseError
-		expired *payments.KeyExpiredError
+		inUse   *idempotency.KeyInUseError
+		expired *idempotency.KeyExpiredError
 		dup     *payments.DuplicateReferenceError
+		invalid *validate.Error
 	)
 	switch {
 	case errors.As(err, &inUse):
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(inUse.RetryAfter.Seconds()))))
+		w.Header().Set("Retry-After", retryAfterValue(inUse.RetryAfter))
 		problem.New(http.StatusConflict, problem.IdempotencyKeyInUse, err.Error()).Write(w)
-	case errors.Is(err, payments.ErrKeyReused):
+	case errors.Is(err, idempotency.ErrKeyReused):
 		problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused, err.Error()).Write(w)
 	case errors.As(err, &expired):
 		p := problem.New(http.StatusConflict, problem.IdempotencyKeyExpired, err.Error())
-		p.PaymentID = expired.PaymentID
+		p.SetResource(expired.Resource.Type, expired.Resource.ID)
+		p.Write(w)
+	case errors.As(err, &invalid):
+		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
+		p.Errors = invalid.Fields
 		p.Write(w)
 	case errors.As(err, &dup):
 		p := problem.New(http.StatusConflict, problem.DuplicateMerchantReference, err.Error())
 		p.PaymentID = dup.PaymentID
 		p.Write(w)
 	case errors.Is(err, payments.ErrProviderUnavailable):
-		w.Header().Set("Retry-After", "2")
+		w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
 		problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).Write(w)
 	case errors.Is(err, payments.ErrNotFound):
 		problem.New(http.StatusNotFound, problem.NotFound, "No such payment.").Write(w)
@@ -43,9 +54,16 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		p.Write(w)
 	case database.Unavailable(err):
 		logFrom(r).WarnContext(r.Context(), "database unavailable", "error", err)
-		unavailable(w)
+		ew.unavailable(w)
 	default:
 		logFrom(r).ErrorContext(r.Context(), "request failed", "error", err)
 		problem.New(http.StatusInternalServerError, problem.Internal, "An unexpected error occurred.").Write(w)
 	}
+}
+
+// unavailable is the 503 for a database that cannot be reached.
+func (ew errorWriter) unavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
+	problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
+		"The service cannot reach its database right now. Retry with the same Idempotency-Key: the request is resumed where it stopped, never repeated.").Write(w)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
@@ -40,22 +41,22 @@ const (
 // env is the whole API on a real PostgreSQL database of its own and a real
 // provider simulator on a loopback port.
 type env struct {
-	t       testing.TB
-	url     string
-	pool    *pgxpool.Pool
-	sim     *sim.Simulator
-	prov    provider.Provider
-	clock   *clock.Fake
-	reg     *prometheus.Registry
-	cfg     payments.Config
-	service *payments.Service
+	t     testing.TB
+	url   string
+	pool  *pgxpool.Pool
+	sim   *sim.Simulator
+	prov  provider.Provider
+	clock *clock.Fake
+	reg   *prometheus.Registry
+	cfg   app.Config
+	core  *app.Core // the first instance's
 }
 
 type envOption func(*envOptions)
 
 type envOptions struct {
 	sim      sim.Options
-	cfg      payments.Config
+	cfg      app.Config
 	provider func(provider.Provider) provider.Provider
 }
 
@@ -69,11 +70,11 @@ func withProviderTimeout(d time.Duration) envOption {
 
 // withHooks installs failpoints at the boundaries of the state machine.
 func withHooks(h payments.Hooks) envOption {
-	return func(o *envOptions) { o.cfg.Hooks = h }
+	return func(o *envOptions) { o.cfg.PaymentHooks = h }
 }
 
 // withRecovery sets the reconciler's policy.
-func withRecovery(p payments.RecoveryPolicy) envOption {
+func withRecovery(p idempotency.RecoveryPolicy) envOption {
 	return func(o *envOptions) { o.cfg.Recovery = p }
 }
 
@@ -86,7 +87,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	o := envOptions{
 		sim: sim.Options{SlowDelay: 500 * time.Millisecond, HangFor: 5 * time.Second},
-		cfg: payments.Config{
+		cfg: app.Config{
 			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second,
 			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second,
 		},
@@ -110,34 +111,34 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg,
 		clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
-	e.url, e.service, e.reg = e.instance()
+	e.url, e.core, e.reg = e.instance()
 	return e
 }
 
 // instance starts one more API instance on the environment's database,
 // provider and clock, with its own LISTEN connection, as a second process
-// would have. It returns the instance's URL, service and metrics registry.
-func (e *env) instance() (string, *payments.Service, *prometheus.Registry) {
+// would have. It returns the instance's URL, core and metrics registry.
+func (e *env) instance() (string, *app.Core, *prometheus.Registry) {
 	t := e.t
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg.MustRegister(payments.NewStateCollector(e.pool, e.clock, log))
+	log := testLogger()
+	app.RegisterGauges(reg, e.pool, e.clock, log)
 	keys := idempotency.NewListener(e.pool.Config().ConnConfig.Copy(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()
-	svc := payments.NewService(payments.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m, Waiter: keys}, e.cfg)
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
+	core := app.New(app.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m, Waiter: keys}, e.cfg)
+	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
+		DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
 		Ready: func(ctx context.Context) error { return database.Ready(ctx, e.pool) },
-	}))
+	})))
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()
 		<-done
 	})
-	return srv.URL, svc, reg
+	return srv.URL, core, reg
 }
 
 // deadStoreURL starts an instance whose payments store and readiness check
@@ -154,16 +155,25 @@ func (e *env) deadStoreURL(authToo bool) string {
 	if authToo {
 		auth = dead
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := testLogger()
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	svc := payments.NewService(payments.Deps{DB: dead, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m}, e.cfg)
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: auth, Log: log, Metrics: m, Gatherer: reg,
+	core := app.New(app.Deps{DB: dead, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m}, e.cfg)
+	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
+		DB: auth, Log: log, Metrics: m, Gatherer: reg,
 		Ready: func(ctx context.Context) error { return database.Ready(ctx, dead) },
-	}))
+	})))
 	e.t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// testLogger discards the service's logs, unless TEST_LOG=1 asks for them
+// on stderr (to see why a test got a 500).
+func testLogger() *slog.Logger {
+	if os.Getenv("TEST_LOG") == "1" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
 // response is an HTTP answer, read whole.

@@ -106,7 +106,7 @@ func observe(log *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handl
 
 // authenticate admits requests with a valid `Authorization: Bearer <secret>`
 // and records their tenant. Others get 401 and nothing is written.
-func authenticate(db *pgxpool.Pool) func(http.Handler) http.Handler {
+func authenticate(db *pgxpool.Pool, errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -120,7 +120,7 @@ func authenticate(db *pgxpool.Pool) func(http.Handler) http.Handler {
 				unauthorized(w, "The API key is not valid.")
 				return
 			case err != nil:
-				writeError(w, r, err)
+				errs.write(w, r, err)
 				return
 			}
 			logging.Add(r.Context(), "tenant", tenant)
@@ -132,11 +132,4 @@ func authenticate(db *pgxpool.Pool) func(http.Handler) http.Handler {
 func unauthorized(w http.ResponseWriter, detail string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="paymentsapi"`)
 	problem.New(http.StatusUnauthorized, problem.Unauthorized, detail).Write(w)
-}
-
-// unavailable is the 503 for a database that cannot be reached.
-func unavailable(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", "1")
-	problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
-		"The service cannot reach its database right now. Retry with the same Idempotency-Key: the request is resumed where it stopped, never repeated.").Write(w)
 }

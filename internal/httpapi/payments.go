@@ -39,42 +39,47 @@ func tenantOf(ctx context.Context) string {
 }
 
 // handleCreatePayment is POST /payments.
-func handleCreatePayment(svc *payments.Service) http.HandlerFunc {
+func handleCreatePayment(svc *payments.Service, errs errorWriter) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		key, err := idempotency.ParseKey(r.Header.Values(idempotency.Header))
-		switch {
-		case errors.Is(err, idempotency.ErrKeyMissing):
-			problem.New(http.StatusBadRequest, problem.IdempotencyKeyMissing, err.Error()).Write(w)
-			return
-		case err != nil:
-			problem.New(http.StatusBadRequest, problem.IdempotencyKeyInvalid, err.Error()).Write(w)
-			return
-		}
-		cmd, prob := decodeCreate(w, r)
+		key, prob := idempotencyKey(r)
 		if prob != nil {
 			prob.Write(w)
 			return
 		}
-		res, err := svc.Create(r.Context(), tenantOf(r.Context()), key, cmd, preferWait(r.Header.Values("Prefer")))
-		if err != nil {
-			writeError(w, r, err)
+		var req payments.CreateRequest
+		if prob := decodeJSON(w, r, &req); prob != nil {
+			prob.Write(w)
 			return
 		}
-		logging.Add(r.Context(), "payment_id", res.PaymentID)
-		for k, v := range res.Response.Headers {
-			w.Header().Set(k, v)
+		cmd, err := req.Validate()
+		if err != nil {
+			errs.write(w, r, err)
+			return
 		}
-		if res.Replayed {
-			w.Header().Set(ReplayedHeader, "true")
+		reply, err := svc.Create(r.Context(), tenantOf(r.Context()), key, cmd, preferWait(r.Header.Values("Prefer")))
+		if err != nil {
+			errs.write(w, r, err)
+			return
 		}
-		w.Header().Set("Cache-Control", "no-store")
-		w.WriteHeader(res.Response.Status)
-		_, _ = w.Write(res.Response.Body)
+		logging.Add(r.Context(), "payment_id", reply.Resource.ID)
+		writeReply(w, reply)
 	}
 }
 
+// idempotencyKey reads the Idempotency-Key header of a request.
+func idempotencyKey(r *http.Request) (string, *problem.Problem) {
+	key, err := idempotency.ParseKey(r.Header.Values(idempotency.Header))
+	switch {
+	case errors.Is(err, idempotency.ErrKeyMissing):
+		return "", problem.New(http.StatusBadRequest, problem.IdempotencyKeyMissing, err.Error())
+	case err != nil:
+		return "", problem.New(http.StatusBadRequest, problem.IdempotencyKeyInvalid, err.Error())
+	}
+	return key, nil
+}
+
 // preferWait reads `Prefer: wait=N` (RFC 7240): how long the client is
-// willing to wait for an in-flight original, capped by the service.
+// willing to wait for an in-flight original, capped by the engine.
 func preferWait(values []string) time.Duration {
 	for _, v := range values {
 		for _, pref := range strings.Split(v, ",") {
@@ -86,46 +91,39 @@ func preferWait(values []string) time.Duration {
 			if err != nil || n <= 0 {
 				return 0
 			}
-			return min(time.Duration(n)*time.Second, payments.MaxWait)
+			return min(time.Duration(n)*time.Second, idempotency.MaxWait)
 		}
 	}
 	return 0
 }
 
-// decodeCreate reads and validates the body of POST /payments.
-func decodeCreate(w http.ResponseWriter, r *http.Request) (payments.Command, *problem.Problem) {
+// decodeJSON reads a command's JSON body into dst: application/json, at most
+// MaxBodyBytes, exactly one object, no unknown fields.
+func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Problem {
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/json" {
-		return payments.Command{}, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType,
+		return problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType,
 			"Send the body as Content-Type: application/json.")
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return payments.Command{}, problem.New(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge,
+			return problem.New(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge,
 				fmt.Sprintf("The body must be at most %d bytes.", MaxBodyBytes))
 		}
-		return payments.Command{}, problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body could not be read.")
+		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body could not be read.")
 	}
-	var req payments.CreateRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return payments.Command{}, jsonProblem(err)
+	if err := dec.Decode(dst); err != nil {
+		return jsonProblem(err)
 	}
 	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, " \t\r\n"))) {
-		return payments.Command{}, problem.New(http.StatusBadRequest, problem.MalformedJSON,
+		return problem.New(http.StatusBadRequest, problem.MalformedJSON,
 			"The body must hold exactly one JSON object.")
 	}
-	cmd, err := req.Validate()
-	var verr *payments.ValidationError
-	if errors.As(err, &verr) {
-		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
-		p.Errors = verr.Fields
-		return payments.Command{}, p
-	}
-	return cmd, nil
+	return nil
 }
 
 // jsonProblem explains a decoding error: a wrong type or an unknown field is
@@ -155,13 +153,13 @@ func jsonType(kind string) string {
 }
 
 // handleGetPayment is GET /payments/{paymentId}.
-func handleGetPayment(svc *payments.Service) http.HandlerFunc {
+func handleGetPayment(svc *payments.Service, errs errorWriter) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "paymentId")
 		logging.Add(r.Context(), "payment_id", id)
 		p, err := svc.Get(r.Context(), tenantOf(r.Context()), id)
 		if err != nil {
-			writeError(w, r, err)
+			errs.write(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, p.View())
@@ -175,7 +173,7 @@ type listResponse struct {
 }
 
 // handleListPayments is GET /payments.
-func handleListPayments(svc *payments.Service) http.HandlerFunc {
+func handleListPayments(svc *payments.Service, errs errorWriter) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		lq := payments.ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
@@ -191,7 +189,7 @@ func handleListPayments(svc *payments.Service) http.HandlerFunc {
 		}
 		page, err := svc.List(r.Context(), tenantOf(r.Context()), lq)
 		if err != nil {
-			writeError(w, r, err)
+			errs.write(w, r, err)
 			return
 		}
 		resp := listResponse{Items: make([]payments.View, 0, len(page.Items)), NextCursor: page.NextCursor}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
@@ -100,7 +101,7 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 				e.clock.Advance(e.cfg.Lease + time.Second)
 
 				if resolver == "reconciler" {
-					stats, err := e.service.ReconcileOnce(context.Background(), 10)
+					stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -137,7 +138,7 @@ func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	e.clock.Advance(e.cfg.Lease + time.Second)
 
 	// The mechanism itself: concurrent TakeOver calls on the same seen token.
-	rec, err := idempotency.LoadByPayment(context.Background(), e.pool, id)
+	rec, err := idempotency.LoadByResource(context.Background(), e.pool, idempotency.Resource{Type: payments.ResourceType, ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			_, ok, err := idempotency.TakeOver(context.Background(), e.pool, rec.Scope, rec.FencingToken, e.clock.Now(), time.Second)
+			_, ok, err := idempotency.TakeOver(context.Background(), e.pool, rec.ID, rec.FencingToken, e.clock.Now(), time.Second)
 			if err != nil {
 				t.Error(err)
 			}
@@ -235,7 +236,7 @@ func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
 		t.Fatalf("got %d %s", first.Status, first.Body)
 	}
 	id := e.onlyPaymentID()
-	stats, err := e.service.ReconcileOnce(context.Background(), 10)
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
@@ -256,21 +257,21 @@ func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
 func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}),
-		withRecovery(payments.RecoveryPolicy{Backoff: time.Minute, MaxBackoff: time.Hour, MaxAttempts: 10}))
+		withRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Minute, Max: time.Hour}, MaxAttempts: 10}))
 	e.post("k-flaky", body("paymentMethod", `"pm_sim_lookup_flaky"`)) // charged, answer lost
 	id := e.onlyPaymentID()
 	e.clock.Advance(e.cfg.Lease + time.Second)
 
-	reconcile := func() payments.ReconcileStats {
+	reconcile := func() idempotency.RecoveryStats {
 		t.Helper()
-		stats, err := e.service.ReconcileOnce(context.Background(), 10)
+		stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return stats
 	}
 	for attempt := 1; attempt <= 2; attempt++ { // the simulator fails the first two lookups
-		if stats := reconcile(); stats[payments.OutcomeUnresolved] != 1 {
+		if stats := reconcile(); stats[idempotency.OutcomeUnresolved] != 1 {
 			t.Fatalf("attempt %d: %v", attempt, stats)
 		}
 		if stats := reconcile(); len(stats) != 0 {
@@ -296,14 +297,14 @@ func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
-		withRecovery(payments.RecoveryPolicy{Backoff: time.Second, MaxBackoff: time.Second, MaxAttempts: 3}))
+		withRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Second, Max: time.Second}, MaxAttempts: 3}))
 	e.post("k-old", body())
 	id := e.onlyPaymentID()
 	e.clock.Advance(e.cfg.ProviderKeyWindow + time.Hour)
 
 	outcomes := map[string]int{}
 	for range 5 {
-		stats, err := e.service.ReconcileOnce(context.Background(), 10)
+		stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,13 +313,13 @@ func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 		}
 		e.clock.Advance(2 * time.Second)
 	}
-	if outcomes[payments.OutcomeUnresolved] != 2 || outcomes[payments.OutcomeManualReview] != 1 {
+	if outcomes[idempotency.OutcomeUnresolved] != 2 || outcomes[idempotency.OutcomeManualReview] != 1 {
 		t.Errorf("outcomes %v: want 2 unresolved then manual review, then nothing", outcomes)
 	}
 	if n := len(e.sim.Charges()); n != 0 {
 		t.Errorf("the reconciler created %d charges past the key window", n)
 	}
-	if n := e.count(`payments WHERE manual_review_at IS NOT NULL AND recovery_attempts = 3`); n != 1 {
+	if n := e.count(`idempotency_keys WHERE manual_review_at IS NOT NULL AND recovery_attempts = 3`); n != 1 {
 		t.Errorf("payment not marked for manual review")
 	}
 	if g := e.get(secretA, "/payments/"+id).json(t); g["status"] != "PROCESSING" {
@@ -353,20 +354,20 @@ func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 	for i := range n {
 		e.post(fmt.Sprintf("k-%d", i), body("merchantReference", fmt.Sprintf(`"inv-%d"`, i)))
 	}
-	services := []*payments.Service{e.service}
+	reconcilers := []*idempotency.Reconciler{e.core.Reconciler}
 	for range 3 {
-		_, svc, _ := e.instance()
-		services = append(services, svc)
+		_, core, _ := e.instance()
+		reconcilers = append(reconcilers, core.Reconciler)
 	}
 	e.clock.Advance(e.cfg.Lease + time.Second)
 
 	var wg sync.WaitGroup
-	results := make([]payments.ReconcileStats, len(services))
+	results := make([]idempotency.RecoveryStats, len(reconcilers))
 	start := make(chan struct{})
-	for i, svc := range services {
+	for i, rc := range reconcilers {
 		wg.Go(func() {
 			<-start
-			stats, err := svc.ReconcileOnce(context.Background(), 100)
+			stats, err := rc.RunOnce(context.Background(), 100)
 			if err != nil {
 				t.Error(err)
 			}
@@ -508,7 +509,7 @@ func TestStateGaugesMove(t *testing.T) {
 		gauge("paymentsapi_idempotency_unfinished_keys") != 1 {
 		t.Errorf("unknown: %v, in flight %v", gauge("paymentsapi_payments_unknown_outcome"), gauge("paymentsapi_idempotency_in_flight_keys"))
 	}
-	if _, err := e.service.ReconcileOnce(context.Background(), 10); err != nil {
+	if _, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
 	if gauge("paymentsapi_payments_unknown_outcome") != 0 || gauge("paymentsapi_idempotency_unfinished_keys") != 0 ||

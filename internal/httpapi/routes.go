@@ -7,6 +7,7 @@ import (
 
 // addRoutes maps the whole API surface.
 func addRoutes(r chi.Router, d Deps) {
+	errs := errorWriter{retryAfter: d.RetryAfter}
 	r.Use(requestContext(d.Log), recoverPanics(d.Log), observe(d.Log, d.Metrics))
 	r.NotFound(handleNotFound())
 	r.MethodNotAllowed(handleMethodNotAllowed())
@@ -17,9 +18,9 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Get("/openapi.yaml", handleOpenAPI(d.OpenAPI))
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(d.DB))
-		r.Post("/payments", handleCreatePayment(d.Payments))
-		r.Get("/payments", handleListPayments(d.Payments))
-		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments))
+		r.Use(authenticate(d.DB, errs))
+		r.Post("/payments", handleCreatePayment(d.Payments, errs))
+		r.Get("/payments", handleListPayments(d.Payments, errs))
+		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments, errs))
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +27,9 @@ type Deps struct {
 	OpenAPI  []byte
 	// Ready reports whether the database is reachable and migrated.
 	Ready func(ctx context.Context) error
+	// RetryAfter is the service's one advice to come back later (the
+	// engine's, idempotency.Engine.RetryAfter).
+	RetryAfter time.Duration
 }
 
 // NewServer returns the handler of the whole API.

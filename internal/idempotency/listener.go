@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/backoff"
 )
 
 // NotifyChannel is the PostgreSQL channel on which a key's owner announces,
 // in the transaction that stores its answer or releases its lease, that the
-// key changed. The payload is the payment id.
+// key changed. The payload is the key's row id.
 const NotifyChannel = "paymentsapi_idempotency_keys"
 
 // Listener delivers NotifyChannel notifications to the requests of this
@@ -23,7 +26,7 @@ type Listener struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	waiters map[string]map[chan struct{}]struct{}
+	waiters map[string]map[chan struct{}]struct{} // by key row id, as in the payload
 }
 
 // NewListener returns a Listener that connects with cfg; Run starts it.
@@ -31,33 +34,34 @@ func NewListener(cfg *pgx.ConnConfig, log *slog.Logger) *Listener {
 	return &Listener{cfg: cfg, log: log, waiters: map[string]map[chan struct{}]struct{}{}}
 }
 
-// Subscribe returns a channel that is signalled when the key of paymentID
+// Subscribe returns a channel that is signalled when key row keyID
 // changes, and a function to call when the caller stops waiting.
-func (l *Listener) Subscribe(paymentID string) (<-chan struct{}, func()) {
+func (l *Listener) Subscribe(keyID int64) (<-chan struct{}, func()) {
+	id := strconv.FormatInt(keyID, 10)
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	if l.waiters[paymentID] == nil {
-		l.waiters[paymentID] = map[chan struct{}]struct{}{}
+	if l.waiters[id] == nil {
+		l.waiters[id] = map[chan struct{}]struct{}{}
 	}
-	l.waiters[paymentID][ch] = struct{}{}
+	l.waiters[id][ch] = struct{}{}
 	l.mu.Unlock()
 	return ch, func() {
 		l.mu.Lock()
-		delete(l.waiters[paymentID], ch)
-		if len(l.waiters[paymentID]) == 0 {
-			delete(l.waiters, paymentID)
+		delete(l.waiters[id], ch)
+		if len(l.waiters[id]) == 0 {
+			delete(l.waiters, id)
 		}
 		l.mu.Unlock()
 	}
 }
 
-// wake signals the waiters of paymentID, or every waiter when paymentID is
+// wake signals the waiters of key row keyID, or every waiter when keyID is
 // empty (after a reconnection, when notifications may have been missed).
-func (l *Listener) wake(paymentID string) {
+func (l *Listener) wake(keyID string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, set := range l.waiters {
-		if paymentID != "" && id != paymentID {
+		if keyID != "" && id != keyID {
 			continue
 		}
 		for ch := range set {
@@ -71,19 +75,19 @@ func (l *Listener) wake(paymentID string) {
 
 // Run listens until ctx ends, reconnecting after failures.
 func (l *Listener) Run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
+	policy := backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	for failures := 1; ctx.Err() == nil; failures++ {
 		err := l.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		l.log.WarnContext(ctx, "idempotency listener disconnected; reconnecting", "error", err, "in", backoff)
+		wait := policy.Delay(failures)
+		l.log.WarnContext(ctx, "idempotency listener disconnected; reconnecting", "error", err, "in", wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

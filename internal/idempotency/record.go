@@ -20,11 +20,19 @@ type Response struct {
 	Body    []byte            `json:"-"`
 }
 
+// Resource names what a key's first request created: any operation's
+// resource, by its type (such as "refund") and id.
+type Resource struct {
+	Type string
+	ID   string
+}
+
 // Record is what the server remembers about a key.
 type Record struct {
+	ID             int64 // the row: every write addresses it by ID and FencingToken
 	Scope          Scope
 	Fingerprint    []byte
-	PaymentID      string
+	Resource       Resource
 	FencingToken   int64
 	LeaseExpiresAt *time.Time // nil: nobody owns the key now
 	Response       *Response  // nil until a final answer is stored

@@ -5,11 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// This file holds every statement on idempotency_keys that the engine and
+// the reconciler run. A row is addressed by its id, and every write of an
+// owner is conditioned on its fencing token.
 
 // Errors returned by the store.
 var (
@@ -26,27 +31,31 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Claim inserts a new record owned by the caller with fencing token 1 and a
-// lease until now+lease. It reports false, without error, when the scope is
-// already taken: the row inserted first is the lock. A concurrent claim of the
-// same scope waits for the first transaction to end.
-func Claim(ctx context.Context, q Querier, scope Scope, fingerprint []byte, paymentID string, now time.Time, lease time.Duration) (bool, error) {
-	tag, err := q.Exec(ctx, `
+// claimKey inserts a new record owned by the caller with fencing token 1 and
+// a lease until now+lease. It reports ok=false, without error, when the scope
+// is already taken: the row inserted first is the lock. A concurrent claim of
+// the same scope waits for the first transaction to end.
+func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration) (id int64, ok bool, err error) {
+	err = q.QueryRow(ctx, `
 		INSERT INTO idempotency_keys
-		    (tenant_id, operation, idempotency_key, fingerprint, payment_id,
+		    (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		     fencing_token, lease_expires_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, 1, $6, $7)
-		ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING`,
-		scope.Tenant, scope.Operation, scope.Key, fingerprint, paymentID, now.Add(lease), now)
-	if err != nil {
-		return false, fmt.Errorf("claim idempotency key: %w", err)
+		VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)
+		ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+		RETURNING id`,
+		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
 	}
-	return tag.RowsAffected() == 1, nil
+	if err != nil {
+		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	return id, true, nil
 }
 
 const selectRecord = `
-	SELECT tenant_id, operation, idempotency_key, fingerprint, payment_id, fencing_token,
-	       lease_expires_at, response_status, response_headers, response_body,
+	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
 	       created_at, completed_at
 	FROM idempotency_keys`
 
@@ -57,9 +66,15 @@ func Load(ctx context.Context, q Querier, scope Scope) (Record, error) {
 		scope.Tenant, scope.Operation, scope.Key))
 }
 
-// LoadByPayment returns the record that created paymentID, or ErrNotFound.
-func LoadByPayment(ctx context.Context, q Querier, paymentID string) (Record, error) {
-	return scanRecord(q.QueryRow(ctx, selectRecord+` WHERE payment_id = $1`, paymentID))
+// LoadByID returns the record with row id, or ErrNotFound.
+func LoadByID(ctx context.Context, q Querier, id int64) (Record, error) {
+	return scanRecord(q.QueryRow(ctx, selectRecord+` WHERE id = $1`, id))
+}
+
+// LoadByResource returns the record of the key that created res, or
+// ErrNotFound.
+func LoadByResource(ctx context.Context, q Querier, res Resource) (Record, error) {
+	return scanRecord(q.QueryRow(ctx, selectRecord+` WHERE resource_type = $1 AND resource_id = $2`, res.Type, res.ID))
 }
 
 func scanRecord(row pgx.Row) (Record, error) {
@@ -69,8 +84,8 @@ func scanRecord(row pgx.Row) (Record, error) {
 		headers []byte
 		body    []byte
 	)
-	err := row.Scan(&r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
-		&r.PaymentID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
+	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
+		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
 		&r.CreatedAt, &r.CompletedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
@@ -89,20 +104,20 @@ func scanRecord(row pgx.Row) (Record, error) {
 	return r, nil
 }
 
-// TakeOver atomically makes the caller the owner of a key that has no live
-// owner and no final answer, as last seen with token seen. It returns the new
-// fencing token, or ok=false when someone else got there first (or the
-// original finished): exactly one of any number of concurrent takers wins.
-func TakeOver(ctx context.Context, q Querier, scope Scope, seen int64, now time.Time, lease time.Duration) (token int64, ok bool, err error) {
+// TakeOver atomically makes the caller the owner of key row id, which had
+// no live owner and no final answer when last seen with token seen. It
+// returns the new fencing token, or ok=false when someone else got there
+// first (or the original finished): exactly one of any number of concurrent
+// takers wins.
+func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lease time.Duration) (token int64, ok bool, err error) {
 	err = q.QueryRow(ctx, `
 		UPDATE idempotency_keys
-		SET fencing_token = fencing_token + 1, lease_expires_at = $5
-		WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-		  AND fencing_token = $4
+		SET fencing_token = fencing_token + 1, lease_expires_at = $3
+		WHERE id = $1 AND fencing_token = $2
 		  AND response_status IS NULL AND completed_at IS NULL
-		  AND (lease_expires_at IS NULL OR lease_expires_at <= $6)
+		  AND (lease_expires_at IS NULL OR lease_expires_at <= $4)
 		RETURNING fencing_token`,
-		scope.Tenant, scope.Operation, scope.Key, seen, now.Add(lease), now).Scan(&token)
+		id, seen, now.Add(lease), now).Scan(&token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -112,46 +127,43 @@ func TakeOver(ctx context.Context, q Querier, scope Scope, seen int64, now time.
 	return token, true, nil
 }
 
-// QueueFinish adds to b the statement that stores resp as the key's final
-// answer and ends the lease, provided token is still the key's fencing token;
-// otherwise the batch fails with ErrFenced.
-func QueueFinish(b *pgx.Batch, paymentID string, token int64, resp Response, now time.Time) {
+// queueFinish adds to b the statement that stores resp as the key's final
+// answer, ends the lease and the need for recovery, provided token is still
+// the key's fencing token; otherwise the batch fails with ErrFenced.
+func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers, _ := json.Marshal(resp.Headers) // map[string]string always marshals
 	b.Queue(`
 		UPDATE idempotency_keys
 		SET response_status = $3, response_headers = $4, response_body = $5,
-		    completed_at = $6, lease_expires_at = NULL
-		WHERE payment_id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		paymentID, token, resp.Status, headers, resp.Body, now).Exec(fenced)
-	queueNotify(b, paymentID)
+		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
+		id, token, resp.Status, headers, resp.Body, now).Exec(fenced)
+	queueNotify(b, id)
 }
 
-// QueueRenew adds to b the statement that extends the owner's lease to
-// until, provided token is still the key's fencing token; otherwise the batch
-// fails with ErrFenced. An owner renews before each provider call, so that a
-// lookup followed by a charge never outlives its lease.
-func QueueRenew(b *pgx.Batch, paymentID string, token int64, until time.Time) {
+// queueHold adds to b the statement by which an owner that goes on working
+// keeps its key: the lease runs until `until` (nil: released, anyone may
+// take the key over), and recover says whether the key's resource is now in
+// a state whose outcome the reconciler must find out if nobody finishes it.
+// The first time recover is set the key is due at once (its lease still
+// guards it); later holds keep the schedule the reconciler booked. Fenced
+// like every owner write.
+func queueHold(b *pgx.Batch, id, token int64, until *time.Time, recover bool, now time.Time) {
 	b.Queue(`
-		UPDATE idempotency_keys SET lease_expires_at = $3
-		WHERE payment_id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		paymentID, token, until).Exec(fenced)
+		UPDATE idempotency_keys
+		SET lease_expires_at = $3,
+		    recovery_next_at = CASE WHEN $4 THEN COALESCE(recovery_next_at, $5) END
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
+		id, token, until, recover, now).Exec(fenced)
+	if until == nil {
+		queueNotify(b, id)
+	}
 }
 
-// QueueRelease adds to b the statement that ends the caller's lease without
-// a final answer (the outcome is unknown, or the provider refused), so that
-// the next retry or the reconciler may take the key over at once.
-func QueueRelease(b *pgx.Batch, paymentID string, token int64) {
-	b.Queue(`
-		UPDATE idempotency_keys SET lease_expires_at = NULL
-		WHERE payment_id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		paymentID, token).Exec(fenced)
-	queueNotify(b, paymentID)
-}
-
-// queueNotify tells waiting requests, on every instance, that the key of
-// paymentID changed. PostgreSQL delivers it only if the transaction commits.
-func queueNotify(b *pgx.Batch, paymentID string) {
-	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, paymentID)
+// queueNotify tells waiting requests, on every instance, that key row id
+// changed. PostgreSQL delivers it only if the transaction commits.
+func queueNotify(b *pgx.Batch, id int64) {
+	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(id, 10))
 }
 
 func fenced(tag pgconn.CommandTag) error {
@@ -159,4 +171,59 @@ func fenced(tag pgconn.CommandTag) error {
 		return ErrFenced
 	}
 	return nil
+}
+
+// claimDue takes over the key most overdue for recovery among operations,
+// skipping rows another reconciler or a request holds at this moment. In the
+// same statement it books the attempt and schedules the next one (the
+// schedule's waits, in microseconds, by attempt), so an attempt that dies
+// half-way is still counted and spaced.
+func claimDue(ctx context.Context, q Querier, operations []string, now time.Time, lease time.Duration, schedule []int64) (Record, int, bool, error) {
+	var (
+		r        Record
+		attempts int
+	)
+	err := q.QueryRow(ctx, `
+		WITH due AS (
+		    SELECT id FROM idempotency_keys
+		    WHERE recovery_next_at <= $1 AND manual_review_at IS NULL
+		      AND response_status IS NULL
+		      AND (lease_expires_at IS NULL OR lease_expires_at <= $1)
+		      AND operation = ANY($3)
+		    ORDER BY recovery_next_at, id
+		    LIMIT 1
+		    FOR UPDATE SKIP LOCKED
+		)
+		UPDATE idempotency_keys k
+		SET fencing_token = k.fencing_token + 1, lease_expires_at = $2,
+		    recovery_attempts = k.recovery_attempts + 1,
+		    recovery_next_at = $1 + ($4::bigint[])[LEAST(k.recovery_attempts + 1, cardinality($4::bigint[]))]
+		                            * interval '1 microsecond'
+		FROM due WHERE k.id = due.id
+		RETURNING k.id, k.tenant_id, k.operation, k.idempotency_key, k.resource_type, k.resource_id,
+		          k.fencing_token, k.recovery_attempts`,
+		now, now.Add(lease), operations, schedule,
+	).Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Resource.Type, &r.Resource.ID,
+		&r.FencingToken, &attempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, 0, false, nil
+	}
+	if err != nil {
+		return Record{}, 0, false, fmt.Errorf("claim key for recovery: %w", err)
+	}
+	return r, attempts, true, nil
+}
+
+// markForReview records that the reconciler gave up on key row id: it stays
+// without a final answer, for a person to resolve; the lease is released.
+func markForReview(ctx context.Context, q Querier, id, token int64, now time.Time, reason string) error {
+	tag, err := q.Exec(ctx, `
+		UPDATE idempotency_keys
+		SET manual_review_at = $3, recovery_last_error = $4, lease_expires_at = NULL
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
+		id, token, now, reason)
+	if err != nil {
+		return fmt.Errorf("mark key for manual review: %w", err)
+	}
+	return fenced(tag)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ledger"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -53,7 +54,7 @@ func newEnv(t *testing.T) *env {
 
 func succeeded(t *testing.T, paymentID, amount string, at time.Time) outbox.Event {
 	t.Helper()
-	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, paymentID, payments.View{
+	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "payment", paymentID, payments.View{
 		PaymentID: paymentID, Status: payments.StatusSucceeded, AccountID: "acc_1", Amount: amount, Currency: "EUR",
 		MerchantReference: "inv-" + paymentID, PaymentMethod: "pm_card_visa", Channel: "web",
 		CreatedAt: at, UpdatedAt: at, ProviderReference: "ch_" + paymentID,
@@ -132,7 +133,7 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 	e.apply(ev, ledger.OutcomeDuplicateEvent)
 	e.apply(succeeded(t, "pay_a", "10.50", t0.Add(time.Second)), ledger.OutcomeDuplicateEntry)
 
-	created, err := outbox.NewEvent(outbox.TypePaymentCreated, "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
+	created, err := outbox.NewEvent(outbox.TypePaymentCreated, "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 func TestApplyBooksTenantWhenTheEventCarriesIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "pay_a", map[string]string{
+	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "payment", "pay_a", map[string]string{
 		"paymentId": "pay_a", "tenantId": "tenant_a", "status": "SUCCEEDED", "accountId": "acc_1", "amount": "500", "currency": "jpy",
 	}, t0)
 	if err != nil {
@@ -341,10 +342,10 @@ func (e *env) createPayments(n int) (map[string]int64, []string) {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = simSrv.Close() })
-	svc := payments.NewService(payments.Deps{
+	svc := app.New(app.Deps{
 		DB: e.pool, Provider: simclient.New(simSrv.URL(), nil), Clock: e.clock,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New(prometheus.NewRegistry()),
-	}, payments.Config{ReplayTTL: time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second, ProviderKeyWindow: time.Hour})
+	}, app.Config{ReplayTTL: time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second, ProviderKeyWindow: time.Hour}).Payments
 	amounts := map[string]int64{}
 	var declined []string
 	for i := range n {
@@ -359,9 +360,9 @@ func (e *env) createPayments(n int) (map[string]int64, []string) {
 			e.t.Fatal(err)
 		}
 		if method == "pm_card_visa" {
-			amounts[res.PaymentID] = cmd.AmountMinor
+			amounts[res.Resource.ID] = cmd.AmountMinor
 		} else {
-			declined = append(declined, res.PaymentID)
+			declined = append(declined, res.Resource.ID)
 		}
 	}
 	return amounts, declined

@@ -13,11 +13,14 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 )
 
-// Event types written by the payments service.
+// Event types written by the service's operations.
 const (
 	TypePaymentCreated   = "PaymentCreated"
 	TypePaymentSucceeded = "PaymentSucceeded"
 	TypePaymentDeclined  = "PaymentDeclined"
+	TypeRefundCreated    = "RefundCreated"
+	TypeRefundSucceeded  = "RefundSucceeded"
+	TypeRefundDeclined   = "RefundDeclined"
 )
 
 // Event is one message to publish. ID is the message id downstream.
@@ -30,8 +33,9 @@ type Event struct {
 	Payload       json.RawMessage `json:"payload"`
 }
 
-// NewEvent builds an event about a payment with a fresh time-ordered id.
-func NewEvent(eventType, paymentID string, payload any, now time.Time) (Event, error) {
+// NewEvent builds an event about the aggregate (aggregateType, aggregateID)
+// with a fresh time-ordered id.
+func NewEvent(eventType, aggregateType, aggregateID string, payload any, now time.Time) (Event, error) {
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("encode %s payload: %w", eventType, err)
@@ -39,8 +43,8 @@ func NewEvent(eventType, paymentID string, payload any, now time.Time) (Event, e
 	return Event{
 		ID:            ids.NewEventID(now),
 		Type:          eventType,
-		AggregateType: "payment",
-		AggregateID:   paymentID,
+		AggregateType: aggregateType,
+		AggregateID:   aggregateID,
 		OccurredAt:    now,
 		Payload:       raw,
 	}, nil

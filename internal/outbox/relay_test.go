@@ -106,7 +106,7 @@ func (e *env) add(typesByPayment ...string) []outbox.Event {
 	var out []outbox.Event
 	for _, spec := range typesByPayment {
 		paymentID, typ, _ := strings.Cut(spec, ":")
-		ev, err := outbox.NewEvent(typ, paymentID, map[string]string{"paymentId": paymentID}, e.clock.Now())
+		ev, err := outbox.NewEvent(typ, "payment", paymentID, map[string]string{"paymentId": paymentID}, e.clock.Now())
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -632,7 +632,7 @@ func TestLogPublisherWritesJSONLines(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	p := outbox.NewLogPublisher(&buf)
-	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
+	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

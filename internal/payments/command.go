@@ -4,11 +4,10 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/paymentsapi/paymentsapi/internal/money"
-	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // OperationCreate names the create-payment operation. It is part of every
@@ -55,24 +54,11 @@ type Command struct {
 	Description       string
 }
 
-// ValidationError lists every invalid field of a request.
-type ValidationError struct {
-	Fields []problem.FieldError
-}
-
-func (e *ValidationError) Error() string {
-	msgs := make([]string, len(e.Fields))
-	for i, f := range e.Fields {
-		msgs[i] = f.Field + ": " + f.Message
-	}
-	return "invalid request: " + strings.Join(msgs, "; ")
-}
-
 // Validate checks a request and returns the normalised Command, or a
-// *ValidationError naming every invalid field.
+// *validate.Error naming every invalid field.
 func (r CreateRequest) Validate() (Command, error) {
-	var errs []problem.FieldError
-	add := func(field, msg string) { errs = append(errs, problem.FieldError{Field: field, Message: msg}) }
+	var errs validate.Collector
+	add := errs.Add
 
 	checkID := func(field, v string) {
 		switch {
@@ -131,8 +117,8 @@ func (r CreateRequest) Validate() (Command, error) {
 		cmd.Description = *r.Description
 	}
 
-	if len(errs) > 0 {
-		return Command{}, &ValidationError{Fields: errs}
+	if err := errs.Err(); err != nil {
+		return Command{}, err
 	}
 	return cmd, nil
 }

@@ -1,14 +1,19 @@
 // Package payments holds the payment domain: the create command and its
 // fingerprint, the state machine, the payment record, and the Service that
-// runs a payment from an idempotent request through the provider.
+// creates payments through the idempotency engine and takes each through the
+// provider. It knows nothing of HTTP: it returns payments and errors, and
+// the HTTP adapter renders them.
 package payments
 
 import (
-	"encoding/json"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 )
+
+// ResourceType names payments in idempotency records and outbox events.
+const ResourceType = "payment"
 
 // Payment is a payment as stored.
 type Payment struct {
@@ -18,8 +23,33 @@ type Payment struct {
 	State             State
 	ProviderReference string
 	DeclineCode       string
+	RefundedMinor     int64 // sum of the refunds that succeeded
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+}
+
+var _ idempotency.Result = Payment{}
+
+// Outcome names the payment's state for metrics: succeeded, declined,
+// processing or failed.
+func (p Payment) Outcome() string { return outcomes[p.State.Status()] }
+
+// The outcomes of a payment, as Outcome names them.
+const (
+	OutcomeSucceeded  = "succeeded"
+	OutcomeDeclined   = "declined"
+	OutcomeProcessing = "processing"
+	OutcomeFailed     = "failed"
+)
+
+var outcomes = map[Status]string{
+	StatusSucceeded: OutcomeSucceeded, StatusDeclined: OutcomeDeclined,
+	StatusProcessing: OutcomeProcessing, StatusFailed: OutcomeFailed,
+}
+
+// Resource is the payment as an idempotency key's resource.
+func (p Payment) Resource() idempotency.Resource {
+	return idempotency.Resource{Type: ResourceType, ID: p.ID}
 }
 
 // ProviderKey is the idempotency key sent to the provider for payment id. It
@@ -27,7 +57,7 @@ type Payment struct {
 // on every attempt for the payment and unique across tenants.
 func ProviderKey(paymentID string) string { return "paymentsapi:" + paymentID }
 
-// View is the JSON representation of a payment, as clients see it.
+// View is the representation of a payment that clients and events see.
 type View struct {
 	PaymentID         string    `json:"paymentId"`
 	Status            Status    `json:"status"`
@@ -38,35 +68,32 @@ type View struct {
 	PaymentMethod     string    `json:"paymentMethod"`
 	Channel           string    `json:"channel"`
 	Description       string    `json:"description"`
+	RefundedAmount    string    `json:"refundedAmount"`
 	CreatedAt         time.Time `json:"createdAt"`
 	UpdatedAt         time.Time `json:"updatedAt"`
 	ProviderReference string    `json:"providerReference,omitempty"`
 	DeclineCode       string    `json:"declineCode,omitempty"`
 }
 
-// View returns the client representation of p.
+// View returns the representation of p.
 func (p Payment) View() View {
+	c := p.Command
 	return View{
 		PaymentID:         p.ID,
 		Status:            p.State.Status(),
-		AccountID:         p.Command.AccountID,
-		Amount:            money.Format(p.Command.AmountMinor, p.Command.Currency),
-		Currency:          p.Command.Currency,
-		MerchantReference: p.Command.MerchantReference,
-		PaymentMethod:     p.Command.PaymentMethod,
-		Channel:           p.Command.Channel,
-		Description:       p.Command.Description,
+		AccountID:         c.AccountID,
+		Amount:            money.Format(c.AmountMinor, c.Currency),
+		Currency:          c.Currency,
+		MerchantReference: c.MerchantReference,
+		PaymentMethod:     c.PaymentMethod,
+		Channel:           c.Channel,
+		Description:       c.Description,
+		RefundedAmount:    money.Format(p.RefundedMinor, c.Currency),
 		CreatedAt:         p.CreatedAt,
 		UpdatedAt:         p.UpdatedAt,
 		ProviderReference: p.ProviderReference,
 		DeclineCode:       p.DeclineCode,
 	}
-}
-
-// JSON renders the client representation of p.
-func (p Payment) JSON() []byte {
-	b, _ := json.Marshal(p.View()) // strings and times only
-	return b
 }
 
 // eventPayload is what outbox events about p carry: the client view plus the
@@ -77,6 +104,3 @@ func (p Payment) eventPayload() any {
 		TenantID string `json:"tenantId"`
 	}{p.View(), p.TenantID}
 }
-
-// Location is the URL path of the payment.
-func (p Payment) Location() string { return "/payments/" + p.ID }

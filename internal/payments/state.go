@@ -1,10 +1,10 @@
 package payments
 
-import "fmt"
+import "github.com/paymentsapi/paymentsapi/internal/statemachine"
 
-// State is where a payment stands in its life. The allowed moves between
-// states are declared once, in transitions, and enforced in the database by
-// guarded updates (UPDATE ... WHERE state = <from>).
+// State is where a payment stands in its life. The allowed moves are the
+// table in machine, which the database enforces too (state_machine_moves,
+// migrations/00006).
 type State string
 
 // The states of a payment.
@@ -27,19 +27,21 @@ const (
 	StateUnknown State = "UNKNOWN_REQUIRES_RECOVERY"
 )
 
-// transitions is the state machine: for each state, the states it may move to.
-var transitions = map[State][]State{
-	StateReceived: {StateProviderRequestSent},
-	StateProviderRequestSent: {
-		StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown,
-	},
-	// The provider answered a lookup: it charged, it declined, or it is
-	// certain it never saw the key, so the request is sent again.
-	StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent},
-	StateFailedRetryable: {StateProviderRequestSent},
-	StateCompleted:       nil,
-	StateDeclined:        nil,
-}
+// machine is the payment state machine: for each state, the states it may
+// move to.
+var machine = statemachine.New("payment",
+	statemachine.Table{Name: "payments", Transitions: "payment_transitions", ForeignKey: "payment_id"},
+	StateReceived,
+	map[State][]State{
+		StateReceived: {StateProviderRequestSent},
+		StateProviderRequestSent: {
+			StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown,
+		},
+		// The provider answered a lookup: it charged, it declined, or it is
+		// certain it never saw the key, so the request is sent again.
+		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent},
+		StateFailedRetryable: {StateProviderRequestSent},
+	})
 
 // States lists every state, in the order of the life of a payment.
 func States() []State {
@@ -47,28 +49,24 @@ func States() []State {
 		StateDeclined, StateFailedRetryable, StateUnknown}
 }
 
-// CanTransition reports whether the state machine allows from → to.
-func CanTransition(from, to State) bool {
-	for _, s := range transitions[from] {
-		if s == to {
-			return true
-		}
-	}
-	return false
+// Machine returns the payment state machine (for tests that compare it
+// with the database's).
+func Machine() *statemachine.Machine[State] { return machine }
+
+// Final reports whether no move leaves s.
+func (s State) Final() bool { return machine.Final(s) }
+
+// NeedsRecovery reports whether a payment in s may have reached the
+// provider without its outcome being recorded: if its owner dies, the
+// reconciler must find out by asking the provider.
+func (s State) NeedsRecovery() bool {
+	return s == StateProviderRequestSent || s == StateUnknown
 }
 
-// allowedPairs returns the transition table as two parallel lists.
-func allowedPairs() (froms, tos []string) {
-	for _, from := range States() {
-		for _, to := range transitions[from] {
-			froms, tos = append(froms, string(from)), append(tos, string(to))
-		}
-	}
-	return froms, tos
-}
-
-// Final reports whether no transition leaves s.
-func (s State) Final() bool { return len(transitions[s]) == 0 }
+// HoldsReference reports whether a payment in s keeps its (account,
+// merchant reference) from a new payment: all but a decline, which frees it
+// for another attempt.
+func (s State) HoldsReference() bool { return s != StateDeclined }
 
 // Status is the state as clients see it.
 func (s State) Status() Status {
@@ -94,10 +92,3 @@ const (
 	StatusDeclined   Status = "DECLINED"
 	StatusFailed     Status = "FAILED"
 )
-
-// ErrIllegalTransition is returned for a move the state machine does not allow.
-type ErrIllegalTransition struct{ From, To State }
-
-func (e ErrIllegalTransition) Error() string {
-	return fmt.Sprintf("illegal payment transition %s -> %s", e.From, e.To)
-}

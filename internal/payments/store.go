@@ -10,16 +10,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
-// Errors returned by the store.
-var (
-	// ErrNotFound: no such payment for this tenant.
-	ErrNotFound = errors.New("payment not found")
-	// ErrStaleWrite: a guarded update found the payment no longer in the
-	// expected state, or the writer's fencing token no longer current.
-	ErrStaleWrite = errors.New("payment changed since it was read, or its key was taken over")
-)
+// This file holds every statement on the payments table (the state machine's
+// guarded moves aside: package statemachine writes those).
 
 // Querier is what the store needs from a pool or a transaction.
 type Querier interface {
@@ -28,97 +24,51 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// merchantReferenceConstraint is the partial unique index on
-// (tenant_id, account_id, merchant_reference) of live payments.
-const merchantReferenceConstraint = "payments_merchant_reference_key"
-
-// queueInsert adds the insert of a new payment in StateReceived, and its first
-// transition, to b.
-func queueInsert(b *pgx.Batch, p Payment, reason string) {
+// insertPayment inserts p, in the initial state, unless a payment of the
+// tenant that holds its (account, merchant reference) exists; then it
+// returns that payment's id and inserted=false. Both in one statement, so a
+// concurrent claim of the same reference waits for the first and then sees
+// it. holder is empty when the holder freed the reference between the
+// conflict and the look (the caller tries again).
+func insertPayment(ctx context.Context, q Querier, p Payment) (inserted bool, holder string, err error) {
 	c := p.Command
-	b.Queue(`
-		INSERT INTO payments
-		    (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
-		     payment_method, channel, description, state, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)`,
-		p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
-		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt)
-	b.Queue(`
-		INSERT INTO payment_transitions (payment_id, from_state, to_state, reason, occurred_at)
-		VALUES ($1, NULL, $2, $3, $4)`, p.ID, p.State, reason, p.CreatedAt)
-}
-
-// Transition is one move of the state machine, made by the owner of the
-// payment's idempotency key.
-type Transition struct {
-	PaymentID string
-	From, To  State
-	Token     int64 // the writer's fencing token
-	Reason    string
-	At        time.Time
-	// Set with To == StateCompleted or StateDeclined.
-	ProviderReference string
-	DeclineCode       string
-}
-
-// queueTransition adds t to b as one guarded statement: the payment moves
-// only if it is still in t.From, t.Token is still its key's fencing token,
-// and the state machine allows the move; the move is recorded in
-// payment_transitions. Otherwise the batch fails with ErrStaleWrite. A move
-// the state machine does not allow is refused before anything is sent.
-func queueTransition(b *pgx.Batch, t Transition) error {
-	if !CanTransition(t.From, t.To) {
-		return ErrIllegalTransition{From: t.From, To: t.To}
-	}
-	queueGuardedUpdate(b, t)
-	return nil
-}
-
-// queueGuardedUpdate is the statement behind queueTransition. It locks the
-// key row, then the payment row: the order every writer uses. The allowed
-// (from, to) pairs travel with it, from the one table in state.go, so the
-// database refuses an illegal move even if a caller skipped the check.
-func queueGuardedUpdate(b *pgx.Batch, t Transition) {
-	froms, tos := allowedPairs()
-	b.Queue(`
-		WITH owner AS (
-		    -- Lock the key row first: the token is checked on its latest
-		    -- version, so a takeover committed meanwhile fences us out.
-		    SELECT payment_id FROM idempotency_keys
-		    WHERE payment_id = $1 AND fencing_token = $4
-		    FOR UPDATE
-		), moved AS (
-		    UPDATE payments p
-		    SET state = $3, updated_at = $5,
-		        provider_reference = COALESCE(NULLIF($6, ''), p.provider_reference),
-		        decline_code = COALESCE(NULLIF($7, ''), p.decline_code)
-		    FROM owner
-		    WHERE p.id = owner.payment_id AND p.state = $2
-		      AND ($2, $3) IN (SELECT * FROM unnest($9::text[], $10::text[]))
-		    RETURNING p.id
+	err = q.QueryRow(ctx, `
+		WITH ins AS (
+		    INSERT INTO payments
+		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
+		         payment_method, channel, description, state, created_at, updated_at)
+		    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+		    ON CONFLICT (tenant_id, account_id, merchant_reference) WHERE `+holdsReference+` DO NOTHING
+		    RETURNING id
 		)
-		INSERT INTO payment_transitions (payment_id, from_state, to_state, reason, occurred_at)
-		SELECT id, $2, $3, $8, $5 FROM moved`,
-		t.PaymentID, t.From, t.To, t.Token, t.At, t.ProviderReference, t.DeclineCode, t.Reason,
-		froms, tos,
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%s -> %s of %s: %w", t.From, t.To, t.PaymentID, ErrStaleWrite)
-		}
-		return nil
-	})
+		SELECT true, id FROM ins
+		UNION ALL
+		SELECT false, COALESCE((SELECT id FROM payments
+		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')
+		WHERE NOT EXISTS (SELECT FROM ins)`,
+		p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
+		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt).Scan(&inserted, &holder)
+	if err != nil {
+		return false, "", fmt.Errorf("insert payment: %w", err)
+	}
+	return inserted, holder, nil
 }
+
+// holdsReference is the predicate of the partial unique index
+// payments_merchant_reference_key: the states that keep a merchant
+// reference (State.HoldsReference). ON CONFLICT must name it as written.
+var holdsReference = "state <> '" + string(StateDeclined) + "'"
 
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	payment_method, channel, description, state, COALESCE(provider_reference, ''),
-	COALESCE(decline_code, ''), created_at, updated_at`
+	COALESCE(decline_code, ''), refunded_minor, created_at, updated_at`
 
 func scanPayment(row pgx.Row) (Payment, error) {
 	var p Payment
 	c := &p.Command
 	err := row.Scan(&p.ID, &p.TenantID, &c.AccountID, &c.AmountMinor, &c.Currency,
 		&c.MerchantReference, &c.PaymentMethod, &c.Channel, &c.Description, &p.State,
-		&p.ProviderReference, &p.DeclineCode, &p.CreatedAt, &p.UpdatedAt)
+		&p.ProviderReference, &p.DeclineCode, &p.RefundedMinor, &p.CreatedAt, &p.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
 	}
@@ -136,21 +86,29 @@ func getPayment(ctx context.Context, q Querier, tenant, id string) (Payment, err
 		FROM payments WHERE id = $1 AND tenant_id = $2`, id, tenant))
 }
 
-// liveByMerchantReference returns the id of the tenant's payment that holds
-// (account, reference), or ErrNotFound.
-func liveByMerchantReference(ctx context.Context, q Querier, tenant, account, ref string) (string, error) {
-	var id string
-	err := q.QueryRow(ctx, `
-		SELECT id FROM payments
-		WHERE tenant_id = $1 AND account_id = $2 AND merchant_reference = $3 AND state <> 'DECLINED'`,
-		tenant, account, ref).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", ErrNotFound
+// settledColumns are the columns a move to a provider's answer writes.
+func settledColumns(providerReference, declineCode string) []statemachine.Column {
+	var set []statemachine.Column
+	if providerReference != "" {
+		set = append(set, statemachine.Column{Name: "provider_reference", Value: providerReference})
 	}
-	if err != nil {
-		return "", fmt.Errorf("find payment by merchant reference: %w", err)
+	if declineCode != "" {
+		set = append(set, statemachine.Column{Name: "decline_code", Value: declineCode})
 	}
-	return id, nil
+	return set
+}
+
+// countRecoveryStates counts, for the gauges, the payments whose outcome is
+// unknown and that the reconciler has not given up on, and those it gave up
+// on. Both are among the few keys that need recovery (an indexed set).
+func countRecoveryStates(ctx context.Context, q Querier) (unknown, review int64, err error) {
+	err = q.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE p.state = $1 AND k.manual_review_at IS NULL),
+		       count(*) FILTER (WHERE k.manual_review_at IS NOT NULL)
+		FROM idempotency_keys k JOIN payments p ON p.id = k.resource_id
+		WHERE k.resource_type = $2 AND k.recovery_next_at IS NOT NULL AND k.response_status IS NULL`,
+		StateUnknown, ResourceType).Scan(&unknown, &review)
+	return unknown, review, err
 }
 
 // ListQuery selects a page of a tenant's payments, newest first.
@@ -165,9 +123,6 @@ type Page struct {
 	Items      []Payment
 	NextCursor string // empty on the last page
 }
-
-// ErrInvalidCursor: the cursor was not produced by this API.
-var ErrInvalidCursor = errors.New("invalid cursor")
 
 func listPayments(ctx context.Context, q Querier, tenant string, lq ListQuery) (Page, error) {
 	var (

@@ -107,6 +107,11 @@ func Main(m *testing.M) int {
 // configured (see Main) or the database cannot be made.
 func NewURL(t testing.TB) string {
 	t.Helper()
+	return newURL(t, goosemigrator.New(".", goosemigrator.WithFS(migrations.FS)))
+}
+
+func newURL(t testing.TB, migrator pgtestdb.Migrator) string {
+	t.Helper()
 	serverURL := os.Getenv(EnvURL)
 	if serverURL == "" {
 		t.Fatalf("pgtest: %s is not set: call pgtest.Main from TestMain "+
@@ -116,15 +121,32 @@ func NewURL(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: %s: %v", EnvURL, err)
 	}
-	migrator := goosemigrator.New(".", goosemigrator.WithFS(migrations.FS))
 	return pgtestdb.Custom(t, conf, migrator).URL()
+}
+
+// NewEmptyURL is NewURL without migrations: an empty database, for tests
+// that migrate it themselves (an upgrade from an older schema).
+func NewEmptyURL(t testing.TB) string {
+	t.Helper()
+	return newURL(t, pgtestdb.NoopMigrator{})
 }
 
 // NewPool returns a pool on a database made by NewURL; it is closed when
 // the test ends.
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(t.Context(), NewURL(t))
+	return poolOn(t, NewURL(t))
+}
+
+// NewEmptyPool returns a pool on a database made by NewEmptyURL.
+func NewEmptyPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return poolOn(t, NewEmptyURL(t))
+}
+
+func poolOn(t testing.TB, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}

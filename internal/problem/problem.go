@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // ContentType is the media type of a problem document.
@@ -58,10 +60,7 @@ var titles = map[Code]string{
 }
 
 // FieldError names one invalid request field.
-type FieldError struct {
-	Field   string `json:"field"`
-	Message string `json:"message"`
-}
+type FieldError = validate.FieldError
 
 // Problem is an RFC 9457 problem document with this API's extensions.
 type Problem struct {
@@ -71,6 +70,7 @@ type Problem struct {
 	Detail      string       `json:"detail"`
 	Code        Code         `json:"code"`
 	PaymentID   string       `json:"paymentId,omitempty"`
+	RefundID    string       `json:"refundId,omitempty"`
 	DeclineCode string       `json:"declineCode,omitempty"`
 	Errors      []FieldError `json:"errors,omitempty"`
 }
@@ -83,6 +83,17 @@ func New(status int, code Code, detail string) *Problem {
 		Status: status,
 		Detail: detail,
 		Code:   code,
+	}
+}
+
+// SetResource names the resource a problem is about, in the field its
+// type has: paymentId for a payment, refundId for a refund.
+func (p *Problem) SetResource(resourceType, id string) {
+	switch resourceType {
+	case "refund":
+		p.RefundID = id
+	default:
+		p.PaymentID = id
 	}
 }
 

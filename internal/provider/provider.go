@@ -113,3 +113,19 @@ type Provider interface {
 	// cannot say.
 	LookupRefund(ctx context.Context, l RefundLookup) (Refund, error)
 }
+
+// Outcome names the outcome of one provider call for metrics: the status
+// answered, or not_found, unavailable, ambiguous or unknown.
+func Outcome(status Status, err error) string {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
+	case errors.Is(err, ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, ErrAmbiguous):
+		return "ambiguous"
+	case err != nil:
+		return "unknown"
+	}
+	return string(status)
+}

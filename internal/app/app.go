@@ -1,0 +1,83 @@
+// Package app assembles the service's core from its collaborators: the
+// idempotency engine, each operation plugged into it, and the reconciler of
+// them all. The server (cmd/paymentsapi), the test harnesses and the
+// client's test server build it the same way, here.
+package app
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// Config is the core's timing rules.
+type Config struct {
+	ReplayTTL         time.Duration // IDEMPOTENCY_TTL
+	Lease             time.Duration // LEASE_DURATION
+	RetryAfter        time.Duration // advice on 409 in use, 202, 503
+	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
+	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
+	Recovery          idempotency.RecoveryPolicy
+	PaymentHooks      payments.Hooks // failpoints, for tests
+}
+
+// Deps are the core's collaborators.
+type Deps struct {
+	DB       *pgxpool.Pool
+	Provider provider.Provider
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	// Waiter lets duplicates wait for their original (idempotency.Listener);
+	// nil: they never wait.
+	Waiter idempotency.Waiter
+}
+
+// Core is the assembled service.
+type Core struct {
+	Engine     *idempotency.Engine
+	Payments   *payments.Service
+	Reconciler *idempotency.Reconciler
+}
+
+// New assembles the core.
+func New(d Deps, cfg Config) *Core {
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = time.Second
+	}
+	engine := idempotency.NewEngine(idempotency.Deps{
+		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter,
+		Render: httpapi.NewRenderer(cfg.RetryAfter),
+	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
+	pay := payments.NewService(payments.Deps{
+		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
+	}, payments.Config{
+		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow, Hooks: cfg.PaymentHooks,
+	})
+	return &Core{
+		Engine:     engine,
+		Payments:   pay,
+		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, pay),
+	}
+}
+
+// RegisterGauges registers the gauges read from the database on reg.
+func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock, log *slog.Logger) {
+	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log), payments.NewStateCollector(db, log))
+}
+
+// HTTPDeps returns the part of the HTTP API's dependencies the core provides.
+func (c *Core) HTTPDeps(d httpapi.Deps) httpapi.Deps {
+	d.Payments = c.Payments
+	d.RetryAfter = c.Engine.RetryAfter()
+	return d
+}

@@ -1,0 +1,281 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+)
+
+// Result is what one run of an operation came to: a domain value (a
+// resource such as an order or a refund) that the engine's Renderer turns
+// into an answer.
+type Result interface {
+	// Outcome names the result in metrics and logs, from a small fixed set
+	// of the operation's (succeeded, declined, processing, ...).
+	Outcome() string
+}
+
+// Renderer turns a Result into the answer a client gets. It is the HTTP
+// adapter's (internal/httpapi), so that no operation knows about HTTP.
+//
+// The engine renders a final result once, when the final state change is
+// committed, and stores those bytes in the same transaction; a retry gets
+// the stored bytes, never a fresh rendering. So an answer is replayed byte
+// for byte even after the rendering changes in a later version.
+type Renderer func(Result) (Response, error)
+
+// Operation is what an idempotent operation plugs into the engine: its name
+// (part of every key's scope) and how an owner of one of its keys takes the
+// key's resource from its recorded state to a result. Resume serves the
+// request that claimed the key, a retry that took it over from a dead owner,
+// and the reconciler alike; it writes only through the Owner (fenced) and
+// ends by finishing (a final answer) or releasing the key.
+type Operation interface {
+	Name() string
+	Resume(ctx context.Context, own *Owner) (Result, error)
+}
+
+// Waiter tells a request when a key changes, on any instance (Listener).
+type Waiter interface {
+	Subscribe(keyID int64) (<-chan struct{}, func())
+}
+
+// Config holds the engine's timing rules.
+type Config struct {
+	// ReplayTTL is how long a final answer is replayed (IDEMPOTENCY_TTL).
+	ReplayTTL time.Duration
+	// Lease is how long an owner holds a key before it counts as dead
+	// (LEASE_DURATION).
+	Lease time.Duration
+	// RetryAfter is the one advice the service gives a client that should
+	// come back later: a 409 in use, a 202 processing, a 503.
+	RetryAfter time.Duration
+}
+
+// Deps are the engine's collaborators.
+type Deps struct {
+	DB      *pgxpool.Pool
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	Render  Renderer
+	// Waiter lets duplicates wait for the original (Prefer: wait). Nil:
+	// duplicates never wait.
+	Waiter Waiter
+}
+
+// Engine runs the idempotency protocol for any Operation: claim, decide
+// (replay, in use, reused, expired, take over), wait, take over with a new
+// fencing token, and answer a request whose write was fenced out from what
+// the key now says.
+type Engine struct {
+	db      *pgxpool.Pool
+	clock   clock.Clock
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	render  Renderer
+	waiter  Waiter
+	cfg     Config
+}
+
+// NewEngine returns an Engine.
+func NewEngine(d Deps, cfg Config) *Engine {
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = time.Second
+	}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, render: d.Render, waiter: d.Waiter, cfg: cfg}
+}
+
+// RetryAfter is the engine's advice to come back later.
+func (e *Engine) RetryAfter() time.Duration { return e.cfg.RetryAfter }
+
+// MaxWait bounds how long a duplicate may wait for its original.
+const MaxWait = 10 * time.Second
+
+// Request is one call of an operation under a key.
+type Request struct {
+	Scope       Scope
+	Fingerprint []byte // the one definition of "the same command", from the operation
+	// Resource is what a first request creates, its id chosen up front.
+	Resource Resource
+	// Create writes, in the transaction that claims the key, the resource
+	// and whatever must exist exactly when it does (its first event). An
+	// error rolls the claim back and is returned as the answer.
+	Create func(ctx context.Context, tx pgx.Tx) error
+	// Wait is how long a duplicate may wait for an in-flight original
+	// (Prefer: wait), at most MaxWait.
+	Wait time.Duration
+}
+
+// Reply is the answer to a request: what to send, whether it is a replay of
+// a stored answer, and the resource it is about.
+type Reply struct {
+	Response Response
+	Replayed bool
+	Resource Resource
+}
+
+// Do runs op for req. The first request claims the key and creates the
+// resource in one transaction, then resumes it; a retry is answered from
+// what the key's record says, and takes the key over if its owner died.
+func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
+	// A second round is needed only when the world moved between two
+	// statements: clean-up deleted the key we collided with.
+	for round := 0; ; round++ {
+		id, claimed, err := e.claim(ctx, req)
+		if err != nil {
+			return Reply{}, err
+		}
+		if claimed {
+			e.metrics.IdempotencyClaims.Inc()
+			e.log.InfoContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
+			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true}
+			return e.resume(ctx, op, own)
+		}
+		reply, err := e.answerRetry(ctx, op, req)
+		if errors.Is(err, ErrNotFound) && round == 0 {
+			continue
+		}
+		return reply, err
+	}
+}
+
+// claim is the first transaction: the key and whatever req.Create writes,
+// all or nothing.
+func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, err error) {
+	err = pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
+		id, claimed, err = claimKey(ctx, tx, req.Scope, req.Fingerprint, req.Resource, e.clock.Now(), e.cfg.Lease)
+		if err != nil || !claimed {
+			return err
+		}
+		return req.Create(ctx, tx)
+	})
+	return id, claimed, err
+}
+
+// answerRetry answers a request whose key was already claimed. While the
+// original is in flight it waits, up to req.Wait, for a notification that
+// the key changed, then answers as a retry would.
+func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request) (Reply, error) {
+	var (
+		waitCtx context.Context // nil: do not wait
+		changed <-chan struct{}
+		lost    int // takeover races lost
+	)
+	if wait := min(req.Wait, MaxWait); wait > 0 && e.waiter != nil {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	for {
+		rec, err := Load(ctx, e.db, req.Scope)
+		if err != nil {
+			return Reply{}, err // ErrNotFound: deleted by clean-up meanwhile; Do claims again
+		}
+		now := e.clock.Now()
+		switch rec.Decide(req.Fingerprint, now, e.cfg.ReplayTTL) {
+		case DecideMismatch:
+			e.metrics.IdempotencyConflicts.WithLabelValues("mismatch").Inc()
+			return Reply{}, ErrKeyReused
+		case DecideExpired:
+			e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
+			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
+		case DecideReplay:
+			e.metrics.IdempotencyReplays.Inc()
+			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
+		case DecideInFlight:
+			if waitCtx == nil || waitCtx.Err() != nil {
+				return Reply{}, e.inUse()
+			}
+			if changed == nil {
+				// Subscribe, then look again: a change between the load
+				// and the subscription is not missed.
+				var unsubscribe func()
+				changed, unsubscribe = e.waiter.Subscribe(rec.ID)
+				defer unsubscribe()
+				continue
+			}
+			// Wake on a notification, or when the owner's lease runs out
+			// (a dead owner sends none): then a takeover is due.
+			leaseLeft := time.NewTimer(max(rec.LeaseExpiresAt.Sub(now), 0) + 10*time.Millisecond)
+			woken := "notified"
+			select {
+			case <-changed:
+			case <-leaseLeft.C:
+				woken = "lease_expired"
+			case <-waitCtx.Done():
+				woken = "timeout"
+			}
+			leaseLeft.Stop()
+			e.metrics.IdempotencyWaits.WithLabelValues(woken).Inc()
+		case DecideTakeOver:
+			token, ok, err := TakeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
+			if err != nil {
+				return Reply{}, err
+			}
+			if !ok {
+				// Someone else moved first and now owns a live lease, or
+				// finished: look again. Losing more than a few races in a
+				// row means the key is contended: answer 409.
+				if lost++; lost > 3 {
+					return Reply{}, e.inUse()
+				}
+				continue
+			}
+			e.metrics.IdempotencyTakeovers.Inc()
+			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", token)
+			own := &Owner{e: e, KeyID: rec.ID, Token: token, Tenant: rec.Scope.Tenant, Resource: rec.Resource}
+			return e.resume(ctx, op, own)
+		}
+	}
+}
+
+func (e *Engine) inUse() error {
+	e.metrics.IdempotencyConflicts.WithLabelValues("in_flight").Inc()
+	return &KeyInUseError{RetryAfter: e.cfg.RetryAfter}
+}
+
+// resume runs op as own and answers with what it came to: the answer it
+// stored (final), or its result rendered afresh (not final: not stored).
+func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, error) {
+	// The client going away must not stop an operation halfway; every step
+	// of it is bounded by its own timeout.
+	res, err := op.Resume(context.WithoutCancel(ctx), own)
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			return e.afterLostWrite(ctx, own, err)
+		}
+		return Reply{}, err
+	}
+	if own.answer != nil {
+		return Reply{Response: *own.answer, Resource: own.Resource}, nil
+	}
+	resp, err := e.render(res)
+	if err != nil {
+		return Reply{}, fmt.Errorf("render %s result: %w", own.Resource.Type, err)
+	}
+	return Reply{Response: resp, Resource: own.Resource}, nil
+}
+
+// afterLostWrite answers a request whose write was refused because another
+// owner took the key over: the key's record, not this request, now speaks
+// for the resource.
+func (e *Engine) afterLostWrite(ctx context.Context, own *Owner, err error) (Reply, error) {
+	e.log.WarnContext(ctx, "write refused: key taken over by another owner", "resource", own.Resource.ID, "error", err)
+	rec, loadErr := LoadByID(ctx, e.db, own.KeyID)
+	if loadErr != nil {
+		return Reply{}, errors.Join(err, loadErr)
+	}
+	if rec.Response != nil {
+		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
+	}
+	return Reply{}, &KeyInUseError{RetryAfter: e.cfg.RetryAfter}
+}

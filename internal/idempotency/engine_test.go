@@ -1,0 +1,157 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// done is a Result that renders as a 201.
+type done struct{}
+
+func (done) Outcome() string { return "done" }
+
+func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	e := NewEngine(Deps{
+		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: metrics.New(prometheus.NewRegistry()),
+		Render: func(Result) (Response, error) {
+			return Response{Status: 201, Body: []byte(`{}`), Headers: map[string]string{"Content-Type": "application/json"}}, nil
+		},
+	}, Config{ReplayTTL: time.Hour, Lease: time.Minute})
+	return e, pool, clk
+}
+
+// An owner whose key was taken over (its token is no longer current) can
+// neither hold, release nor finish the key; the new owner can. The writes
+// address the row by id and token only: no resource table is involved.
+func TestFencedOutOwnerCannotWrite(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	ctx := context.Background()
+	scope := Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}
+	var id int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		id, _, err = claimKey(ctx, tx, scope, []byte{1}, Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &Owner{e: e, KeyID: id, Token: 1, Resource: Resource{Type: "widget", ID: "w_1"}}
+	clk.Advance(2 * time.Minute) // the old owner's lease ran out
+	token, ok, err := TakeOver(ctx, pool, id, 1, clk.Now(), time.Minute)
+	if err != nil || !ok || token != 2 {
+		t.Fatalf("take over: %d %v %v", token, ok, err)
+	}
+	if _, ok, _ := TakeOver(ctx, pool, id, 1, clk.Now(), time.Minute); ok {
+		t.Fatal("a second taker with the same seen token won too")
+	}
+
+	for name, queue := range map[string]func(*pgx.Batch){
+		"hold":    func(b *pgx.Batch) { old.QueueHold(b, true) },
+		"release": func(b *pgx.Batch) { old.QueueRelease(b, true) },
+		"finish": func(b *pgx.Batch) {
+			if err := old.QueueFinish(b, done{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		b := &pgx.Batch{}
+		queue(b)
+		if err := old.Commit(ctx, b); !errors.Is(err, ErrFenced) {
+			t.Errorf("%s with an old token: %v, want ErrFenced", name, err)
+		}
+	}
+	if old.Finished() {
+		t.Error("a fenced-out finish counts as finished")
+	}
+	rec, err := LoadByID(ctx, pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Response != nil || rec.FencingToken != 2 || rec.LeaseExpiresAt == nil {
+		t.Fatalf("the old owner changed the key: %+v", rec)
+	}
+
+	current := &Owner{e: e, KeyID: id, Token: 2, Resource: rec.Resource}
+	b := &pgx.Batch{}
+	if err := current.QueueFinish(b, done{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := current.Commit(ctx, b); err != nil || !current.Finished() {
+		t.Fatalf("the current owner could not finish: %v", err)
+	}
+	rec, _ = LoadByID(ctx, pool, id)
+	if rec.Response == nil || rec.Response.Status != 201 || rec.LeaseExpiresAt != nil {
+		t.Errorf("finished key: %+v", rec)
+	}
+}
+
+// A hold records whether the key's resource needs recovery, keeps the
+// schedule the reconciler booked, and a finish clears it.
+func TestHoldSchedulesRecoveryOnce(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	ctx := context.Background()
+	var id int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		id, _, err = claimKey(ctx, tx, Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, []byte{1},
+			Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := &Owner{e: e, KeyID: id, Token: 1}
+	due := func() *time.Time {
+		var at *time.Time
+		if err := pool.QueryRow(ctx, `SELECT recovery_next_at FROM idempotency_keys WHERE id = $1`, id).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	commit := func(q func(*pgx.Batch)) {
+		b := &pgx.Batch{}
+		q(b)
+		if err := own.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(func(b *pgx.Batch) { own.QueueHold(b, false) })
+	if due() != nil {
+		t.Fatal("a resource that needs no recovery is scheduled")
+	}
+	first := clk.Now()
+	commit(func(b *pgx.Batch) { own.QueueHold(b, true) })
+	clk.Advance(time.Second)
+	commit(func(b *pgx.Batch) { own.QueueRelease(b, true) })
+	if at := due(); at == nil || !at.Equal(first) {
+		t.Fatalf("recovery due %v, want %v (kept from the first hold)", at, first)
+	}
+	commit(func(b *pgx.Batch) {
+		if err := own.QueueFinish(b, done{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if due() != nil {
+		t.Error("a finished key is still scheduled for recovery")
+	}
+}

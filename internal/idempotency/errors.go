@@ -1,0 +1,29 @@
+package idempotency
+
+import (
+	"errors"
+	"time"
+)
+
+// The answers of the protocol that are not an operation's result. None is
+// stored; the HTTP adapter renders each (internal/httpapi).
+var (
+	// ErrKeyReused: the key was used with a different command (422).
+	ErrKeyReused = errors.New("this Idempotency-Key was already used with a different request")
+)
+
+// KeyInUseError: the original request still owns the key (409). RetryAfter
+// is the engine's one advice to clients on when to try again.
+type KeyInUseError struct{ RetryAfter time.Duration }
+
+func (e *KeyInUseError) Error() string {
+	return "a request with this Idempotency-Key is still in progress; retry later"
+}
+
+// KeyExpiredError: the key's stored answer is past the replay window (409).
+// Resource is what the key created, so the client can read it instead.
+type KeyExpiredError struct{ Resource Resource }
+
+func (e *KeyExpiredError) Error() string {
+	return "the stored answer for this Idempotency-Key has expired; GET the " + e.Resource.Type + " instead"
+}

@@ -1,0 +1,97 @@
+package idempotency
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+)
+
+// KeyCollector exports gauges of the keys of every operation, read from the
+// database at scrape time so that every instance reports the same truth:
+// how many keys are in flight, how many have no final answer and how old the
+// oldest of those is, and how many the reconciler gave up on. A key stuck in
+// flight is a bug or an outage worth an alert.
+type KeyCollector struct {
+	db    *pgxpool.Pool
+	clock clock.Clock
+	log   *slog.Logger
+
+	inFlight, unfinished, oldestUnfinished, manualReview *prometheus.Desc
+}
+
+// NewKeyCollector returns the collector; register it on a registry.
+func NewKeyCollector(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger) *KeyCollector {
+	return &KeyCollector{
+		db: db, clock: clk, log: log,
+		inFlight: prometheus.NewDesc("paymentsapi_idempotency_in_flight_keys",
+			"Keys owned by a request with a live lease.", nil, nil),
+		unfinished: prometheus.NewDesc("paymentsapi_idempotency_unfinished_keys",
+			"Keys without a final answer (in flight, unknown outcome or retryable).", nil, nil),
+		oldestUnfinished: prometheus.NewDesc("paymentsapi_idempotency_oldest_unfinished_key_age_seconds",
+			"Age of the oldest key without a final answer; 0 when there is none.", nil, nil),
+		manualReview: prometheus.NewDesc("paymentsapi_idempotency_manual_review_keys",
+			"Keys the reconciler gave up on, by operation: a person must resolve their resource.", []string{"operation"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *KeyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.inFlight, c.unfinished, c.oldestUnfinished, c.manualReview} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector with two indexed queries.
+func (c *KeyCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	now := c.clock.Now()
+	var (
+		inFlight, unfinished int64
+		oldest               float64
+	)
+	err := c.db.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE lease_expires_at > $1),
+		       count(*),
+		       COALESCE(EXTRACT(EPOCH FROM ($1 - min(created_at))), 0)::float8
+		FROM idempotency_keys WHERE response_status IS NULL`, now).Scan(&inFlight, &unfinished, &oldest)
+	if err != nil {
+		c.log.Warn("key gauges unavailable", "error", err)
+		return
+	}
+	review := map[string]int64{}
+	rows, err := c.db.Query(ctx, `
+		SELECT operation, count(*) FROM idempotency_keys
+		WHERE manual_review_at IS NOT NULL AND response_status IS NULL GROUP BY operation`)
+	if err == nil {
+		for rows.Next() {
+			var (
+				op string
+				n  int64
+			)
+			if err = rows.Scan(&op, &n); err != nil {
+				break
+			}
+			review[op] = n
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		c.log.Warn("key gauges unavailable", "error", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
+	ch <- prometheus.MustNewConstMetric(c.unfinished, prometheus.GaugeValue, float64(unfinished))
+	ch <- prometheus.MustNewConstMetric(c.oldestUnfinished, prometheus.GaugeValue, max(oldest, 0))
+	for op, n := range review {
+		ch <- prometheus.MustNewConstMetric(c.manualReview, prometheus.GaugeValue, float64(n), op)
+	}
+}

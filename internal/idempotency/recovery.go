@@ -1,0 +1,148 @@
+package idempotency
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/backoff"
+)
+
+// RecoveryPolicy spaces and bounds the reconciler's attempts on one key.
+type RecoveryPolicy struct {
+	// Backoff spaces the attempts on one key (defaults: 5 s doubling to
+	// 10 min), jittered.
+	Backoff backoff.Policy
+	// MaxAttempts is how many unresolved attempts the reconciler makes
+	// before it marks the key for manual review and stops (default 20).
+	MaxAttempts int
+}
+
+func (p RecoveryPolicy) withDefaults() RecoveryPolicy {
+	if p.Backoff.Base <= 0 {
+		p.Backoff.Base = 5 * time.Second
+	}
+	if p.Backoff.Max <= 0 {
+		p.Backoff.Max = 10 * time.Minute
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 20
+	}
+	return p
+}
+
+// Reconciler outcomes that are not an operation's own (those come from
+// Result.Outcome of a resolved key: succeeded, declined, ...).
+const (
+	OutcomeUnresolved   = "unresolved"
+	OutcomeManualReview = "manual_review"
+	OutcomeError        = "error"
+)
+
+// RecoveryStats counts what one pass did, by outcome.
+type RecoveryStats map[string]int
+
+// Reconciler is the one recovery loop of every operation. It claims keys
+// that are due (their resource is in a state where a request may have
+// reached the provider, nobody holds the key, and the key's backoff has
+// passed) with FOR UPDATE SKIP LOCKED, takes each over like a retry would (a
+// new fencing token), and asks its operation to resume it. The operation
+// brings its own lookup and its own provider key window; the reconciler
+// never deletes and never guesses: after RecoveryPolicy.MaxAttempts it marks
+// the key for manual review and leaves it.
+type Reconciler struct {
+	e      *Engine
+	policy RecoveryPolicy
+	ops    map[string]Operation
+	names  []string
+}
+
+// NewReconciler returns the reconciler of ops.
+func NewReconciler(e *Engine, policy RecoveryPolicy, ops ...Operation) *Reconciler {
+	r := &Reconciler{e: e, policy: policy.withDefaults(), ops: map[string]Operation{}}
+	for _, op := range ops {
+		r.ops[op.Name()] = op
+		r.names = append(r.names, op.Name())
+	}
+	return r
+}
+
+// RunOnce resolves due keys, one at a time, until none is due or limit were
+// handled.
+func (r *Reconciler) RunOnce(ctx context.Context, limit int) (RecoveryStats, error) {
+	stats := RecoveryStats{}
+	schedule := r.schedule()
+	for range limit {
+		rec, attempt, ok, err := claimDue(ctx, r.e.db, r.names, r.e.clock.Now(), r.e.cfg.Lease, schedule)
+		if err != nil {
+			return stats, err
+		}
+		if !ok {
+			break
+		}
+		outcome := r.recoverOne(ctx, rec, attempt)
+		stats[outcome]++
+		r.e.metrics.ReconcilerOutcomes.WithLabelValues(outcome).Inc()
+	}
+	return stats, nil
+}
+
+// schedule is the pass's backoff, by attempt, in microseconds.
+func (r *Reconciler) schedule() []int64 {
+	waits := r.policy.Backoff.Schedule(31)
+	us := make([]int64, len(waits))
+	for i, d := range waits {
+		us[i] = d.Microseconds()
+	}
+	return us
+}
+
+// Run runs RunOnce every interval until ctx ends.
+func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		stats, err := r.RunOnce(ctx, 100)
+		if err != nil && ctx.Err() == nil {
+			r.e.log.ErrorContext(ctx, "reconciler pass failed", "error", err)
+		} else if len(stats) > 0 {
+			r.e.log.InfoContext(ctx, "reconciler pass", "outcomes", map[string]int(stats))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recoverOne resumes the key's resource as a takeover would. After the last
+// allowed attempt an unresolved key is marked for manual review.
+func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) string {
+	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
+		"tenant", rec.Scope.Tenant, "attempt", attempt)
+	own := &Owner{e: r.e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant,
+		Resource: rec.Resource, Recovering: true}
+	res, err := r.ops[rec.Scope.Operation].Resume(context.WithoutCancel(ctx), own)
+	if err == nil && own.Finished() {
+		log.InfoContext(ctx, "reconciler resolved a key", "outcome", res.Outcome())
+		return res.Outcome()
+	}
+	reason := "provider could not say"
+	if err != nil {
+		reason = err.Error()
+	}
+	if attempt < r.policy.MaxAttempts {
+		if err != nil {
+			log.WarnContext(ctx, "reconciler attempt failed", "error", err)
+			return OutcomeError
+		}
+		return OutcomeUnresolved
+	}
+	if err := markForReview(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), reason); err != nil {
+		log.ErrorContext(ctx, "reconciler could not mark a key for manual review", "error", fmt.Errorf("%w", err))
+		return OutcomeError
+	}
+	log.WarnContext(ctx, "key marked for manual review: the reconciler gave up; its resource stays as it is", "reason", reason)
+	return OutcomeManualReview
+}

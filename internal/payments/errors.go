@@ -1,0 +1,23 @@
+package payments
+
+import "errors"
+
+// Errors of the payments domain. None is stored for replay; the HTTP
+// adapter renders each.
+var (
+	// ErrNotFound: no such payment for this tenant.
+	ErrNotFound = errors.New("payment not found")
+	// ErrProviderUnavailable: the provider refused before processing (503).
+	// No money moved; a retry with the same key resumes the same payment.
+	ErrProviderUnavailable = errors.New("the payment provider is unavailable; no money moved, retry with the same Idempotency-Key")
+	// ErrInvalidCursor: the cursor was not produced by this API.
+	ErrInvalidCursor = errors.New("invalid cursor")
+)
+
+// DuplicateReferenceError: another key already created a live payment for
+// this (account, merchant reference) (409).
+type DuplicateReferenceError struct{ PaymentID string }
+
+func (e *DuplicateReferenceError) Error() string {
+	return "a payment for this accountId and merchantReference already exists"
+}

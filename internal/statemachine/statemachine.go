@@ -1,0 +1,188 @@
+// Package statemachine is the one mechanism behind every resource's state
+// machine (payments, refunds, ...): a table of allowed moves declared once in
+// Go, mirrored in the database's state_machine_moves table that a trigger on
+// the resource table enforces, and a guarded UPDATE that moves a row only
+// from the state its writer last saw and records the move.
+//
+// The database is the authority: even SQL that bypasses this package cannot
+// make a move its machine does not allow (TestDatabaseRefusesIllegalMoves).
+// The Go table exists so the code can refuse a move before it is sent and
+// name states without raw strings; a test checks it says what the database
+// says.
+package statemachine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrStaleWrite: a guarded move found the row no longer in the state the
+// writer expected (another writer moved it first).
+var ErrStaleWrite = errors.New("resource changed since it was read")
+
+// IllegalMoveError is a move the state machine does not allow.
+type IllegalMoveError struct {
+	Machine  string
+	From, To string
+}
+
+func (e *IllegalMoveError) Error() string {
+	return fmt.Sprintf("illegal %s move %s -> %s", e.Machine, e.From, e.To)
+}
+
+// Table names where a machine's rows live.
+type Table struct {
+	Name        string // the resource table, e.g. "payments"; it has id, state, updated_at
+	Transitions string // its audit table, e.g. "payment_transitions"
+	ForeignKey  string // the audit table's column naming the row, e.g. "payment_id"
+}
+
+// Machine is one resource's state machine.
+type Machine[S ~string] struct {
+	name    string
+	table   Table
+	initial S
+	moves   map[S][]S
+}
+
+// New returns the machine called name (its name in state_machine_moves),
+// whose rows are created in initial and may move as moves says.
+func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machine[S] {
+	return &Machine[S]{name: name, table: table, initial: initial, moves: moves}
+}
+
+// Name is the machine's name in state_machine_moves.
+func (m *Machine[S]) Name() string { return m.name }
+
+// Table is where the machine's rows live.
+func (m *Machine[S]) Table() Table { return m.table }
+
+// Initial is the state a row is created in.
+func (m *Machine[S]) Initial() S { return m.initial }
+
+// Can reports whether the machine allows from → to.
+func (m *Machine[S]) Can(from, to S) bool {
+	for _, s := range m.moves[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Final reports whether no move leaves s.
+func (m *Machine[S]) Final(s S) bool { return len(m.moves[s]) == 0 }
+
+// PathTo is a shortest list of moves that takes a new row to s: the states
+// after the initial one, in order (empty for the initial state, nil if s
+// cannot be reached).
+func (m *Machine[S]) PathTo(s S) []S {
+	prev := map[S]S{m.initial: m.initial}
+	queue := []S{m.initial}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		if cur == s {
+			var path []S
+			for ; cur != m.initial; cur = prev[cur] {
+				path = append([]S{cur}, path...)
+			}
+			return append([]S{}, path...)
+		}
+		for _, next := range m.moves[cur] {
+			if _, seen := prev[next]; !seen {
+				prev[next] = cur
+				queue = append(queue, next)
+			}
+		}
+	}
+	return nil
+}
+
+// Pairs lists every allowed move as "from>to", the creation as ">initial".
+func (m *Machine[S]) Pairs() []string {
+	pairs := []string{">" + string(m.initial)}
+	for from, tos := range m.moves {
+		for _, to := range tos {
+			pairs = append(pairs, string(from)+">"+string(to))
+		}
+	}
+	return pairs
+}
+
+// Column is one more column a move or an insert writes.
+type Column struct {
+	Name  string
+	Value any
+}
+
+// Move is one move of a row from the state its writer last saw.
+type Move[S ~string] struct {
+	ID       string
+	From, To S
+	Reason   string // recorded in the audit table
+	At       time.Time
+	Set      []Column // other columns the move writes (provider reference, ...)
+}
+
+// QueueMove adds m to b as one guarded statement: the row moves only if it
+// is still in m.From, and the move is recorded in the audit table; otherwise
+// the batch fails with ErrStaleWrite. A move the machine does not allow is
+// refused before anything is queued (and would be refused by the database).
+//
+// The caller queues, before it in the same batch, the fenced statement on
+// its idempotency key (idempotency.Owner): that locks the key row first, the
+// order every writer uses, and proves the caller still owns the key.
+func (m *Machine[S]) QueueMove(b *pgx.Batch, mv Move[S]) error {
+	if !m.Can(mv.From, mv.To) {
+		return &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
+	}
+	m.queueMove(b, mv)
+	return nil
+}
+
+// queueMove is QueueMove without the Go-side check, so that tests can show
+// the database refuses what the code would not send.
+func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
+	args := []any{mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason}
+	var set strings.Builder
+	for _, c := range mv.Set {
+		args = append(args, c.Value)
+		fmt.Fprintf(&set, ", %s = $%d", c.Name, len(args))
+	}
+	t := m.table
+	b.Queue(`
+		WITH moved AS (
+		    UPDATE `+t.Name+` SET state = $3, updated_at = $4`+set.String()+`
+		    WHERE id = $1 AND state = $2
+		    RETURNING id
+		)
+		INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
+		SELECT id, $2, $3, $5, $4 FROM moved`, args...,
+	).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != 1 {
+			return fmt.Errorf("%s %s: %s -> %s: %w", m.name, mv.ID, mv.From, mv.To, ErrStaleWrite)
+		}
+		return nil
+	})
+}
+
+// QueueCreated adds to b the audit record of a row created (by the caller's
+// INSERT, queued before) in the initial state.
+func (m *Machine[S]) QueueCreated(b *pgx.Batch, id, reason string, at time.Time) {
+	t := m.table
+	b.Queue(`INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
+		VALUES ($1, NULL, $2, $3, $4)`, id, string(m.initial), reason, at)
+}
+
+// IsIllegalMove reports whether err is the database refusing a move
+// (the trigger on the resource table).
+func IsIllegalMove(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && pgErr.ConstraintName == "state_machine_moves"
+}
