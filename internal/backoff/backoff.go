@@ -9,7 +9,7 @@ import (
 )
 
 // Policy is an exponential backoff: the first wait is Base, each next one
-// doubles, up to Max. Jitter spreads each wait over [d/2, d), so that rows,
+// doubles, up to Max. Jitter spreads each wait over [d/2, d], so that rows,
 // keys or instances that failed together do not retry together.
 type Policy struct {
 	Base time.Duration
@@ -25,7 +25,7 @@ func (p Policy) Ceiling(n int) time.Duration {
 	return min(d, p.Max)
 }
 
-// Delay is the n-th wait (n >= 1), jittered into [d/2, d).
+// Delay is the n-th wait (n >= 1), jittered into [d/2, d].
 func (p Policy) Delay(n int) time.Duration {
 	d := p.Ceiling(n)
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 )
@@ -100,17 +100,8 @@ func (c RelayConfig) withDefaults() RelayConfig {
 }
 
 // delay is the wait after the n-th failed attempt (n >= 1).
-func (c RelayConfig) delay(n int) time.Duration { return backoff(c.Backoff, c.MaxBackoff, n) }
-
-// backoff is the n-th wait (n >= 1) of an exponential backoff from base,
-// capped at limit, and jittered into [d/2, d] so that rows (or relays) that
-// failed together do not retry together.
-func backoff(base, limit time.Duration, n int) time.Duration {
-	d := limit
-	if shift := n - 1; shift < 30 && base<<shift < limit {
-		d = base << shift
-	}
-	return d/2 + rand.N(d/2+1)
+func (c RelayConfig) delay(n int) time.Duration {
+	return backoff.Policy{Base: c.Backoff, Max: c.MaxBackoff}.Delay(n)
 }
 
 // RelayDeps are the collaborators of a Relay.
@@ -505,7 +496,7 @@ func (r *Relay) brokerDown(ctx context.Context, cause error) {
 		o.since = now
 	}
 	o.probes++
-	pause := backoff(r.cfg.OutageBackoff, r.cfg.MaxOutageBackoff, o.probes)
+	pause := backoff.Policy{Base: r.cfg.OutageBackoff, Max: r.cfg.MaxOutageBackoff}.Delay(o.probes)
 	o.resume = now.Add(pause)
 	r.metrics.setBrokerUnavailable(true)
 	if started {
