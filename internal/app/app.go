@@ -17,6 +17,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // Config is the core's timing rules.
@@ -46,6 +47,7 @@ type Deps struct {
 type Core struct {
 	Engine     *idempotency.Engine
 	Payments   *payments.Service
+	Refunds    *refunds.Service
 	Reconciler *idempotency.Reconciler
 }
 
@@ -63,10 +65,14 @@ func New(d Deps, cfg Config) *Core {
 	}, payments.Config{
 		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow, Hooks: cfg.PaymentHooks,
 	})
+	ref := refunds.NewService(refunds.Deps{
+		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
+	}, refunds.Config{ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow})
 	return &Core{
 		Engine:     engine,
 		Payments:   pay,
-		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, pay),
+		Refunds:    ref,
+		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, pay, ref),
 	}
 }
 
@@ -78,6 +84,7 @@ func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock
 // HTTPDeps returns the part of the HTTP API's dependencies the core provides.
 func (c *Core) HTTPDeps(d httpapi.Deps) httpapi.Deps {
 	d.Payments = c.Payments
+	d.Refunds = c.Refunds
 	d.RetryAfter = c.Engine.RetryAfter()
 	return d
 }

@@ -7,8 +7,10 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
@@ -23,6 +25,7 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		inUse   *idempotency.KeyInUseError
 		expired *idempotency.KeyExpiredError
 		dup     *payments.DuplicateReferenceError
+		exceeds *refunds.ExceedsRefundableError
 		invalid *validate.Error
 	)
 	switch {
@@ -43,11 +46,19 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		p := problem.New(http.StatusConflict, problem.DuplicateMerchantReference, err.Error())
 		p.PaymentID = dup.PaymentID
 		p.Write(w)
-	case errors.Is(err, payments.ErrProviderUnavailable):
+	case errors.Is(err, refunds.ErrNotRefundable):
+		problem.New(http.StatusConflict, problem.PaymentNotRefundable, err.Error()).Write(w)
+	case errors.As(err, &exceeds):
+		p := problem.New(http.StatusConflict, problem.RefundExceedsRefundable, err.Error())
+		p.RefundableAmount = money.Format(exceeds.RefundableMinor, exceeds.Currency)
+		p.Write(w)
+	case errors.Is(err, payments.ErrProviderUnavailable), errors.Is(err, refunds.ErrProviderUnavailable):
 		w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
 		problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).Write(w)
-	case errors.Is(err, payments.ErrNotFound):
+	case errors.Is(err, payments.ErrNotFound), errors.Is(err, refunds.ErrPaymentNotFound):
 		problem.New(http.StatusNotFound, problem.NotFound, "No such payment.").Write(w)
+	case errors.Is(err, refunds.ErrNotFound):
+		problem.New(http.StatusNotFound, problem.NotFound, "No such refund.").Write(w)
 	case errors.Is(err, payments.ErrInvalidCursor):
 		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more parameters are invalid.")
 		p.Errors = []problem.FieldError{{Field: "cursor", Message: "is not a cursor from this API"}}

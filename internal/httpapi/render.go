@@ -10,6 +10,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // NewRenderer returns the engine's Renderer: how each operation's result is
@@ -22,6 +23,8 @@ func NewRenderer(retryAfter time.Duration) idempotency.Renderer {
 		switch v := r.(type) {
 		case payments.Payment:
 			return renderPayment(v, retryAfter), nil
+		case refunds.Refund:
+			return renderRefund(v, retryAfter), nil
 		default:
 			return idempotency.Response{}, fmt.Errorf("no rendering for %T", r)
 		}
@@ -45,6 +48,24 @@ func renderPayment(p payments.Payment, retryAfter time.Duration) idempotency.Res
 }
 
 func paymentLocation(id string) string { return "/payments/" + id }
+
+// renderRefund: 201 with the refund when it succeeded, 402 with a
+// REFUND_DECLINED problem when declined, else 202 with Retry-After.
+func renderRefund(r refunds.Refund, retryAfter time.Duration) idempotency.Response {
+	location := refundLocation(r.PaymentID, r.ID)
+	switch r.State {
+	case refunds.StateSucceeded:
+		return resourceResponse(http.StatusCreated, r.View(), location, 0)
+	case refunds.StateDeclined:
+		prob := problem.New(http.StatusPaymentRequired, problem.RefundDeclined, "The payment provider declined the refund.")
+		prob.RefundID, prob.PaymentID, prob.DeclineCode = r.ID, r.PaymentID, r.DeclineCode
+		return problemResponse(prob)
+	default:
+		return resourceResponse(http.StatusAccepted, r.View(), location, retryAfter)
+	}
+}
+
+func refundLocation(paymentID, id string) string { return "/payments/" + paymentID + "/refunds/" + id }
 
 // resourceResponse is a JSON resource answer with its Location, and a
 // Retry-After when retryAfter is set.

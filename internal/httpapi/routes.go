@@ -22,5 +22,8 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Post("/payments", handleCreatePayment(d.Payments, errs))
 		r.Get("/payments", handleListPayments(d.Payments, errs))
 		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments, errs))
+		r.Post("/payments/{paymentId}/refunds", handleCreateRefund(d.Refunds, errs))
+		r.Get("/payments/{paymentId}/refunds", handleListRefunds(d.Refunds, errs))
+		r.Get("/payments/{paymentId}/refunds/{refundId}", handleGetRefund(d.Refunds, errs))
 	})
 }

@@ -15,11 +15,13 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // Deps is what the HTTP API needs.
 type Deps struct {
 	Payments *payments.Service
+	Refunds  *refunds.Service
 	DB       *pgxpool.Pool
 	Log      *slog.Logger
 	Metrics  *metrics.Metrics

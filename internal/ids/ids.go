@@ -13,10 +13,16 @@ var lowerBase32 = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPad
 
 // NewPaymentID returns a random, unguessable payment id such as
 // "pay_5k3x...": 128 random bits, Crockford base32.
-func NewPaymentID() string {
+func NewPaymentID() string { return random("pay_") }
+
+// NewRefundID returns a random, unguessable refund id such as "re_5k3x...".
+func NewRefundID() string { return random("re_") }
+
+// random is prefix and 128 random bits, Crockford base32.
+func random(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ panics instead)
-	return "pay_" + lowerBase32.EncodeToString(b[:])
+	return prefix + lowerBase32.EncodeToString(b[:])
 }
 
 // NewEventID returns a UUIDv7 (RFC 9562) string: time-ordered, so outbox rows

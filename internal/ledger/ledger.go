@@ -71,8 +71,17 @@ import (
 // consumer's name.
 const DefaultConsumer = "ledger"
 
-// EntryPaymentSucceeded is the entry type booked for a succeeded payment.
-const EntryPaymentSucceeded = "PAYMENT_SUCCEEDED"
+// The entry types: one per succeeded payment, one per succeeded refund.
+const (
+	EntryPaymentSucceeded = "PAYMENT_SUCCEEDED"
+	EntryRefundSucceeded  = "REFUND_SUCCEEDED"
+)
+
+// entryTypes maps the events the ledger books to their entry type.
+var entryTypes = map[string]string{
+	outbox.TypePaymentSucceeded: EntryPaymentSucceeded,
+	outbox.TypeRefundSucceeded:  EntryRefundSucceeded,
+}
 
 // Outcome is what handling one event did.
 type Outcome string
@@ -152,6 +161,7 @@ func NewProjector(d Deps, consumer string) *Projector {
 // paymentPayload is what the ledger reads of a payment event's payload (the
 // payment's JSON view).
 type paymentPayload struct {
+	RefundID          string `json:"refundId"` // refund events only
 	PaymentID         string `json:"paymentId"`
 	TenantID          string `json:"tenantId"` // in every payload the payments service writes; older events may lack it (booked NULL)
 	Status            string `json:"status"`
@@ -163,8 +173,8 @@ type paymentPayload struct {
 
 // entry is a ledger entry to book.
 type entry struct {
-	paymentID, tenantID, accountID, currency, providerReference string
-	amountMinor                                                 int64
+	entryType, paymentID, refundID, tenantID, accountID, currency, providerReference string
+	amountMinor                                                                      int64
 }
 
 // entryOf reads the entry a PaymentSucceeded event books.
@@ -173,9 +183,15 @@ func entryOf(e outbox.Event) (entry, error) {
 	if err := json.Unmarshal(e.Payload, &p); err != nil {
 		return entry{}, fmt.Errorf("payload is not a payment: %w", err)
 	}
+	subject := p.PaymentID
+	if e.Type == outbox.TypeRefundSucceeded {
+		subject = p.RefundID
+	}
 	switch {
-	case p.PaymentID != e.AggregateID:
-		return entry{}, fmt.Errorf("payload paymentId %q differs from the event's aggregateId %q", p.PaymentID, e.AggregateID)
+	case subject != e.AggregateID:
+		return entry{}, fmt.Errorf("payload id %q differs from the event's aggregateId %q", subject, e.AggregateID)
+	case p.PaymentID == "":
+		return entry{}, errors.New("no paymentId")
 	case p.Status != "SUCCEEDED":
 		return entry{}, fmt.Errorf("status %q in a %s event", p.Status, e.Type)
 	case p.AccountID == "":
@@ -189,7 +205,7 @@ func entryOf(e outbox.Event) (entry, error) {
 	if err != nil {
 		return entry{}, err
 	}
-	return entry{paymentID: p.PaymentID, tenantID: p.TenantID, accountID: p.AccountID, currency: currency,
+	return entry{entryType: entryTypes[e.Type], paymentID: p.PaymentID, refundID: p.RefundID, tenantID: p.TenantID, accountID: p.AccountID, currency: currency,
 		providerReference: p.ProviderReference, amountMinor: minor}, nil
 }
 
@@ -199,7 +215,7 @@ func entryOf(e outbox.Event) (entry, error) {
 func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) {
 	outcome, reason := OutcomeIgnored, ""
 	var ent *entry
-	if e.Type == outbox.TypePaymentSucceeded {
+	if entryTypes[e.Type] != "" {
 		en, err := entryOf(e)
 		if err != nil {
 			outcome, reason = OutcomeRejected, err.Error()
@@ -237,12 +253,12 @@ func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) 
 		}
 		tag, err = tx.Exec(ctx, `
 			INSERT INTO ledger_entries
-			    (payment_id, entry_type, tenant_id, account_id, amount_minor, currency, provider_reference,
+			    (payment_id, entry_type, refund_id, tenant_id, account_id, amount_minor, currency, provider_reference,
 			     event_id, occurred_at, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-			ON CONFLICT (payment_id, entry_type) DO NOTHING`,
-			ent.paymentID, EntryPaymentSucceeded, tenant, ent.accountID, ent.amountMinor, ent.currency, providerRef,
-			e.ID, e.OccurredAt, now)
+			VALUES ($1, $2, $11, $3, $4, $5, $6, $7, $8, $9, $10)
+			ON CONFLICT (payment_id, entry_type, refund_id) DO NOTHING`,
+			ent.paymentID, ent.entryType, tenant, ent.accountID, ent.amountMinor, ent.currency, providerRef,
+			e.ID, e.OccurredAt, now, ent.refundID)
 		if err != nil {
 			return fmt.Errorf("book ledger entry of payment %s: %w", ent.paymentID, err)
 		}
@@ -377,12 +393,15 @@ func (p *Projector) ensureConsumer(ctx context.Context, js jetstream.JetStream, 
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       p.consumer,
-		Description:   "Ledger projector: one entry per succeeded payment.",
+		Description:   "Ledger projector: one entry per succeeded payment and per succeeded refund.",
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    -1, // never give up on an event: a database outage must not lose entries
-		FilterSubject: natspub.Subject(cfg.Stream.SubjectPrefix, outbox.TypePaymentSucceeded),
+		FilterSubjects: []string{
+			natspub.Subject(cfg.Stream.SubjectPrefix, outbox.TypePaymentSucceeded),
+			natspub.Subject(cfg.Stream.SubjectPrefix, outbox.TypeRefundSucceeded),
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", p.consumer, cfg.Stream.Name, err)

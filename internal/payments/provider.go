@@ -5,10 +5,11 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 )
 
 // charge asks the provider to charge p, with the key derived from p.
-func (s *Service) charge(ctx context.Context, p Payment) (provider.Charge, error) {
+func (s *Service) charge(ctx context.Context, p Payment) (providerflow.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
 	defer cancel()
 	start := time.Now()
@@ -21,17 +22,21 @@ func (s *Service) charge(ctx context.Context, p Payment) (provider.Charge, error
 		PaymentID:      p.ID,
 	})
 	s.observe("charge", start, c.Status, err)
-	return c, err
+	return answer(c), err
 }
 
 // lookup asks the provider what became of p's key.
-func (s *Service) lookup(ctx context.Context, p Payment) (provider.Charge, error) {
+func (s *Service) lookup(ctx context.Context, p Payment) (providerflow.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
 	defer cancel()
 	start := time.Now()
 	c, err := s.provider.Lookup(ctx, ProviderKey(p.ID))
 	s.observe("lookup", start, c.Status, err)
-	return c, err
+	return answer(c), err
+}
+
+func answer(c provider.Charge) providerflow.Answer {
+	return providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode}
 }
 
 // observe records one provider call in the provider metric.

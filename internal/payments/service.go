@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
@@ -68,6 +68,7 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	metrics  *metrics.Metrics
+	flow     *providerflow.Flow[State]
 }
 
 var _ idempotency.Operation = (*Service)(nil)
@@ -76,7 +77,17 @@ var _ idempotency.Operation = (*Service)(nil)
 // longer than the provider timeout) are checked once, at start-up, by
 // package config.
 func NewService(d Deps, cfg Config) *Service {
-	return &Service{db: d.DB, engine: d.Engine, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log, metrics: d.Metrics}
+	s := &Service{db: d.DB, engine: d.Engine, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log, metrics: d.Metrics}
+	s.flow = &providerflow.Flow[State]{
+		Machine: machine,
+		States: providerflow.States[State]{
+			Sent: StateProviderRequestSent, Succeeded: StateCompleted, Declined: StateDeclined,
+			Retryable: StateFailedRetryable, Unknown: StateUnknown,
+		},
+		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
+		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
+	}
+	return s
 }
 
 // Name is the operation's name in every key's scope.
@@ -142,164 +153,41 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	if err != nil {
 		return nil, err
 	}
-	log := s.log.With("payment_id", p.ID, "tenant", p.TenantID)
 	if !own.First {
-		log.InfoContext(ctx, "resuming payment", "state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
+		s.log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
+			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
-	switch p.State {
-	case StateReceived, StateFailedRetryable:
-		return s.send(ctx, own, p)
-	case StateProviderRequestSent, StateUnknown:
-		return s.recoverOutcome(ctx, own, p)
-	default:
-		// A final state is committed together with its stored answer, so a
-		// key without an answer never points at a final payment.
-		return nil, fmt.Errorf("payment %s is %s but its key has no stored answer", p.ID, p.State)
-	}
+	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
+		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt,
+		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
+		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
+		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+			return s.settle(b, p, to, a, now)
+		},
+	})
 }
 
-// send records PROVIDER_REQUEST_SENT, commits, and only then calls the
-// provider, with the key derived from the payment. A payment reaches send
-// only from RECEIVED or FAILED_RETRYABLE: no earlier call for it can still be
-// on its way to the provider, and the move, fenced, makes this owner the only
-// caller. So a refusal of this call means no money moved.
-func (s *Service) send(ctx context.Context, own *idempotency.Owner, p Payment) (idempotency.Result, error) {
-	if err := s.move(ctx, own, &p, StateProviderRequestSent, "sending charge to provider"); err != nil {
-		return nil, err
-	}
-	return s.chargeAndSettle(ctx, own, p, true)
-}
-
-// chargeAndSettle calls the provider for a payment recorded as
-// PROVIDER_REQUEST_SENT and commits what it said. soleCall says whether this
-// call is the only one that can have reached the provider for the payment:
-// only then does a refusal prove that no money moved.
-func (s *Service) chargeAndSettle(ctx context.Context, own *idempotency.Owner, p Payment, soleCall bool) (idempotency.Result, error) {
-	if err := run(ctx, s.cfg.Hooks.AfterRequestSent, p.ID); err != nil {
-		return nil, err
-	}
-	charge, err := s.charge(ctx, p)
-	if err := run(ctx, s.cfg.Hooks.AfterProviderAnswer, p.ID); err != nil {
-		return nil, err
-	}
-	if errors.Is(err, provider.ErrUnavailable) && !soleCall {
-		// An earlier call (a dead owner's, or one whose answer was lost)
-		// may still reach the provider: this refusal proves nothing.
-		err = fmt.Errorf("%w: refused, but an earlier call may still be processed: %v", provider.ErrUnknownOutcome, err) //nolint:errorlint
-	}
-	return s.settle(ctx, own, p, charge, err)
-}
-
-// recoverOutcome asks the provider what became of a request that may have
-// been sent, and never sends it again unless the provider is certain it
-// never saw the key (and still remembers keys as old as this payment).
-func (s *Service) recoverOutcome(ctx context.Context, own *idempotency.Owner, p Payment) (idempotency.Result, error) {
-	charge, err := s.lookup(ctx, p)
-	switch {
-	case err == nil:
-		if err := run(ctx, s.cfg.Hooks.AfterProviderAnswer, p.ID); err != nil {
-			return nil, err
-		}
-		return s.settle(ctx, own, p, charge, nil)
-	case errors.Is(err, provider.ErrNotFound) && s.clock.Now().Sub(p.CreatedAt) < s.cfg.ProviderKeyWindow:
-		if p.State == StateUnknown {
-			err = s.move(ctx, own, &p, StateProviderRequestSent, "provider never saw the key: sending again")
-		} else {
-			err = s.hold(ctx, own)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return s.chargeAndSettle(ctx, own, p, false)
-	default:
-		// The provider cannot say (or is past its key window): leave the
-		// payment to the reconciler and tell the client it is processing.
-		// %v, not %w: a lookup that cannot say must not read as "refused
-		// before processing", which would mark the payment retryable.
-		unknown := fmt.Errorf("%w: lookup: %v", provider.ErrUnknownOutcome, err) //nolint:errorlint
-		return s.settle(ctx, own, p, provider.Charge{}, unknown)
-	}
-}
-
-// settle commits what the provider said, together with the stored answer
-// (for final outcomes) and the outbox event, in one transaction.
-func (s *Service) settle(ctx context.Context, own *idempotency.Owner, p Payment, c provider.Charge, callErr error) (idempotency.Result, error) {
-	now := s.clock.Now()
-	mv := statemachine.Move[State]{ID: p.ID, From: p.State, At: now}
-	var (
-		eventType string
-		resultErr error
-	)
-	switch {
-	case callErr == nil && c.Status == provider.StatusSucceeded:
-		mv.To, mv.Reason, mv.Set = StateCompleted, "provider confirmed the charge", settledColumns(c.ID, "")
-		p.ProviderReference = c.ID
-		eventType = outbox.TypePaymentSucceeded
-	case callErr == nil && c.Status == provider.StatusDeclined:
-		mv.To, mv.Reason, mv.Set = StateDeclined, "provider declined: "+c.DeclineCode, settledColumns(c.ID, c.DeclineCode)
-		p.ProviderReference, p.DeclineCode = c.ID, c.DeclineCode
-		eventType = outbox.TypePaymentDeclined
-	case errors.Is(callErr, provider.ErrUnavailable):
-		mv.To, mv.Reason = StateFailedRetryable, "provider refused before processing: "+callErr.Error()
-		resultErr = ErrProviderUnavailable
-	default:
-		// Timeout, lost answer, or a provider that cannot say: money may have
-		// moved. Never a failure; the reconciler or a retry finds out.
-		mv.To, mv.Reason = StateUnknown, "outcome unknown: "+errString(callErr)
-	}
-	p.State, p.UpdatedAt = mv.To, now
-
-	b := &pgx.Batch{}
-	if p.State.Final() {
-		if err := own.QueueFinish(b, p); err != nil {
-			return nil, err
-		}
-	} else {
-		own.QueueRelease(b, p.State.NeedsRecovery())
-	}
-	if mv.To != mv.From {
-		if err := machine.QueueMove(b, mv); err != nil {
-			return nil, err
-		}
+// settle is what a payment writes with its move to `to`: the event of a
+// final outcome; the result is the payment as it now stands.
+func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+	from := p.State
+	p.State, p.UpdatedAt = to, now
+	var eventType string
+	switch to {
+	case StateCompleted:
+		p.ProviderReference, eventType = a.ID, outbox.TypePaymentSucceeded
+	case StateDeclined:
+		p.ProviderReference, p.DeclineCode, eventType = a.ID, a.DeclineCode, outbox.TypePaymentDeclined
 	}
 	if eventType != "" {
 		event, err := outbox.NewEvent(eventType, ResourceType, p.ID, p.eventPayload(), now)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		outbox.Queue(b, event)
 	}
-	if err := own.Commit(ctx, b); err != nil {
-		return nil, err
-	}
-	s.log.InfoContext(ctx, "payment settled", "payment_id", p.ID, "from", mv.From, "to", p.State)
-	if resultErr != nil {
-		return nil, resultErr
-	}
-	return p, nil
-}
-
-// move takes p to `to` in its own transaction, and renews the caller's
-// lease: a provider call follows.
-func (s *Service) move(ctx context.Context, own *idempotency.Owner, p *Payment, to State, reason string) error {
-	now := s.clock.Now()
-	b := &pgx.Batch{}
-	own.QueueHold(b, to.NeedsRecovery())
-	if err := machine.QueueMove(b, statemachine.Move[State]{ID: p.ID, From: p.State, To: to, Reason: reason, At: now}); err != nil {
-		return err
-	}
-	if err := own.Commit(ctx, b); err != nil {
-		return err
-	}
-	p.State, p.UpdatedAt = to, now
-	return nil
-}
-
-// hold renews the caller's lease before a second provider call.
-func (s *Service) hold(ctx context.Context, own *idempotency.Owner) error {
-	b := &pgx.Batch{}
-	own.QueueHold(b, true)
-	return own.Commit(ctx, b)
+	s.log.Info("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
+	return p, settledColumns(p.ProviderReference, p.DeclineCode), nil
 }
 
 // Get returns the tenant's payment, or ErrNotFound.
@@ -310,11 +198,4 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Payment, error) {
 // List returns a page of the tenant's payments, newest first.
 func (s *Service) List(ctx context.Context, tenant string, q ListQuery) (Page, error) {
 	return listPayments(ctx, s.db, tenant, q)
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "no answer"
-	}
-	return err.Error()
 }

@@ -88,14 +88,9 @@ func getPayment(ctx context.Context, q Querier, tenant, id string) (Payment, err
 
 // settledColumns are the columns a move to a provider's answer writes.
 func settledColumns(providerReference, declineCode string) []statemachine.Column {
-	var set []statemachine.Column
-	if providerReference != "" {
-		set = append(set, statemachine.Column{Name: "provider_reference", Value: providerReference})
-	}
-	if declineCode != "" {
-		set = append(set, statemachine.Column{Name: "decline_code", Value: declineCode})
-	}
-	return set
+	return statemachine.NonEmpty(
+		statemachine.Column{Name: "provider_reference", Value: providerReference},
+		statemachine.Column{Name: "decline_code", Value: declineCode})
 }
 
 // countRecoveryStates counts, for the gauges, the payments whose outcome is

@@ -26,6 +26,9 @@ const (
 	IdempotencyKeyExpired      Code = "IDEMPOTENCY_KEY_EXPIRED"
 	DuplicateMerchantReference Code = "DUPLICATE_MERCHANT_REFERENCE"
 	PaymentDeclined            Code = "PAYMENT_DECLINED"
+	RefundDeclined             Code = "REFUND_DECLINED"
+	PaymentNotRefundable       Code = "PAYMENT_NOT_REFUNDABLE"
+	RefundExceedsRefundable    Code = "REFUND_EXCEEDS_REFUNDABLE"
 	ProviderUnavailable        Code = "PROVIDER_UNAVAILABLE"
 	ServiceUnavailable         Code = "SERVICE_UNAVAILABLE"
 	MalformedJSON              Code = "MALFORMED_JSON"
@@ -47,6 +50,9 @@ var titles = map[Code]string{
 	IdempotencyKeyExpired:      "Idempotency key expired",
 	DuplicateMerchantReference: "Duplicate merchant reference",
 	PaymentDeclined:            "Payment declined",
+	RefundDeclined:             "Refund declined",
+	PaymentNotRefundable:       "Payment not refundable",
+	RefundExceedsRefundable:    "Refund exceeds the refundable amount",
 	ProviderUnavailable:        "Payment provider unavailable",
 	ServiceUnavailable:         "Service unavailable",
 	MalformedJSON:              "Malformed JSON",
@@ -64,15 +70,17 @@ type FieldError = validate.FieldError
 
 // Problem is an RFC 9457 problem document with this API's extensions.
 type Problem struct {
-	Type        string       `json:"type"`
-	Title       string       `json:"title"`
-	Status      int          `json:"status"`
-	Detail      string       `json:"detail"`
-	Code        Code         `json:"code"`
-	PaymentID   string       `json:"paymentId,omitempty"`
-	RefundID    string       `json:"refundId,omitempty"`
-	DeclineCode string       `json:"declineCode,omitempty"`
-	Errors      []FieldError `json:"errors,omitempty"`
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Code      Code   `json:"code"`
+	PaymentID string `json:"paymentId,omitempty"`
+	RefundID  string `json:"refundId,omitempty"`
+	// RefundableAmount is what is left to refund, a decimal string.
+	RefundableAmount string       `json:"refundableAmount,omitempty"`
+	DeclineCode      string       `json:"declineCode,omitempty"`
+	Errors           []FieldError `json:"errors,omitempty"`
 }
 
 // New returns the problem for code with HTTP status and a detail message.

@@ -121,6 +121,19 @@ type Column struct {
 	Value any
 }
 
+// NonEmpty returns the columns whose value is not "": what a move writes
+// of the values it may or may not have (a provider reference, a decline
+// code).
+func NonEmpty(cols ...Column) []Column {
+	var out []Column
+	for _, c := range cols {
+		if c.Value != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // Move is one move of a row from the state its writer last saw.
 type Move[S ~string] struct {
 	ID       string

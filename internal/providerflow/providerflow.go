@@ -1,0 +1,225 @@
+// Package providerflow is the one way an operation takes a resource through
+// the payment provider, whatever the resource (a payment, a refund): record
+// that the request is being sent, call the provider with the key derived
+// from the resource, and settle what it said; or, when a request may already
+// have reached the provider, ask first.
+//
+// It owns the rules that decide whether money may have moved:
+//   - the move to the "sent" state commits before the call;
+//   - a refusal (provider.ErrUnavailable) proves nothing moved only when it
+//     answers the one call that can have reached the provider: a send from a
+//     state where no earlier call is on its way. After a lookup-and-resend,
+//     a refusal leaves the outcome unknown;
+//   - a resource is sent again only when the provider is certain it never
+//     saw the key, and still remembers keys as old as the resource;
+//   - anything else (timeout, lost answer, a pending answer, a provider that
+//     cannot say) is an unknown outcome, for a retry or the reconciler.
+//
+// Every write goes through the caller's idempotency.Owner, fenced.
+package providerflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
+)
+
+// State is what a resource's states must tell the flow.
+type State interface {
+	~string
+	Final() bool
+	NeedsRecovery() bool
+}
+
+// States names the states of a machine the flow moves a resource through.
+type States[S State] struct {
+	Sent      S // recorded before the call: money may move from here on
+	Succeeded S // the provider confirmed
+	Declined  S // the provider declined
+	Retryable S // the provider refused before processing: nothing moved
+	Unknown   S // money may have moved; find out by asking
+}
+
+// Answer is what the provider said about a resource.
+type Answer struct {
+	ID          string
+	Status      provider.Status
+	DeclineCode string
+}
+
+// Hooks are failpoints for tests; each runs after the named step.
+type Hooks struct {
+	AfterSent   func(ctx context.Context, id string) error
+	AfterAnswer func(ctx context.Context, id string) error
+}
+
+// Flow is one operation's use of the provider.
+type Flow[S State] struct {
+	Machine *statemachine.Machine[S]
+	States  States[S]
+	Clock   clock.Clock
+	// KeyWindow is how long the provider remembers its keys: past it, a
+	// resource is only looked up, never sent again.
+	KeyWindow time.Duration
+	// ErrUnavailable is the operation's answer to a refusal that proves no
+	// money moved (a 503 to the client).
+	ErrUnavailable error
+	Hooks          Hooks
+}
+
+// Subject is one resource in the flow, as its operation describes it.
+type Subject[S State] struct {
+	ID        string
+	State     S
+	CreatedAt time.Time
+	// Send asks the provider to act, with the key derived from the resource.
+	Send func(ctx context.Context) (Answer, error)
+	// Lookup asks the provider what became of that key.
+	Lookup func(ctx context.Context) (Answer, error)
+	// Settle queues what the operation writes with the move to `to` (its
+	// event, its own columns) and returns the result: rendered and stored by
+	// the engine when `to` is final. set is the columns the move writes.
+	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, []statemachine.Column, error)
+}
+
+// Resume takes s from its recorded state to a result, as own.
+func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	switch s.State {
+	case f.States.Sent, f.States.Unknown:
+		return f.recoverOutcome(ctx, own, s)
+	default:
+		if s.State.Final() {
+			// A final state is committed together with its stored answer,
+			// so a key without an answer never points at a final resource.
+			return nil, fmt.Errorf("%s %s is %s but its key has no stored answer", f.Machine.Name(), s.ID, s.State)
+		}
+		if err := f.move(ctx, own, &s, f.States.Sent, "sending to provider"); err != nil {
+			return nil, err
+		}
+		// From a state where no call is on its way, the move, fenced, makes
+		// this owner the only caller: a refusal means no money moved.
+		return f.sendAndSettle(ctx, own, s, true)
+	}
+}
+
+func (f *Flow[S]) sendAndSettle(ctx context.Context, own *idempotency.Owner, s Subject[S], soleCall bool) (idempotency.Result, error) {
+	if err := hook(ctx, f.Hooks.AfterSent, s.ID); err != nil {
+		return nil, err
+	}
+	a, err := s.Send(ctx)
+	if err := hook(ctx, f.Hooks.AfterAnswer, s.ID); err != nil {
+		return nil, err
+	}
+	if errors.Is(err, provider.ErrUnavailable) && !soleCall {
+		// An earlier call (a dead owner's, or one whose answer was lost)
+		// may still reach the provider: this refusal proves nothing.
+		err = fmt.Errorf("%w: refused, but an earlier call may still be processed: %v", provider.ErrUnknownOutcome, err) //nolint:errorlint
+	}
+	return f.settle(ctx, own, s, a, err)
+}
+
+func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	a, err := s.Lookup(ctx)
+	switch {
+	case err == nil:
+		if err := hook(ctx, f.Hooks.AfterAnswer, s.ID); err != nil {
+			return nil, err
+		}
+		return f.settle(ctx, own, s, a, nil)
+	case errors.Is(err, provider.ErrNotFound) && f.Clock.Now().Sub(s.CreatedAt) < f.KeyWindow:
+		if s.State == f.States.Unknown {
+			err = f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again")
+		} else {
+			b := &pgx.Batch{}
+			own.QueueHold(b, true) // a second call follows: renew the lease
+			err = own.Commit(ctx, b)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return f.sendAndSettle(ctx, own, s, false)
+	default:
+		// %v, not %w: a lookup that cannot say must not read as "refused
+		// before processing", which would mark the resource retryable.
+		return f.settle(ctx, own, s, Answer{}, fmt.Errorf("%w: lookup: %v", provider.ErrUnknownOutcome, err)) //nolint:errorlint
+	}
+}
+
+// settle commits what the provider said in one transaction: the move, the
+// operation's writes, and the stored answer (final) or the released key.
+func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[S], a Answer, callErr error) (idempotency.Result, error) {
+	now := f.Clock.Now()
+	mv := statemachine.Move[S]{ID: s.ID, From: s.State, At: now}
+	var resultErr error
+	switch {
+	case callErr == nil && a.Status == provider.StatusSucceeded:
+		mv.To, mv.Reason = f.States.Succeeded, "provider confirmed"
+	case callErr == nil && a.Status == provider.StatusDeclined:
+		mv.To, mv.Reason = f.States.Declined, "provider declined: "+a.DeclineCode
+	case errors.Is(callErr, provider.ErrUnavailable):
+		mv.To, mv.Reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), f.ErrUnavailable
+	case callErr == nil:
+		mv.To, mv.Reason = f.States.Unknown, "provider has not decided: "+string(a.Status)
+	default:
+		mv.To, mv.Reason = f.States.Unknown, "outcome unknown: "+callErr.Error()
+	}
+	b := &pgx.Batch{}
+	res, set, err := s.Settle(b, mv.To, a, now)
+	if err != nil {
+		return nil, err
+	}
+	mv.Set = set
+	// The key's statement first: every writer locks the key row, then the
+	// resource's.
+	key := &pgx.Batch{}
+	if mv.To.Final() {
+		if err := own.QueueFinish(key, res); err != nil {
+			return nil, err
+		}
+	} else {
+		own.QueueRelease(key, mv.To.NeedsRecovery())
+	}
+	if mv.To != mv.From {
+		if err := f.Machine.QueueMove(key, mv); err != nil {
+			return nil, err
+		}
+	}
+	key.QueuedQueries = append(key.QueuedQueries, b.QueuedQueries...)
+	if err := own.Commit(ctx, key); err != nil {
+		return nil, err
+	}
+	if resultErr != nil {
+		return nil, resultErr
+	}
+	return res, nil
+}
+
+// move takes s to `to` in its own transaction, and renews the lease: a
+// provider call follows.
+func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S], to S, reason string) error {
+	b := &pgx.Batch{}
+	own.QueueHold(b, to.NeedsRecovery())
+	if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: f.Clock.Now()}); err != nil {
+		return err
+	}
+	if err := own.Commit(ctx, b); err != nil {
+		return err
+	}
+	s.State = to
+	return nil
+}
+
+func hook(ctx context.Context, h func(context.Context, string) error, id string) error {
+	if h == nil {
+		return nil
+	}
+	return h(ctx, id)
+}

@@ -1,0 +1,201 @@
+package refunds
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
+)
+
+// Config holds the refund rules.
+type Config struct {
+	ProviderTimeout   time.Duration // bound of one provider call
+	ProviderKeyWindow time.Duration // past it, a refund is only looked up, never sent again
+}
+
+// Deps are the collaborators of a Service.
+type Deps struct {
+	DB       *pgxpool.Pool
+	Engine   *idempotency.Engine
+	Provider provider.Provider
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+}
+
+// Service creates refunds idempotently and reads them back; as the engine's
+// Operation it takes a refund whose key it owns to an answer.
+type Service struct {
+	d    Deps
+	cfg  Config
+	flow *providerflow.Flow[State]
+}
+
+var _ idempotency.Operation = (*Service)(nil)
+
+// NewService returns a Service.
+func NewService(d Deps, cfg Config) *Service {
+	return &Service{d: d, cfg: cfg, flow: &providerflow.Flow[State]{
+		Machine: machine,
+		States: providerflow.States[State]{
+			Sent: StateProviderRequestSent, Succeeded: StateSucceeded, Declined: StateDeclined,
+			Retryable: StateFailedRetryable, Unknown: StateUnknown,
+		},
+		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
+	}}
+}
+
+// Name is the operation's name in every key's scope.
+func (s *Service) Name() string { return OperationCreate }
+
+// Prepare reads the tenant's payment and validates req against it: the
+// amount is in the payment's currency.
+func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req CreateRequest) (Command, error) {
+	p, err := readPayment(ctx, s.d.DB, tenant, paymentID, false)
+	if err != nil {
+		return Command{}, err
+	}
+	return req.Validate(p.ID, p.Currency)
+}
+
+// Create runs cmd under the tenant's key: the first request claims the key
+// and creates the refund (if the payment may be refunded by that much) in one
+// transaction, then takes it through the provider; retries are answered by
+// the engine.
+func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	now := s.d.Clock.Now()
+	r := Refund{
+		ID: ids.NewRefundID(), TenantID: tenant, PaymentID: cmd.PaymentID, AmountMinor: cmd.AmountMinor,
+		Currency: cmd.Currency, Reason: cmd.Reason, State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
+	}
+	return s.d.Engine.Do(ctx, s, idempotency.Request{
+		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+		Fingerprint: cmd.Fingerprint(),
+		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
+		Create:      func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, r) },
+		Wait:        wait,
+	})
+}
+
+// create writes the refund in the claim's transaction, holding the
+// payment's row: so the refunds of one payment are checked one after the
+// other, and those succeeded and in flight never exceed the payment.
+func (s *Service) create(ctx context.Context, tx pgx.Tx, r Refund) error {
+	p, err := readPayment(ctx, tx, r.TenantID, r.PaymentID, true)
+	if err != nil {
+		return err
+	}
+	if p.State != payments.StateCompleted {
+		return ErrNotRefundable
+	}
+	committed, err := committedMinor(ctx, tx, p.ID)
+	if err != nil {
+		return err
+	}
+	if left := p.AmountMinor - committed; r.AmountMinor > left {
+		return &ExceedsRefundableError{RefundableMinor: left, Currency: p.Currency}
+	}
+	r.AccountID = p.AccountID
+	event, err := outbox.NewEvent(outbox.TypeRefundCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	queueInsert(b, r)
+	machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt)
+	outbox.Queue(b, event)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// Resume takes the refund of a key the caller owns from its recorded state
+// to a result.
+func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
+	r, err := getRefund(ctx, s.d.DB, own.Tenant, own.Resource.ID)
+	if err != nil {
+		return nil, err
+	}
+	p, err := readPayment(ctx, s.d.DB, own.Tenant, r.PaymentID, false)
+	if err != nil {
+		return nil, err
+	}
+	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
+		ID: r.ID, State: r.State, CreatedAt: r.CreatedAt,
+		Send: func(ctx context.Context) (providerflow.Answer, error) {
+			return s.call(ctx, "refund", func(ctx context.Context) (provider.Refund, error) {
+				return s.d.Provider.Refund(ctx, provider.RefundRequest{
+					IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference, AmountMinor: r.AmountMinor,
+					Currency: r.Currency, Reason: r.Reason, RefundID: r.ID,
+				})
+			})
+		},
+		Lookup: func(ctx context.Context) (providerflow.Answer, error) {
+			return s.call(ctx, "refund_lookup", func(ctx context.Context) (provider.Refund, error) {
+				return s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference})
+			})
+		},
+		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+			return s.settle(b, r, to, a, now)
+		},
+	})
+}
+
+// call makes one provider call, bounded and measured.
+func (s *Service) call(ctx context.Context, op string, call func(context.Context) (provider.Refund, error)) (providerflow.Answer, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := call(ctx)
+	s.d.Metrics.ProviderCalls.WithLabelValues(op, provider.Outcome(res.Status, err)).Observe(time.Since(start).Seconds())
+	return providerflow.Answer{ID: res.ID, Status: res.Status, DeclineCode: res.DeclineCode}, err
+}
+
+// settle is what a refund writes with its move to `to`: its event, and for
+// a success the payment's refunded amount.
+func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+	r.State, r.UpdatedAt = to, now
+	var eventType string
+	switch to {
+	case StateSucceeded:
+		r.ProviderReference, eventType = a.ID, outbox.TypeRefundSucceeded
+		queueRefunded(b, r)
+	case StateDeclined:
+		r.ProviderReference, r.DeclineCode, eventType = a.ID, a.DeclineCode, outbox.TypeRefundDeclined
+	}
+	if eventType != "" {
+		event, err := outbox.NewEvent(eventType, ResourceType, r.ID, r.eventPayload(), now)
+		if err != nil {
+			return nil, nil, err
+		}
+		outbox.Queue(b, event)
+	}
+	return r, settledColumns(r.ProviderReference, r.DeclineCode), nil
+}
+
+// Get returns the tenant's refund id of payment paymentID, or ErrNotFound.
+func (s *Service) Get(ctx context.Context, tenant, paymentID, id string) (Refund, error) {
+	r, err := getRefund(ctx, s.d.DB, tenant, id)
+	if err == nil && r.PaymentID != paymentID {
+		return Refund{}, ErrNotFound
+	}
+	return r, err
+}
+
+// List returns the refunds of the tenant's payment, oldest first.
+func (s *Service) List(ctx context.Context, tenant, paymentID string) ([]Refund, error) {
+	if _, err := readPayment(ctx, s.d.DB, tenant, paymentID, false); err != nil {
+		return nil, err
+	}
+	return listRefunds(ctx, s.d.DB, tenant, paymentID)
+}
