@@ -1,0 +1,283 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
+)
+
+// pay creates a payment of 10.00 EUR with method as tenant A and returns
+// its id; it must succeed.
+func (e *env) pay(method, ref string) string {
+	e.t.Helper()
+	r := e.post("pay-"+ref, body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+method+`"`))
+	if r.Status != http.StatusCreated {
+		e.t.Fatalf("payment: %d %s", r.Status, r.Body)
+	}
+	return r.json(e.t)["paymentId"].(string)
+}
+
+// refund sends POST /payments/{id}/refunds as secret with key.
+func (e *env) refundAs(secret, paymentID, key, body string) response {
+	e.t.Helper()
+	return e.do("POST", "/payments/"+paymentID+"/refunds", []byte(body), map[string]string{
+		"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json",
+	})
+}
+
+func (e *env) refund(paymentID, key, body string) response {
+	e.t.Helper()
+	return e.refundAs(secretA, paymentID, key, body)
+}
+
+// providerRefunds returns the simulator's refunds of a charge.
+func (e *env) providerRefunds(chargeID string) []sim.RefundRecord {
+	var out []sim.RefundRecord
+	for _, r := range e.sim.Refunds() {
+		if r.ChargeID == chargeID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (e *env) chargeOf(paymentID string) string {
+	e.t.Helper()
+	return e.get(secretA, "/payments/"+paymentID).json(e.t)["providerReference"].(string)
+}
+
+// Every row of the refund contract that is not about concurrency.
+func TestRefundContract(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pay := e.pay("pm_card_visa", "inv-1")
+
+	created := e.refund(pay, "r-1", `{"amount":"3.00","reason":"requested_by_customer"}`)
+	if created.Status != http.StatusCreated {
+		t.Fatalf("refund: %d %s", created.Status, created.Body)
+	}
+	v := created.json(t)
+	refundID, _ := v["refundId"].(string)
+	if v["status"] != "SUCCEEDED" || v["amount"] != "3.00" || v["currency"] != "EUR" || v["paymentId"] != pay ||
+		created.Header.Get("Location") != "/payments/"+pay+"/refunds/"+refundID || v["providerReference"] == nil {
+		t.Errorf("created: %v %v", created.Header, v)
+	}
+	provRefunds := e.providerRefunds(e.chargeOf(pay))
+	if len(provRefunds) != 1 || provRefunds[0].IdempotencyKey != refunds.ProviderKey(refundID) || provRefunds[0].RequestCount != 1 {
+		t.Errorf("provider refunds %+v: want one, keyed by the refund", provRefunds)
+	}
+	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "3.00" {
+		t.Errorf("payment refundedAmount %v", g["refundedAmount"])
+	}
+
+	// Same key, same command, in any spelling: the stored answer, byte for byte.
+	replay := e.refund(pay, "r-1", `{ "reason":"requested_by_customer", "amount":"3" }`)
+	if replay.Status != http.StatusCreated || !bytes.Equal(replay.Body, created.Body) || replay.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay: %d %s", replay.Status, replay.Body)
+	}
+	// Same key, another command.
+	if r := e.refund(pay, "r-1", `{"amount":"4.00"}`); r.Status != http.StatusUnprocessableEntity || r.json(t)["code"] != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("reused: %d %s", r.Status, r.Body)
+	}
+	// The payment's own key string is another operation's key.
+	if r := e.refund(pay, "pay-inv-1", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
+		t.Errorf("a payment key reused for a refund: %d %s", r.Status, r.Body)
+	}
+	// More than is left (10 - 3 - 1 = 6): refused, not stored.
+	over := e.refund(pay, "r-over", `{"amount":"6.01"}`)
+	if over.Status != http.StatusConflict || over.json(t)["code"] != "REFUND_EXCEEDS_REFUNDABLE" || over.json(t)["refundableAmount"] != "6.00" {
+		t.Errorf("over: %d %s", over.Status, over.Body)
+	}
+	if r := e.refund(pay, "r-over", `{"amount":"6.00"}`); r.Status != http.StatusCreated {
+		t.Errorf("the refused key was stored: %d %s", r.Status, r.Body)
+	}
+
+	// Lists and reads, tenant-scoped.
+	list := e.get(secretA, "/payments/"+pay+"/refunds").json(t)["items"].([]any)
+	if len(list) != 3 {
+		t.Errorf("%d refunds listed, want 3", len(list))
+	}
+	if r := e.get(secretA, "/payments/"+pay+"/refunds/"+refundID); r.Status != http.StatusOK || r.json(t)["refundId"] != refundID {
+		t.Errorf("get: %d %s", r.Status, r.Body)
+	}
+	for _, path := range []string{"/payments/" + pay + "/refunds/" + refundID, "/payments/" + pay + "/refunds"} {
+		if r := e.get(secretB, path); r.Status != http.StatusNotFound || r.json(t)["code"] != "NOT_FOUND" {
+			t.Errorf("another tenant reads %s: %d", path, r.Status)
+		}
+	}
+	if r := e.refundAs(secretB, pay, "r-b", `{"amount":"1.00"}`); r.Status != http.StatusNotFound {
+		t.Errorf("another tenant refunds: %d %s", r.Status, r.Body)
+	}
+	if r := e.refund("pay_nope", "r-x", `{"amount":"1.00"}`); r.Status != http.StatusNotFound || r.json(t)["code"] != "NOT_FOUND" {
+		t.Errorf("unknown payment: %d %s", r.Status, r.Body)
+	}
+
+	// A payment that did not succeed cannot be refunded; nothing is stored.
+	declinedPay := e.post("pay-d", body("merchantReference", `"inv-d"`, "paymentMethod", `"pm_card_chargeDeclined"`)).json(t)["paymentId"].(string)
+	if r := e.refund(declinedPay, "r-d", `{"amount":"1.00"}`); r.Status != http.StatusConflict || r.json(t)["code"] != "PAYMENT_NOT_REFUNDABLE" {
+		t.Errorf("declined payment: %d %s", r.Status, r.Body)
+	}
+	if n := e.count(`idempotency_keys WHERE operation = $1 AND idempotency_key = 'r-d'`, refunds.OperationCreate); n != 0 {
+		t.Errorf("a refused refund stored its key")
+	}
+
+	// Bad requests, each with its code, none stored.
+	bad := []struct {
+		key, ctype, body string
+		status           int
+		code             string
+	}{
+		{"", "application/json", `{"amount":"1.00"}`, 400, "IDEMPOTENCY_KEY_MISSING"},
+		{"r-bad", "application/json", `{"amount":"1.001"}`, 400, "VALIDATION_FAILED"},
+		{"r-bad", "application/json", `{"amount":"0"}`, 400, "VALIDATION_FAILED"},
+		{"r-bad", "application/json", `{"amount":"1.00","reason":"because"}`, 400, "VALIDATION_FAILED"},
+		{"r-bad", "application/json", `{"amount":"1.00","currency":"EUR"}`, 400, "VALIDATION_FAILED"},
+		{"r-bad", "application/json", `{"amount":`, 400, "MALFORMED_JSON"},
+		{"r-bad", "text/plain", `{"amount":"1.00"}`, 415, "UNSUPPORTED_MEDIA_TYPE"},
+		{"r-bad", "application/json", `{"reason":"` + string(bytes.Repeat([]byte("x"), 17<<10)) + `"}`, 413, "PAYLOAD_TOO_LARGE"},
+	}
+	for _, b := range bad {
+		h := map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": b.ctype}
+		if b.key != "" {
+			h["Idempotency-Key"] = b.key
+		}
+		r := e.do("POST", "/payments/"+pay+"/refunds", []byte(b.body), h)
+		if r.Status != b.status || r.json(t)["code"] != b.code {
+			t.Errorf("%s %.40s: %d %s, want %d %s", b.ctype, b.body, r.Status, r.Body, b.status, b.code)
+		}
+	}
+	if n := e.count(`idempotency_keys WHERE idempotency_key = 'r-bad'`); n != 0 {
+		t.Errorf("a bad request stored its key")
+	}
+}
+
+// A refund the provider declines is a 402 REFUND_DECLINED, stored and
+// replayed; it frees its amount for another refund.
+func TestDeclinedRefundIsStoredAndFreesItsAmount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pay := e.pay(sim.MethodRefundDeclined, "inv-1")
+	first := e.refund(pay, "r-1", `{"amount":"10.00"}`)
+	if first.Status != http.StatusPaymentRequired || first.json(t)["code"] != "REFUND_DECLINED" || first.json(t)["refundId"] == nil {
+		t.Fatalf("declined: %d %s", first.Status, first.Body)
+	}
+	again := e.refund(pay, "r-1", `{"amount":"10.00"}`)
+	if again.Status != http.StatusPaymentRequired || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay of a decline: %d %s", again.Status, again.Body)
+	}
+	// Declined refunds hold nothing: the whole amount can be asked again
+	// (and is declined again by this payment method).
+	if r := e.refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusPaymentRequired {
+		t.Errorf("after a decline: %d %s", r.Status, r.Body)
+	}
+	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "0.00" {
+		t.Errorf("refundedAmount %v", g["refundedAmount"])
+	}
+}
+
+// 20 concurrent refunds of 1.00 under 20 keys on a 10.00 payment: exactly
+// ten are taken, the rest refused; the provider refunds exactly 10.00.
+func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pay := e.pay("pm_card_visa", "inv-1")
+	const n = 20
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			statuses[i] = e.refund(pay, fmt.Sprintf("r-%d", i), `{"amount":"1.00"}`).Status
+		})
+	}
+	close(start)
+	wg.Wait()
+	count := map[int]int{}
+	for _, s := range statuses {
+		count[s]++
+	}
+	if count[http.StatusCreated] != 10 || count[http.StatusConflict] != 10 {
+		t.Errorf("answers %v: want 10 created and 10 refused", count)
+	}
+	var sum int64
+	for _, r := range e.providerRefunds(e.chargeOf(pay)) {
+		sum += r.AmountMinor
+	}
+	if sum != 1000 {
+		t.Errorf("the provider refunded %d cents of a 1000-cent payment", sum)
+	}
+	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "10.00" {
+		t.Errorf("refundedAmount %v", g["refundedAmount"])
+	}
+}
+
+// 20 concurrent requests with one key: one refund at the provider, created
+// by one request; every answer is the refund or "in use".
+func TestConcurrentSameKeyRefundsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	pay := e.pay("pm_card_visa", "inv-1")
+	const n = 20
+	answers := make([]response, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			answers[i] = e.refund(pay, "r-same", `{"amount":"2.50"}`)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, a := range answers {
+		if a.Status != http.StatusCreated && a.Status != http.StatusConflict {
+			t.Errorf("answer %d %s", a.Status, a.Body)
+		}
+	}
+	got := e.providerRefunds(e.chargeOf(pay))
+	if len(got) != 1 || got[0].RequestCount != 1 || got[0].AmountMinor != 250 {
+		t.Errorf("provider refunds %+v: want one of 250, created by one request", got)
+	}
+	if n := e.count("refunds"); n != 1 {
+		t.Errorf("%d refunds stored", n)
+	}
+}
+
+// The provider refunded but its answer was lost: 202 PROCESSING, then the
+// reconciler asks the provider (never refunds again) and the retry gets the
+// resolved answer; the ledger event is written once.
+func TestUnknownRefundIsResolvedByTheReconciler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withProviderTimeout(300*time.Millisecond))
+	pay := e.pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
+	first := e.refund(pay, "r-1", `{"amount":"4.00"}`)
+	if first.Status != http.StatusAccepted || first.json(t)["status"] != "PROCESSING" || first.Header.Get("Retry-After") == "" {
+		t.Fatalf("lost answer: %d %s", first.Status, first.Body)
+	}
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats["succeeded"] != 1 {
+		t.Fatalf("reconciler: %v %v", stats, err)
+	}
+	retry := e.refund(pay, "r-1", `{"amount":"4.00"}`)
+	if retry.Status != http.StatusCreated || retry.json(t)["status"] != "SUCCEEDED" {
+		t.Errorf("retry after reconciliation: %d %s", retry.Status, retry.Body)
+	}
+	got := e.providerRefunds(e.chargeOf(pay))
+	if len(got) != 1 || got[0].RequestCount != 1 {
+		t.Errorf("provider refunds %+v: want one, created by one request", got)
+	}
+	if n := e.count(`outbox_events WHERE event_type = 'RefundSucceeded'`); n != 1 {
+		t.Errorf("RefundSucceeded events = %d", n)
+	}
+	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "4.00" {
+		t.Errorf("refundedAmount %v", g["refundedAmount"])
+	}
+}
