@@ -5,6 +5,7 @@
 // Usage:
 //
 //	providersim [-addr 127.0.0.1:8081] [-slow 2s] [-key-ttl 24h] [-flaky-lookups 2] [-hang 60s]
+//	providersim -methods
 //
 // Each flag's default can also be set by an environment variable:
 // PROVIDERSIM_ADDR, PROVIDERSIM_SLOW, PROVIDERSIM_KEY_TTL,
@@ -16,6 +17,10 @@
 //
 // so that a launcher using port 0 learns the address. Logs are JSON lines on
 // stderr. SIGINT or SIGTERM stops it gracefully.
+//
+// -methods prints the payment methods the simulator understands, and what
+// their charges and refunds do (sim.Behaviours), as a Markdown table on
+// stdout, and exits.
 package main
 
 import (
@@ -56,6 +61,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 	if err != nil {
+		return err
+	}
+	if cfg.methods {
+		_, err := io.WriteString(stdout, sim.MethodsMarkdown())
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
@@ -100,6 +109,7 @@ type config struct {
 	keyTTL       time.Duration
 	flakyLookups int
 	hang         time.Duration
+	methods      bool
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -140,10 +150,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("providersim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.addr, "addr", cfg.addr, "listen address (port 0 picks a free port) [PROVIDERSIM_ADDR]")
-	fs.DurationVar(&cfg.slow, "slow", cfg.slow, "delay before pm_sim_slow answers [PROVIDERSIM_SLOW]")
+	fs.DurationVar(&cfg.slow, "slow", cfg.slow, "delay before a slow payment method's charge answers [PROVIDERSIM_SLOW]")
 	fs.DurationVar(&cfg.keyTTL, "key-ttl", cfg.keyTTL, "how long idempotency keys are remembered for creates [PROVIDERSIM_KEY_TTL]")
-	fs.IntVar(&cfg.flakyLookups, "flaky-lookups", cfg.flakyLookups, "how many lookups of a pm_sim_lookup_flaky charge answer 503 [PROVIDERSIM_FLAKY_LOOKUPS]")
-	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long pm_sim_timeout_after_success holds a request before dropping it [PROVIDERSIM_HANG]")
+	fs.IntVar(&cfg.flakyLookups, "flaky-lookups", cfg.flakyLookups, "how many lookups of a charge with flaky lookups answer 503 [PROVIDERSIM_FLAKY_LOOKUPS]")
+	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long a charge or refund whose answer is lost holds the request before dropping it [PROVIDERSIM_HANG]")
+	fs.BoolVar(&cfg.methods, "methods", false, "print the payment methods and what their charges and refunds do, as Markdown, and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

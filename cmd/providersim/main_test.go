@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
@@ -107,6 +108,12 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	if code := post(t, r.url, "k", "pm_card_visa"); code != http.StatusOK {
 		t.Errorf("POST /v1/charges = %d", code)
+	}
+	if code := get(t, r.url+"/v1/refunds?idempotencyKey=k"); code != http.StatusNotFound {
+		t.Errorf("GET /v1/refunds of an unknown key = %d, want 404", code)
+	}
+	if code := get(t, r.url+"/_sim/refunds"); code != http.StatusOK {
+		t.Errorf("GET /_sim/refunds = %d", code)
 	}
 
 	r.cancel()
@@ -211,6 +218,19 @@ func TestRunAddressInUse(t *testing.T) {
 	err = run(context.Background(), []string{"-addr", ln.Addr().String()}, func(string) string { return "" }, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "listen") {
 		t.Fatalf("run = %v, want a listen error", err)
+	}
+}
+
+func TestRunMethods(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"-methods"}, func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Fatalf("run -methods = %v, want nil", err)
+	}
+	if stdout.String() != sim.MethodsMarkdown() {
+		t.Errorf("stdout = %q, want the behaviour table", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), "`pm_sim_refund_timeout_after_success`") {
+		t.Errorf("the table lacks the refund methods:\n%s", stdout.String())
 	}
 }
 

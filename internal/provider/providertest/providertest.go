@@ -6,6 +6,8 @@ package providertest
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -27,6 +29,20 @@ func ChargeRequest(key, method string) provider.ChargeRequest {
 	}
 }
 
+// RefundRequest returns a request to refund amount minor units of EUR of
+// charge chargeID (requested by the customer, for refund re_1), under the
+// idempotency key key.
+func RefundRequest(key, chargeID string, amount int64) provider.RefundRequest {
+	return provider.RefundRequest{
+		IdempotencyKey: key,
+		ChargeID:       chargeID,
+		AmountMinor:    amount,
+		Currency:       "EUR",
+		Reason:         "requested_by_customer",
+		RefundID:       "re_1",
+	}
+}
+
 // Context returns a context that ends after d, or when the test ends.
 func Context(t testing.TB, d time.Duration) context.Context {
 	t.Helper()
@@ -42,6 +58,7 @@ func sentinels(err error) []string {
 		"ErrUnavailable":    provider.ErrUnavailable,
 		"ErrUnknownOutcome": provider.ErrUnknownOutcome,
 		"ErrNotFound":       provider.ErrNotFound,
+		"ErrAmbiguous":      provider.ErrAmbiguous,
 	} {
 		if errors.Is(err, s) {
 			out = append(out, name)
@@ -52,8 +69,8 @@ func sentinels(err error) []string {
 
 // WantOnly fails the test unless err is want and none of the other provider
 // sentinels (provider.ErrUnavailable, provider.ErrUnknownOutcome,
-// provider.ErrNotFound); a nil want means none of them (but an error). what
-// names the call in the failure message.
+// provider.ErrNotFound, provider.ErrAmbiguous); a nil want means none of
+// them (but an error). what names the call in the failure message.
 func WantOnly(t testing.TB, what string, err, want error) {
 	t.Helper()
 	if err == nil {
@@ -84,4 +101,53 @@ func ServeSim(t testing.TB, opts sim.Options, slow, hang time.Duration) (*sim.Si
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	return s, ts
+}
+
+// Call is one method of a provider.Provider, called with fixed arguments,
+// reduced to its error: so that a test of how answers are classified can
+// run against every method.
+type Call struct {
+	Name   string // "Charge", "Lookup", "Refund" or "LookupRefund"
+	Lookup bool   // Lookup or LookupRefund
+	Do     func(ctx context.Context) error
+}
+
+// Calls returns p's four methods, called with ChargeRequest(key,
+// "pm_card_visa"), key, RefundRequest(key, chargeID, 300) and a
+// RefundLookup of key and chargeID.
+func Calls(p provider.Provider, key, chargeID string) []Call {
+	return []Call{
+		{"Charge", false, func(ctx context.Context) error {
+			_, err := p.Charge(ctx, ChargeRequest(key, "pm_card_visa"))
+			return err
+		}},
+		{"Lookup", true, func(ctx context.Context) error {
+			_, err := p.Lookup(ctx, key)
+			return err
+		}},
+		{"Refund", false, func(ctx context.Context) error {
+			_, err := p.Refund(ctx, RefundRequest(key, chargeID, 300))
+			return err
+		}},
+		{"LookupRefund", true, func(ctx context.Context) error {
+			_, err := p.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: key, ChargeID: chargeID})
+			return err
+		}},
+	}
+}
+
+// HangUp takes the connection of the request that w answers away from the
+// server and closes it without an answer: with a TCP reset when reset is
+// set, else with an orderly close.
+func HangUp(t testing.TB, w http.ResponseWriter, reset bool) {
+	t.Helper()
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		t.Errorf("hijack: %v", err)
+		return
+	}
+	if tcp, ok := conn.(*net.TCPConn); ok && reset {
+		_ = tcp.SetLinger(0)
+	}
+	conn.Close()
 }

@@ -6,10 +6,17 @@
 // on a loopback port with Start. State lives in memory for the Simulator's
 // lifetime; nothing is persisted.
 //
+// What a charge, and a refund of it, does is chosen by the charge's payment
+// method, in the table Behaviours (go doc sim.Behaviours; providersim
+// -methods prints it). This documentation describes the protocol, not the
+// methods.
+//
 // # HTTP API
 //
 // All bodies are JSON with lowerCamel field names. Errors are answered as
 // {"error":"<code>","message":"<detail>"}.
+//
+// # Charges
 //
 // POST /v1/charges creates a charge. The Idempotency-Key header (1 to 255
 // characters) is required. Body (unknown fields are rejected):
@@ -36,35 +43,61 @@
 // stored charge immediately, whatever its payment method, and increments its
 // requestCount; different parameters answer 422 idempotency_key_reused. After
 // the window the key is forgotten for creates: a create with it makes a new
-// charge, as a real provider would.
-//
-// The payment method chooses what a new charge does:
-//
-//	pm_card_visa, pm_card_mastercard  succeeds
-//	pm_card_chargeDeclined            declines with generic_decline
-//	pm_card_insufficientFunds         declines with insufficient_funds
-//	pm_sim_slow                       records a success, answers after SlowDelay
-//	pm_sim_timeout_after_success      records a success, then holds the request
-//	                                  until the client goes away or HangFor
-//	                                  passes, and drops the connection without
-//	                                  an answer (the response is lost)
-//	pm_sim_unavailable                answers 503 and records nothing
-//	pm_sim_lookup_flaky               succeeds, but the first FlakyLookups
-//	                                  lookups of the charge answer 503
-//	anything else                     declines with unsupported_payment_method
-//
-// Concurrent creates with one key produce exactly one charge; every one of
-// them is counted in requestCount.
+// charge, as a real provider would. Concurrent creates with one key produce
+// exactly one charge; every one of them is counted in requestCount.
 //
 // GET /v1/charges?idempotencyKey=K answers 200 with the newest charge created
 // with K. Lookups ignore KeyTTL: they find every charge the simulator holds.
 // A key it never saw answers 404 {"error":"not_found"}; a missing parameter
-// 400 invalid_request; the flaky case 503 unavailable. Every lookup of a
+// 400 invalid_request; a flaky lookup 503 unavailable. Every lookup of a
 // charge, failed or not, increments its lookupCount.
 //
 // GET /_sim/charges answers {"charges":[...]}, every charge in creation order,
 // each in the representation above. This is how a test proves that money
 // moved exactly once.
+//
+// # Refunds
+//
+// POST /v1/refunds refunds part or all of a charge. The Idempotency-Key
+// header is required as for charges; refund keys are their own space (a
+// charge and a refund may carry the same key string). Body (unknown fields
+// are rejected):
+//
+//	{"chargeId":"ch_...","amountMinor":300,"currency":"EUR",
+//	 "reason":"requested_by_customer","refundId":"re_..."}
+//
+// chargeId is required; amountMinor must be greater than zero, currency a
+// supported upper-case ISO 4217 code, reason empty or one of
+// requested_by_customer, duplicate, fraudulent. The answer is 200 with the
+// refund:
+//
+//	{"id":"re_...","idempotencyKey":"...","chargeId":"ch_...",
+//	 "status":"succeeded","amountMinor":300,"amount":"3.00","currency":"EUR",
+//	 "reason":"requested_by_customer","refundId":"re_...",
+//	 "createdAt":"2025-01-01T00:00:00Z","requestCount":1,"lookupCount":0}
+//
+// A new refund is declined (status "declined", a 200 like a declined
+// charge), checked in this order, when:
+//
+//	the charge did not succeed                          charge_not_refundable
+//	currency is not the charge's                        currency_mismatch
+//	the charge's succeeded refunds plus this one would
+//	exceed the charge's amount                          amount_too_large
+//	the charge's payment method declines refunds        its RefundDecline
+//
+// Otherwise it succeeds. Keys, KeyTTL, replays (same chargeId, amountMinor,
+// currency, reason, refundId) and 422 idempotency_key_reused work exactly as
+// for charges, declined refunds included, and concurrent creates with one key
+// produce exactly one refund. A chargeId the simulator does not hold answers
+// 404 charge_not_found and records nothing.
+//
+// GET /v1/refunds?idempotencyKey=K[&chargeId=C] answers 200 with the newest
+// refund created with K (and, when C is given, of charge C), 404 not_found
+// when there is none, 400 invalid_request without K. Like charge lookups it
+// ignores KeyTTL and increments lookupCount.
+//
+// GET /_sim/refunds answers {"refunds":[...]}, every refund in creation
+// order, each in the representation above.
 //
 // GET /healthz answers 200 {"status":"ok"}.
 package sim
@@ -82,20 +115,21 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/money"
-	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
-// The payment methods the simulator understands.
+// The payment methods the simulator understands; Behaviours says what each
+// does.
 const (
-	MethodVisa                = "pm_card_visa"
-	MethodMastercard          = "pm_card_mastercard"
-	MethodChargeDeclined      = "pm_card_chargeDeclined"
-	MethodInsufficientFunds   = "pm_card_insufficientFunds"
-	MethodSlow                = "pm_sim_slow"
-	MethodTimeoutAfterSuccess = "pm_sim_timeout_after_success"
-	MethodUnavailable         = "pm_sim_unavailable"
-	MethodLookupFlaky         = "pm_sim_lookup_flaky"
+	MethodVisa                      = "pm_card_visa"
+	MethodMastercard                = "pm_card_mastercard"
+	MethodChargeDeclined            = "pm_card_chargeDeclined"
+	MethodInsufficientFunds         = "pm_card_insufficientFunds"
+	MethodSlow                      = "pm_sim_slow"
+	MethodTimeoutAfterSuccess       = "pm_sim_timeout_after_success"
+	MethodUnavailable               = "pm_sim_unavailable"
+	MethodLookupFlaky               = "pm_sim_lookup_flaky"
+	MethodRefundDeclined            = "pm_sim_refund_declined"
+	MethodRefundTimeoutAfterSuccess = "pm_sim_refund_timeout_after_success"
 )
 
 // The decline codes the simulator gives.
@@ -103,6 +137,11 @@ const (
 	DeclineGeneric           = "generic_decline"
 	DeclineInsufficientFunds = "insufficient_funds"
 	DeclineUnsupportedMethod = "unsupported_payment_method"
+	// Refunds.
+	DeclineRefund              = "refund_declined"
+	DeclineChargeNotRefundable = "charge_not_refundable"
+	DeclineCurrencyMismatch    = "currency_mismatch"
+	DeclineAmountTooLarge      = "amount_too_large"
 )
 
 // The error codes of the HTTP API, in the "error" field of an error body.
@@ -113,6 +152,7 @@ const (
 	CodeKeyReused      = "idempotency_key_reused"
 	CodeUnavailable    = "unavailable"
 	CodeNotFound       = "not_found"
+	CodeChargeNotFound = "charge_not_found"
 )
 
 // HeaderIdempotencyKey is the request header carrying the idempotency key.
@@ -136,60 +176,24 @@ const (
 type Options struct {
 	// Clock gives creation times and ages keys. Default: clock.System.
 	Clock clock.Clock
-	// SlowDelay is how long pm_sim_slow waits before answering. Zero means
-	// DefaultSlowDelay; a negative value means no delay.
+	// SlowDelay is how long an AnswerSlowly create waits before answering.
+	// Zero means DefaultSlowDelay; a negative value means no delay.
 	SlowDelay time.Duration
 	// KeyTTL is how long a key is remembered for creates, measured on Clock
-	// from the charge's creation. Zero or negative means DefaultKeyTTL.
+	// from the creation of the charge or refund. Zero or negative means
+	// DefaultKeyTTL.
 	KeyTTL time.Duration
-	// FlakyLookups is how many lookups of a pm_sim_lookup_flaky charge fail
+	// FlakyLookups is how many lookups of a charge with FlakyLookups fail
 	// with 503 before lookups succeed. Zero means DefaultFlakyLookups; a
 	// negative value means none fail.
 	FlakyLookups int
-	// HangFor is the longest pm_sim_timeout_after_success holds a request
-	// before dropping the connection (it stops earlier when the client goes
+	// HangFor is the longest a LoseAnswer create holds a request before
+	// dropping the connection (it stops earlier when the client goes
 	// away). Zero means DefaultHangFor; a negative value means it drops the
 	// connection at once.
 	HangFor time.Duration
 	// Logger receives one record per request outcome. Default: discard.
 	Logger *slog.Logger
-}
-
-// ChargeRecord is the simulator's record of a charge, as answered by the
-// HTTP API and returned by Simulator.Charges.
-type ChargeRecord struct {
-	ID             string          `json:"id"`
-	IdempotencyKey string          `json:"idempotencyKey"`
-	Status         provider.Status `json:"status"`
-	DeclineCode    string          `json:"declineCode,omitempty"`
-	AmountMinor    int64           `json:"amountMinor"`
-	Amount         string          `json:"amount"` // decimal, per currency: "10.00"
-	Currency       string          `json:"currency"`
-	PaymentMethod  string          `json:"paymentMethod"`
-	Description    string          `json:"description,omitempty"`
-	PaymentID      string          `json:"paymentId,omitempty"`
-	CreatedAt      time.Time       `json:"createdAt"`
-	// RequestCount is how many create requests were answered with this
-	// charge (the first one included).
-	RequestCount int `json:"requestCount"`
-	// LookupCount is how many lookups by key reached this charge, failed
-	// flaky ones included.
-	LookupCount int `json:"lookupCount"`
-}
-
-// createRequest is the body of POST /v1/charges.
-type createRequest struct {
-	AmountMinor   int64  `json:"amountMinor"`
-	Currency      string `json:"currency"`
-	PaymentMethod string `json:"paymentMethod"`
-	Description   string `json:"description"`
-	PaymentID     string `json:"paymentId"`
-}
-
-func (c *createRequest) matches(r *ChargeRecord) bool {
-	return c.AmountMinor == r.AmountMinor && c.Currency == r.Currency &&
-		c.PaymentMethod == r.PaymentMethod && c.Description == r.Description &&
-		c.PaymentID == r.PaymentID
 }
 
 // Simulator is the in-memory payment provider. It is safe for concurrent use.
@@ -200,12 +204,15 @@ type Simulator struct {
 	keyTTL       time.Duration
 	flakyLookups int
 	hangFor      time.Duration
+	behaviours   map[string]Behaviour
 	log          *slog.Logger
 	mux          *http.ServeMux
 
-	mu      sync.Mutex
-	charges []*ChargeRecord          // creation order
-	byKey   map[string]*ChargeRecord // newest charge per key
+	mu         sync.Mutex
+	charges    store[ChargeRecord, *ChargeRecord]
+	chargeByID map[string]*ChargeRecord
+	refunds    store[RefundRecord, *RefundRecord]
+	refunded   map[string]int64 // charge id → sum of its succeeded refunds
 }
 
 // New returns an empty Simulator configured by opts.
@@ -216,8 +223,12 @@ func New(opts Options) *Simulator {
 		keyTTL:       opts.KeyTTL,
 		flakyLookups: opts.FlakyLookups,
 		hangFor:      durationOption(opts.HangFor, DefaultHangFor),
+		behaviours:   behaviourTable(),
 		log:          opts.Logger,
-		byKey:        make(map[string]*ChargeRecord),
+		charges:      newStore[ChargeRecord](),
+		chargeByID:   make(map[string]*ChargeRecord),
+		refunds:      newStore[RefundRecord](),
+		refunded:     make(map[string]int64),
 	}
 	if s.clock == nil {
 		s.clock = clock.System{}
@@ -238,6 +249,9 @@ func New(opts Options) *Simulator {
 	s.mux.HandleFunc("POST /v1/charges", s.handleCreate)
 	s.mux.HandleFunc("GET /v1/charges", s.handleLookup)
 	s.mux.HandleFunc("GET /_sim/charges", s.handleList)
+	s.mux.HandleFunc("POST /v1/refunds", s.handleRefund)
+	s.mux.HandleFunc("GET /v1/refunds", s.handleLookupRefund)
+	s.mux.HandleFunc("GET /_sim/refunds", s.handleListRefunds)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	return s
 }
@@ -257,97 +271,65 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// Charges returns a copy of every charge the simulator holds, in creation
-// order.
-func (s *Simulator) Charges() []ChargeRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ChargeRecord, len(s.charges))
-	for i, c := range s.charges {
-		out[i] = *c
+// behaviour is what method does.
+func (s *Simulator) behaviour(method string) Behaviour {
+	if b, ok := s.behaviours[method]; ok {
+		return b
 	}
-	return out
+	return UnknownMethod
 }
 
-func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get(HeaderIdempotencyKey)
+// live reports whether a key first used at created is still remembered for
+// creates. Callers hold s.mu.
+func (s *Simulator) live(created time.Time) bool {
+	return s.clock.Now().Before(created.Add(s.keyTTL))
+}
+
+// createInput reads a create's Idempotency-Key header and its JSON body,
+// rejecting unknown fields and trailing data, and validates the body with
+// check. When either is bad it answers 400 and reports false.
+func createInput[T any](w http.ResponseWriter, r *http.Request, check func(*T) error) (key string, req T, ok bool) {
+	key = r.Header.Get(HeaderIdempotencyKey)
 	switch {
 	case key == "":
 		writeError(w, http.StatusBadRequest, CodeKeyMissing, "the Idempotency-Key header is required")
-		return
+		return "", req, false
 	case len(key) > maxKeyLen:
 		writeError(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("the Idempotency-Key header is longer than %d characters", maxKeyLen))
-		return
+		return "", req, false
 	}
-	req, err := decodeCreate(w, r)
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyLen))
+	dec.DisallowUnknownFields()
+	var err error
+	if err = dec.Decode(&req); err != nil {
+		err = fmt.Errorf("malformed body: %w", err)
+	} else if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+		err = errors.New("malformed body: trailing data after the JSON object")
+	} else {
+		err = check(&req)
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
-		return
+		return "", req, false
 	}
-	log := s.log.With("idempotencyKey", key, "paymentMethod", req.PaymentMethod)
+	return key, req, true
+}
 
-	s.mu.Lock()
-	now := s.clock.Now()
-	if prev, ok := s.byKey[key]; ok && now.Before(prev.CreatedAt.Add(s.keyTTL)) {
-		if !req.matches(prev) {
-			s.mu.Unlock()
-			log.Info("sim: idempotency key reused with other parameters", "chargeId", prev.ID)
-			writeError(w, http.StatusUnprocessableEntity, CodeKeyReused, "this idempotency key was used with other parameters")
-			return
-		}
-		prev.RequestCount++
-		snap := *prev
-		s.mu.Unlock()
-		log.Info("sim: charge replayed", "chargeId", snap.ID, "requestCount", snap.RequestCount)
-		writeJSON(w, http.StatusOK, snap)
-		return
-	}
-	if req.PaymentMethod == MethodUnavailable {
-		s.mu.Unlock()
-		log.Info("sim: unavailable, nothing recorded")
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the provider is unavailable; nothing was processed")
-		return
-	}
-	c := &ChargeRecord{
-		ID:             newChargeID(),
-		IdempotencyKey: key,
-		Status:         provider.StatusSucceeded,
-		AmountMinor:    req.AmountMinor,
-		Amount:         money.Format(req.AmountMinor, req.Currency),
-		Currency:       req.Currency,
-		PaymentMethod:  req.PaymentMethod,
-		Description:    req.Description,
-		PaymentID:      req.PaymentID,
-		CreatedAt:      now,
-		RequestCount:   1,
-	}
-	switch req.PaymentMethod {
-	case MethodVisa, MethodMastercard, MethodSlow, MethodTimeoutAfterSuccess, MethodLookupFlaky:
-	case MethodChargeDeclined:
-		c.Status, c.DeclineCode = provider.StatusDeclined, DeclineGeneric
-	case MethodInsufficientFunds:
-		c.Status, c.DeclineCode = provider.StatusDeclined, DeclineInsufficientFunds
-	default:
-		c.Status, c.DeclineCode = provider.StatusDeclined, DeclineUnsupportedMethod
-	}
-	s.charges = append(s.charges, c)
-	s.byKey[key] = c
-	s.mu.Unlock()
-	log = log.With("chargeId", c.ID, "status", c.Status)
-	log.Info("sim: charge created", "amount", c.Amount, "currency", c.Currency)
-
-	switch req.PaymentMethod {
-	case MethodSlow:
+// deliver answers a create that recorded its object, as effect says:
+// current returns the object as it is now.
+func (s *Simulator) deliver(w http.ResponseWriter, r *http.Request, log *slog.Logger, effect Effect, current func() any) {
+	switch effect {
+	case AnswerSlowly:
 		if !wait(r, s.slowDelay) {
 			log.Info("sim: slow request abandoned before its answer")
 			panic(http.ErrAbortHandler)
 		}
-	case MethodTimeoutAfterSuccess:
+	case LoseAnswer:
 		wait(r, s.hangFor)
 		log.Info("sim: dropping the connection without an answer")
 		panic(http.ErrAbortHandler)
 	}
-	writeJSON(w, http.StatusOK, s.snapshot(c))
+	writeJSON(w, http.StatusOK, current())
 }
 
 // wait waits d, and reports false if the request's context ended first.
@@ -365,76 +347,15 @@ func wait(r *http.Request, d time.Duration) bool {
 	}
 }
 
-func (s *Simulator) snapshot(c *ChargeRecord) ChargeRecord {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return *c
-}
-
-func decodeCreate(w http.ResponseWriter, r *http.Request) (createRequest, error) {
-	var req createRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyLen))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, fmt.Errorf("malformed body: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return req, errors.New("malformed body: trailing data after the JSON object")
-	}
-	if req.AmountMinor <= 0 {
-		return req, errors.New("amountMinor must be greater than zero")
-	}
-	if _, ok := money.Exponent(req.Currency); !ok {
-		return req, fmt.Errorf("unsupported currency %q (upper-case ISO 4217 expected)", req.Currency)
-	}
-	if req.PaymentMethod == "" {
-		return req, errors.New("paymentMethod is required")
-	}
-	return req, nil
-}
-
-func (s *Simulator) handleLookup(w http.ResponseWriter, r *http.Request) {
-	key := r.URL.Query().Get("idempotencyKey")
-	if key == "" {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "the idempotencyKey query parameter is required")
-		return
-	}
-	log := s.log.With("idempotencyKey", key)
-	s.mu.Lock()
-	c, ok := s.byKey[key]
-	if !ok {
-		s.mu.Unlock()
-		log.Info("sim: lookup found nothing")
-		writeError(w, http.StatusNotFound, CodeNotFound, "no charge was created with this idempotency key")
-		return
-	}
-	c.LookupCount++
-	snap := *c
-	s.mu.Unlock()
-	log = log.With("chargeId", snap.ID, "lookupCount", snap.LookupCount)
-	if snap.PaymentMethod == MethodLookupFlaky && snap.LookupCount <= s.flakyLookups {
-		log.Info("sim: flaky lookup answered 503")
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "lookups are temporarily unavailable")
-		return
-	}
-	log.Info("sim: lookup found the charge")
-	writeJSON(w, http.StatusOK, snap)
-}
-
-func (s *Simulator) handleList(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, struct {
-		Charges []ChargeRecord `json:"charges"`
-	}{s.Charges()})
-}
-
 func (s *Simulator) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func newChargeID() string {
+// newID returns prefix and a random suffix.
+func newID(prefix string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "ch_" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 type errorBody struct {
@@ -449,7 +370,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		// Only the types above are marshalled; they always encode.
+		// Only the types of this package are marshalled; they always encode.
 		panic(fmt.Sprintf("sim: encoding response: %v", err))
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -45,8 +45,9 @@ func params(method string) chargeParams {
 
 type response struct {
 	status int
-	charge sim.ChargeRecord
-	code   string // "error" of an error body
+	charge sim.ChargeRecord // a 200 from /v1/charges
+	refund sim.RefundRecord // a 200 from /v1/refunds
+	code   string           // "error" of an error body
 	raw    string
 }
 
@@ -74,8 +75,12 @@ func do(ctx context.Context, hc *http.Client, req *http.Request) (response, erro
 		return r, fmt.Errorf("%w: Content-Type = %q, want application/json (body %s)", errBadAnswer, ct, b)
 	}
 	if resp.StatusCode == http.StatusOK {
-		if err := json.Unmarshal(b, &r.charge); err != nil {
-			return r, fmt.Errorf("%w: decoding charge %s: %w", errBadAnswer, b, err)
+		target := any(&r.charge)
+		if strings.HasPrefix(req.URL.Path, "/v1/refunds") {
+			target = &r.refund
+		}
+		if err := json.Unmarshal(b, target); err != nil {
+			return r, fmt.Errorf("%w: decoding %s %s: %w", errBadAnswer, req.URL.Path, b, err)
 		}
 		return r, nil
 	}
@@ -91,14 +96,21 @@ func do(ctx context.Context, hc *http.Client, req *http.Request) (response, erro
 
 func createReq(t *testing.T, base, key string, p any) *http.Request {
 	t.Helper()
-	b, ok := p.([]byte) // raw bodies are sent as they are
+	return postReq(t, base+"/v1/charges", key, p)
+}
+
+// postReq is a POST of p as JSON to u with the idempotency key key (none if
+// empty); a []byte p is sent as it is.
+func postReq(t *testing.T, u, key string, p any) *http.Request {
+	t.Helper()
+	b, ok := p.([]byte)
 	if !ok {
 		var err error
 		if b, err = json.Marshal(p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	req, err := http.NewRequest(http.MethodPost, base+"/v1/charges", bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, u, bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,13 +132,19 @@ func create(t *testing.T, base, key string, p any) response {
 
 func lookup(t *testing.T, base, key string) response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/v1/charges?"+url.Values{"idempotencyKey": {key}}.Encode(), nil)
+	return get(t, base+"/v1/charges?"+url.Values{"idempotencyKey": {key}}.Encode())
+}
+
+// get sends a GET of u and decodes the answer.
+func get(t *testing.T, u string) response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := do(context.Background(), nil, req)
 	if err != nil {
-		t.Fatalf("lookup %q: %v", key, err)
+		t.Fatalf("GET %s: %v", u, err)
 	}
 	return r
 }
@@ -140,6 +158,8 @@ func TestCreateByPaymentMethod(t *testing.T) {
 		{sim.MethodVisa, provider.StatusSucceeded, ""},
 		{sim.MethodMastercard, provider.StatusSucceeded, ""},
 		{sim.MethodLookupFlaky, provider.StatusSucceeded, ""},
+		{sim.MethodRefundDeclined, provider.StatusSucceeded, ""},
+		{sim.MethodRefundTimeoutAfterSuccess, provider.StatusSucceeded, ""},
 		{sim.MethodChargeDeclined, provider.StatusDeclined, sim.DeclineGeneric},
 		{sim.MethodInsufficientFunds, provider.StatusDeclined, sim.DeclineInsufficientFunds},
 		{"pm_card_amex_unknown", provider.StatusDeclined, sim.DeclineUnsupportedMethod},

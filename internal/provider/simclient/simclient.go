@@ -2,29 +2,36 @@
 // provider simulator (package sim, binary providersim).
 //
 // The error a call returns tells the caller whether money may have moved.
-// Charge maps outcomes as follows:
+// Charge and Refund map outcomes as follows:
 //
-//   - 200 with a well-formed charge: the charge, nil error (a decline is a
-//     charge with provider.StatusDeclined).
+//   - 200 with a well-formed charge or refund: it, with a nil error (a
+//     decline is a charge or refund with provider.StatusDeclined).
 //   - The connection could not be made (a *net.OpError with Op "dial":
-//     refused, unreachable, no such host), so the request was never sent:
+//     refused, unreachable, no such host), and no connection was obtained
+//     at any point of the call, so the request was never sent:
 //     provider.ErrUnavailable.
-//   - 503: provider.ErrUnavailable (the provider refused before processing).
+//   - 503 answering the only copy of the request that was sent:
+//     provider.ErrUnavailable (the provider refused before processing).
+//     A 503 answering a copy that net/http resent on a new connection (see
+//     below) proves nothing about the first copy: provider.ErrUnknownOutcome.
 //   - Any other failure after the request may have been sent: the context's
 //     deadline or cancellation, a timeout, a reset or closed connection, EOF
 //     before or during the response, any 5xx other than 503, an unexpected
-//     status outside 2xx and 4xx, an unreadable or malformed body:
-//     provider.ErrUnknownOutcome. Money may have moved; find out with Lookup.
-//   - 4xx (422 idempotency_key_reused, 400 invalid request, ...): an
-//     *APIError, which is neither sentinel. The provider rejected the
-//     request; retrying it unchanged will not help.
+//     status outside 2xx and 4xx, an unreadable or malformed body (a status
+//     other than succeeded or declined, another key, for a refund another
+//     charge): provider.ErrUnknownOutcome. Money may have moved; find out
+//     with Lookup or LookupRefund.
+//   - 4xx (422 idempotency_key_reused, 400 invalid request, 404
+//     charge_not_found for a refund of a charge the simulator does not
+//     hold, ...): an *APIError, which is neither sentinel. The provider
+//     rejected the request; retrying it unchanged will not help.
 //
-// Lookup maps the same way, except that:
+// Lookup and LookupRefund map the same way, except that:
 //
 //   - 404 whose body is the simulator's {"error":"not_found"}:
 //     provider.ErrNotFound. A 404 without that body (a wrong base URL, a
 //     proxy page) is an *APIError, never ErrNotFound, because ErrNotFound
-//     claims certainty that no charge exists.
+//     claims certainty that the key was never used.
 //   - Every other failure is not ErrNotFound: 503 and dial failures wrap
 //     ErrUnavailable, timeouts and the rest wrap ErrUnknownOutcome.
 //
@@ -35,7 +42,9 @@
 // Note that net/http's Transport may itself resend a request carrying an
 // Idempotency-Key header when a reused keep-alive connection fails before
 // any response byte arrives. That is safe here: the simulator answers a
-// resend with the stored charge and counts it in requestCount.
+// resend with the stored charge or refund and counts it in requestCount.
+// It is also why the client watches each call with net/http/httptrace, and
+// trusts a refusal only when one connection carried the call.
 package simclient
 
 import (
@@ -107,6 +116,17 @@ type chargeBody struct {
 	Currency       string          `json:"currency"`
 }
 
+// refundBody is the simulator's representation of a refund.
+type refundBody struct {
+	ID             string          `json:"id"`
+	IdempotencyKey string          `json:"idempotencyKey"`
+	ChargeID       string          `json:"chargeId"`
+	Status         provider.Status `json:"status"`
+	DeclineCode    string          `json:"declineCode"`
+	AmountMinor    int64           `json:"amountMinor"`
+	Currency       string          `json:"currency"`
+}
+
 type errorBody struct {
 	Error   string `json:"error"`
 	Message string `json:"message"`
@@ -118,27 +138,20 @@ func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provid
 	if req.IdempotencyKey == "" {
 		return provider.Charge{}, errors.New("simclient: charge: empty idempotency key")
 	}
-	body, err := json.Marshal(struct {
+	b, err := c.post(ctx, "/v1/charges", req.IdempotencyKey, struct {
 		AmountMinor   int64  `json:"amountMinor"`
 		Currency      string `json:"currency"`
 		PaymentMethod string `json:"paymentMethod"`
 		Description   string `json:"description,omitempty"`
 		PaymentID     string `json:"paymentId,omitempty"`
 	}{req.AmountMinor, req.Currency, req.PaymentMethod, req.Description, req.PaymentID})
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("simclient: charge: encoding request: %w", err)
+	if err == nil {
+		var ch provider.Charge
+		if ch, err = decodeCharge(b, req.IdempotencyKey); err == nil {
+			return ch, nil
+		}
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/charges", bytes.NewReader(body))
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("simclient: charge: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Idempotency-Key", req.IdempotencyKey)
-	ch, err := c.do(hreq, req.IdempotencyKey, false)
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("simclient: charge with key %q: %w", req.IdempotencyKey, err)
-	}
-	return ch, nil
+	return provider.Charge{}, fmt.Errorf("simclient: charge with key %q: %w", req.IdempotencyKey, err)
 }
 
 // Lookup returns the newest charge the simulator created with key. See the
@@ -147,53 +160,130 @@ func (c *Client) Lookup(ctx context.Context, key string) (provider.Charge, error
 	if key == "" {
 		return provider.Charge{}, errors.New("simclient: lookup: empty idempotency key")
 	}
-	u := c.base + "/v1/charges?" + url.Values{"idempotencyKey": {key}}.Encode()
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("simclient: lookup: %w", err)
+	b, err := c.get(ctx, "/v1/charges", url.Values{"idempotencyKey": {key}})
+	if err == nil {
+		var ch provider.Charge
+		if ch, err = decodeCharge(b, key); err == nil {
+			return ch, nil
+		}
 	}
-	ch, err := c.do(hreq, key, true)
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("simclient: lookup of key %q: %w", key, err)
-	}
-	return ch, nil
+	return provider.Charge{}, fmt.Errorf("simclient: lookup of key %q: %w", key, err)
 }
 
-// do sends hreq and maps the answer to a charge or a classified error.
-func (c *Client) do(hreq *http.Request, key string, lookup bool) (provider.Charge, error) {
+// Refund refunds req.AmountMinor of charge req.ChargeID with
+// req.IdempotencyKey, or returns the refund the simulator already holds for
+// that key. A refund the simulator declines (a refund_declined payment
+// method, more than is left of the charge, another currency) is a Refund
+// with provider.StatusDeclined and a nil error. A charge the simulator does
+// not hold is an *APIError 404 charge_not_found. See the package
+// documentation for the other errors.
+func (c *Client) Refund(ctx context.Context, req provider.RefundRequest) (provider.Refund, error) {
+	if req.IdempotencyKey == "" || req.ChargeID == "" {
+		return provider.Refund{}, errors.New("simclient: refund: empty idempotency key or charge id")
+	}
+	b, err := c.post(ctx, "/v1/refunds", req.IdempotencyKey, struct {
+		ChargeID    string `json:"chargeId"`
+		AmountMinor int64  `json:"amountMinor"`
+		Currency    string `json:"currency"`
+		Reason      string `json:"reason,omitempty"`
+		RefundID    string `json:"refundId,omitempty"`
+	}{req.ChargeID, req.AmountMinor, req.Currency, req.Reason, req.RefundID})
+	if err == nil {
+		var rf provider.Refund
+		if rf, err = decodeRefund(b, req.IdempotencyKey, req.ChargeID); err == nil {
+			return rf, nil
+		}
+	}
+	return provider.Refund{}, fmt.Errorf("simclient: refund with key %q: %w", req.IdempotencyKey, err)
+}
+
+// LookupRefund returns the newest refund the simulator created with
+// l.IdempotencyKey (of charge l.ChargeID, when set). See the package
+// documentation for errors.
+func (c *Client) LookupRefund(ctx context.Context, l provider.RefundLookup) (provider.Refund, error) {
+	if l.IdempotencyKey == "" {
+		return provider.Refund{}, errors.New("simclient: refund lookup: empty idempotency key")
+	}
+	q := url.Values{"idempotencyKey": {l.IdempotencyKey}}
+	if l.ChargeID != "" {
+		q.Set("chargeId", l.ChargeID)
+	}
+	b, err := c.get(ctx, "/v1/refunds", q)
+	if err == nil {
+		var rf provider.Refund
+		if rf, err = decodeRefund(b, l.IdempotencyKey, l.ChargeID); err == nil {
+			return rf, nil
+		}
+	}
+	return provider.Refund{}, fmt.Errorf("simclient: refund lookup of key %q: %w", l.IdempotencyKey, err)
+}
+
+// post sends v as JSON to path with the idempotency key, and returns the
+// body of a 200 answer or a classified error.
+func (c *Client) post(ctx context.Context, path, key string, v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encoding request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Idempotency-Key", key)
+	return c.do(hreq, false)
+}
+
+// get sends a lookup to path with query q, and returns the body of a 200
+// answer or a classified error.
+func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return c.do(hreq, true)
+}
+
+// do sends hreq and returns the body of a 200 answer, or maps the answer to a
+// classified error.
+func (c *Client) do(hreq *http.Request, lookup bool) ([]byte, error) {
 	// net/http may resend a request that carries an Idempotency-Key after a
 	// reused connection failed, possibly after the first copy was processed.
-	// Only a failure with no connection ever obtained proves "never sent".
-	var gotConn atomic.Bool
+	// Only a failure with no connection ever obtained proves "never sent",
+	// and a refusal proves "not processed" only if it answers the one copy
+	// that was sent.
+	var conns atomic.Int32
 	hreq = hreq.WithContext(httptrace.WithClientTrace(hreq.Context(), &httptrace.ClientTrace{
-		GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { conns.Add(1) },
 	}))
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
-		return provider.Charge{}, transportError(err, gotConn.Load())
+		return nil, transportError(err, conns.Load() > 0)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
 		// The status line arrived but the body did not: the request was
 		// processed to some point we cannot see.
-		return provider.Charge{}, fmt.Errorf("%w: reading HTTP %d response: %w", provider.ErrUnknownOutcome, resp.StatusCode, err)
+		return nil, fmt.Errorf("%w: reading HTTP %d response: %w", provider.ErrUnknownOutcome, resp.StatusCode, err)
 	}
 	switch s := resp.StatusCode; {
 	case s == http.StatusOK:
-		return decodeCharge(b, key)
+		return b, nil
+	case s == http.StatusServiceUnavailable && conns.Load() > 1:
+		return nil, fmt.Errorf("%w: HTTP 503%s answers a resend on a new connection; the first copy may have been processed", provider.ErrUnknownOutcome, detail(b))
 	case s == http.StatusServiceUnavailable:
-		return provider.Charge{}, fmt.Errorf("%w: HTTP 503%s", provider.ErrUnavailable, detail(b))
+		return nil, fmt.Errorf("%w: HTTP 503%s", provider.ErrUnavailable, detail(b))
 	case s == http.StatusNotFound && lookup:
 		var eb errorBody
 		if json.Unmarshal(b, &eb) == nil && eb.Error == "not_found" {
-			return provider.Charge{}, provider.ErrNotFound
+			return nil, provider.ErrNotFound
 		}
-		return provider.Charge{}, apiError(s, b)
+		return nil, apiError(s, b)
 	case s >= 400 && s < 500:
-		return provider.Charge{}, apiError(s, b)
+		return nil, apiError(s, b)
 	default:
-		return provider.Charge{}, fmt.Errorf("%w: unexpected HTTP %d%s", provider.ErrUnknownOutcome, s, detail(b))
+		return nil, fmt.Errorf("%w: unexpected HTTP %d%s", provider.ErrUnknownOutcome, s, detail(b))
 	}
 }
 
@@ -208,18 +298,27 @@ func transportError(err error, connected bool) error {
 	return fmt.Errorf("%w: %w", provider.ErrUnknownOutcome, err)
 }
 
+// checkAnswer checks the fields that every answer shares: an id, a final
+// status, and the idempotency key asked for.
+func checkAnswer(kind, id, gotKey, key string, status provider.Status) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: malformed %s: no id", provider.ErrUnknownOutcome, kind)
+	case status != provider.StatusSucceeded && status != provider.StatusDeclined:
+		return fmt.Errorf("%w: malformed %s: unknown status %q", provider.ErrUnknownOutcome, kind, status)
+	case gotKey != key:
+		return fmt.Errorf("%w: malformed %s: idempotency key %q, want %q", provider.ErrUnknownOutcome, kind, gotKey, key)
+	}
+	return nil
+}
+
 func decodeCharge(b []byte, key string) (provider.Charge, error) {
 	var cb chargeBody
 	if err := json.Unmarshal(b, &cb); err != nil {
 		return provider.Charge{}, fmt.Errorf("%w: malformed charge: %w", provider.ErrUnknownOutcome, err)
 	}
-	switch {
-	case cb.ID == "":
-		return provider.Charge{}, fmt.Errorf("%w: malformed charge: no id", provider.ErrUnknownOutcome)
-	case cb.Status != provider.StatusSucceeded && cb.Status != provider.StatusDeclined:
-		return provider.Charge{}, fmt.Errorf("%w: malformed charge: unknown status %q", provider.ErrUnknownOutcome, cb.Status)
-	case cb.IdempotencyKey != key:
-		return provider.Charge{}, fmt.Errorf("%w: malformed charge: idempotency key %q, want %q", provider.ErrUnknownOutcome, cb.IdempotencyKey, key)
+	if err := checkAnswer("charge", cb.ID, cb.IdempotencyKey, key, cb.Status); err != nil {
+		return provider.Charge{}, err
 	}
 	return provider.Charge{
 		ID:             cb.ID,
@@ -228,6 +327,30 @@ func decodeCharge(b []byte, key string) (provider.Charge, error) {
 		DeclineCode:    cb.DeclineCode,
 		AmountMinor:    cb.AmountMinor,
 		Currency:       cb.Currency,
+	}, nil
+}
+
+// decodeRefund decodes a refund answered for key, of charge chargeID when
+// that is not empty.
+func decodeRefund(b []byte, key, chargeID string) (provider.Refund, error) {
+	var rb refundBody
+	if err := json.Unmarshal(b, &rb); err != nil {
+		return provider.Refund{}, fmt.Errorf("%w: malformed refund: %w", provider.ErrUnknownOutcome, err)
+	}
+	if err := checkAnswer("refund", rb.ID, rb.IdempotencyKey, key, rb.Status); err != nil {
+		return provider.Refund{}, err
+	}
+	if rb.ChargeID == "" || (chargeID != "" && rb.ChargeID != chargeID) {
+		return provider.Refund{}, fmt.Errorf("%w: malformed refund: charge %q, want %q", provider.ErrUnknownOutcome, rb.ChargeID, chargeID)
+	}
+	return provider.Refund{
+		ID:             rb.ID,
+		IdempotencyKey: rb.IdempotencyKey,
+		ChargeID:       rb.ChargeID,
+		Status:         rb.Status,
+		DeclineCode:    rb.DeclineCode,
+		AmountMinor:    rb.AmountMinor,
+		Currency:       rb.Currency,
 	}, nil
 }
 
@@ -254,17 +377,4 @@ func detail(b []byte) string {
 		return ""
 	}
 	return ": " + s
-}
-
-// errRefundsNotYet is returned until the simulator speaks refunds.
-var errRefundsNotYet = errors.New("simclient: refunds are not implemented yet")
-
-// Refund is not implemented yet.
-func (c *Client) Refund(context.Context, provider.RefundRequest) (provider.Refund, error) {
-	return provider.Refund{}, errRefundsNotYet
-}
-
-// LookupRefund is not implemented yet.
-func (c *Client) LookupRefund(context.Context, provider.RefundLookup) (provider.Refund, error) {
-	return provider.Refund{}, errRefundsNotYet
 }

@@ -3,6 +3,7 @@ package simclient_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -89,27 +90,21 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 	ln.Close()
 	c := simclient.New("http://"+addr, nil)
 
-	_, err = c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" {
-		t.Errorf("err = %v, want the dial error kept", err)
+	for _, call := range providertest.Calls(c, "k", "ch_1") {
+		err := call.Do(providertest.Context(t, 5*time.Second))
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnavailable)
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			t.Errorf("%s: err = %v, want the dial error kept", call.Name, err)
+		}
 	}
-	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
-	providertest.WantOnly(t, "Lookup", err, provider.ErrUnavailable)
 }
 
 func TestTimeoutIsUnknownOutcomeAndTheChargeExists(t *testing.T) {
 	s, c := newSim(t, sim.Options{HangFor: time.Minute})
 	start := time.Now()
 	_, err := c.Charge(providertest.Context(t, 100*time.Millisecond), providertest.ChargeRequest("k", sim.MethodTimeoutAfterSuccess))
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
-	}
-	if elapsed := time.Since(start); elapsed > 2*time.Second {
-		t.Errorf("Charge took %v; it must honour the context deadline", elapsed)
-	}
+	wantTimedOut(t, "Charge", err, start)
 	recs := s.Charges()
 	if len(recs) != 1 || recs[0].Status != provider.StatusSucceeded {
 		t.Fatalf("Charges() = %+v, want the charge recorded as succeeded", recs)
@@ -127,6 +122,19 @@ func TestTimeoutIsUnknownOutcomeAndTheChargeExists(t *testing.T) {
 	}
 	if recs := s.Charges(); len(recs) != 1 || recs[0].RequestCount != 2 {
 		t.Errorf("Charges() = %+v, want one charge requested twice", recs)
+	}
+}
+
+// wantTimedOut fails the test unless err, of a call started at start with
+// a 100ms deadline, is ErrUnknownOutcome for that deadline and came in time.
+func wantTimedOut(t *testing.T, what string, err error, start time.Time) {
+	t.Helper()
+	providertest.WantOnly(t, what, err, provider.ErrUnknownOutcome)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%s: err = %v, want context.DeadlineExceeded kept", what, err)
+	}
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("%s took %v; it must honour the context deadline", what, elapsed)
 	}
 }
 
@@ -151,23 +159,63 @@ func TestResetAfterRequestIsUnknownOutcome(t *testing.T) {
 	var hits atomic.Int32
 	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
-		conn, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Errorf("hijack: %v", err)
+		providertest.HangUp(t, w, true)
+	})
+	for _, call := range providertest.Calls(c, "k", "ch_1") {
+		before := hits.Load()
+		providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnknownOutcome)
+		if hits.Load() == before {
+			t.Errorf("%s: the request never reached the server", call.Name)
+		}
+	}
+}
+
+// TestRefusalOfAResendIsUnknownOutcome: net/http resends a request that
+// carries an Idempotency-Key on a new connection when the kept-alive one it
+// used dies before answering. The first copy may have been processed, so a
+// 503 to the resend proves nothing.
+func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
+	var posts atomic.Int32
+	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet { // the lookup that leaves a kept-alive connection
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":"not_found"}`))
 			return
 		}
-		if tcp, ok := conn.(*net.TCPConn); ok {
-			_ = tcp.SetLinger(0) // close with RST
+		if posts.Add(1)%2 == 1 {
+			providertest.HangUp(t, w, false) // the first copy: read, then no answer
+			return
 		}
-		conn.Close()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"unavailable"}`))
 	})
-	_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-	if hits.Load() == 0 {
-		t.Error("the request never reached the server")
+	ctx := providertest.Context(t, 5*time.Second)
+	for _, call := range providertest.Calls(c, "k", "ch_1") {
+		if call.Lookup {
+			continue
+		}
+		_, err := c.Lookup(ctx, "k")
+		providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
+		before := posts.Load()
+		err = call.Do(ctx)
+		if n := posts.Load() - before; n != 2 {
+			t.Fatalf("%s: the server saw %d copies, want the request and net/http's resend: the test did not set up its case (err %v)", call.Name, n, err)
+		}
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
 	}
-	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
-	providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+}
+
+func TestRefusedIsUnavailable(t *testing.T) {
+	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"unavailable"}`))
+	})
+	for _, call := range providertest.Calls(c, "k", "ch_1") {
+		providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnavailable)
+	}
 }
 
 func TestUnavailableIs503(t *testing.T) {
@@ -189,10 +237,9 @@ func TestServerErrorsAreUnknownOutcome(t *testing.T) {
 				w.WriteHeader(status)
 				_, _ = w.Write([]byte(`{"error":"boom"}`))
 			})
-			_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
-			providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-			_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
-			providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+			for _, call := range providertest.Calls(c, "k", "ch_1") {
+				providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnknownOutcome)
+			}
 		})
 	}
 }
@@ -203,16 +250,21 @@ func TestMalformedSuccessIsUnknownOutcome(t *testing.T) {
 		"truncated":      `{"id":"ch_1","idempotencyKey":"k","status":"succ`,
 		"no id":          `{"idempotencyKey":"k","status":"succeeded"}`,
 		"unknown status": `{"id":"ch_1","idempotencyKey":"k","status":"pending"}`,
-		"other key":      `{"id":"ch_1","idempotencyKey":"other","status":"succeeded"}`,
+		"other key":      `{"id":"ch_1","idempotencyKey":"other","status":"succeeded","chargeId":"ch_1"}`,
+		// For refunds only; a charge has no chargeId.
+		"refund of another charge": `{"id":"re_1","idempotencyKey":"k","status":"succeeded","chargeId":"ch_2"}`,
+		"refund without a charge":  `{"id":"re_1","idempotencyKey":"k","status":"succeeded"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
 				_, _ = w.Write([]byte(body))
 			})
-			_, err := c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k", sim.MethodVisa))
-			providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-			_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
-			providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
+			for _, call := range providertest.Calls(c, "k", "ch_1") {
+				if strings.HasPrefix(name, "refund") && !strings.Contains(call.Name, "Refund") {
+					continue
+				}
+				providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnknownOutcome)
+			}
 		})
 	}
 }
@@ -263,11 +315,13 @@ func TestLookupNotFound(t *testing.T) {
 
 func TestLookupForeign404IsNotNotFound(t *testing.T) {
 	c := fakeProvider(t, http.NotFound) // a wrong base URL, say
-	_, err := c.Lookup(providertest.Context(t, 5*time.Second), "k")
-	providertest.WantOnly(t, "Lookup", err, nil)
-	var apiErr *simclient.APIError
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
-		t.Errorf("err = %#v, want an *APIError 404", err)
+	for _, call := range providertest.Calls(c, "k", "ch_1") {
+		err := call.Do(providertest.Context(t, 5*time.Second))
+		providertest.WantOnly(t, call.Name, err, nil)
+		var apiErr *simclient.APIError
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: err = %#v, want an *APIError 404", call.Name, err)
+		}
 	}
 }
 
@@ -291,14 +345,19 @@ func TestLookupFlaky(t *testing.T) {
 	}
 }
 
-func TestLookupTimeoutIsNotNotFound(t *testing.T) {
+func TestTimeoutIsNeverNotFound(t *testing.T) {
 	c := fakeProvider(t, func(w http.ResponseWriter, r *http.Request) {
+		// Only once the body is read does the server notice the client
+		// going away.
+		_, _ = io.Copy(io.Discard, r.Body)
 		<-r.Context().Done()
 	})
-	_, err := c.Lookup(providertest.Context(t, 50*time.Millisecond), "k")
-	providertest.WantOnly(t, "Lookup", err, provider.ErrUnknownOutcome)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
+	for _, call := range providertest.Calls(c, "k", "ch_1") {
+		err := call.Do(providertest.Context(t, 50*time.Millisecond))
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err = %v, want context.DeadlineExceeded kept", call.Name, err)
+		}
 	}
 }
 

@@ -73,9 +73,13 @@ func apiErrorFromStripe(se *stripe.Error) *APIError {
 // call's HTTP client saw on the wire.
 func classify(err error, trace *callTrace) error {
 	seen := trace.snapshot()
+	// net/http resends a request that carries an Idempotency-Key on a new
+	// connection when a reused one fails, possibly after Stripe received
+	// the first copy: an answer to a resend tells nothing about that copy.
+	resent := seen.conns > 1
 	var se *stripe.Error
 	if errors.As(err, &se) && se.HTTPStatusCode != 0 {
-		return byStatus(se.HTTPStatusCode, apiErrorFromStripe(se))
+		return byStatus(se.HTTPStatusCode, apiErrorFromStripe(se), resent)
 	}
 	redacted := errors.New(redact(err.Error()))
 	switch {
@@ -83,14 +87,14 @@ func classify(err error, trace *callTrace) error {
 		// The status arrived but the body did not: a 4xx whose body is
 		// lost could be a decline or a rejection, so only 429 says more
 		// than "unknown".
-		if seen.status == http.StatusTooManyRequests {
+		if seen.status == http.StatusTooManyRequests && !resent {
 			return fmt.Errorf("%w: HTTP 429 (body lost: %w)", provider.ErrUnavailable, seen.bodyErr)
 		}
 		return fmt.Errorf("%w: reading the HTTP %d answer: %w", provider.ErrUnknownOutcome, seen.status, seen.bodyErr)
 	case seen.status >= 200 && seen.status < 400:
 		return fmt.Errorf("%w: HTTP %d answer could not be decoded: %w", provider.ErrUnknownOutcome, seen.status, redacted)
 	case seen.status != 0:
-		return byStatus(seen.status, &APIError{StatusCode: seen.status, Message: "the answer is not a Stripe error object", err: redacted})
+		return byStatus(seen.status, &APIError{StatusCode: seen.status, Message: "the answer is not a Stripe error object", err: redacted}, resent)
 	case seen.roundTrips == 0:
 		// stripe-go gave up before handing the request to the HTTP client.
 		return fmt.Errorf("request not sent: %w", err)
@@ -101,9 +105,13 @@ func classify(err error, trace *callTrace) error {
 	}
 }
 
-// byStatus classifies an error answer by its HTTP status.
-func byStatus(status int, apiErr *APIError) error {
+// byStatus classifies an error answer by its HTTP status. resent says that
+// the answer is to a copy of the request that net/http sent again on a new
+// connection, so that a refusal (429) proves nothing about the first copy.
+func byStatus(status int, apiErr *APIError, resent bool) error {
 	switch {
+	case status == http.StatusTooManyRequests && resent:
+		return fmt.Errorf("%w: the refusal answers a copy that net/http resent on a new connection, and Stripe may have processed the first: %w", provider.ErrUnknownOutcome, apiErr)
 	case status == http.StatusTooManyRequests:
 		return fmt.Errorf("%w: %w", provider.ErrUnavailable, apiErr)
 	case status == http.StatusConflict:

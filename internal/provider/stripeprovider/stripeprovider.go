@@ -39,8 +39,11 @@
 //   - The request was never sent: the dial failed (refused, unreachable, no
 //     such host) and no connection was obtained at any point of the call,
 //     or the context was done before the call: provider.ErrUnavailable.
-//   - HTTP 429 (rate limited, or lock_timeout): provider.ErrUnavailable.
-//     Stripe did not process the request.
+//   - HTTP 429 (rate limited, or lock_timeout) answering the only copy of
+//     the request that could have reached Stripe: provider.ErrUnavailable.
+//     Stripe did not process the request. A 429 answering a copy that
+//     net/http resent (see below) is provider.ErrUnknownOutcome: the first
+//     copy may have been processed.
 //   - HTTP 409 (idempotency_key_in_use: a request with the same key is still
 //     executing at Stripe): provider.ErrUnknownOutcome, since that other
 //     request may move the money.
@@ -59,12 +62,13 @@
 //     request; sending it again unchanged will not help.
 //   - An invalid ChargeRequest: a plain error, and nothing is sent.
 //
-// A dial error alone is not taken as proof that nothing was sent: net/http
-// resends a request that carries an Idempotency-Key header on a new
-// connection when a reused keep-alive connection fails, possibly after
-// Stripe received the first copy. The Provider therefore watches the call
-// with net/http/httptrace and says ErrUnavailable only when no connection was
-// ever obtained.
+// Neither a dial error nor a refusal alone is taken as proof that nothing
+// was processed: net/http resends a request that carries an Idempotency-Key
+// header on a new connection when a reused keep-alive connection fails,
+// possibly after Stripe received the first copy. The Provider therefore
+// watches the call with net/http/httptrace, and says ErrUnavailable for a
+// dial error only when no connection was ever obtained, and for a 429 only
+// when one connection carried the call.
 //
 // Sentinels are wrapped together with the underlying error, so
 // errors.Is(err, context.DeadlineExceeded) works, and so does errors.As with

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -789,5 +790,35 @@ func TestLookupEscapesTheKey(t *testing.T) {
 	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), key)
 	if err != nil || got.ID != "pi_1" || got.IdempotencyKey != key {
 		t.Errorf("Lookup = %+v, %v", got, err)
+	}
+}
+
+// TestRefusalOfAResendIsUnknownOutcome covers issue 9 item 1: net/http
+// resends a POST that carries an Idempotency-Key on a new connection when
+// the kept-alive one it used dies before answering. Stripe may have
+// processed the first copy, so a 429 to the resend proves nothing.
+func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
+	f := newFake(t)
+	f.Search = answer(http.StatusOK, searchResult()) // leaves a kept-alive connection
+	var posts atomic.Int32
+	f.Create = func(w http.ResponseWriter, r *http.Request) {
+		if posts.Add(1)%2 == 1 {
+			providertest.HangUp(t, w, false) // the first copy: read, then no answer
+			return
+		}
+		writeJSON(w, http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests"))
+	}
+	p := f.provider(t)
+	ctx := providertest.Context(t, 5*time.Second)
+	_, err := p.Lookup(ctx, testKey)
+	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
+	_, err = p.Charge(ctx, chargeReq())
+	if n := posts.Load(); n != 2 {
+		t.Fatalf("the server saw %d copies, want the request and net/http's resend: the test did not set up its case (err %v)", n, err)
+	}
+	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
+	var apiErr *stripeprovider.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("err = %v, want the 429 kept", err)
 	}
 }

@@ -1,0 +1,119 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Effect is what the simulator does with a new charge or refund once it has
+// decided its status: how (and whether) it answers.
+type Effect int
+
+// The effects.
+const (
+	// Answer records the object and answers at once.
+	Answer Effect = iota
+	// AnswerSlowly records the object and answers after Options.SlowDelay;
+	// a client that goes away first gets nothing, but the object stays
+	// recorded.
+	AnswerSlowly
+	// LoseAnswer records the object, then holds the request until the
+	// client goes away or Options.HangFor passes, and drops the connection
+	// without an answer: the response is lost.
+	LoseAnswer
+	// Refuse answers 503 unavailable and records nothing.
+	Refuse
+)
+
+// Behaviour is what the simulator does for one payment method: with a new
+// charge made with it, and with a new refund of such a charge.
+type Behaviour struct {
+	Method string
+	// Charge is what a new charge does. ChargeDecline, when set, declines
+	// it with that code; otherwise it succeeds.
+	Charge        Effect
+	ChargeDecline string
+	// FlakyLookups: the first Options.FlakyLookups lookups of the charge
+	// answer 503.
+	FlakyLookups bool
+	// Refund is what a new refund of such a charge does. RefundDecline,
+	// when set, declines it with that code; otherwise it succeeds, unless
+	// the refund rules of the package documentation decline it first.
+	Refund        Effect
+	RefundDecline string
+}
+
+// Behaviours is the simulator's table of payment methods, in the spirit of a
+// card network's test cards. It is the one place that says what each method
+// does; a method missing from it behaves like UnknownMethod. Changing it
+// after New has no effect on that Simulator. `providersim -methods` prints
+// it as a Markdown table.
+var Behaviours = []Behaviour{
+	{Method: MethodVisa},
+	{Method: MethodMastercard},
+	{Method: MethodChargeDeclined, ChargeDecline: DeclineGeneric},
+	{Method: MethodInsufficientFunds, ChargeDecline: DeclineInsufficientFunds},
+	{Method: MethodSlow, Charge: AnswerSlowly},
+	{Method: MethodTimeoutAfterSuccess, Charge: LoseAnswer},
+	{Method: MethodUnavailable, Charge: Refuse},
+	{Method: MethodLookupFlaky, FlakyLookups: true},
+	{Method: MethodRefundDeclined, RefundDecline: DeclineRefund},
+	{Method: MethodRefundTimeoutAfterSuccess, Refund: LoseAnswer},
+}
+
+// UnknownMethod is the behaviour of a payment method that is not in
+// Behaviours: its charges are declined, so nothing of them can be refunded.
+var UnknownMethod = Behaviour{ChargeDecline: DeclineUnsupportedMethod}
+
+// behaviourTable indexes a copy of Behaviours by method.
+func behaviourTable() map[string]Behaviour {
+	t := make(map[string]Behaviour, len(Behaviours))
+	for _, b := range Behaviours {
+		t[b.Method] = b
+	}
+	return t
+}
+
+// MethodsMarkdown renders Behaviours, and UnknownMethod, as a Markdown
+// table: one row per payment method, what its charges and its refunds do.
+func MethodsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| paymentMethod | charge | a refund of the charge (within its amount, in its currency) |\n| --- | --- | --- |\n")
+	for _, row := range append(Behaviours[:len(Behaviours):len(Behaviours)], UnknownMethod) {
+		method := "any other"
+		if row.Method != "" {
+			method = "`" + row.Method + "`"
+		}
+		charge := describe(row.Charge, row.ChargeDecline)
+		if row.FlakyLookups {
+			charge += "; the first lookups by key answer 503 (-flaky-lookups)"
+		}
+		refund := describe(row.Refund, row.RefundDecline)
+		switch {
+		case row.Charge == Refuse:
+			refund = "none: no charge is ever made"
+		case row.ChargeDecline != "":
+			refund = "declined (" + DeclineChargeNotRefundable + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", method, charge, refund)
+	}
+	return b.String()
+}
+
+// describe says in words what an effect and a decline code make of a new
+// charge or refund.
+func describe(e Effect, decline string) string {
+	verdict := "succeeds"
+	if decline != "" {
+		verdict = "declined (" + decline + ")"
+	}
+	switch e {
+	case AnswerSlowly:
+		return verdict + ", answered after a delay (-slow)"
+	case LoseAnswer:
+		return verdict + ", but the answer is lost: the request is held (-hang), then the connection drops"
+	case Refuse:
+		return "refused: 503 unavailable, nothing recorded"
+	}
+	return verdict
+}

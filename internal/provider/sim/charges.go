@@ -1,0 +1,132 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/money"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// ChargeRecord is the simulator's record of a charge, as answered by the
+// HTTP API and returned by Simulator.Charges.
+type ChargeRecord struct {
+	ID             string          `json:"id"`
+	IdempotencyKey string          `json:"idempotencyKey"`
+	Status         provider.Status `json:"status"`
+	DeclineCode    string          `json:"declineCode,omitempty"`
+	AmountMinor    int64           `json:"amountMinor"`
+	Amount         string          `json:"amount"` // decimal, per currency: "10.00"
+	Currency       string          `json:"currency"`
+	PaymentMethod  string          `json:"paymentMethod"`
+	Description    string          `json:"description,omitempty"`
+	PaymentID      string          `json:"paymentId,omitempty"`
+	CreatedAt      time.Time       `json:"createdAt"`
+	// RequestCount is how many create requests were answered with this
+	// charge (the first one included).
+	RequestCount int `json:"requestCount"`
+	// LookupCount is how many lookups by key reached this charge, failed
+	// flaky ones included.
+	LookupCount int `json:"lookupCount"`
+}
+
+// createRequest is the body of POST /v1/charges.
+type createRequest struct {
+	AmountMinor   int64  `json:"amountMinor"`
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"paymentMethod"`
+	Description   string `json:"description"`
+	PaymentID     string `json:"paymentId"`
+}
+
+func (c *createRequest) matches(r *ChargeRecord) bool {
+	return c.AmountMinor == r.AmountMinor && c.Currency == r.Currency &&
+		c.PaymentMethod == r.PaymentMethod && c.Description == r.Description &&
+		c.PaymentID == r.PaymentID
+}
+
+func (c *ChargeRecord) created() time.Time { return c.CreatedAt }
+func (c *ChargeRecord) countRequest() int  { c.RequestCount++; return c.RequestCount }
+func (c *ChargeRecord) countLookup() int   { c.LookupCount++; return c.LookupCount }
+func (c *ChargeRecord) logAttrs() []any {
+	return []any{"chargeId", c.ID, "status", c.Status, "amount", c.Amount, "currency", c.Currency}
+}
+
+// Charges returns a copy of every charge the simulator holds, in creation
+// order.
+func (s *Simulator) Charges() []ChargeRecord { return s.charges.copies(s) }
+
+func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
+	key, req, ok := createInput(w, r, checkCharge)
+	if !ok {
+		return
+	}
+	log := s.log.With("idempotencyKey", key, "paymentMethod", req.PaymentMethod)
+	create(s, w, r, log, "charge", &s.charges, key, req.matches, func() (*ChargeRecord, Effect, *refusal) {
+		b := s.behaviour(req.PaymentMethod)
+		if b.Charge == Refuse {
+			return nil, 0, &refusal{http.StatusServiceUnavailable, CodeUnavailable, "the provider is unavailable; nothing was processed"}
+		}
+		c := &ChargeRecord{
+			ID:             newID("ch_"),
+			IdempotencyKey: key,
+			Status:         provider.StatusSucceeded,
+			AmountMinor:    req.AmountMinor,
+			Amount:         money.Format(req.AmountMinor, req.Currency),
+			Currency:       req.Currency,
+			PaymentMethod:  req.PaymentMethod,
+			Description:    req.Description,
+			PaymentID:      req.PaymentID,
+			CreatedAt:      s.clock.Now(),
+			RequestCount:   1,
+		}
+		if b.ChargeDecline != "" {
+			c.Status, c.DeclineCode = provider.StatusDeclined, b.ChargeDecline
+		}
+		s.chargeByID[c.ID] = c
+		return c, b.Charge, nil
+	})
+}
+
+func checkCharge(req *createRequest) error {
+	if err := checkAmount(req.AmountMinor, req.Currency); err != nil {
+		return err
+	}
+	if req.PaymentMethod == "" {
+		return errors.New("paymentMethod is required")
+	}
+	return nil
+}
+
+// checkAmount validates the amount and currency of a create.
+func checkAmount(amountMinor int64, currency string) error {
+	if amountMinor <= 0 {
+		return errors.New("amountMinor must be greater than zero")
+	}
+	if _, ok := money.Exponent(currency); !ok {
+		return fmt.Errorf("unsupported currency %q (upper-case ISO 4217 expected)", currency)
+	}
+	return nil
+}
+
+func (s *Simulator) handleLookup(w http.ResponseWriter, r *http.Request) {
+	c, log, ok := lookup(s, w, r, "charge", func(key string) *ChargeRecord { return s.charges.byKey[key] })
+	if !ok {
+		return
+	}
+	if s.behaviour(c.PaymentMethod).FlakyLookups && c.LookupCount <= s.flakyLookups {
+		log.Info("sim: flaky lookup answered 503")
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "lookups are temporarily unavailable")
+		return
+	}
+	log.Info("sim: lookup found the charge")
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *Simulator) handleList(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		Charges []ChargeRecord `json:"charges"`
+	}{s.Charges()})
+}
