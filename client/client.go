@@ -200,7 +200,7 @@ func (c *Client) GetPayment(ctx context.Context, paymentID string) (*Payment, er
 // Pass the page's NextCursor as params.Cursor for the next one.
 func (c *Client) ListPayments(ctx context.Context, params ListPaymentsParams) (*PaymentList, error) {
 	return get[PaymentList](ctx, c, "GET /payments", func(ctx context.Context) (*http.Response, error) {
-		return c.raw.ListPayments(ctx, &params, c.edit)
+		return c.raw.ListPayments(ctx, params.generated(), c.edit)
 	})
 }
 

@@ -14,9 +14,6 @@ type (
 	PaymentStatus = apigen.PaymentStatus
 	// PaymentList is one page of payments, newest first.
 	PaymentList = apigen.PaymentList
-	// ListPaymentsParams filters and pages GET /payments; zero fields are
-	// left out.
-	ListPaymentsParams = apigen.ListPaymentsParams
 	// CreateRefundRequest is the body of POST /payments/{paymentId}/refunds.
 	CreateRefundRequest = apigen.CreateRefundRequest
 	// RefundReason says why a payment is refunded; it is optional.
@@ -62,3 +59,29 @@ const (
 	ReasonDuplicate           RefundReason = apigen.Duplicate
 	ReasonFraudulent          RefundReason = apigen.Fraudulent
 )
+
+// ListPaymentsParams filters and pages GET /payments; zero fields are left
+// out.
+type ListPaymentsParams struct {
+	// AccountID keeps the payments of one account.
+	AccountID string
+	// Limit is the page size, 1 to 100 (the server's default is 20).
+	Limit int
+	// Cursor is the NextCursor of the previous page.
+	Cursor string
+}
+
+// generated returns p as the generated call takes it.
+func (p ListPaymentsParams) generated() *apigen.ListPaymentsParams {
+	var g apigen.ListPaymentsParams
+	if p.AccountID != "" {
+		g.AccountID = &p.AccountID
+	}
+	if p.Limit != 0 {
+		g.Limit = &p.Limit
+	}
+	if p.Cursor != "" {
+		g.Cursor = &p.Cursor
+	}
+	return &g
+}
