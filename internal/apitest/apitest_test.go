@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func TestStartServesTheWholeAPI(t *testing.T) {
 	t.Parallel()
 	s := apitest.Start(t, apitest.Options{})
-	for _, path := range []string{"/readyz", "/openapi.yaml"} {
+	for _, path := range []string{"/readyz", "/openapi.yaml", "/docs"} {
 		resp, err := http.Get(s.URL + path)
 		if err != nil {
 			t.Fatal(err)
