@@ -381,10 +381,14 @@ func (c *Client) attempt(ctx context.Context, x exchange) (*answer, error) {
 
 // wrap names the call in err.
 func (c *Client) wrap(x exchange, out Outcome, err error) error {
-	if x.key == "" {
-		return fmt.Errorf("%s (%d attempts): %w", x.op, out.Attempts, err)
+	attempts := "1 attempt"
+	if out.Attempts != 1 {
+		attempts = fmt.Sprintf("%d attempts", out.Attempts)
 	}
-	return fmt.Errorf("%s (Idempotency-Key %s, %d attempts): %w", x.op, x.key, out.Attempts, err)
+	if x.key == "" {
+		return fmt.Errorf("%s (%s): %w", x.op, attempts, err)
+	}
+	return fmt.Errorf("%s (Idempotency-Key %s, %s): %w", x.op, x.key, attempts, err)
 }
 
 // decodeInto decodes a 2xx answer's JSON body into v.

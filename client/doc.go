@@ -12,9 +12,9 @@
 //     any other 409, 422): the same request would get the same answer.
 //   - Exponential backoff with full jitter, capped (RetryPolicy.BaseDelay,
 //     MaxDelay), and never sooner than the server's Retry-After.
-//   - A bounded number of attempts (RetryPolicy.MaxAttempts), and the
-//     caller's context: no retry is started that could not finish before its
-//     deadline.
+//   - A bounded number of attempts (RetryPolicy.MaxAttempts), each bounded
+//     in time (RetryPolicy.AttemptTimeout), and the caller's context: no
+//     retry is scheduled past its deadline.
 //   - A retry budget shared by every call of one Client (RetryPolicy.Budget):
 //     a token bucket in which each call earns a fraction of a retry, so that
 //     when the service is down a fleet of clients adds at most that fraction

@@ -43,8 +43,8 @@ type Budget struct {
 	Burst float64
 }
 
-// DefaultRetryPolicy is the policy of a Client whose Config leaves Retry
-// zero:
+// DefaultRetryPolicy returns the policy of a Client whose Config leaves
+// Retry zero:
 //
 //   - 5 attempts: four retries cover a restart or a failover of a few
 //     seconds, and the 409 of a provider call still in flight.
@@ -57,18 +57,20 @@ type Budget struct {
 //   - Budget 10% with a burst of 10: in an outage the fleet's retries add at
 //     most a tenth to the load, while one program can still retry a few
 //     calls in full.
-var DefaultRetryPolicy = RetryPolicy{
-	MaxAttempts:    5,
-	BaseDelay:      250 * time.Millisecond,
-	MaxDelay:       5 * time.Second,
-	MaxRetryAfter:  30 * time.Second,
-	AttemptTimeout: 30 * time.Second,
-	Budget:         Budget{Ratio: 0.1, Burst: 10},
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{
+		MaxAttempts:    5,
+		BaseDelay:      250 * time.Millisecond,
+		MaxDelay:       5 * time.Second,
+		MaxRetryAfter:  30 * time.Second,
+		AttemptTimeout: 30 * time.Second,
+		Budget:         Budget{Ratio: 0.1, Burst: 10},
+	}
 }
 
 // withDefaults fills the zero fields of p from DefaultRetryPolicy.
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	d := DefaultRetryPolicy
+	d := DefaultRetryPolicy()
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = d.MaxAttempts
 	}
