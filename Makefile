@@ -5,8 +5,11 @@ BIN   := $(CURDIR)/bin
 
 STRIPE_MOCK_VERSION := v0.203.0
 REDOCLY_VERSION     := 2.77.0
+# Redoc's standalone bundle, vendored in internal/apidocs/assets (keep
+# apidocs.RedocVersion in step).
+REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short bench lint fmt build tools clean-data help
+.PHONY: run providersim test test-short bench lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,8 +20,8 @@ run: ## start the service: embedded PostgreSQL, in-process provider simulator, d
 providersim: ## start the provider simulator alone on 127.0.0.1:8081
 	$(GO) run ./cmd/providersim -addr 127.0.0.1:8081
 
-build: ## build both binaries into ./bin
-	$(GO) build -o $(BIN)/ ./cmd/paymentsapi ./cmd/providersim
+build: ## build the binaries (paymentsapi, providersim, paymentsctl) into ./bin
+	$(GO) build -o $(BIN)/ ./cmd/paymentsapi ./cmd/providersim ./cmd/paymentsctl
 
 test: tools ## run every test, with the race detector, on real PostgreSQL
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...
@@ -37,6 +40,17 @@ lint: ## gofmt, go vet, staticcheck, and the OpenAPI linter when npx is availabl
 	  npx --yes @redocly/cli@$(REDOCLY_VERSION) lint api/openapi.yaml \
 	    --skip-rule=info-license --skip-rule=no-server-example.com --skip-rule=operation-4xx-response; \
 	else echo "npx not found: skipping the OpenAPI lint"; fi
+
+generate: ## regenerate the Go client's types and calls from api/openapi.yaml (oapi-codegen, pinned in go.mod)
+	$(GO) generate ./client/...
+
+docs-screenshot: ## refresh docs/api-reference.png from the /docs page in headless Chromium
+	APIDOCS_SCREENSHOT=$(CURDIR)/docs/api-reference.png $(GO) test -count=1 -run TestDocsPageRendersInABrowser ./internal/apidocs/
+
+apidocs-redoc: ## vendor Redoc's standalone bundle (npm package redoc@REDOC_VERSION) into internal/apidocs/assets
+	tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent redoc@$(REDOC_VERSION) >/dev/null && tar xzf redoc-$(REDOC_VERSION).tgz) && \
+	  cp $$tmp/package/bundles/redoc.standalone.js $$tmp/package/bundles/redoc.standalone.js.LICENSE.txt internal/apidocs/assets/ && \
+	  cp $$tmp/package/LICENSE internal/apidocs/assets/redoc.LICENSE && rm -rf $$tmp
 
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')

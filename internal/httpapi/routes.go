@@ -3,6 +3,8 @@ package httpapi
 import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/paymentsapi/paymentsapi/internal/apidocs"
 )
 
 // addRoutes maps the whole API surface.
@@ -16,6 +18,7 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Get("/readyz", handleReadyz(d.Ready))
 	r.Method("GET", "/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	r.Get("/openapi.yaml", handleOpenAPI(d.OpenAPI))
+	r.Mount(apidocs.Path, apidocs.Handler())
 
 	r.Group(func(r chi.Router) {
 		r.Use(authenticate(d.DB, errs))

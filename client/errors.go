@@ -1,0 +1,135 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/paymentsapi/paymentsapi/client/internal/apigen"
+)
+
+// Code is the stable, machine-readable code of a problem. Branch on it,
+// never on Detail.
+type Code = apigen.ProblemCode
+
+// The codes the API answers with.
+const (
+	CodeIdempotencyKeyMissing      Code = apigen.IDEMPOTENCYKEYMISSING
+	CodeIdempotencyKeyInvalid      Code = apigen.IDEMPOTENCYKEYINVALID
+	CodeIdempotencyKeyInUse        Code = apigen.IDEMPOTENCYKEYINUSE
+	CodeIdempotencyKeyReused       Code = apigen.IDEMPOTENCYKEYREUSED
+	CodeIdempotencyKeyExpired      Code = apigen.IDEMPOTENCYKEYEXPIRED
+	CodeDuplicateMerchantReference Code = apigen.DUPLICATEMERCHANTREFERENCE
+	CodePaymentDeclined            Code = apigen.PAYMENTDECLINED
+	CodeRefundDeclined             Code = apigen.REFUNDDECLINED
+	CodePaymentNotRefundable       Code = apigen.PAYMENTNOTREFUNDABLE
+	CodeRefundExceedsRefundable    Code = apigen.REFUNDEXCEEDSREFUNDABLE
+	CodeRateLimited                Code = apigen.RATELIMITED
+	CodeProviderUnavailable        Code = apigen.PROVIDERUNAVAILABLE
+	CodeServiceUnavailable         Code = apigen.SERVICEUNAVAILABLE
+	CodeMalformedJSON              Code = apigen.MALFORMEDJSON
+	CodeValidationFailed           Code = apigen.VALIDATIONFAILED
+	CodePayloadTooLarge            Code = apigen.PAYLOADTOOLARGE
+	CodeUnsupportedMediaType       Code = apigen.UNSUPPORTEDMEDIATYPE
+	CodeUnauthorized               Code = apigen.UNAUTHORIZED
+	CodeNotFound                   Code = apigen.NOTFOUND
+	CodeMethodNotAllowed           Code = apigen.METHODNOTALLOWED
+	CodeInternal                   Code = apigen.INTERNAL
+)
+
+// Error is a problem (RFC 9457) the server answered, or, for an answer that
+// is not a problem document (a proxy's error page, say), its status and the
+// start of its body in Detail with an empty Code.
+type Error struct {
+	// Status is the HTTP status of the answer.
+	Status int
+	// Code is the problem's stable code; empty if the answer was no problem.
+	Code   Code
+	Type   string
+	Title  string
+	Detail string
+	// RequestID is the server's id of the request, when it sent one.
+	RequestID string
+	// PaymentID names the payment concerned (PAYMENT_DECLINED,
+	// IDEMPOTENCY_KEY_EXPIRED, DUPLICATE_MERCHANT_REFERENCE).
+	PaymentID string
+	// RefundID names the refund concerned (REFUND_DECLINED).
+	RefundID string
+	// DeclineCode is the provider's reason (PAYMENT_DECLINED).
+	DeclineCode string
+	// RefundableAmount is what may still be refunded
+	// (REFUND_EXCEEDS_REFUNDABLE), a decimal string.
+	RefundableAmount string
+	// Errors lists the invalid fields (VALIDATION_FAILED).
+	Errors []FieldError
+	// RetryAfter is the server's Retry-After, zero when it sent none.
+	RetryAfter time.Duration
+}
+
+// Error returns the status, code and detail of the problem.
+func (e *Error) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d", e.Status)
+	if e.Code != "" {
+		fmt.Fprintf(&b, " %s", e.Code)
+	}
+	if e.Detail != "" {
+		fmt.Fprintf(&b, ": %s", e.Detail)
+	}
+	return b.String()
+}
+
+// DeclinedError is the answer 402: the provider declined the payment
+// (PAYMENT_DECLINED, with Problem.PaymentID and Problem.DeclineCode) or the
+// refund (REFUND_DECLINED, with Problem.RefundID). It is final: the same
+// request gets the same answer, replayed.
+type DeclinedError struct {
+	Problem *Error
+}
+
+// Error describes the decline.
+func (e *DeclinedError) Error() string { return "declined: " + e.Problem.Error() }
+
+// Unwrap returns the problem, so that errors.As finds the *Error too.
+func (e *DeclinedError) Unwrap() error { return e.Problem }
+
+// ErrBudgetExhausted is joined to the last answer when a retry was due but
+// the Client's retry budget had no token left.
+var ErrBudgetExhausted = errors.New("retry budget exhausted")
+
+// maxDetailBytes bounds the text of a non-problem answer kept in Detail.
+const maxDetailBytes = 200
+
+// decodeProblem builds the *Error of a non-2xx answer.
+func decodeProblem(status int, header http.Header, body []byte, retryAfter time.Duration) *Error {
+	e := &Error{Status: status, RetryAfter: retryAfter}
+	mediaType, _, _ := mime.ParseMediaType(header.Get("Content-Type"))
+	var p apigen.Problem
+	if (mediaType == "application/problem+json" || mediaType == "application/json") && json.Unmarshal(body, &p) == nil && p.Code != "" {
+		e.Code, e.Type, e.Title, e.Detail = p.Code, p.Type, p.Title, p.Detail
+		e.RequestID, e.PaymentID, e.RefundID = p.RequestID, p.PaymentID, p.RefundID
+		e.DeclineCode, e.RefundableAmount, e.Errors = p.DeclineCode, p.RefundableAmount, p.Errors
+		return e
+	}
+	e.Detail = strings.TrimSpace(truncate(string(body), maxDetailBytes))
+	if e.Detail == "" {
+		e.Detail = http.StatusText(status)
+	}
+	return e
+}
+
+// truncate cuts s to at most n bytes without splitting a character.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}

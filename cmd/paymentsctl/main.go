@@ -1,0 +1,235 @@
+// Command paymentsctl is the command line of the payments API, on package
+// client: it retries the way the contract asks (one idempotency key per
+// command, reused on every attempt) and prints the resource as JSON on
+// stdout, problems on stderr.
+//
+//	paymentsctl [-url URL] [-api-key KEY] pay -account ID -amount 10.00 -currency EUR \
+//	    -reference INV -method pm_card_visa [-idempotency-key K] [-description TEXT]
+//	paymentsctl get PAYMENT_ID
+//	paymentsctl list [-account ID] [-limit N]
+//	paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
+//
+// -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
+// the dev server (http://127.0.0.1:8080, sk_test_demo). Without
+// -idempotency-key, pay and refund generate one key for the command and
+// print it on stderr, so that the command can be run again with it.
+//
+// Exit status: 0 created or read (201, 200); 2 declined (402); 3 still
+// processing after the last attempt (202: run the command again with the
+// same key, or get the resource, to learn the outcome); 1 any other error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/client"
+)
+
+// The exit statuses.
+const (
+	exitOK         = 0
+	exitError      = 1
+	exitDeclined   = 2
+	exitProcessing = 3
+)
+
+// The dev server's address and demo secret, the last defaults of -url and
+// -api-key.
+const (
+	devURL    = "http://127.0.0.1:8080"
+	devAPIKey = "sk_test_demo"
+)
+
+// preferWait is sent with creates: a retry that finds its original still in
+// flight is held for it instead of answered 409.
+const preferWait = 5 * time.Second
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage:
+  paymentsctl [-url URL] [-api-key KEY] pay -account ID -amount 10.00 -currency EUR \
+      -reference INV -method pm_card_visa [-idempotency-key K] [-description TEXT]
+  paymentsctl get PAYMENT_ID
+  paymentsctl list [-account ID] [-limit N]
+  paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
+
+-url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
+http://127.0.0.1:8080 and sk_test_demo. Exit status: 0 done, 2 declined,
+3 still processing after the last attempt, 1 any other error.
+`
+
+// command runs one subcommand and returns the exit status.
+type command func(ctx context.Context, c *client.Client, args []string, out *output) int
+
+// run runs paymentsctl with args (without the program name) and returns
+// its exit status.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	out := &output{stdout: stdout, stderr: stderr}
+	global := flag.NewFlagSet("paymentsctl", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	baseURL := global.String("url", firstOf(getenv("PAYMENTS_URL"), devURL), "the API's base URL")
+	apiKey := global.String("api-key", firstOf(getenv("PAYMENTS_API_KEY"), devAPIKey), "the tenant's secret")
+	if err := global.Parse(args); err != nil {
+		return out.usage(err)
+	}
+	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund}
+	name := global.Arg(0)
+	cmd, ok := commands[name]
+	if !ok {
+		if name == "" {
+			return out.usage(errors.New("no command"))
+		}
+		return out.usage(fmt.Errorf("unknown command %q", name))
+	}
+	c, err := client.New(client.Config{BaseURL: *baseURL, APIKey: *apiKey, PreferWait: preferWait, UserAgent: "paymentsctl"})
+	if err != nil {
+		out.errorf("%v", err)
+		return exitError
+	}
+	return cmd(ctx, c, global.Args()[1:], out)
+}
+
+// subcommandFlags returns the flag set of a subcommand.
+func subcommandFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseWithID parses a subcommand's args that take one id, before or after
+// the flags.
+func parseWithID(fs *flag.FlagSet, args []string, what string) (string, error) {
+	var id string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		id, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if id == "" && fs.NArg() > 0 {
+		id = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case id == "":
+		return "", fmt.Errorf("%s needs a %s", fs.Name(), what)
+	case fs.NArg() > 0:
+		return "", fmt.Errorf("%s: unexpected %q", fs.Name(), fs.Arg(0))
+	}
+	return id, nil
+}
+
+// noArgs fails when a subcommand got arguments besides its flags.
+func noArgs(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+func firstOf(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// output writes what a command tells.
+type output struct {
+	stdout, stderr io.Writer
+}
+
+// resource prints v as indented JSON on stdout.
+func (o *output) resource(v any) int {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		o.errorf("encode the answer: %v", err)
+		return exitError
+	}
+	_, _ = fmt.Fprintf(o.stdout, "%s\n", b)
+	return exitOK
+}
+
+func (o *output) errorf(format string, args ...any) {
+	_, _ = fmt.Fprintf(o.stderr, "paymentsctl: "+format+"\n", args...)
+}
+
+func (o *output) usage(err error) int {
+	if !errors.Is(err, flag.ErrHelp) {
+		o.errorf("%v", err)
+	}
+	_, _ = io.WriteString(o.stderr, usage)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitError
+}
+
+// keyNote tells the generated key of a create, so that it can be retried.
+func (o *output) keyNote(key string) {
+	_, _ = fmt.Fprintf(o.stderr, "idempotency-key: %s\n", key)
+}
+
+// failure prints err (the problem's code and detail when it is one) and
+// returns the exit status it means.
+func (o *output) failure(err error) int {
+	var p *client.Error
+	if !errors.As(err, &p) {
+		o.errorf("%v", err)
+		return exitError
+	}
+	if p.Code != "" {
+		o.errorf("%s: %s", p.Code, p.Detail)
+	} else {
+		o.errorf("HTTP %d: %s", p.Status, p.Detail)
+	}
+	for _, m := range []struct{ name, value string }{
+		{"paymentId", p.PaymentID}, {"refundId", p.RefundID}, {"declineCode", p.DeclineCode},
+		{"refundableAmount", p.RefundableAmount}, {"requestId", p.RequestID},
+	} {
+		if m.value != "" {
+			_, _ = fmt.Fprintf(o.stderr, "  %s: %s\n", m.name, m.value)
+		}
+	}
+	for _, f := range p.Errors {
+		_, _ = fmt.Fprintf(o.stderr, "  %s: %s\n", f.Field, f.Message)
+	}
+	var declined *client.DeclinedError
+	if errors.As(err, &declined) {
+		return exitDeclined
+	}
+	return exitError
+}
+
+// created prints the outcome of a create: the resource, and a note when it
+// is still processing.
+func (o *output) created(v any, out client.Outcome) int {
+	if code := o.resource(v); code != exitOK {
+		return code
+	}
+	if !out.StillProcessing() {
+		return exitOK
+	}
+	o.errorf("still processing after %d attempts: the outcome is not known yet; run the command again with -idempotency-key %s to learn it",
+		out.Attempts, out.IdempotencyKey)
+	return exitProcessing
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+
+	"github.com/paymentsapi/paymentsapi/client"
+)
+
+// pay is `paymentsctl pay`: POST /payments.
+func pay(ctx context.Context, c *client.Client, args []string, out *output) int {
+	fs := subcommandFlags("pay")
+	var req client.CreatePaymentRequest
+	fs.StringVar(&req.AccountID, "account", "", "the customer account")
+	fs.StringVar(&req.Amount, "amount", "", "the amount, a decimal string such as 10.00")
+	fs.StringVar(&req.Currency, "currency", "", "the ISO 4217 currency, such as EUR")
+	fs.StringVar(&req.MerchantReference, "reference", "", "the merchant's reference (order, invoice)")
+	fs.StringVar(&req.PaymentMethod, "method", "", "the payment method, such as pm_card_visa")
+	fs.StringVar(&req.Description, "description", "", "free text")
+	key := fs.String("idempotency-key", "", "the operation's key; default: a new one, printed on stderr")
+	if err := fs.Parse(args); err != nil {
+		return out.usage(err)
+	}
+	if err := noArgs(fs); err != nil {
+		return out.usage(err)
+	}
+	if *key == "" {
+		*key = client.NewIdempotencyKey()
+		out.keyNote(*key)
+	}
+	res, err := c.CreatePayment(ctx, req, client.WithIdempotencyKey(*key))
+	if err != nil {
+		return out.failure(err)
+	}
+	return out.created(res.Payment, res.Outcome)
+}
