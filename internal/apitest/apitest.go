@@ -22,6 +22,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
@@ -87,16 +88,16 @@ func Start(t testing.TB, opts Options) *Server {
 	keys := idempotency.NewListener(pool.Config().ConnConfig.Copy(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()
-	svc := payments.NewService(payments.Deps{
+	core := app.New(app.Deps{
 		DB: pool, Provider: simclient.New(simSrv.URL(), nil), Clock: clk, Log: log, Metrics: m, Waiter: keys,
-	}, payments.Config{
+	}, app.Config{
 		ReplayTTL: 24 * time.Hour, Lease: opts.ProviderTimeout + 30*time.Second, ProviderTimeout: opts.ProviderTimeout,
 		ProviderKeyWindow: 24 * time.Hour, RetryAfter: opts.RetryAfter,
 	})
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Payments: svc, DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
+	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
+		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
 		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) },
-	}))
+	})))
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()

@@ -160,6 +160,40 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
 		}},
 
+		{"refunds", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			pay := c.e.pay("pm_card_visa", "inv-r")
+			refunds := "/payments/" + pay + "/refunds"
+			created := c.check(specExchange{
+				name: "201 refund", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				body: `{"amount":"3.00","reason":"requested_by_customer"}`, status: 201, headers: []string{"Location"},
+			})
+			c.check(specExchange{
+				name: "201 refund replayed", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				body: `{"amount":"3.00","reason":"requested_by_customer"}`, status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
+			})
+			c.check(specExchange{name: "422 refund key reused", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				body: `{"amount":"4.00"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
+			c.check(specExchange{name: "409 refund exceeds", method: "POST", path: refunds, header: createHeaders(secretA, "r-2"),
+				body: `{"amount":"7.01"}`, status: 409, code: "REFUND_EXCEEDS_REFUNDABLE"})
+			c.check(specExchange{name: "404 refund of an unknown payment", method: "POST", path: "/payments/pay_none/refunds", header: createHeaders(secretA, "r-3"),
+				body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND"})
+			c.check(specExchange{name: "400 refund without a key", method: "POST", path: refunds, header: bearer(secretA),
+				body: `{"amount":"1.00"}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: "Idempotency-Key"})
+			c.check(specExchange{name: "200 list refunds", method: "GET", path: refunds, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a refund", method: "GET", path: created.Header.Get("Location"), header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 payment with refundedAmount", method: "GET", path: "/payments/" + pay, header: bearer(secretA), status: 200})
+
+			declined := c.e.pay("pm_sim_refund_declined", "inv-rd")
+			c.check(specExchange{name: "402 refund declined", method: "POST", path: "/payments/" + declined + "/refunds", header: createHeaders(secretA, "r-4"),
+				body: `{"amount":"1.00"}`, status: 402, code: "REFUND_DECLINED"})
+			lost := c.e.pay("pm_sim_refund_timeout_after_success", "inv-rl")
+			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: createHeaders(secretA, "r-5"),
+				body: `{"amount":"1.00"}`, status: 202})
+			notPaid := c.e.post("k-np", body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).json(t)["paymentId"].(string)
+			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: createHeaders(secretA, "r-6"),
+				body: `{"amount":"1.00"}`, status: 409, code: "PAYMENT_NOT_REFUNDABLE"})
+		}},
+
 		{"original in flight", []envOption{withSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
 			slow := specExchange{
 				name: "201 slow original", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
