@@ -61,7 +61,12 @@ var recClient = &http.Client{Timeout: 30 * time.Second}
 // recPost sends POST /payments. Unlike call it does not fail the test, so
 // goroutines may use it; header adds request headers (Prefer).
 func recPost(baseURL, key, body string, header map[string]string) (httpResult, error) {
-	req, err := http.NewRequest(http.MethodPost, baseURL+"/payments", strings.NewReader(body))
+	return recPostTo(baseURL+"/payments", key, body, header)
+}
+
+// recPostTo is recPost to any create endpoint (a payment's refunds).
+func recPostTo(url, key, body string, header map[string]string) (httpResult, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		return httpResult{}, err
 	}
