@@ -43,6 +43,12 @@ func (c Config) DevMode() bool { return c.DatabaseURL == "" }
 // DevAPIKeys is the demo key of dev mode.
 const DevAPIKeys = "demo:sk_test_demo"
 
+// StripeKeyTTL is how long Stripe is known to remember an idempotency key
+// (at least 24 hours). PROVIDER_KEY_TTL may not exceed it with
+// PROVIDER=stripe: a payment re-sent after Stripe forgot its key, because a
+// lookup missed the first charge, would be charged twice.
+const StripeKeyTTL = 24 * time.Hour
+
 // Load parses args (without the program name) over the environment.
 func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
@@ -121,6 +127,11 @@ func (c Config) validate() error {
 	}
 	if c.Provider == "stripe" && c.StripeAPIKey == "" {
 		errs = append(errs, errors.New("PROVIDER=stripe needs STRIPE_API_KEY"))
+	}
+	if c.Provider == "stripe" && c.ProviderKeyTTL > StripeKeyTTL {
+		errs = append(errs, fmt.Errorf("PROVIDER_KEY_TTL (%s) must be at most %s with PROVIDER=stripe: "+
+			"Stripe forgets idempotency keys after 24 hours, and a payment re-sent after that could be charged twice",
+			c.ProviderKeyTTL, StripeKeyTTL))
 	}
 	if c.OutboxPublisher != "log" && c.OutboxPublisher != "nats" {
 		errs = append(errs, fmt.Errorf("OUTBOX_PUBLISHER must be log or nats, not %q", c.OutboxPublisher))

@@ -62,3 +62,26 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 		t.Errorf("secrets from the environment no longer apply: %v", err)
 	}
 }
+
+func TestProviderKeyTTLWithStripe(t *testing.T) {
+	for _, tc := range []struct {
+		provider, ttl string
+		want          time.Duration // 0: refused
+	}{
+		{"stripe", "24h1s", 0},
+		{"stripe", "720h", 0},
+		{"stripe", "", 24 * time.Hour}, // the default
+		{"stripe", "24h", 24 * time.Hour},
+		{"stripe", "1h", time.Hour},
+		{"sim", "720h", 720 * time.Hour}, // the simulator's -key-ttl is the operator's to match
+	} {
+		env := map[string]string{"PROVIDER": tc.provider, "STRIPE_API_KEY": "sk_test_x", "PROVIDER_KEY_TTL": tc.ttl}
+		c, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{})
+		switch {
+		case tc.want == 0 && (err == nil || !strings.Contains(err.Error(), "PROVIDER_KEY_TTL")):
+			t.Errorf("%s with PROVIDER_KEY_TTL=%s: err = %v, want a refusal that names PROVIDER_KEY_TTL", tc.provider, tc.ttl, err)
+		case tc.want != 0 && (err != nil || c.ProviderKeyTTL != tc.want):
+			t.Errorf("%s with PROVIDER_KEY_TTL=%q: %v, %v; want %v", tc.provider, tc.ttl, c.ProviderKeyTTL, err, tc.want)
+		}
+	}
+}

@@ -86,8 +86,10 @@
 // exactly that key, and then retrieves each of them by id (GET
 // /v1/payment_intents/ID, which is consistent, unlike the search index) and
 // maps it as Charge does. Should more than one PaymentIntent carry the key
-// (Stripe forgot the key after 24 hours and someone charged again), a
-// succeeded one wins and the anomaly is logged.
+// (Stripe forgot the key after 24 hours and someone charged again), money may
+// have moved twice: Lookup retrieves none of them, logs a warning, and
+// returns an error wrapping provider.ErrAmbiguous that names them. Only a
+// person can sort that out.
 //
 // Search has limits, and they shape what Lookup may claim:
 //
@@ -107,7 +109,8 @@
 // the charge again. That is still safe, for as long as the caller sends again
 // only with the same idempotency key and only within Stripe's key window (at
 // least 24 hours from the first request), which is what the payments service
-// does (its ProviderKeyWindow must therefore be at most 24h with Stripe):
+// does (its ProviderKeyWindow must therefore be at most 24h with Stripe;
+// package config refuses a longer PROVIDER_KEY_TTL with PROVIDER=stripe):
 // Stripe answers the second create with the first one's stored answer, or a
 // 409 while the first is still executing, and never charges twice. A caller
 // that would act on ErrNotFound in any other way (mark the payment failed,
@@ -273,30 +276,13 @@ func (p *Provider) Lookup(ctx context.Context, key string) (provider.Charge, err
 	}
 	if len(ids) > 1 {
 		p.log.WarnContext(ctx, "several Stripe PaymentIntents carry one idempotency key", "idempotency_key", key, "payment_intents", ids)
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w: PaymentIntents %s", key, provider.ErrAmbiguous, strings.Join(ids, ", "))
 	}
-	var (
-		found   provider.Charge
-		ok      bool
-		unknown error
-	)
-	for _, id := range ids {
-		ch, err := p.retrieve(ctx, id, key)
-		switch {
-		case err != nil:
-			if unknown == nil {
-				unknown = err
-			}
-		case ch.Status == provider.StatusSucceeded:
-			// Money moved for this key: nothing else can change that.
-			return ch, nil
-		case !ok:
-			found, ok = ch, true
-		}
+	ch, err := p.retrieve(ctx, ids[0], key)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w", key, err)
 	}
-	if unknown != nil {
-		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w", key, unknown)
-	}
-	return found, nil
+	return ch, nil
 }
 
 // search returns the ids of the PaymentIntents whose metadata carries key,

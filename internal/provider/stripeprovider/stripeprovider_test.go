@@ -748,27 +748,22 @@ func TestLookupThatCannotSayIsNeverNotFound(t *testing.T) {
 	}
 }
 
-func TestLookupSeveralIntentsForOneKey(t *testing.T) {
+func TestLookupSeveralIntentsForOneKeyIsAmbiguous(t *testing.T) {
 	declined := withLastPaymentError(intent("pi_a", "requires_payment_method", testKey), "card_declined", "generic_decline")
-	for name, tc := range map[string]struct {
-		intents    []map[string]any
-		wantStatus provider.Status
-		wantID     string
-		wantErr    error
-	}{
-		"a success wins":               {[]map[string]any{declined, intent("pi_b", "succeeded", testKey)}, provider.StatusSucceeded, "pi_b", nil},
-		"an unknown one keeps it open": {[]map[string]any{declined, intent("pi_b", "processing", testKey)}, "", "", provider.ErrUnknownOutcome},
-		"all declined: the first":      {[]map[string]any{declined, intent("pi_b", "canceled", testKey)}, provider.StatusDeclined, "pi_a", nil},
+	for name, intents := range map[string][]map[string]any{
+		"declined and succeeded":  {declined, intent("pi_b", "succeeded", testKey)},
+		"declined and processing": {declined, intent("pi_b", "processing", testKey)},
+		"both declined":           {declined, intent("pi_b", "canceled", testKey)},
+		"both succeeded":          {intent("pi_a", "succeeded", testKey), intent("pi_b", "succeeded", testKey)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
-			f.Search = answer(http.StatusOK, searchResult(tc.intents...))
-			f.Retrieve = retrieveByPath(tc.intents...)
-			got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
-			if tc.wantErr != nil {
-				providertest.WantOnly(t, "Lookup", err, tc.wantErr)
-			} else if err != nil || got.Status != tc.wantStatus || got.ID != tc.wantID {
-				t.Errorf("Lookup = %+v, %v; want %s %s", got, err, tc.wantStatus, tc.wantID)
+			f.Search = answer(http.StatusOK, searchResult(intents...))
+			f.Retrieve = retrieveByPath(intents...)
+			_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+			providertest.WantOnly(t, "Lookup", err, provider.ErrAmbiguous)
+			if !strings.Contains(err.Error(), "pi_a") || !strings.Contains(err.Error(), "pi_b") {
+				t.Errorf("err = %v, want it to name both PaymentIntents", err)
 			}
 			if !strings.Contains(f.logs.String(), "several Stripe PaymentIntents carry one idempotency key") {
 				t.Errorf("no warning logged; logs:\n%s", f.logs.String())
