@@ -160,7 +160,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	handler := httpapi.NewServer(a.core.HTTPDeps(httpapi.Deps{
 		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
-		Ready: func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
+		Ready:     func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
+		RateLimit: httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
 	}))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -180,7 +181,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	base := "http://" + displayAddr(ln.Addr())
-	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider)
+	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
+		"rate_limit_per_tenant_per_instance", cfg.RateLimit)
 	printBanner(stdout, base, cfg, a.dataDir)
 
 	select {

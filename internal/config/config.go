@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,8 @@ type Config struct {
 	NATSURL                string
 	LogLevel               string
 	ShutdownTimeout        time.Duration
+	RateLimit              float64 // requests per second per tenant, per instance; 0: off
+	RateLimitBurst         int     // 0: one second's worth of RateLimit
 }
 
 // DevMode reports whether the service runs with an embedded PostgreSQL.
@@ -100,6 +103,16 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	secret(&c.NATSURL, "nats-url", "NATS_URL", "NATS URL (may hold credentials)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT", "20s", "how long in-flight requests may finish on shutdown")
+	rate, err := strconv.ParseFloat(env("RATE_LIMIT", "0"), 64)
+	if err != nil {
+		durErr = errors.Join(durErr, fmt.Errorf("RATE_LIMIT must be a number of requests per second (0: off)"))
+	}
+	fs.Float64Var(&c.RateLimit, "rate-limit", rate, "requests per second per tenant, in each instance; 0 turns the limit off (RATE_LIMIT)")
+	burst, err := strconv.Atoi(env("RATE_LIMIT_BURST", "0"))
+	if err != nil {
+		durErr = errors.Join(durErr, fmt.Errorf("RATE_LIMIT_BURST must be an integer"))
+	}
+	fs.IntVar(&c.RateLimitBurst, "rate-limit-burst", burst, "requests a tenant may send at once; 0: RATE_LIMIT rounded up (RATE_LIMIT_BURST)")
 	if durErr != nil {
 		return Config{}, durErr
 	}
@@ -149,6 +162,15 @@ func (c Config) validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
 		}
+	}
+	if !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 0) {
+		errs = append(errs, fmt.Errorf("RATE_LIMIT must be a finite number of requests per second, 0 (off) or more, not %v", c.RateLimit))
+	}
+	if c.RateLimitBurst < 0 {
+		errs = append(errs, fmt.Errorf("RATE_LIMIT_BURST must be 0 or more, not %d", c.RateLimitBurst))
+	}
+	if c.RateLimitBurst > 0 && c.RateLimit == 0 {
+		errs = append(errs, errors.New("RATE_LIMIT_BURST is set but RATE_LIMIT is 0 (off): set RATE_LIMIT too"))
 	}
 	if c.LeaseDuration <= c.ProviderTimeout {
 		errs = append(errs, fmt.Errorf("LEASE_DURATION (%s) must exceed PROVIDER_TIMEOUT (%s): "+

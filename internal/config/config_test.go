@@ -33,6 +33,13 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		"stripe without key":      {"PROVIDER": "stripe"},
 		"nats without url":        {"OUTBOX_PUBLISHER": "nats"},
 		"zero attempts":           {"RECONCILE_MAX_ATTEMPTS": "0"},
+		"rate not a number":       {"RATE_LIMIT": "fast"},
+		"negative rate":           {"RATE_LIMIT": "-1"},
+		"rate NaN":                {"RATE_LIMIT": "NaN"},
+		"rate infinite":           {"RATE_LIMIT": "+Inf"},
+		"burst not an integer":    {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "1.5"},
+		"negative burst":          {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "-1"},
+		"burst without a rate":    {"RATE_LIMIT_BURST": "20"},
 	} {
 		if _, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -83,5 +90,26 @@ func TestProviderKeyTTLWithStripe(t *testing.T) {
 		case tc.want != 0 && (err != nil || c.ProviderKeyTTL != tc.want):
 			t.Errorf("%s with PROVIDER_KEY_TTL=%q: %v, %v; want %v", tc.provider, tc.ttl, c.ProviderKeyTTL, err, tc.want)
 		}
+	}
+}
+
+func TestRateLimitIsOffByDefaultAndFlagsMirrorVariables(t *testing.T) {
+	for name, db := range map[string]string{"dev mode": "", "with a database": "postgres://x"} {
+		c, err := Load(nil, func(k string) string { return map[string]string{"DATABASE_URL": db}[k] }, &bytes.Buffer{})
+		if err != nil || c.RateLimit != 0 || c.RateLimitBurst != 0 {
+			t.Errorf("%s: rate limit %v burst %d (%v), want off", name, c.RateLimit, c.RateLimitBurst, err)
+		}
+	}
+	env := map[string]string{"RATE_LIMIT": "2.5", "RATE_LIMIT_BURST": "10"}
+	c, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err != nil || c.RateLimit != 2.5 || c.RateLimitBurst != 10 {
+		t.Errorf("from the environment: %v %d (%v)", c.RateLimit, c.RateLimitBurst, err)
+	}
+	c, err = Load([]string{"-rate-limit", "50", "-rate-limit-burst", "100"}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err != nil || c.RateLimit != 50 || c.RateLimitBurst != 100 {
+		t.Errorf("flags over the environment: %v %d (%v)", c.RateLimit, c.RateLimitBurst, err)
+	}
+	if _, err := Load([]string{"-rate-limit", "-3"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+		t.Error("a negative -rate-limit is accepted")
 	}
 }

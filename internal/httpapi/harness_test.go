@@ -50,6 +50,7 @@ type env struct {
 	reg   *prometheus.Registry
 	cfg   app.Config
 	core  *app.Core // the first instance's
+	limit httpapi.RateLimit
 }
 
 type envOption func(*envOptions)
@@ -58,6 +59,7 @@ type envOptions struct {
 	sim      sim.Options
 	cfg      app.Config
 	provider func(provider.Provider) provider.Provider
+	limit    httpapi.RateLimit
 }
 
 func withSlowDelay(d time.Duration) envOption {
@@ -76,6 +78,12 @@ func withHooks(h payments.Hooks) envOption {
 // withRecovery sets the reconciler's policy.
 func withRecovery(p idempotency.RecoveryPolicy) envOption {
 	return func(o *envOptions) { o.cfg.Recovery = p }
+}
+
+// withRateLimit limits each tenant to perSecond requests with burst, on the
+// environment's clock.
+func withRateLimit(perSecond float64, burst int) envOption {
+	return func(o *envOptions) { o.limit = httpapi.RateLimit{PerSecond: perSecond, Burst: burst} }
 }
 
 // withProvider wraps the simulator's client, to inject faults.
@@ -109,8 +117,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if o.provider != nil {
 		prov = o.provider(prov)
 	}
-	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg,
+	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg, limit: o.limit,
 		clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
+	e.limit.Clock = e.clock
 	e.url, e.core, e.reg = e.instance()
 	return e
 }
@@ -131,7 +140,8 @@ func (e *env) instance() (string, *app.Core, *prometheus.Registry) {
 	core := app.New(app.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m, Waiter: keys}, e.cfg)
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
-		Ready: func(ctx context.Context) error { return database.Ready(ctx, e.pool) },
+		Ready:     func(ctx context.Context) error { return database.Ready(ctx, e.pool) },
+		RateLimit: e.limit,
 	})))
 	t.Cleanup(func() {
 		srv.Close()

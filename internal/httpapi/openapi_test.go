@@ -241,6 +241,29 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			})
 		}},
 
+		{"rate limited", []envOption{withRateLimit(1, 2)}, func(t *testing.T, c *conformance) {
+			created := c.check(specExchange{
+				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				status: 201, headers: []string{"Location"},
+			})
+			payment := created.Header.Get("Location")
+			c.check(specExchange{name: "200 get a payment", method: "GET", path: payment, header: bearer(secretA), status: 200})
+			limited := func(name, method, path, body string, header map[string]string) specExchange {
+				return specExchange{name: name, method: method, path: path, header: header, body: body,
+					status: 429, code: "RATE_LIMITED", headers: []string{"Retry-After"}}
+			}
+			for _, x := range []specExchange{
+				limited("429 create", "POST", "/payments", body("merchantReference", `"inv-2"`), createHeaders(secretA, "k-2")),
+				limited("429 list", "GET", "/payments", "", bearer(secretA)),
+				limited("429 get", "GET", payment, "", bearer(secretA)),
+				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, createHeaders(secretA, "r-1")),
+				limited("429 list refunds", "GET", payment+"/refunds", "", bearer(secretA)),
+				limited("429 get a refund", "GET", payment+"/refunds/re_x", "", bearer(secretA)),
+			} {
+				c.check(x)
+			}
+		}},
+
 		{"database unavailable", nil, func(t *testing.T, c *conformance) {
 			// The same wiring as TestDatabaseDownIs503: authentication works,
 			// the payments store and readiness check see a dead database.

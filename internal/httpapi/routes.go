@@ -21,7 +21,7 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Mount(apidocs.Path, apidocs.Handler())
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(d.DB, errs), rejectUnstorableIDs(errs))
+		r.Use(authenticate(d.DB, errs), limitRate(newLimiter(d.RateLimit)), rejectUnstorableIDs(errs))
 		r.Post("/payments", handleCreatePayment(d.Payments, errs))
 		r.Get("/payments", handleListPayments(d.Payments, errs))
 		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments, errs))

@@ -32,6 +32,8 @@ type Deps struct {
 	// RetryAfter is the service's one advice to come back later (the
 	// engine's, idempotency.Engine.RetryAfter).
 	RetryAfter time.Duration
+	// RateLimit limits each tenant's requests; the zero value is off.
+	RateLimit RateLimit
 }
 
 // NewServer returns the handler of the whole API.

@@ -29,6 +29,7 @@ const (
 	RefundDeclined             Code = "REFUND_DECLINED"
 	PaymentNotRefundable       Code = "PAYMENT_NOT_REFUNDABLE"
 	RefundExceedsRefundable    Code = "REFUND_EXCEEDS_REFUNDABLE"
+	RateLimited                Code = "RATE_LIMITED"
 	ProviderUnavailable        Code = "PROVIDER_UNAVAILABLE"
 	ServiceUnavailable         Code = "SERVICE_UNAVAILABLE"
 	MalformedJSON              Code = "MALFORMED_JSON"
@@ -53,6 +54,7 @@ var titles = map[Code]string{
 	RefundDeclined:             "Refund declined",
 	PaymentNotRefundable:       "Payment not refundable",
 	RefundExceedsRefundable:    "Refund exceeds the refundable amount",
+	RateLimited:                "Rate limited",
 	ProviderUnavailable:        "Payment provider unavailable",
 	ServiceUnavailable:         "Service unavailable",
 	MalformedJSON:              "Malformed JSON",

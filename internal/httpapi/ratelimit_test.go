@@ -1,0 +1,84 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+// rateLimited checks that r is the 429 RATE_LIMITED answer, with a
+// Retry-After of want seconds.
+func rateLimited(t *testing.T, what string, r response, want string) {
+	t.Helper()
+	if r.Status != http.StatusTooManyRequests || r.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%s: got %d %s %s, want a 429 problem", what, r.Status, r.Header.Get("Content-Type"), r.Body)
+	}
+	if code := r.json(t)["code"]; code != "RATE_LIMITED" {
+		t.Errorf("%s: code %v, want RATE_LIMITED", what, code)
+	}
+	if got := r.Header.Get("Retry-After"); got != want {
+		t.Errorf("%s: Retry-After %q, want %q", what, got, want)
+	}
+	if r.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("%s: a 429 marked as a replay", what)
+	}
+}
+
+// Over its limit a tenant gets 429 before the idempotency engine: nothing is
+// recorded for the key, so the same request with the same key, sent once
+// the bucket has refilled, is a first request that succeeds, not a replay.
+func TestRateLimitAnswers429AndNeverRecordsTheKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withRateLimit(1, 2))
+	for i, ref := range []string{"inv-1", "inv-2"} {
+		if r := e.post("k-"+ref, body("merchantReference", `"`+ref+`"`)); r.Status != http.StatusCreated {
+			t.Fatalf("request %d of a burst of 2: %d %s", i+1, r.Status, r.Body)
+		}
+	}
+	limited := body("merchantReference", `"inv-3"`)
+	rateLimited(t, "third request of the burst", e.post("k-3", limited), "1")
+	rateLimited(t, "its retry at once", e.post("k-3", limited), "1")
+	if n := e.count("idempotency_keys WHERE idempotency_key = 'k-3'"); n != 0 {
+		t.Errorf("the limited request's key was recorded: %d rows", n)
+	}
+	if n := e.count("payments"); n != 2 {
+		t.Errorf("%d payments after two created and two limited", n)
+	}
+
+	e.clock.Advance(500 * time.Millisecond)
+	rateLimited(t, "half a token later", e.post("k-3", limited), "1")
+	e.clock.Advance(500 * time.Millisecond)
+	r := e.post("k-3", limited)
+	if r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the retry once a token is back: %d replayed=%q %s", r.Status, r.Header.Get("Idempotent-Replayed"), r.Body)
+	}
+	// Reads count too, and a long pause refills no more than the burst.
+	rateLimited(t, "a read with the bucket empty", e.get(secretA, "/payments"), "1")
+	e.clock.Advance(time.Hour)
+	for i := range 2 {
+		if r := e.get(secretA, "/payments/"+r.json(t)["paymentId"].(string)); r.Status != http.StatusOK {
+			t.Fatalf("read %d after a pause: %d %s", i+1, r.Status, r.Body)
+		}
+	}
+	rateLimited(t, "a third read after a pause", e.get(secretA, "/payments"), "1")
+}
+
+// Each tenant has its own bucket; requests without a valid secret get 401,
+// never 429, and use up no tenant's tokens.
+func TestRateLimitIsPerTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withRateLimit(0.5, 1))
+	if r := e.post("k-1", body()); r.Status != http.StatusCreated {
+		t.Fatalf("tenant A's first request: %d %s", r.Status, r.Body)
+	}
+	rateLimited(t, "tenant A's second request", e.get(secretA, "/payments"), "2")
+	for range 3 {
+		if r := e.get("sk_test_unknown", "/payments"); r.Status != http.StatusUnauthorized {
+			t.Fatalf("an unknown secret: %d %s, want 401", r.Status, r.Body)
+		}
+	}
+	if r := e.postAs(secretB, "k-1", body()); r.Status != http.StatusCreated {
+		t.Fatalf("tenant B while A is limited: %d %s", r.Status, r.Body)
+	}
+	rateLimited(t, "tenant B's second request", e.get(secretB, "/payments"), "2")
+}
