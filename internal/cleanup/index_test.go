@@ -41,3 +41,33 @@ func TestDeletingPublishedEventsReadsNoBacklog(t *testing.T) {
 		})
 	}
 }
+
+// TestErasingBodiesReadsNoErasedKeys (issue 9, item 7): the step that erases
+// expired response bodies finds them through an index of the keys that still
+// have one: with 20,000 retained keys whose bodies are already erased, it
+// reads next to nothing.
+func TestErasingBodiesReadsNoErasedKeys(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	ctx := context.Background()
+	_, err := db.Exec(ctx, `
+		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+		    response_status, created_at, completed_at)
+		SELECT 't', 'payments.create', 'k' || i, '\x01', 'payment', 'p' || i, 201, $1::timestamptz, $1::timestamptz
+		FROM generate_series(1, 20000) i`, now.Add(-10*24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `ANALYZE idempotency_keys`); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			plan := pgtest.Explain(t, db, mode, "timestamptz, int", eraseBodies,
+				now.Add(-policy.ReplayTTL).Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
+			if got := plan.RowsRead(); got > 10 {
+				t.Errorf("erasing bodies read %v rows with none to erase:\n%s", got, plan)
+			}
+		})
+	}
+}

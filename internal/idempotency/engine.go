@@ -232,7 +232,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request) (Re
 			}
 			e.metrics.IdempotencyTakeovers.Inc()
 			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", token)
-			own := &Owner{e: e, KeyID: rec.ID, Token: token, Tenant: rec.Scope.Tenant, Resource: rec.Resource}
+			own := &Owner{e: e, KeyID: rec.ID, Token: token, Tenant: rec.Scope.Tenant, Resource: rec.Resource, FirstSentAt: rec.FirstSentAt}
 			return e.resume(ctx, op, own)
 		}
 	}

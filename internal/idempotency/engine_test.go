@@ -67,7 +67,7 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 
 	for name, queue := range map[string]func(*pgx.Batch){
 		"hold":    func(b *pgx.Batch) { old.QueueHold(b, true) },
-		"release": func(b *pgx.Batch) { old.QueueRelease(b, true) },
+		"release": func(b *pgx.Batch) { old.QueueRelease(b, 0) },
 		"finish": func(b *pgx.Batch) {
 			if err := old.QueueFinish(b, done{}); err != nil {
 				t.Fatal(err)
@@ -142,7 +142,7 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	first := clk.Now()
 	commit(func(b *pgx.Batch) { own.QueueHold(b, true) })
 	clk.Advance(time.Second)
-	commit(func(b *pgx.Batch) { own.QueueRelease(b, true) })
+	commit(func(b *pgx.Batch) { own.QueueRelease(b, 0) })
 	if at := due(); at == nil || !at.Equal(first) {
 		t.Fatalf("recovery due %v, want %v (kept from the first hold)", at, first)
 	}

@@ -38,6 +38,7 @@ type Record struct {
 	Response       *Response  // nil until a final answer is stored
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
+	FirstSentAt    *time.Time // when a request for the resource first left for the provider
 }
 
 // Decision is how a request that found an existing record is answered.

@@ -56,7 +56,7 @@ func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, r
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at
+	       created_at, completed_at, first_sent_at
 	FROM idempotency_keys`
 
 // Load returns the record of scope, or ErrNotFound.
@@ -86,7 +86,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt)
+		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -143,18 +143,24 @@ func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 
 // queueHold adds to b the statement by which an owner that goes on working
 // keeps its key: the lease runs until `until` (nil: released, anyone may
-// take the key over), and recover says whether the key's resource is now in
-// a state whose outcome the reconciler must find out if nobody finishes it.
-// The first time recover is set the key is due at once (its lease still
-// guards it); later holds keep the schedule the reconciler booked. Fenced
-// like every owner write.
-func queueHold(b *pgx.Batch, id, token int64, until *time.Time, recover bool, now time.Time) {
+// take the key over), and recoverAt says when the reconciler must look at
+// the key's resource if nobody finishes it (nil: never; it moved no money).
+// A schedule the reconciler already booked is kept. sent records that a
+// request for the resource is about to leave for the provider (the first
+// time starts the provider's key window). Fenced like every owner write.
+// refused forgets the first send (the provider refused it before
+// processing, so its key window has not started) and replaces the schedule
+// with recoverAt.
+func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent, refused bool, now time.Time) {
 	b.Queue(`
 		UPDATE idempotency_keys
 		SET lease_expires_at = $3,
-		    recovery_next_at = CASE WHEN $4 THEN COALESCE(recovery_next_at, $5) END
+		    recovery_next_at = CASE WHEN $4::timestamptz IS NULL THEN NULL
+		                            WHEN $7 THEN $4
+		                            ELSE COALESCE(recovery_next_at, $4) END,
+		    first_sent_at = CASE WHEN $5 THEN COALESCE(first_sent_at, $6) WHEN $7 THEN NULL ELSE first_sent_at END
 		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		id, token, until, recover, now).Exec(fenced)
+		id, token, until, recoverAt, sent, now, refused).Exec(fenced)
 	if until == nil {
 		queueNotify(b, id)
 	}
@@ -201,10 +207,10 @@ func claimDue(ctx context.Context, q Querier, operations []string, now time.Time
 		                            * interval '1 microsecond'
 		FROM due WHERE k.id = due.id
 		RETURNING k.id, k.tenant_id, k.operation, k.idempotency_key, k.resource_type, k.resource_id,
-		          k.fencing_token, k.recovery_attempts`,
+		          k.fencing_token, k.recovery_attempts, k.first_sent_at`,
 		now, now.Add(lease), operations, schedule,
 	).Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Resource.Type, &r.Resource.ID,
-		&r.FencingToken, &attempts)
+		&r.FencingToken, &attempts, &r.FirstSentAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, 0, false, nil
 	}

@@ -158,7 +158,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt,
+		ID: p.ID, State: p.State,
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
 		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
@@ -171,7 +171,10 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 // final outcome; the result is the payment as it now stands.
 func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
 	from := p.State
-	p.State, p.UpdatedAt = to, now
+	if to != p.State {
+		p.UpdatedAt = now // only a move writes updated_at: show what the database holds
+	}
+	p.State = to
 	var eventType string
 	switch to {
 	case StateCompleted:

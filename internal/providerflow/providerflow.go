@@ -72,14 +72,18 @@ type Flow[S State] struct {
 	// ErrUnavailable is the operation's answer to a refusal that proves no
 	// money moved (a 503 to the client).
 	ErrUnavailable error
-	Hooks          Hooks
+	// RefusalGrace is how long after a refusal the reconciler looks the
+	// resource up anyway (never sends it): a refusal proves nothing moved
+	// only as far as the provider and the HTTP stack can be trusted, and a
+	// lookup is always safe. Default one minute.
+	RefusalGrace time.Duration
+	Hooks        Hooks
 }
 
 // Subject is one resource in the flow, as its operation describes it.
 type Subject[S State] struct {
-	ID        string
-	State     S
-	CreatedAt time.Time
+	ID    string
+	State S
 	// Send asks the provider to act, with the key derived from the resource.
 	Send func(ctx context.Context) (Answer, error)
 	// Lookup asks the provider what became of that key.
@@ -92,9 +96,13 @@ type Subject[S State] struct {
 
 // Resume takes s from its recorded state to a result, as own.
 func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	switch s.State {
-	case f.States.Sent, f.States.Unknown:
+	switch {
+	case s.State == f.States.Sent, s.State == f.States.Unknown:
 		return f.recoverOutcome(ctx, own, s)
+	case s.State == f.States.Retryable && own.Recovering:
+		// The client was told to retry; only the client sends it again.
+		// The reconciler only asks whether the refusal was true.
+		return f.checkRefusal(ctx, own, s)
 	default:
 		if s.State.Final() {
 			// A final state is committed together with its stored answer,
@@ -134,12 +142,23 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 			return nil, err
 		}
 		return f.settle(ctx, own, s, a, nil)
-	case errors.Is(err, provider.ErrNotFound) && f.Clock.Now().Sub(s.CreatedAt) < f.KeyWindow:
+	case errors.Is(err, provider.ErrAmbiguous):
+		// More than one object for one key: money may have moved twice.
+		// Nobody can decide that by asking again: a person must.
+		res, settleErr := f.settle(ctx, own, s, Answer{}, fmt.Errorf("%w: lookup: %v", provider.ErrUnknownOutcome, err)) //nolint:errorlint
+		if settleErr != nil {
+			return nil, settleErr
+		}
+		if err := own.MarkForReview(ctx, err.Error()); err != nil {
+			return nil, err
+		}
+		return res, nil
+	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(own):
 		if s.State == f.States.Unknown {
 			err = f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again")
 		} else {
 			b := &pgx.Batch{}
-			own.QueueHold(b, true) // a second call follows: renew the lease
+			own.QueueSending(b) // a second call follows: renew the lease
 			err = own.Commit(ctx, b)
 		}
 		if err != nil {
@@ -151,6 +170,45 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 		// before processing", which would mark the resource retryable.
 		return f.settle(ctx, own, s, Answer{}, fmt.Errorf("%w: lookup: %v", provider.ErrUnknownOutcome, err)) //nolint:errorlint
 	}
+}
+
+// insideKeyWindow reports whether the provider still remembers the key of
+// own's resource: its window runs from the first request that left for it.
+func (f *Flow[S]) insideKeyWindow(own *idempotency.Owner) bool {
+	if own.FirstSentAt == nil {
+		return true // never sent: nothing the provider could have forgotten
+	}
+	return f.Clock.Now().Sub(*own.FirstSentAt) < f.KeyWindow
+}
+
+// checkRefusal is the reconciler's look at a resource the provider refused:
+// if the provider holds it after all, it is settled; otherwise it stays
+// retryable and the reconciler stops looking (or tries later, when the
+// provider could not say).
+func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	a, err := s.Lookup(ctx)
+	if err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined) {
+		return f.settleFrom(ctx, own, s, f.States.Sent, a)
+	}
+	after := idempotency.NoRecovery // the provider is certain: nothing moved
+	if !errors.Is(err, provider.ErrNotFound) {
+		after = 0 // it could not say: the reconciler's backoff applies
+	}
+	b := &pgx.Batch{}
+	own.QueueRelease(b, after)
+	if err := own.Commit(ctx, b); err != nil {
+		return nil, err
+	}
+	return nil, f.ErrUnavailable
+}
+
+// settleFrom settles a refused resource the provider turned out to hold:
+// through the sent state, so the machine records what happened.
+func (f *Flow[S]) settleFrom(ctx context.Context, own *idempotency.Owner, s Subject[S], via S, a Answer) (idempotency.Result, error) {
+	if err := f.move(ctx, own, &s, via, "provider holds the refused request after all"); err != nil {
+		return nil, err
+	}
+	return f.settle(ctx, own, s, a, nil)
 }
 
 // settle commits what the provider said in one transaction: the move, the
@@ -180,12 +238,17 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 	// The key's statement first: every writer locks the key row, then the
 	// resource's.
 	key := &pgx.Batch{}
-	if mv.To.Final() {
+	switch {
+	case mv.To.Final():
 		if err := own.QueueFinish(key, res); err != nil {
 			return nil, err
 		}
-	} else {
-		own.QueueRelease(key, mv.To.NeedsRecovery())
+	case mv.To == f.States.Retryable:
+		own.QueueRefused(key, f.refusalGrace())
+	case mv.To.NeedsRecovery():
+		own.QueueRelease(key, 0)
+	default:
+		own.QueueRelease(key, idempotency.NoRecovery)
 	}
 	if mv.To != mv.From {
 		if err := f.Machine.QueueMove(key, mv); err != nil {
@@ -202,11 +265,22 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 	return res, nil
 }
 
+func (f *Flow[S]) refusalGrace() time.Duration {
+	if f.RefusalGrace <= 0 {
+		return time.Minute
+	}
+	return f.RefusalGrace
+}
+
 // move takes s to `to` in its own transaction, and renews the lease: a
 // provider call follows.
 func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S], to S, reason string) error {
 	b := &pgx.Batch{}
-	own.QueueHold(b, to.NeedsRecovery())
+	if to == f.States.Sent {
+		own.QueueSending(b)
+	} else {
+		own.QueueHold(b, to.NeedsRecovery())
+	}
 	if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: f.Clock.Now()}); err != nil {
 		return err
 	}
