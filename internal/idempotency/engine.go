@@ -249,6 +249,7 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 	// The client going away must not stop an operation halfway; every step
 	// of it is bounded by its own timeout.
 	res, err := op.Resume(context.WithoutCancel(ctx), own)
+	own.letGoAfter(ctx, err)
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			return e.afterLostWrite(ctx, own, err)

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -153,5 +154,45 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	})
 	if due() != nil {
 		t.Error("a finished key is still scheduled for recovery")
+	}
+}
+
+// failingOp fails every Resume with err, after the key was claimed.
+type failingOp struct{ err error }
+
+func (failingOp) Name() string { return "widgets.create" }
+func (o failingOp) Resume(context.Context, *Owner) (Result, error) {
+	return nil, o.err
+}
+
+// Issue 9, item 6: an owner whose work fails half-way (not a crash) hands
+// the key back at once, so a retry need not wait out the lease; a crash
+// (ErrCrashed) keeps it, as a dead process would.
+func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
+	t.Parallel()
+	e, pool, _ := testEngine(t)
+	ctx := context.Background()
+	for i, c := range []struct {
+		err       error
+		wantLease bool
+	}{
+		{errors.New("database blip"), false},
+		{fmt.Errorf("%w: failpoint", ErrCrashed), true},
+	} {
+		req := Request{
+			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: fmt.Sprint("k", i)}, Fingerprint: []byte{1},
+			Resource: Resource{Type: "widget", ID: fmt.Sprint("w", i)},
+			Create:   func(context.Context, pgx.Tx) error { return nil },
+		}
+		if _, err := e.Do(ctx, failingOp{c.err}, req); !errors.Is(err, c.err) {
+			t.Fatalf("%v: Do returned %v", c.err, err)
+		}
+		rec, err := Load(ctx, pool, req.Scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.LeaseExpiresAt != nil; got != c.wantLease {
+			t.Errorf("after %q the key is leased: %v, want %v", c.err, got, c.wantLease)
+		}
 	}
 }

@@ -33,6 +33,8 @@ type Owner struct {
 	answer       *Response // the final answer this owner committed
 	sending      bool      // QueueSending is in the batch being committed
 	refused      bool      // QueueRefused is in the batch being committed
+	releasing    bool      // a release is in the batch being committed
+	ended        bool      // the last commit finished or released the key
 	markedReview bool
 }
 
@@ -98,6 +100,22 @@ func (o *Owner) queueRelease(b *pgx.Batch, recoverAfter time.Duration, refused b
 		at = recoverAt(true, now.Add(recoverAfter))
 	}
 	queueHold(b, o.KeyID, o.Token, nil, at, false, refused, now)
+	o.releasing = true
+}
+
+// letGoAfter hands the key back after the owner's work failed with err,
+// unless it already ended its lease or err stands for a crash (ErrCrashed)
+// or a lost key (ErrFenced). Best effort: if it fails, the lease runs out.
+func (o *Owner) letGoAfter(ctx context.Context, err error) {
+	if err == nil || o.ended || errors.Is(err, ErrCrashed) || errors.Is(err, ErrFenced) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+	defer cancel()
+	if letErr := letGo(ctx, o.e.db, o.KeyID, o.Token); letErr != nil {
+		o.e.log.WarnContext(ctx, "could not hand back a key after a failure; its lease will run out",
+			"resource", o.Resource.ID, "error", letErr)
+	}
 }
 
 func recoverAt(recover bool, at time.Time) *time.Time {
@@ -132,6 +150,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	defer cancel()
 	pending, sending, refused := o.pending, o.sending, o.refused
 	o.pending, o.sending, o.refused = nil, false, false
+	defer func() { o.releasing = false }()
 	err := pgx.BeginFunc(ctx, o.e.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 	switch {
 	case errors.Is(err, statemachine.ErrStaleWrite):
@@ -139,6 +158,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	case err != nil:
 		return err
 	}
+	o.ended = pending != nil || o.releasing
 	if pending != nil {
 		o.answer = pending
 	}

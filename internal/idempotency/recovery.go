@@ -124,6 +124,7 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 	own := &Owner{e: r.e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant,
 		Resource: rec.Resource, Recovering: true, FirstSentAt: rec.FirstSentAt}
 	res, err := r.ops[rec.Scope.Operation].Resume(context.WithoutCancel(ctx), own)
+	own.letGoAfter(ctx, err)
 	if own.markedReview {
 		return OutcomeManualReview
 	}

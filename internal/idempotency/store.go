@@ -166,6 +166,19 @@ func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent,
 	}
 }
 
+// letGo ends the lease of key row id held with token, and nothing else: an
+// owner whose work failed half-way hands the key back (fenced: a newer owner
+// keeps its lease).
+func letGo(ctx context.Context, q Querier, id, token int64) error {
+	_, err := q.Exec(ctx, `
+		UPDATE idempotency_keys SET lease_expires_at = NULL
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`, id, token)
+	if err != nil {
+		return fmt.Errorf("let go of idempotency key: %w", err)
+	}
+	return nil
+}
+
 // queueNotify tells waiting requests, on every instance, that key row id
 // changed. PostgreSQL delivers it only if the transaction commits.
 func queueNotify(b *pgx.Batch, id int64) {

@@ -45,7 +45,10 @@ func run(ctx context.Context, hook func(context.Context, string) error, paymentI
 	if hook == nil {
 		return nil
 	}
-	return hook(ctx, paymentID)
+	if err := hook(ctx, paymentID); err != nil {
+		return fmt.Errorf("%w: %w", idempotency.ErrCrashed, err)
+	}
+	return nil
 }
 
 // Deps are the collaborators of a Service.

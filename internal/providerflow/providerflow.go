@@ -291,9 +291,13 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 	return nil
 }
 
+// hook runs a failpoint; its error stops the work as a crash would.
 func hook(ctx context.Context, h func(context.Context, string) error, id string) error {
 	if h == nil {
 		return nil
 	}
-	return h(ctx, id)
+	if err := h(ctx, id); err != nil {
+		return fmt.Errorf("%w: %w", idempotency.ErrCrashed, err)
+	}
+	return nil
 }
