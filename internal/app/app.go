@@ -64,6 +64,7 @@ func New(d Deps, cfg Config) *Core {
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
 	}, payments.Config{
 		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow, Hooks: cfg.PaymentHooks,
+		AbandonAfter: cfg.ReplayTTL,
 	})
 	ref := refunds.NewService(refunds.Deps{
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,

@@ -188,3 +188,78 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 		t.Errorf("updatedAt: first 202 %v, second 202 %v, database %v", first.json(t)["updatedAt"], again.json(t)["updatedAt"], got)
 	}
 }
+
+// Issue 9, item 4: a payment that never moved money (its client vanished
+// after the claim) holds its invoice only until the replay window ends:
+// then the reconciler cancels it, which frees the merchant reference and
+// gives its key a stored final answer. Nothing is ever sent.
+func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
+	t.Parallel()
+	var crashed sync.Once
+	e := newEnv(t, withHooks(payments.Hooks{AfterClaim: func(context.Context, string) error {
+		err := fmt.Errorf("crash after the claim")
+		first := false
+		crashed.Do(func() { first = true })
+		if first {
+			return err
+		}
+		return nil
+	}}))
+	if r := e.post("k-gone", body()); r.Status < 500 {
+		t.Fatalf("the crashed request answered %d", r.Status)
+	}
+	gone := e.onlyPaymentID()
+	if r := e.post("k-new", body()); r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
+		t.Fatalf("new key, same invoice, inside the window: %d %s", r.Status, r.Body)
+	}
+	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+		t.Fatalf("the reconciler touched a payment inside its window: %v", stats)
+	}
+
+	e.clock.Advance(e.cfg.ReplayTTL + time.Minute)
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats[payments.OutcomeCanceled] != 1 {
+		t.Fatalf("reconciler after the window: %v %v", stats, err)
+	}
+	if s := e.state(gone); s != payments.StateCanceled {
+		t.Errorf("abandoned payment %s, want CANCELED", s)
+	}
+	if n := len(e.sim.Charges()); n != 0 {
+		t.Errorf("an abandoned payment was sent: %d charges", n)
+	}
+	// Its key answers from a stored final answer, byte for byte.
+	first := e.post("k-gone", body())
+	again := e.post("k-gone", body())
+	if first.Status != http.StatusConflict || first.json(t)["code"] != "PAYMENT_CANCELED" || first.json(t)["paymentId"] != gone ||
+		string(again.Body) != string(first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the abandoned key: %d %s / %s", first.Status, first.Body, again.Header.Get("Idempotent-Replayed"))
+	}
+	// The invoice is free again.
+	if r := e.post("k-new", body()); r.Status != http.StatusCreated {
+		t.Errorf("new key, same invoice, after the cancellation: %d %s", r.Status, r.Body)
+	}
+	if g := e.get(secretA, "/payments/"+gone).json(t); g["status"] != "CANCELED" {
+		t.Errorf("GET the canceled payment: %v", g["status"])
+	}
+}
+
+// A refused payment nobody retried is canceled too, after the provider
+// confirms it never saw it.
+func TestAnAbandonedRefusedPaymentIsLookedUpThenCanceled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if r := e.post("k-1", body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	e.clock.Advance(e.cfg.ReplayTTL + time.Minute)
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats[payments.OutcomeCanceled] != 1 {
+		t.Fatalf("reconciler: %v %v", stats, err)
+	}
+	if s := e.state(e.onlyPaymentID()); s != payments.StateCanceled {
+		t.Errorf("payment %s, want CANCELED", s)
+	}
+	if r := e.post("k-2", body()); r.Status != http.StatusCreated {
+		t.Errorf("the invoice after the cancellation: %d %s", r.Status, r.Body)
+	}
+}

@@ -50,7 +50,7 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 	scope := Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}
 	var id int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		id, _, err = claimKey(ctx, tx, scope, []byte{1}, Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute)
+		id, _, err = claimKey(ctx, tx, scope, []byte{1}, Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
 		return err
 	})
 	if err != nil {
@@ -115,7 +115,7 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	var id int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		id, _, err = claimKey(ctx, tx, Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, []byte{1},
-			Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute)
+			Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
 		return err
 	})
 	if err != nil {

@@ -28,6 +28,9 @@ type Owner struct {
 	// FirstSentAt is when a request for the resource first left for the
 	// provider (nil: never yet). The provider's key window runs from here.
 	FirstSentAt *time.Time
+	// AbandonAt is when the key counts as abandoned if its resource moved
+	// no money (nil: never); see Abandoned.
+	AbandonAt *time.Time
 
 	pending      *Response // rendered by QueueFinish, stored if Commit succeeds
 	answer       *Response // the final answer this owner committed
@@ -36,6 +39,13 @@ type Owner struct {
 	releasing    bool      // a release is in the batch being committed
 	ended        bool      // the last commit finished or released the key
 	markedReview bool
+}
+
+// Abandoned reports whether the reconciler holds the key past its
+// abandonment time: the operation should end a resource that moved no
+// money (after asking the provider, if a request ever left for it).
+func (o *Owner) Abandoned() bool {
+	return o.Recovering && o.AbandonAt != nil && !o.e.clock.Now().Before(*o.AbandonAt)
 }
 
 // QueueFinish adds to b the statement that stores r, rendered, as the key's
@@ -72,8 +82,8 @@ func (o *Owner) QueueSending(b *pgx.Batch) {
 	o.sending = true
 }
 
-// NoRecovery, as QueueRelease's recoverAfter: the resource moved no money
-// and nothing needs to look at it.
+// NoRecovery, as QueueRelease's recoverAfter: the resource moved no money;
+// the reconciler looks at it only once the key is abandoned.
 const NoRecovery time.Duration = -1
 
 // QueueRelease adds to b the end of the caller's lease without a final

@@ -35,15 +35,18 @@ type Querier interface {
 // a lease until now+lease. It reports ok=false, without error, when the scope
 // is already taken: the row inserted first is the lock. A concurrent claim of
 // the same scope waits for the first transaction to end.
-func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration) (id int64, ok bool, err error) {
+//
+// abandonAt (nil: never) is when the reconciler takes the key over if
+// nobody finished it and its resource moved no money, to end it.
+func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) (id int64, ok bool, err error) {
 	err = q.QueryRow(ctx, `
 		INSERT INTO idempotency_keys
 		    (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-		     fencing_token, lease_expires_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)
+		     fencing_token, lease_expires_at, created_at, abandon_at, recovery_next_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $9)
 		ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 		RETURNING id`,
-		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now).Scan(&id)
+		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -56,7 +59,7 @@ func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, r
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at, first_sent_at
+	       created_at, completed_at, first_sent_at, abandon_at
 	FROM idempotency_keys`
 
 // Load returns the record of scope, or ErrNotFound.
@@ -86,7 +89,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt)
+		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.AbandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -144,7 +147,10 @@ func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 // queueHold adds to b the statement by which an owner that goes on working
 // keeps its key: the lease runs until `until` (nil: released, anyone may
 // take the key over), and recoverAt says when the reconciler must look at
-// the key's resource if nobody finishes it (nil: never; it moved no money).
+// the key's resource if nobody finishes it (nil: it moved no money, so only
+// when the key is abandoned). The first send makes the key due at once (its
+// lease still guards it); later holds keep the schedule the reconciler
+// booked.
 // A schedule the reconciler already booked is kept. sent records that a
 // request for the resource is about to leave for the provider (the first
 // time starts the provider's key window). Fenced like every owner write.
@@ -155,8 +161,9 @@ func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent,
 	b.Queue(`
 		UPDATE idempotency_keys
 		SET lease_expires_at = $3,
-		    recovery_next_at = CASE WHEN $4::timestamptz IS NULL THEN NULL
+		    recovery_next_at = CASE WHEN $4::timestamptz IS NULL THEN abandon_at
 		                            WHEN $7 THEN $4
+		                            WHEN $5 AND first_sent_at IS NULL THEN $4
 		                            ELSE COALESCE(recovery_next_at, $4) END,
 		    first_sent_at = CASE WHEN $5 THEN COALESCE(first_sent_at, $6) WHEN $7 THEN NULL ELSE first_sent_at END
 		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
@@ -220,10 +227,10 @@ func claimDue(ctx context.Context, q Querier, operations []string, now time.Time
 		                            * interval '1 microsecond'
 		FROM due WHERE k.id = due.id
 		RETURNING k.id, k.tenant_id, k.operation, k.idempotency_key, k.resource_type, k.resource_id,
-		          k.fencing_token, k.recovery_attempts, k.first_sent_at`,
+		          k.fencing_token, k.recovery_attempts, k.first_sent_at, k.abandon_at`,
 		now, now.Add(lease), operations, schedule,
 	).Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Resource.Type, &r.Resource.ID,
-		&r.FencingToken, &attempts, &r.FirstSentAt)
+		&r.FencingToken, &attempts, &r.FirstSentAt, &r.AbandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, 0, false, nil
 	}

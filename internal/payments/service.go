@@ -26,6 +26,10 @@ type Config struct {
 	// ProviderKeyWindow is how long the provider remembers its idempotency
 	// keys. Past it, a payment is only ever looked up, never sent again.
 	ProviderKeyWindow time.Duration
+	// AbandonAfter is how long after its claim a payment that moved no
+	// money (never sent, or refused) waits for its client's retry before
+	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
+	AbandonAfter time.Duration
 	// Hooks are failpoints for tests; the zero value does nothing.
 	Hooks Hooks
 }
@@ -85,7 +89,7 @@ func NewService(d Deps, cfg Config) *Service {
 		Machine: machine,
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateCompleted, Declined: StateDeclined,
-			Retryable: StateFailedRetryable, Unknown: StateUnknown,
+			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
@@ -108,11 +112,12 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	return s.engine.Do(ctx, s, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
-		Fingerprint: cmd.Fingerprint(),
-		Resource:    p.Resource(),
-		Create:      func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, p) },
-		Wait:        wait,
+		Scope:        idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+		Fingerprint:  cmd.Fingerprint(),
+		Resource:     p.Resource(),
+		Create:       func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, p) },
+		Wait:         wait,
+		AbandonAfter: s.cfg.AbandonAfter,
 	})
 }
 

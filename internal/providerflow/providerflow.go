@@ -46,6 +46,9 @@ type States[S State] struct {
 	Declined  S // the provider declined
 	Retryable S // the provider refused before processing: nothing moved
 	Unknown   S // money may have moved; find out by asking
+	// Canceled ends a resource that moved no money once its key is
+	// abandoned (Owner.Abandoned). Empty: the operation has no such end.
+	Canceled S
 }
 
 // Answer is what the provider said about a resource.
@@ -99,10 +102,17 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 	switch {
 	case s.State == f.States.Sent, s.State == f.States.Unknown:
 		return f.recoverOutcome(ctx, own, s)
+	case own.Recovering && !s.State.Final() && own.Abandoned() && f.States.Canceled != "":
+		return f.abandon(ctx, own, s)
 	case s.State == f.States.Retryable && own.Recovering:
 		// The client was told to retry; only the client sends it again.
 		// The reconciler only asks whether the refusal was true.
 		return f.checkRefusal(ctx, own, s)
+	case own.Recovering:
+		// Never sent, not yet abandoned: only its client may send it.
+		b := &pgx.Batch{}
+		own.QueueRelease(b, idempotency.NoRecovery)
+		return nil, own.Commit(ctx, b)
 	default:
 		if s.State.Final() {
 			// A final state is committed together with its stored answer,
@@ -202,6 +212,28 @@ func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Su
 	return nil, f.ErrUnavailable
 }
 
+// abandon ends a resource whose key nobody finished in time and that moved
+// no money: never sent, or refused. If a request ever left for it (or was
+// refused, which may hide a processed request), the provider is asked
+// first: what it holds is settled; only what it never saw is canceled.
+func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	if own.FirstSentAt != nil || s.State == f.States.Retryable {
+		a, err := s.Lookup(ctx)
+		switch {
+		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+			return f.settleFrom(ctx, own, s, f.States.Sent, a)
+		case !errors.Is(err, provider.ErrNotFound):
+			b := &pgx.Batch{}
+			own.QueueRelease(b, 0) // the provider could not say: the reconciler's backoff applies
+			if cerr := own.Commit(ctx, b); cerr != nil {
+				return nil, cerr
+			}
+			return nil, fmt.Errorf("abandoned %s %s: lookup: %w", f.Machine.Name(), s.ID, err)
+		}
+	}
+	return f.commit(ctx, own, s, f.States.Canceled, "abandoned: no request moved money, nobody finished it", Answer{})
+}
+
 // settleFrom settles a refused resource the provider turned out to hold:
 // through the sent state, so the machine records what happened.
 func (f *Flow[S]) settleFrom(ctx context.Context, own *idempotency.Owner, s Subject[S], via S, a Answer) (idempotency.Result, error) {
@@ -214,53 +246,63 @@ func (f *Flow[S]) settleFrom(ctx context.Context, own *idempotency.Owner, s Subj
 // settle commits what the provider said in one transaction: the move, the
 // operation's writes, and the stored answer (final) or the released key.
 func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[S], a Answer, callErr error) (idempotency.Result, error) {
-	now := f.Clock.Now()
-	mv := statemachine.Move[S]{ID: s.ID, From: s.State, At: now}
-	var resultErr error
+	var (
+		to        S
+		reason    string
+		resultErr error
+	)
 	switch {
 	case callErr == nil && a.Status == provider.StatusSucceeded:
-		mv.To, mv.Reason = f.States.Succeeded, "provider confirmed"
+		to, reason = f.States.Succeeded, "provider confirmed"
 	case callErr == nil && a.Status == provider.StatusDeclined:
-		mv.To, mv.Reason = f.States.Declined, "provider declined: "+a.DeclineCode
+		to, reason = f.States.Declined, "provider declined: "+a.DeclineCode
 	case errors.Is(callErr, provider.ErrUnavailable):
-		mv.To, mv.Reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), f.ErrUnavailable
+		to, reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), f.ErrUnavailable
 	case callErr == nil:
-		mv.To, mv.Reason = f.States.Unknown, "provider has not decided: "+string(a.Status)
+		to, reason = f.States.Unknown, "provider has not decided: "+string(a.Status)
 	default:
-		mv.To, mv.Reason = f.States.Unknown, "outcome unknown: "+callErr.Error()
+		to, reason = f.States.Unknown, "outcome unknown: "+callErr.Error()
 	}
-	b := &pgx.Batch{}
-	res, set, err := s.Settle(b, mv.To, a, now)
+	res, err := f.commit(ctx, own, s, to, reason, a)
 	if err != nil {
 		return nil, err
 	}
-	mv.Set = set
-	// The key's statement first: every writer locks the key row, then the
-	// resource's.
+	if resultErr != nil {
+		return nil, resultErr
+	}
+	return res, nil
+}
+
+// commit moves s to `to` with the operation's writes and the key's
+// statement (first: every writer locks the key row, then the resource's).
+func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[S], to S, reason string, a Answer) (idempotency.Result, error) {
+	now := f.Clock.Now()
+	b := &pgx.Batch{}
+	res, set, err := s.Settle(b, to, a, now)
+	if err != nil {
+		return nil, err
+	}
 	key := &pgx.Batch{}
 	switch {
-	case mv.To.Final():
+	case to.Final():
 		if err := own.QueueFinish(key, res); err != nil {
 			return nil, err
 		}
-	case mv.To == f.States.Retryable:
+	case to == f.States.Retryable:
 		own.QueueRefused(key, f.refusalGrace())
-	case mv.To.NeedsRecovery():
+	case to.NeedsRecovery():
 		own.QueueRelease(key, 0)
 	default:
 		own.QueueRelease(key, idempotency.NoRecovery)
 	}
-	if mv.To != mv.From {
-		if err := f.Machine.QueueMove(key, mv); err != nil {
+	if to != s.State {
+		if err := f.Machine.QueueMove(key, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
 			return nil, err
 		}
 	}
 	key.QueuedQueries = append(key.QueuedQueries, b.QueuedQueries...)
 	if err := own.Commit(ctx, key); err != nil {
 		return nil, err
-	}
-	if resultErr != nil {
-		return nil, resultErr
 	}
 	return res, nil
 }
