@@ -691,3 +691,39 @@ func TestSlowHandlingIsNotRedelivered(t *testing.T) {
 	}
 	e.wantOutcomes(map[string]float64{"applied": 1})
 }
+
+func refundSucceeded(t *testing.T, refundID, paymentID, amount string, at time.Time) outbox.Event {
+	t.Helper()
+	ev, err := outbox.NewEvent(outbox.TypeRefundSucceeded, "refund", refundID, map[string]string{
+		"refundId": refundID, "paymentId": paymentID, "status": "SUCCEEDED", "amount": amount, "currency": "EUR",
+		"accountId": "acc_1", "tenantId": "tenant_a", "providerReference": "re_" + refundID,
+	}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// TestOneEntryPerSucceededRefund: each succeeded refund books one
+// REFUND_SUCCEEDED entry, beside the payment's own entry; a redelivery or a
+// second event of the same refund books nothing; two refunds of one payment
+// book two entries.
+func TestOneEntryPerSucceededRefund(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.apply(succeeded(t, "pay_a", "10.00", t0), ledger.OutcomeApplied)
+	first := refundSucceeded(t, "re_1", "pay_a", "3.00", t0)
+	e.apply(first, ledger.OutcomeApplied)
+	e.apply(first, ledger.OutcomeDuplicateEvent)
+	e.apply(refundSucceeded(t, "re_1", "pay_a", "3.00", t0), ledger.OutcomeDuplicateEntry)
+	e.apply(refundSucceeded(t, "re_2", "pay_a", "2.00", t0), ledger.OutcomeApplied)
+	if n := e.count(`SELECT count(*) FROM ledger_entries WHERE entry_type = 'REFUND_SUCCEEDED' AND payment_id = 'pay_a'`); n != 2 {
+		t.Errorf("%d refund entries, want 2", n)
+	}
+	if n := e.count(`SELECT COALESCE(sum(amount_minor), 0)::int FROM ledger_entries WHERE entry_type = 'REFUND_SUCCEEDED'`); n != 500 {
+		t.Errorf("refunds booked %d cents, want 500", n)
+	}
+	if n := e.count(`SELECT count(*) FROM ledger_entries WHERE entry_type = 'PAYMENT_SUCCEEDED'`); n != 1 {
+		t.Errorf("%d payment entries, want 1", n)
+	}
+}
