@@ -205,9 +205,20 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request) (Re
 			if changed == nil {
 				// Subscribe, then look again: a change between the load
 				// and the subscription is not missed.
+				// The key counts its waiters: its owner notifies only
+				// when someone waits (a notifying commit is serialised
+				// cluster-wide, so an uncontended key must not notify).
 				var unsubscribe func()
 				changed, unsubscribe = e.waiter.Subscribe(rec.ID)
 				defer unsubscribe()
+				if err := addWaiter(ctx, e.db, rec.ID, 1); err != nil {
+					return Reply{}, err
+				}
+				defer func() {
+					if err := addWaiter(context.WithoutCancel(ctx), e.db, rec.ID, -1); err != nil {
+						e.log.WarnContext(ctx, "could not uncount a waiter; its key may notify once too often", "error", err)
+					}
+				}()
 				continue
 			}
 			// Wake on a notification, or when the owner's lease runs out

@@ -196,3 +196,71 @@ func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
 		}
 	}
 }
+
+// Issue 8: an owner notifies only when a request waits for its key. A
+// finish nobody waits for sends nothing: a sentinel sent after it is the
+// first notification a listener gets (delivery follows commit order); with
+// a waiter counted, the finish's notification comes first.
+func TestOnlyAWatchedKeyNotifies(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	finish := func(key string, waiters int) int64 {
+		var id int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			id, _, err = claimKey(ctx, tx, Scope{Tenant: "t", Operation: "widgets.create", Key: key}, []byte{1},
+				Resource{Type: "widget", ID: key}, clk.Now(), time.Minute, nil)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range waiters {
+			if err := addWaiter(ctx, pool, id, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		own := &Owner{e: e, KeyID: id, Token: 1}
+		b := &pgx.Batch{}
+		if err := own.QueueFinish(b, done{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := own.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	firstAfter := func(sentinel string) string {
+		if _, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, sentinel); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Payload != sentinel { // drain up to the sentinel
+			if _, err := conn.WaitForNotification(wctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n.Payload
+	}
+	finish("unwatched", 0)
+	if got := firstAfter("sentinel-1"); got != "sentinel-1" {
+		t.Errorf("a finish nobody waited for notified %q", got)
+	}
+	watched := finish("watched", 1)
+	if got := firstAfter("sentinel-2"); got != fmt.Sprint(watched) {
+		t.Errorf("a finish with a waiter: first notification %q, want the key %d", got, watched)
+	}
+}

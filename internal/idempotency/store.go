@@ -135,13 +135,13 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // the key's fencing token; otherwise the batch fails with ErrFenced.
 func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers, _ := json.Marshal(resp.Headers) // map[string]string always marshals
-	b.Queue(`
+	b.Queue(notifyingWaiters(`
 		UPDATE idempotency_keys
 		SET response_status = $3, response_headers = $4, response_body = $5,
 		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		id, token, resp.Status, headers, resp.Body, now).Exec(fenced)
-	queueNotify(b, id)
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		RETURNING id, waiters`),
+		id, token, resp.Status, headers, resp.Body, now, NotifyChannel).QueryRow(fencedRow)
 }
 
 // queueHold adds to b the statement by which an owner that goes on working
@@ -158,7 +158,7 @@ func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 // processing, so its key window has not started) and replaces the schedule
 // with recoverAt.
 func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent, refused bool, now time.Time) {
-	b.Queue(`
+	sql := `
 		UPDATE idempotency_keys
 		SET lease_expires_at = $3,
 		    recovery_next_at = CASE WHEN $4::timestamptz IS NULL THEN abandon_at
@@ -166,34 +166,83 @@ func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent,
 		                            WHEN $5 AND first_sent_at IS NULL THEN $4
 		                            ELSE COALESCE(recovery_next_at, $4) END,
 		    first_sent_at = CASE WHEN $5 THEN COALESCE(first_sent_at, $6) WHEN $7 THEN NULL ELSE first_sent_at END
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		id, token, until, recoverAt, sent, now, refused).Exec(fenced)
-	if until == nil {
-		queueNotify(b, id)
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`
+	if until != nil {
+		b.Queue(sql, id, token, until, recoverAt, sent, now, refused).Exec(fenced)
+		return
 	}
+	// Released: a waiter may take the key over now.
+	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`),
+		id, token, until, recoverAt, sent, now, refused, NotifyChannel).QueryRow(fencedRow)
 }
 
 // letGo ends the lease of key row id held with token, and nothing else: an
 // owner whose work failed half-way hands the key back (fenced: a newer owner
 // keeps its lease).
 func letGo(ctx context.Context, q Querier, id, token int64) error {
-	_, err := q.Exec(ctx, `
+	var n, woken int
+	err := q.QueryRow(ctx, notifyingWaiters(`
 		UPDATE idempotency_keys SET lease_expires_at = NULL
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`, id, token)
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		RETURNING id, waiters`), id, token, NotifyChannel).Scan(&n, &woken)
 	if err != nil {
 		return fmt.Errorf("let go of idempotency key: %w", err)
 	}
 	return nil
 }
 
-// queueNotify tells waiting requests, on every instance, that key row id
-// changed. PostgreSQL delivers it only if the transaction commits.
-func queueNotify(b *pgx.Batch, id int64) {
-	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(id, 10))
+// notifyingWaiters wraps update, an UPDATE of one key row ... RETURNING id,
+// waiters whose last parameter is the channel, so that the same statement
+// tells waiting requests, on every instance, that the key changed, but
+// only if some request waits for it (PostgreSQL delivers the notification
+// only if the transaction commits). It answers (rows updated, notified).
+func notifyingWaiters(update string) string {
+	channel := "$" + strconv.Itoa(highestParam(update)+1)
+	return `WITH changed AS (` + update + `),
+		woken AS (SELECT pg_notify(` + channel + `, id::text) FROM changed WHERE waiters > 0)
+		SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM woken)::int`
+}
+
+// highestParam is the highest $n in sql.
+func highestParam(sql string) int {
+	highest := 0
+	for i := 0; i < len(sql); i++ {
+		if sql[i] != '$' {
+			continue
+		}
+		n := 0
+		for j := i + 1; j < len(sql) && sql[j] >= '0' && sql[j] <= '9'; j++ {
+			n = n*10 + int(sql[j]-'0')
+		}
+		highest = max(highest, n)
+	}
+	return highest
+}
+
+// addWaiter counts (delta 1) or uncounts (delta -1) a request waiting for
+// key row id.
+func addWaiter(ctx context.Context, q Querier, id int64, delta int) error {
+	_, err := q.Exec(ctx, `UPDATE idempotency_keys SET waiters = GREATEST(waiters + $2, 0) WHERE id = $1`, id, delta)
+	if err != nil {
+		return fmt.Errorf("count a waiter: %w", err)
+	}
+	return nil
 }
 
 func fenced(tag pgconn.CommandTag) error {
 	if tag.RowsAffected() != 1 {
+		return ErrFenced
+	}
+	return nil
+}
+
+// fencedRow reads notifyingWaiters' answer: one row updated, or fenced.
+func fencedRow(row pgx.Row) error {
+	var n, woken int
+	if err := row.Scan(&n, &woken); err != nil {
+		return err
+	}
+	if n != 1 {
 		return ErrFenced
 	}
 	return nil
