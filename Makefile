@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short bench bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
+.PHONY: run providersim test test-short fuzz bench bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,22 @@ test: tools ## run every test, with the race detector, on real PostgreSQL
 
 test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...
+
+# Every fuzz target, as package:target. `go test -fuzz` runs one target at a
+# time; the seed corpora (testdata/fuzz/...) also run as plain tests in `make test`.
+FUZZ_TARGETS := \
+	./internal/idempotency/:FuzzParseKey \
+	./internal/httpapi/:FuzzDecodeCreatePayment \
+	./internal/httpapi/:FuzzDecodeCreateRefund \
+	./internal/payments/:FuzzFingerprintPairs \
+	./internal/refunds/:FuzzFingerprintPairs
+FUZZTIME ?= 3s
+
+fuzz: ## run each fuzz target for FUZZTIME (default 3s); a failing input is saved under the package's testdata/fuzz
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
+	done
 
 bench: build ## the API against pgbench on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
 	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi $(ARGS)

@@ -60,9 +60,7 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, refunds.ErrNotFound):
 		problem.New(http.StatusNotFound, problem.NotFound, "No such refund.").Write(w)
 	case errors.Is(err, payments.ErrInvalidCursor):
-		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more parameters are invalid.")
-		p.Errors = []problem.FieldError{{Field: "cursor", Message: "is not a cursor from this API"}}
-		p.Write(w)
+		invalidParameter(w, "cursor", "is not a cursor from this API")
 	case database.Unavailable(err):
 		logFrom(r).WarnContext(r.Context(), "database unavailable", "error", err)
 		ew.unavailable(w)

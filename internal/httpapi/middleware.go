@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -16,7 +17,9 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // RequestIDHeader carries the request id, in and out.
@@ -131,4 +134,35 @@ func authenticate(auth *apikeys.Authenticator, errs errorWriter) func(http.Handl
 func unauthorized(w http.ResponseWriter, detail string) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="paymentsapi"`)
 	problem.New(http.StatusUnauthorized, problem.Unauthorized, detail).Write(w)
+}
+
+// rejectUnstorableIDs answers 404 for a path id that PostgreSQL text cannot
+// hold (invalid UTF-8, or a NUL): no payment or refund has such an id, and
+// the query would fail with a 500. It runs after routing, so it sees the
+// route's parameters.
+func rejectUnstorableIDs(errs errorWriter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if rc := chi.RouteContext(r.Context()); rc != nil {
+				for i, name := range rc.URLParams.Keys {
+					if storableText(rc.URLParams.Values[i]) {
+						continue
+					}
+					err := payments.ErrNotFound
+					if name == "refundId" {
+						err = refunds.ErrNotFound
+					}
+					errs.write(w, r, err)
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// storableText reports whether s can be stored in, or compared with, a
+// PostgreSQL text column: valid UTF-8 without NUL.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -98,7 +100,8 @@ func preferWait(values []string) time.Duration {
 }
 
 // decodeJSON reads a command's JSON body into dst: application/json, at most
-// MaxBodyBytes, exactly one object, no unknown fields.
+// MaxBodyBytes, UTF-8, exactly one object, no unknown fields, no member
+// twice in one object.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Problem {
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/json" {
@@ -113,6 +116,13 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 				fmt.Sprintf("The body must be at most %d bytes.", MaxBodyBytes))
 		}
 		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body could not be read.")
+	}
+	if !utf8.Valid(body) {
+		// encoding/json would quietly turn each invalid byte into U+FFFD.
+		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body must be UTF-8 encoded JSON.")
+	}
+	if prob := rejectDuplicateMembers(body); prob != nil {
+		return prob
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -141,6 +151,69 @@ func jsonProblem(err error) *problem.Problem {
 		return p
 	}
 	return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body is not a valid JSON object.")
+}
+
+// rejectDuplicateMembers walks the JSON value at the start of body and
+// refuses an object that holds a member twice: encoding/json would keep
+// whichever came last, so {"amount":"1.00","amount":"9.00"} would charge
+// 9.00 to a client that may have meant 1.00. Names are compared the way
+// encoding/json matches them to fields, ignoring case. Syntax errors are
+// left to the decoder, which explains them.
+func rejectDuplicateMembers(body []byte) *problem.Problem {
+	type level struct {
+		names    map[string]bool // nil in an array
+		wantName bool            // in an object, before a member's name
+	}
+	var open []*level
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		if n := len(open); n > 0 && open[n-1].wantName {
+			if name, ok := tok.(string); ok {
+				folded := foldName(name)
+				if open[n-1].names[folded] {
+					return problem.New(http.StatusBadRequest, problem.MalformedJSON,
+						fmt.Sprintf("The body holds the member %q more than once: send each member once.", name))
+				}
+				open[n-1].names[folded] = true
+				open[n-1].wantName = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			open = append(open, &level{names: map[string]bool{}, wantName: true})
+			continue
+		case json.Delim('['):
+			open = append(open, &level{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			open = open[:len(open)-1]
+		}
+		// A value ended: a scalar, or the object or array just closed.
+		if len(open) == 0 {
+			return nil
+		}
+		if top := open[len(open)-1]; top.names != nil {
+			top.wantName = true
+		}
+	}
+}
+
+// foldName maps a name to one representative of all the names equal to it
+// ignoring case (strings.EqualFold): each rune becomes the smallest rune of
+// its case-folding orbit.
+func foldName(s string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, s)
 }
 
 func jsonType(kind string) string {
@@ -177,12 +250,14 @@ func handleListPayments(svc *payments.Service, errs errorWriter) http.HandlerFun
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		lq := payments.ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
+		if !storableText(lq.AccountID) {
+			invalidParameter(w, "accountId", "must be valid UTF-8 text without NUL")
+			return
+		}
 		if s := q.Get("limit"); s != "" {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 || n > 100 {
-				p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more parameters are invalid.")
-				p.Errors = []problem.FieldError{{Field: "limit", Message: "must be an integer from 1 to 100"}}
-				p.Write(w)
+				invalidParameter(w, "limit", "must be an integer from 1 to 100")
 				return
 			}
 			lq.Limit = n
@@ -198,6 +273,13 @@ func handleListPayments(svc *payments.Service, errs errorWriter) http.HandlerFun
 		}
 		writeJSON(w, http.StatusOK, resp)
 	}
+}
+
+// invalidParameter answers 400 VALIDATION_FAILED for a query parameter.
+func invalidParameter(w http.ResponseWriter, name, message string) {
+	p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more parameters are invalid.")
+	p.Errors = []problem.FieldError{{Field: name, Message: message}}
+	p.Write(w)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

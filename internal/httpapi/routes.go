@@ -22,7 +22,7 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Mount(apidocs.Path, apidocs.Handler())
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.clock(), d.APIKeyCacheTTL), errs))
+		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.clock(), d.APIKeyCacheTTL), errs), rejectUnstorableIDs(errs))
 		r.Post("/payments", handleCreatePayment(d.Payments, errs))
 		r.Get("/payments", handleListPayments(d.Payments, errs))
 		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments, errs))

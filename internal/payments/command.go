@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/paymentsapi/paymentsapi/internal/money"
@@ -111,10 +112,12 @@ func (r CreateRequest) Validate() (Command, error) {
 		cmd.Channel = *r.Channel
 	}
 	if r.Description != nil {
-		if utf8.RuneCountInString(*r.Description) > maxDescriptionLength || !utf8.ValidString(*r.Description) {
-			add("description", "must be valid text of at most 1024 characters")
+		d := *r.Description
+		// PostgreSQL text cannot hold a NUL.
+		if utf8.RuneCountInString(d) > maxDescriptionLength || !utf8.ValidString(d) || strings.ContainsRune(d, 0) {
+			add("description", "must be valid text of at most 1024 characters, without NUL")
 		}
-		cmd.Description = *r.Description
+		cmd.Description = d
 	}
 
 	if err := errs.Err(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -174,7 +175,8 @@ func decodeCursor(s string) (time.Time, string, error) {
 		return time.Time{}, "", ErrInvalidCursor
 	}
 	ts, id, ok := strings.Cut(string(raw), "|")
-	if !ok || !strings.HasPrefix(id, "pay_") {
+	// The id goes to PostgreSQL as text, which holds neither invalid UTF-8 nor NUL.
+	if !ok || !strings.HasPrefix(id, "pay_") || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
 		return time.Time{}, "", ErrInvalidCursor
 	}
 	at, err := time.Parse(time.RFC3339Nano, ts)

@@ -245,7 +245,7 @@ type CreatePaymentRequest struct {
 	// Examples: EUR, eur, JPY
 	Currency string `json:"currency"`
 
-	// Description Free text, at most 1024 characters. Omitted means `""`.
+	// Description Free text, at most 1024 characters, without NUL. Omitted means `""`.
 	//
 	// Examples: Order 7781, 2 items
 	Description string `json:"description,omitempty"`
@@ -457,7 +457,7 @@ type Problem struct {
 	// | `RATE_LIMITED` | 429 | the tenant is over its rate limit; retry after `Retry-After` |
 	// | `PROVIDER_UNAVAILABLE` | 503 | the provider refused before processing; retry with the same key |
 	// | `SERVICE_UNAVAILABLE` | 503 | the database is unavailable |
-	// | `MALFORMED_JSON` | 400 | the body is not one JSON object |
+	// | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 	// | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
@@ -526,7 +526,7 @@ type Problem struct {
 // | `RATE_LIMITED` | 429 | the tenant is over its rate limit; retry after `Retry-After` |
 // | `PROVIDER_UNAVAILABLE` | 503 | the provider refused before processing; retry with the same key |
 // | `SERVICE_UNAVAILABLE` | 503 | the database is unavailable |
-// | `MALFORMED_JSON` | 400 | the body is not one JSON object |
+// | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 // | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
@@ -677,7 +677,7 @@ type Unauthorized = Problem
 
 // ListPaymentsParams defines parameters for ListPayments.
 type ListPaymentsParams struct {
-	// AccountID Only payments of this account.
+	// AccountID Only payments of this account. Text that is not UTF-8, or holds a NUL, gets `400 VALIDATION_FAILED`.
 	AccountID *string `form:"accountId,omitempty" json:"accountId,omitempty"`
 
 	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
@@ -830,7 +830,7 @@ type ClientInterface interface {
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -863,7 +863,7 @@ type ClientInterface interface {
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -914,7 +914,7 @@ type ClientInterface interface {
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -948,7 +948,7 @@ type ClientInterface interface {
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1009,7 +1009,7 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1052,7 +1052,7 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1133,7 +1133,7 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID PaymentID, reqEditor
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1177,7 +1177,7 @@ func (c *Client) CreateRefundWithBody(ctx context.Context, paymentID PaymentID, 
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1611,7 +1611,7 @@ type ClientWithResponsesInterface interface {
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1644,7 +1644,7 @@ type ClientWithResponsesInterface interface {
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1699,7 +1699,7 @@ type ClientWithResponsesInterface interface {
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1733,7 +1733,7 @@ type ClientWithResponsesInterface interface {
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2429,7 +2429,7 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2468,7 +2468,7 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2541,7 +2541,7 @@ func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, payme
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2581,7 +2581,7 @@ func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Conte
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | malformed JSON, invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
