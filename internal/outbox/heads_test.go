@@ -250,7 +250,7 @@ func TestReplayedEventIsPublishedAgain(t *testing.T) {
 func TestUpgradeFlagsTheWaitingHeads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPoolAt(t, 8)
+	pool := pgtest.NewPoolAt(t, 10)
 	_, err := pool.Exec(ctx, `
 		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, published_at, parked_at)
 		VALUES (gen_random_uuid(), 'payment', 'pay_a', 'PaymentCreated', '{}', $1, $1, $1, NULL),

@@ -315,7 +315,7 @@ func (r *Relay) runOnce(ctx context.Context) (published, claimed int, err error)
 // from the partial index outbox_events_due_head_idx (next_attempt_at, seq),
 // which holds only heads: rows that are (or may be) the earliest unpublished
 // event of their aggregate (the column head, kept by triggers, see
-// migrations/00009_ops_outbox_heads.sql). The scan stops at the first row
+// migrations/00011_ops_outbox_heads.sql). The scan stops at the first row
 // not due yet, so rows waiting for a backoff cost nothing, and rows waiting
 // behind an earlier unpublished event of their aggregate (parked, backing
 // off or claimed) are not in the index at all, so they cost nothing either,
