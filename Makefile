@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short fuzz bench lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
+.PHONY: run providersim test test-short fuzz bench bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,7 +45,10 @@ fuzz: ## run each fuzz target for FUZZTIME (default 3s); a failing input is save
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
 	done
 
-bench: ## run the benchmarks (speed and memory are measured here, never asserted in tests)
+bench: build ## the API against pgbench on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
+	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi $(ARGS)
+
+bench-micro: ## the Go micro-benchmarks (speed and memory are measured here, never asserted in tests)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 lint: ## gofmt, go vet, staticcheck, and the OpenAPI linter when npx is available

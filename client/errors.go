@@ -26,6 +26,7 @@ const (
 	CodeIdempotencyKeyExpired      Code = apigen.IDEMPOTENCYKEYEXPIRED
 	CodeDuplicateMerchantReference Code = apigen.DUPLICATEMERCHANTREFERENCE
 	CodePaymentDeclined            Code = apigen.PAYMENTDECLINED
+	CodePaymentCanceled            Code = apigen.PAYMENTCANCELED
 	CodeRefundDeclined             Code = apigen.REFUNDDECLINED
 	CodePaymentNotRefundable       Code = apigen.PAYMENTNOTREFUNDABLE
 	CodeRefundExceedsRefundable    Code = apigen.REFUNDEXCEEDSREFUNDABLE

@@ -67,7 +67,10 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		return err
 	}
 	log := logging.New(stderr, cfg.LogLevel)
-	a, err := newApp(ctx, cfg, log)
+	if err := checkOperator(cfg, false); err != nil {
+		return err
+	}
+	a, err := newApp(ctx, cfg, log, useOperator)
 	if err != nil {
 		return err
 	}

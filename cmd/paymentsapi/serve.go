@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,9 +63,41 @@ func (a *instance) close() {
 	}
 }
 
+// use is what a command needs of the instance.
+type use int
+
+const (
+	// useServer: the server. In dev mode it starts its own PostgreSQL and
+	// provider simulator; it migrates the database and stores the API keys.
+	useServer use = iota
+	// useOperator: an operator's command (reconcile, outbox) on the
+	// database the servers use. It needs DATABASE_URL, never migrates (it
+	// refuses a database with pending migrations) and stores no keys.
+	useOperator
+)
+
+// errNeedsRealProvider: the reconciler would ask a simulator it just
+// started, which knows nothing: every unknown payment would look "never
+// seen", be sent again to it, and be booked as paid.
+var errNeedsRealProvider = errors.New("paymentsapi reconcile must ask the real provider: set PROVIDER_URL " +
+	"(a running providersim) or PROVIDER=stripe; it never starts a simulator of its own")
+
+// checkOperator refuses the configurations an operator's command must not
+// run with.
+func checkOperator(cfg config.Config, needsProvider bool) error {
+	if cfg.DevMode() {
+		return errors.New("operator commands work on the servers' database: set DATABASE_URL (they never start an embedded PostgreSQL)")
+	}
+	if needsProvider && cfg.Provider == "sim" && cfg.ProviderURL == "" {
+		return errNeedsRealProvider
+	}
+	return nil
+}
+
 // newApp connects to (or, in dev mode, starts) the database, migrates it,
-// stores the API keys, and starts the provider.
-func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *instance, err error) {
+// stores the API keys, and starts the provider; for an operator's command it
+// only connects, checks the schema is current, and connects the provider.
+func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ *instance, err error) {
 	a := &instance{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -96,13 +129,26 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *instan
 		return nil, err
 	}
 	a.closers = append(a.closers, a.pool.Close)
-	if err := database.Migrate(ctx, a.pool, log); err != nil {
-		return nil, err
-	}
-	if err := setUpAPIKeys(ctx, a.pool, cfg, clk, log); err != nil {
-		return nil, err
+	if u == useOperator {
+		pending, err := database.Pending(ctx, a.pool)
+		if err != nil {
+			return nil, err
+		}
+		if pending {
+			return nil, errors.New("the database has migrations to apply: start a server of this version first (it migrates); operator commands never do")
+		}
+	} else {
+		if err := database.Migrate(ctx, a.pool, log); err != nil {
+			return nil, err
+		}
+		if err := setUpAPIKeys(ctx, a.pool, cfg, clk, log); err != nil {
+			return nil, err
+		}
 	}
 
+	if u == useOperator && cfg.Provider == "sim" && cfg.ProviderURL == "" {
+		return a, nil // a database tool (outbox): no provider, and never a simulator of its own
+	}
 	prov, stopProvider, err := startProvider(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -114,6 +160,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *instan
 	app.RegisterGauges(a.reg, a.pool, clk, log)
 	a.janitor = cleanup.New(a.pool, clk, cleanup.Policy{
 		ReplayTTL: cfg.IdempotencyTTL, MetadataTTL: cfg.IdempotencyMetadataTTL, OutboxRetention: cfg.OutboxRetention,
+		InboxRetention: cfg.InboxRetention,
 	}, log)
 	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
 	a.core = app.New(app.Deps{
@@ -136,7 +183,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *instan
 // requests, let in-flight ones finish (bounded), stop the background
 // workers, then close the provider, the pool and the embedded database.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
-	a, err := newApp(ctx, cfg, log)
+	a, err := newApp(ctx, cfg, log, useServer)
 	if err != nil {
 		return err
 	}
@@ -234,7 +281,10 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 // reconcile runs the reconciler alone: one pass with once, else until ctx
 // ends. It prints what it did as JSON on stdout.
 func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, once bool) error {
-	a, err := newApp(ctx, cfg, log)
+	if err := checkOperator(cfg, true); err != nil {
+		return err
+	}
+	a, err := newApp(ctx, cfg, log, useOperator)
 	if err != nil {
 		return err
 	}

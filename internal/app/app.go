@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -64,6 +65,7 @@ func New(d Deps, cfg Config) *Core {
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
 	}, payments.Config{
 		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow, Hooks: cfg.PaymentHooks,
+		AbandonAfter: cfg.ReplayTTL,
 	})
 	ref := refunds.NewService(refunds.Deps{
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
@@ -76,9 +78,12 @@ func New(d Deps, cfg Config) *Core {
 	}
 }
 
-// RegisterGauges registers the gauges read from the database on reg.
+// RegisterGauges registers the gauges read from the database on reg: the
+// keys', the payments' states, and the sizes of the tables that grow with
+// traffic and that clean-up keeps bounded (package cleanup).
 func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock, log *slog.Logger) {
-	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log), payments.NewStateCollector(db, log))
+	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log), payments.NewStateCollector(db, log),
+		database.NewTableSizeCollector(db, log, "idempotency_keys", "outbox_events", "inbox"))
 }
 
 // HTTPDeps returns the part of the HTTP API's dependencies the core provides.

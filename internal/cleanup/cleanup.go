@@ -6,6 +6,18 @@
 //     different command 422; never a new charge.
 //   - IDEMPOTENCY_METADATA_TTL later the key is deleted, and may be used again.
 //   - Published outbox events are deleted after the outbox retention.
+//   - Inbox rows of the event consumers (the ledger) are deleted
+//     INBOX_RETENTION after they were received, except rejected ones, which
+//     are kept for a person, like parked outbox events. The inbox only has
+//     to remember an event id while a copy of the event can still arrive:
+//     the broker redelivers an unacknowledged message after its ack wait
+//     (30 s) and drops a republished copy within its duplicate window
+//     (2 min), and the relay republishes an event whose mark was lost after
+//     its claim lease (30 s); a copy can arrive later only if the consumer
+//     stayed down (its acknowledgement lost) that long. The retention is
+//     measured in days, far beyond any of these; and a copy that arrives
+//     even later still books nothing, because the ledger entry's natural
+//     key (payment, entry type, refund) refuses a second entry.
 //
 // A key without a final answer (in flight, unknown outcome, retryable) is
 // never touched, however old. Payments themselves are business records and
@@ -28,7 +40,10 @@ type Policy struct {
 	ReplayTTL       time.Duration // IDEMPOTENCY_TTL
 	MetadataTTL     time.Duration // IDEMPOTENCY_METADATA_TTL, counted after ReplayTTL
 	OutboxRetention time.Duration // how long published events are kept
-	BatchSize       int           // rows per transaction; default 500
+	// InboxRetention is how long consumers' inbox rows are kept after they
+	// were received (INBOX_RETENTION); zero keeps them all.
+	InboxRetention time.Duration
+	BatchSize      int // rows per transaction; default 500
 }
 
 // Stats counts what one pass did.
@@ -36,6 +51,7 @@ type Stats struct {
 	BodiesErased     int
 	KeysDeleted      int
 	EventsDeleted    int
+	InboxRowsDeleted int
 	Batches          int
 	LargestBatchRows int
 }
@@ -60,7 +76,11 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 // SKIP LOCKED so that clean-up never waits for, or blocks, live traffic, and
 // touches only keys with a final answer (completed_at IS NOT NULL). The rows
 // are then found by key through ANY(ARRAY(...)), so that even a generic
-// (cached) plan never joins them with the whole table.
+// (cached) plan never joins them with the whole table. Inbox rows, whose key
+// has two columns, are found by their ctid, which cannot change while the
+// statement holds their lock; they are taken oldest first, an order that
+// makes even a generic plan, which cannot know how few rows are past $1,
+// walk the index rather than the table.
 const (
 	eraseBodies = `
 		UPDATE idempotency_keys SET response_body = NULL, response_headers = NULL
@@ -80,21 +100,32 @@ const (
 		    SELECT id FROM outbox_events
 		    WHERE published_at IS NOT NULL AND published_at <= $1
 		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	deleteInbox = `
+		DELETE FROM inbox
+		WHERE ctid = ANY(ARRAY(
+		    SELECT ctid FROM inbox
+		    WHERE outcome <> 'rejected' AND received_at <= $1
+		    ORDER BY received_at
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 )
 
 // RunOnce applies the policy until nothing is left to do.
 func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	var st Stats
 	now := j.clock.Now()
-	steps := []struct {
+	type step struct {
 		name   string
 		sql    string
 		cutoff time.Time
 		count  *int
-	}{
+	}
+	steps := []step{
 		{"erase expired response bodies", eraseBodies, now.Add(-j.policy.ReplayTTL), &st.BodiesErased},
 		{"delete expired keys", deleteKeys, now.Add(-j.policy.ReplayTTL - j.policy.MetadataTTL), &st.KeysDeleted},
 		{"delete published outbox events", deleteEvents, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
+	}
+	if j.policy.InboxRetention > 0 {
+		steps = append(steps, step{"delete old inbox rows", deleteInbox, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})
 	}
 	for _, step := range steps {
 		for {
@@ -127,7 +158,7 @@ func (j *Janitor) Run(ctx context.Context, interval time.Duration) {
 			j.log.ErrorContext(ctx, "clean-up pass failed", "error", err)
 		case st.Batches > 0:
 			j.log.InfoContext(ctx, "clean-up pass", "bodies_erased", st.BodiesErased,
-				"keys_deleted", st.KeysDeleted, "events_deleted", st.EventsDeleted)
+				"keys_deleted", st.KeysDeleted, "events_deleted", st.EventsDeleted, "inbox_rows_deleted", st.InboxRowsDeleted)
 		}
 		select {
 		case <-ctx.Done():

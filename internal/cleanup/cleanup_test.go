@@ -18,7 +18,8 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-var policy = Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour, BatchSize: 500}
+var policy = Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour,
+	InboxRetention: 720 * time.Hour, BatchSize: 500}
 
 // seed stores n payments (their state does not matter to clean-up) with
 // keys created at created; completed
@@ -104,5 +105,55 @@ func TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
 	// A second pass has nothing left to do.
 	if st, err := j.RunOnce(context.Background()); err != nil || st.Batches != 0 {
 		t.Errorf("second pass: %+v, %v", st, err)
+	}
+}
+
+// seedInbox records n events of consumer in the inbox with outcome, received
+// at received.
+func seedInbox(t *testing.T, db *pgxpool.Pool, consumer, outcome string, n int, received time.Time) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO inbox (consumer, event_id, event_type, aggregate_id, outcome, error, received_at)
+		SELECT $1, gen_random_uuid(), 'PaymentSucceeded', 'pay_' || i, $2,
+		       CASE WHEN $2 = 'rejected' THEN 'no accountId' END, $3
+		FROM generate_series(1, $4) i`, consumer, outcome, received, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInboxRowsPastRetentionAreDeletedInBatches (issue 9, item 9): inbox
+// rows received more than InboxRetention ago are deleted, in batches,
+// whatever their consumer; recent rows stay, and so do rejected rows however
+// old (a person must look at them). A zero retention deletes nothing.
+func TestInboxRowsPastRetentionAreDeletedInBatches(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewPool(t)
+	old := now.Add(-policy.InboxRetention - time.Minute)
+	seedInbox(t, db, "ledger", "applied", 900, old)
+	seedInbox(t, db, "ledger", "duplicate_entry", 100, old)
+	seedInbox(t, db, "ledger", "ignored", 100, old)
+	seedInbox(t, db, "audit", "applied", 100, old)
+	seedInbox(t, db, "ledger", "rejected", 7, old)
+	seedInbox(t, db, "ledger", "applied", 50, now.Add(-policy.InboxRetention+time.Minute))
+	log := slog.New(slog.DiscardHandler)
+
+	keepAll := policy
+	keepAll.InboxRetention = 0
+	if st, err := New(db, clock.NewFake(now), keepAll, log).RunOnce(context.Background()); err != nil || st.InboxRowsDeleted != 0 {
+		t.Fatalf("with no inbox retention: %+v, %v", st, err)
+	}
+	st, err := New(db, clock.NewFake(now), policy, log).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InboxRowsDeleted != 1200 || st.Batches < 1200/policy.BatchSize+1 || st.LargestBatchRows > policy.BatchSize {
+		t.Errorf("stats %+v: want 1200 inbox rows deleted in batches of at most %d", st, policy.BatchSize)
+	}
+	if n := count(t, db, `SELECT count(*) FROM inbox WHERE outcome = 'rejected'`); n != 7 {
+		t.Errorf("%d rejected rows kept, want all 7", n)
+	}
+	if n := count(t, db, `SELECT count(*) FROM inbox WHERE outcome <> 'rejected'`); n != 50 {
+		t.Errorf("%d recent rows kept, want 50", n)
 	}
 }

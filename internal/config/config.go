@@ -31,6 +31,7 @@ type Config struct {
 	ReconcileInterval      time.Duration
 	ReconcileMaxAttempts   int
 	OutboxRetention        time.Duration
+	InboxRetention         time.Duration
 	CleanupInterval        time.Duration
 	OutboxPublisher        string
 	NATSURL                string
@@ -51,6 +52,12 @@ const DevAPIKeys = "demo:sk_test_demo"
 // PROVIDER=stripe: a payment re-sent after Stripe forgot its key, because a
 // lookup missed the first charge, would be charged twice.
 const StripeKeyTTL = 24 * time.Hour
+
+// MinInboxRetention is the shortest INBOX_RETENTION accepted: far longer
+// than the windows in which a copy of an event arrives again by itself (the
+// ledger's ack wait and the relay's claim lease, 30 s each, and JetStream's
+// duplicate window, 2 min).
+const MinInboxRetention = time.Hour
 
 // Load parses args (without the program name) over the environment.
 func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
@@ -93,6 +100,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.LeaseDuration, "lease-duration", "LEASE_DURATION", "30s", "how long a request owns an in-flight key")
 	dur(&c.ReconcileInterval, "reconcile-interval", "RECONCILE_INTERVAL", "5s", "how often the reconciler runs")
 	dur(&c.OutboxRetention, "outbox-retention", "OUTBOX_RETENTION", "168h", "how long published outbox events are kept")
+	dur(&c.InboxRetention, "inbox-retention", "INBOX_RETENTION", "720h", "how long the event consumers' inbox rows are kept (rejected ones are kept until a person deletes them)")
 	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")
 	maxAttempts, err := strconv.Atoi(env("RECONCILE_MAX_ATTEMPTS", "20"))
 	if err != nil || maxAttempts < 1 {
@@ -157,7 +165,7 @@ func (c Config) validate() error {
 		"IDEMPOTENCY_TTL": c.IdempotencyTTL, "IDEMPOTENCY_METADATA_TTL": c.IdempotencyMetadataTTL,
 		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
-		"CLEANUP_INTERVAL": c.CleanupInterval,
+		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
@@ -171,6 +179,10 @@ func (c Config) validate() error {
 	}
 	if c.RateLimitBurst > 0 && c.RateLimit == 0 {
 		errs = append(errs, errors.New("RATE_LIMIT_BURST is set but RATE_LIMIT is 0 (off): set RATE_LIMIT too"))
+	}
+	if c.InboxRetention > 0 && c.InboxRetention < MinInboxRetention {
+		errs = append(errs, fmt.Errorf("INBOX_RETENTION (%s) must be at least %s: the inbox must remember an event "+
+			"for longer than the broker and the relay may deliver it again", c.InboxRetention, MinInboxRetention))
 	}
 	if c.LeaseDuration <= c.ProviderTimeout {
 		errs = append(errs, fmt.Errorf("LEASE_DURATION (%s) must exceed PROVIDER_TIMEOUT (%s): "+

@@ -23,23 +23,28 @@ func TestLoadFlagsOverEnvironment(t *testing.T) {
 	if err != nil || !dev.DevMode() || dev.APIKeys != DevAPIKeys {
 		t.Errorf("dev mode: %+v, %v", dev, err)
 	}
+	if dev.InboxRetention != 720*time.Hour {
+		t.Errorf("INBOX_RETENTION defaults to %s, want 720h", dev.InboxRetention)
+	}
 }
 
 func TestLoadRefusesInconsistentSettings(t *testing.T) {
 	for name, env := range map[string]map[string]string{
-		"lease not above timeout": {"LEASE_DURATION": "5s", "PROVIDER_TIMEOUT": "5s"},
-		"bad duration":            {"IDEMPOTENCY_TTL": "a day"},
-		"unknown provider":        {"PROVIDER": "paypal"},
-		"stripe without key":      {"PROVIDER": "stripe"},
-		"nats without url":        {"OUTBOX_PUBLISHER": "nats"},
-		"zero attempts":           {"RECONCILE_MAX_ATTEMPTS": "0"},
-		"rate not a number":       {"RATE_LIMIT": "fast"},
-		"negative rate":           {"RATE_LIMIT": "-1"},
-		"rate NaN":                {"RATE_LIMIT": "NaN"},
-		"rate infinite":           {"RATE_LIMIT": "+Inf"},
-		"burst not an integer":    {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "1.5"},
-		"negative burst":          {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "-1"},
-		"burst without a rate":    {"RATE_LIMIT_BURST": "20"},
+		"lease not above timeout":   {"LEASE_DURATION": "5s", "PROVIDER_TIMEOUT": "5s"},
+		"bad duration":              {"IDEMPOTENCY_TTL": "a day"},
+		"unknown provider":          {"PROVIDER": "paypal"},
+		"stripe without key":        {"PROVIDER": "stripe"},
+		"nats without url":          {"OUTBOX_PUBLISHER": "nats"},
+		"zero attempts":             {"RECONCILE_MAX_ATTEMPTS": "0"},
+		"inbox retention too short": {"INBOX_RETENTION": "10m"},
+		"no inbox retention":        {"INBOX_RETENTION": "0s"},
+		"rate not a number":         {"RATE_LIMIT": "fast"},
+		"negative rate":             {"RATE_LIMIT": "-1"},
+		"rate NaN":                  {"RATE_LIMIT": "NaN"},
+		"rate infinite":             {"RATE_LIMIT": "+Inf"},
+		"burst not an integer":      {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "1.5"},
+		"negative burst":            {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "-1"},
+		"burst without a rate":      {"RATE_LIMIT_BURST": "20"},
 	} {
 		if _, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -75,8 +75,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	return nil
 }
 
-// Pending reports whether migrations remain to be applied (for /readyz).
+// Pending reports whether migrations remain to be applied (for /readyz and
+// the operator's commands). It writes nothing: a database goose never saw
+// has everything pending.
 func Pending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var versioned bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&versioned); err != nil {
+		return false, fmt.Errorf("check migrations: %w", err)
+	}
+	if !versioned {
+		return true, nil
+	}
 	p, db, err := newMigrator(pool)
 	if err != nil {
 		return false, err

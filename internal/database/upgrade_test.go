@@ -11,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/app"
@@ -24,7 +22,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
-	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -51,16 +48,7 @@ type keyRow struct {
 func TestUpgradeFromBeforeTheEngineKeepsKeysAnswersAndLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewEmptyPool(t)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
-	migrator, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrator.UpTo(ctx, 5); err != nil {
-		t.Fatal(err)
-	}
+	pool := pgtest.NewPoolAt(t, 5)
 
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	cmd := func(ref string) payments.Command {

@@ -80,8 +80,8 @@ func withRecovery(p idempotency.RecoveryPolicy) envOption {
 	return func(o *envOptions) { o.cfg.Recovery = p }
 }
 
-// withRateLimit limits each tenant to perSecond requests with burst, on the
-// environment's clock.
+// withRateLimit limits each tenant to perSecond requests with burst (on the
+// environment's clock, as the whole server).
 func withRateLimit(perSecond float64, burst int) envOption {
 	return func(o *envOptions) { o.limit = httpapi.RateLimit{PerSecond: perSecond, Burst: burst} }
 }
@@ -119,7 +119,6 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg, limit: o.limit,
 		clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
-	e.limit.Clock = e.clock
 	e.url, e.core, e.reg = e.instance()
 	return e
 }
@@ -141,7 +140,7 @@ func (e *env) instance() (string, *app.Core, *prometheus.Registry) {
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, e.pool) },
-		RateLimit: e.limit,
+		RateLimit: e.limit, Clock: e.clock,
 	})))
 	t.Cleanup(func() {
 		srv.Close()

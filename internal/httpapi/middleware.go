@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
@@ -109,7 +108,7 @@ func observe(log *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handl
 
 // authenticate admits requests with a valid `Authorization: Bearer <secret>`
 // and records their tenant. Others get 401 and nothing is written.
-func authenticate(db *pgxpool.Pool, errs errorWriter) func(http.Handler) http.Handler {
+func authenticate(auth *apikeys.Authenticator, errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -117,7 +116,7 @@ func authenticate(db *pgxpool.Pool, errs errorWriter) func(http.Handler) http.Ha
 				unauthorized(w, "Send your API key as `Authorization: Bearer <secret>`.")
 				return
 			}
-			tenant, err := apikeys.Authenticate(r.Context(), db, strings.TrimSpace(secret))
+			tenant, err := auth.Authenticate(r.Context(), strings.TrimSpace(secret))
 			switch {
 			case errors.Is(err, apikeys.ErrUnknownKey):
 				unauthorized(w, "The API key is not valid.")

@@ -21,8 +21,6 @@ type RateLimit struct {
 	// Burst is how many requests a tenant may send at once from a full
 	// bucket; 0 means one second's worth (PerSecond rounded up, at least 1).
 	Burst int
-	// Clock tells the time; nil is the system clock.
-	Clock clock.Clock
 }
 
 // limiter holds one server's buckets, one per tenant seen. Only
@@ -42,18 +40,15 @@ type bucket struct {
 	at     time.Time
 }
 
-// newLimiter returns the limiter of c, or nil when c turns the limit off.
-func newLimiter(c RateLimit) *limiter {
+// newLimiter returns the limiter of c on clk, or nil when c turns the limit
+// off.
+func newLimiter(c RateLimit, clk clock.Clock) *limiter {
 	if !(c.PerSecond > 0) || math.IsInf(c.PerSecond, 1) {
 		return nil
 	}
 	burst := float64(c.Burst)
 	if c.Burst <= 0 {
 		burst = max(1, math.Ceil(c.PerSecond))
-	}
-	clk := c.Clock
-	if clk == nil {
-		clk = clock.System{}
 	}
 	return &limiter{rate: c.PerSecond, burst: burst, clock: clk, buckets: map[string]*bucket{}}
 }

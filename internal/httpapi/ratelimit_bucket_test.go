@@ -10,7 +10,7 @@ import (
 
 func TestTokenBucket(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	l := newLimiter(RateLimit{PerSecond: 4, Burst: 2, Clock: clk})
+	l := newLimiter(RateLimit{PerSecond: 4, Burst: 2}, clk)
 	take := func(tenant string, wantOK bool, wantWait time.Duration) {
 		t.Helper()
 		ok, wait := l.take(tenant)
@@ -39,12 +39,12 @@ func TestTokenBucket(t *testing.T) {
 
 func TestRateLimitDefaultsAndOff(t *testing.T) {
 	for _, off := range []float64{0, -1, math.NaN(), math.Inf(1)} {
-		if newLimiter(RateLimit{PerSecond: off}) != nil {
+		if newLimiter(RateLimit{PerSecond: off}, clock.System{}) != nil {
 			t.Errorf("PerSecond %v: want no limit", off)
 		}
 	}
 	for rate, burst := range map[float64]float64{0.5: 1, 1: 1, 2.5: 3, 100: 100} {
-		if l := newLimiter(RateLimit{PerSecond: rate}); l == nil || l.burst != burst {
+		if l := newLimiter(RateLimit{PerSecond: rate}, clock.System{}); l == nil || l.burst != burst {
 			t.Errorf("PerSecond %v without a burst: %+v, want a burst of %v", rate, l, burst)
 		}
 	}

@@ -42,6 +42,11 @@ func renderPayment(p payments.Payment, retryAfter time.Duration) idempotency.Res
 		prob := problem.New(http.StatusPaymentRequired, problem.PaymentDeclined, "The payment provider declined the payment.")
 		prob.PaymentID, prob.DeclineCode = p.ID, p.DeclineCode
 		return problemResponse(prob)
+	case payments.StatusCanceled:
+		prob := problem.New(http.StatusConflict, problem.PaymentCanceled,
+			"This payment was canceled: no money moved and nobody retried it within the replay window. Pay with a new Idempotency-Key.")
+		prob.PaymentID = p.ID
+		return problemResponse(prob)
 	default:
 		return resourceResponse(http.StatusAccepted, p.View(), paymentLocation(p.ID), retryAfter)
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"github.com/go-chi/chi/v5"
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/paymentsapi/paymentsapi/internal/apidocs"
@@ -21,7 +22,8 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Mount(apidocs.Path, apidocs.Handler())
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(d.DB, errs), limitRate(newLimiter(d.RateLimit)), rejectUnstorableIDs(errs))
+		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.clock(), d.APIKeyCacheTTL), errs), limitRate(newLimiter(d.RateLimit, d.clock())),
+			rejectUnstorableIDs(errs))
 		r.Post("/payments", handleCreatePayment(d.Payments, errs))
 		r.Get("/payments", handleListPayments(d.Payments, errs))
 		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments, errs))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
@@ -32,8 +33,20 @@ type Deps struct {
 	// RetryAfter is the service's one advice to come back later (the
 	// engine's, idempotency.Engine.RetryAfter).
 	RetryAfter time.Duration
+	// APIKeyCacheTTL is how long an accepted API key is trusted without
+	// asking the database (apikeys.DefaultCacheTTL when zero).
+	APIKeyCacheTTL time.Duration
 	// RateLimit limits each tenant's requests; the zero value is off.
 	RateLimit RateLimit
+	// Clock is the time source (the system clock when nil).
+	Clock clock.Clock
+}
+
+func (d Deps) clock() clock.Clock {
+	if d.Clock == nil {
+		return clock.System{}
+	}
+	return d.Clock
 }
 
 // NewServer returns the handler of the whole API.

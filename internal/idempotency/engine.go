@@ -113,6 +113,11 @@ type Request struct {
 	// Wait is how long a duplicate may wait for an in-flight original
 	// (Prefer: wait), at most MaxWait.
 	Wait time.Duration
+	// AbandonAfter: if nobody finished the key this long after its claim
+	// and its resource moved no money (never sent, or refused), the
+	// reconciler takes it over so the operation can end the resource
+	// (Owner.Abandoned). Zero: never.
+	AbandonAfter time.Duration
 }
 
 // Reply is the answer to a request: what to send, whether it is a replay of
@@ -137,7 +142,8 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.InfoContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true}
+			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true,
+				AbandonAt: abandonAt(e.clock.Now(), req.AbandonAfter)}
 			return e.resume(ctx, op, own)
 		}
 		reply, err := e.answerRetry(ctx, op, req)
@@ -152,7 +158,8 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 // all or nothing.
 func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, err error) {
 	err = pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
-		id, claimed, err = claimKey(ctx, tx, req.Scope, req.Fingerprint, req.Resource, e.clock.Now(), e.cfg.Lease)
+		now := e.clock.Now()
+		id, claimed, err = claimKey(ctx, tx, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, abandonAt(now, req.AbandonAfter))
 		if err != nil || !claimed {
 			return err
 		}
@@ -198,9 +205,20 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request) (Re
 			if changed == nil {
 				// Subscribe, then look again: a change between the load
 				// and the subscription is not missed.
+				// The key counts its waiters: its owner notifies only
+				// when someone waits (a notifying commit is serialised
+				// cluster-wide, so an uncontended key must not notify).
 				var unsubscribe func()
 				changed, unsubscribe = e.waiter.Subscribe(rec.ID)
 				defer unsubscribe()
+				if err := addWaiter(ctx, e.db, rec.ID, 1); err != nil {
+					return Reply{}, err
+				}
+				defer func() {
+					if err := addWaiter(context.WithoutCancel(ctx), e.db, rec.ID, -1); err != nil {
+						e.log.WarnContext(ctx, "could not uncount a waiter; its key may notify once too often", "error", err)
+					}
+				}()
 				continue
 			}
 			// Wake on a notification, or when the owner's lease runs out
@@ -232,10 +250,19 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request) (Re
 			}
 			e.metrics.IdempotencyTakeovers.Inc()
 			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", token)
-			own := &Owner{e: e, KeyID: rec.ID, Token: token, Tenant: rec.Scope.Tenant, Resource: rec.Resource}
+			own := &Owner{e: e, KeyID: rec.ID, Token: token, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
+				FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
 			return e.resume(ctx, op, own)
 		}
 	}
+}
+
+func abandonAt(now time.Time, after time.Duration) *time.Time {
+	if after <= 0 {
+		return nil
+	}
+	at := now.Add(after)
+	return &at
 }
 
 func (e *Engine) inUse() error {
@@ -249,6 +276,7 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 	// The client going away must not stop an operation halfway; every step
 	// of it is bounded by its own timeout.
 	res, err := op.Resume(context.WithoutCancel(ctx), own)
+	own.letGoAfter(ctx, err)
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			return e.afterLostWrite(ctx, own, err)

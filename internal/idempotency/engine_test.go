@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -49,7 +50,7 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 	scope := Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}
 	var id int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		id, _, err = claimKey(ctx, tx, scope, []byte{1}, Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute)
+		id, _, err = claimKey(ctx, tx, scope, []byte{1}, Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
 		return err
 	})
 	if err != nil {
@@ -67,7 +68,7 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 
 	for name, queue := range map[string]func(*pgx.Batch){
 		"hold":    func(b *pgx.Batch) { old.QueueHold(b, true) },
-		"release": func(b *pgx.Batch) { old.QueueRelease(b, true) },
+		"release": func(b *pgx.Batch) { old.QueueRelease(b, 0) },
 		"finish": func(b *pgx.Batch) {
 			if err := old.QueueFinish(b, done{}); err != nil {
 				t.Fatal(err)
@@ -114,7 +115,7 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	var id int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		id, _, err = claimKey(ctx, tx, Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, []byte{1},
-			Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute)
+			Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
 		return err
 	})
 	if err != nil {
@@ -142,7 +143,7 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	first := clk.Now()
 	commit(func(b *pgx.Batch) { own.QueueHold(b, true) })
 	clk.Advance(time.Second)
-	commit(func(b *pgx.Batch) { own.QueueRelease(b, true) })
+	commit(func(b *pgx.Batch) { own.QueueRelease(b, 0) })
 	if at := due(); at == nil || !at.Equal(first) {
 		t.Fatalf("recovery due %v, want %v (kept from the first hold)", at, first)
 	}
@@ -153,5 +154,113 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	})
 	if due() != nil {
 		t.Error("a finished key is still scheduled for recovery")
+	}
+}
+
+// failingOp fails every Resume with err, after the key was claimed.
+type failingOp struct{ err error }
+
+func (failingOp) Name() string { return "widgets.create" }
+func (o failingOp) Resume(context.Context, *Owner) (Result, error) {
+	return nil, o.err
+}
+
+// Issue 9, item 6: an owner whose work fails half-way (not a crash) hands
+// the key back at once, so a retry need not wait out the lease; a crash
+// (ErrCrashed) keeps it, as a dead process would.
+func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
+	t.Parallel()
+	e, pool, _ := testEngine(t)
+	ctx := context.Background()
+	for i, c := range []struct {
+		err       error
+		wantLease bool
+	}{
+		{errors.New("database blip"), false},
+		{fmt.Errorf("%w: failpoint", ErrCrashed), true},
+	} {
+		req := Request{
+			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: fmt.Sprint("k", i)}, Fingerprint: []byte{1},
+			Resource: Resource{Type: "widget", ID: fmt.Sprint("w", i)},
+			Create:   func(context.Context, pgx.Tx) error { return nil },
+		}
+		if _, err := e.Do(ctx, failingOp{c.err}, req); !errors.Is(err, c.err) {
+			t.Fatalf("%v: Do returned %v", c.err, err)
+		}
+		rec, err := Load(ctx, pool, req.Scope)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.LeaseExpiresAt != nil; got != c.wantLease {
+			t.Errorf("after %q the key is leased: %v, want %v", c.err, got, c.wantLease)
+		}
+	}
+}
+
+// Issue 8: an owner notifies only when a request waits for its key. A
+// finish nobody waits for sends nothing: a sentinel sent after it is the
+// first notification a listener gets (delivery follows commit order); with
+// a waiter counted, the finish's notification comes first.
+func TestOnlyAWatchedKeyNotifies(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	ctx := context.Background()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	finish := func(key string, waiters int) int64 {
+		var id int64
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			id, _, err = claimKey(ctx, tx, Scope{Tenant: "t", Operation: "widgets.create", Key: key}, []byte{1},
+				Resource{Type: "widget", ID: key}, clk.Now(), time.Minute, nil)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range waiters {
+			if err := addWaiter(ctx, pool, id, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		own := &Owner{e: e, KeyID: id, Token: 1}
+		b := &pgx.Batch{}
+		if err := own.QueueFinish(b, done{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := own.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	firstAfter := func(sentinel string) string {
+		if _, err := pool.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, sentinel); err != nil {
+			t.Fatal(err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Payload != sentinel { // drain up to the sentinel
+			if _, err := conn.WaitForNotification(wctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n.Payload
+	}
+	finish("unwatched", 0)
+	if got := firstAfter("sentinel-1"); got != "sentinel-1" {
+		t.Errorf("a finish nobody waited for notified %q", got)
+	}
+	watched := finish("watched", 1)
+	if got := firstAfter("sentinel-2"); got != fmt.Sprint(watched) {
+		t.Errorf("a finish with a waiter: first notification %q, want the key %d", got, watched)
 	}
 }

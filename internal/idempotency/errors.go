@@ -12,6 +12,13 @@ var (
 	ErrKeyReused = errors.New("this Idempotency-Key was already used with a different request")
 )
 
+// ErrCrashed marks an error that must end an owner's work as a crash
+// would: nothing more is written, the key keeps its lease until it runs
+// out. Failpoints in tests use it; any other error of an operation makes
+// the engine let go of the key at once, so that a retry or the reconciler
+// can take it over without waiting out the lease.
+var ErrCrashed = errors.New("stopped as a crash would")
+
 // KeyInUseError: the original request still owns the key (409). RetryAfter
 // is the engine's one advice to clients on when to try again.
 type KeyInUseError struct{ RetryAfter time.Duration }

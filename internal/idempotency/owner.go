@@ -25,9 +25,27 @@ type Owner struct {
 	First bool
 	// Recovering: the reconciler took the key over.
 	Recovering bool
+	// FirstSentAt is when a request for the resource first left for the
+	// provider (nil: never yet). The provider's key window runs from here.
+	FirstSentAt *time.Time
+	// AbandonAt is when the key counts as abandoned if its resource moved
+	// no money (nil: never); see Abandoned.
+	AbandonAt *time.Time
 
-	pending *Response // rendered by QueueFinish, stored if Commit succeeds
-	answer  *Response // the final answer this owner committed
+	pending      *Response // rendered by QueueFinish, stored if Commit succeeds
+	answer       *Response // the final answer this owner committed
+	sending      bool      // QueueSending is in the batch being committed
+	refused      bool      // QueueRefused is in the batch being committed
+	releasing    bool      // a release is in the batch being committed
+	ended        bool      // the last commit finished or released the key
+	markedReview bool
+}
+
+// Abandoned reports whether the reconciler holds the key past its
+// abandonment time: the operation should end a resource that moved no
+// money (after asking the provider, if a request ever left for it).
+func (o *Owner) Abandoned() bool {
+	return o.Recovering && o.AbandonAt != nil && !o.e.clock.Now().Before(*o.AbandonAt)
 }
 
 // QueueFinish adds to b the statement that stores r, rendered, as the key's
@@ -51,14 +69,82 @@ func (o *Owner) QueueFinish(b *pgx.Batch, r Result) error {
 func (o *Owner) QueueHold(b *pgx.Batch, recover bool) {
 	now := o.e.clock.Now()
 	until := now.Add(o.e.cfg.Lease)
-	queueHold(b, o.KeyID, o.Token, &until, recover, now)
+	queueHold(b, o.KeyID, o.Token, &until, recoverAt(recover, now), false, false, now)
 }
 
+// QueueSending is QueueHold before a request leaves for the provider: the
+// reconciler must resolve the resource if the caller dies, and the first
+// such hold starts the provider's key window (FirstSentAt).
+func (o *Owner) QueueSending(b *pgx.Batch) {
+	now := o.e.clock.Now()
+	until := now.Add(o.e.cfg.Lease)
+	queueHold(b, o.KeyID, o.Token, &until, &now, true, false, now)
+	o.sending = true
+}
+
+// NoRecovery, as QueueRelease's recoverAfter: the resource moved no money;
+// the reconciler looks at it only once the key is abandoned.
+const NoRecovery time.Duration = -1
+
 // QueueRelease adds to b the end of the caller's lease without a final
-// answer (the outcome is unknown, or the provider refused), so that the next
-// retry, or the reconciler if recover, may take the key over at once.
-func (o *Owner) QueueRelease(b *pgx.Batch, recover bool) {
-	queueHold(b, o.KeyID, o.Token, nil, recover, o.e.clock.Now())
+// answer, so that the next retry may take the key over at once; the
+// reconciler looks at the resource recoverAfter from now (NoRecovery:
+// never). An unknown outcome is looked at at once; a refusal, which proves
+// nothing moved only as far as the provider can be trusted, after a grace.
+func (o *Owner) QueueRelease(b *pgx.Batch, recoverAfter time.Duration) {
+	o.queueRelease(b, recoverAfter, false)
+}
+
+// QueueRefused is QueueRelease after the provider refused the one request
+// that could have reached it: its key window has not started (FirstSentAt
+// is forgotten), and the reconciler only looks after recoverAfter.
+func (o *Owner) QueueRefused(b *pgx.Batch, recoverAfter time.Duration) {
+	o.queueRelease(b, recoverAfter, true)
+	o.refused = true
+}
+
+func (o *Owner) queueRelease(b *pgx.Batch, recoverAfter time.Duration, refused bool) {
+	now := o.e.clock.Now()
+	var at *time.Time
+	if recoverAfter >= 0 {
+		at = recoverAt(true, now.Add(recoverAfter))
+	}
+	queueHold(b, o.KeyID, o.Token, nil, at, false, refused, now)
+	o.releasing = true
+}
+
+// letGoAfter hands the key back after the owner's work failed with err,
+// unless it already ended its lease or err stands for a crash (ErrCrashed)
+// or a lost key (ErrFenced). Best effort: if it fails, the lease runs out.
+func (o *Owner) letGoAfter(ctx context.Context, err error) {
+	if err == nil || o.ended || errors.Is(err, ErrCrashed) || errors.Is(err, ErrFenced) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+	defer cancel()
+	if letErr := letGo(ctx, o.e.db, o.KeyID, o.Token); letErr != nil {
+		o.e.log.WarnContext(ctx, "could not hand back a key after a failure; its lease will run out",
+			"resource", o.Resource.ID, "error", letErr)
+	}
+}
+
+func recoverAt(recover bool, at time.Time) *time.Time {
+	if !recover {
+		return nil
+	}
+	return &at
+}
+
+// MarkForReview records that a person must resolve the key's resource (the
+// provider's answer cannot be trusted to decide it): the reconciler stops
+// looking at it, and the manual-review gauges count it. Fenced.
+func (o *Owner) MarkForReview(ctx context.Context, reason string) error {
+	if err := markForReview(ctx, o.e.db, o.KeyID, o.Token, o.e.clock.Now(), reason); err != nil {
+		return err
+	}
+	o.markedReview = true
+	o.e.log.WarnContext(ctx, "key marked for manual review", "resource", o.Resource.ID, "reason", reason)
+	return nil
 }
 
 // stepTimeout bounds one transaction of an operation's progress. It is
@@ -72,8 +158,9 @@ const stepTimeout = 10 * time.Second
 func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	pending := o.pending
-	o.pending = nil
+	pending, sending, refused := o.pending, o.sending, o.refused
+	o.pending, o.sending, o.refused = nil, false, false
+	defer func() { o.releasing = false }()
 	err := pgx.BeginFunc(ctx, o.e.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 	switch {
 	case errors.Is(err, statemachine.ErrStaleWrite):
@@ -81,8 +168,16 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	case err != nil:
 		return err
 	}
+	o.ended = pending != nil || o.releasing
 	if pending != nil {
 		o.answer = pending
+	}
+	if refused {
+		o.FirstSentAt = nil
+	}
+	if sending && o.FirstSentAt == nil {
+		now := o.e.clock.Now()
+		o.FirstSentAt = &now
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ type Record struct {
 	Response       *Response  // nil until a final answer is stored
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
+	FirstSentAt    *time.Time // when a request for the resource first left for the provider
+	AbandonAt      *time.Time // when an unfinished key whose resource moved no money is ended
 }
 
 // Decision is how a request that found an existing record is answered.

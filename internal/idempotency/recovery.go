@@ -122,8 +122,12 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
 		"tenant", rec.Scope.Tenant, "attempt", attempt)
 	own := &Owner{e: r.e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant,
-		Resource: rec.Resource, Recovering: true}
+		Resource: rec.Resource, Recovering: true, FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
 	res, err := r.ops[rec.Scope.Operation].Resume(context.WithoutCancel(ctx), own)
+	own.letGoAfter(ctx, err)
+	if own.markedReview {
+		return OutcomeManualReview
+	}
 	if err == nil && own.Finished() {
 		log.InfoContext(ctx, "reconciler resolved a key", "outcome", res.Outcome())
 		return res.Outcome()

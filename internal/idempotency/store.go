@@ -35,15 +35,18 @@ type Querier interface {
 // a lease until now+lease. It reports ok=false, without error, when the scope
 // is already taken: the row inserted first is the lock. A concurrent claim of
 // the same scope waits for the first transaction to end.
-func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration) (id int64, ok bool, err error) {
+//
+// abandonAt (nil: never) is when the reconciler takes the key over if
+// nobody finished it and its resource moved no money, to end it.
+func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) (id int64, ok bool, err error) {
 	err = q.QueryRow(ctx, `
 		INSERT INTO idempotency_keys
 		    (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-		     fencing_token, lease_expires_at, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8)
+		     fencing_token, lease_expires_at, created_at, abandon_at, recovery_next_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $9)
 		ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 		RETURNING id`,
-		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now).Scan(&id)
+		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -56,7 +59,7 @@ func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, r
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at
+	       created_at, completed_at, first_sent_at, abandon_at
 	FROM idempotency_keys`
 
 // Load returns the record of scope, or ErrNotFound.
@@ -86,7 +89,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt)
+		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.AbandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -132,42 +135,114 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // the key's fencing token; otherwise the batch fails with ErrFenced.
 func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers, _ := json.Marshal(resp.Headers) // map[string]string always marshals
-	b.Queue(`
+	b.Queue(notifyingWaiters(`
 		UPDATE idempotency_keys
 		SET response_status = $3, response_headers = $4, response_body = $5,
 		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		id, token, resp.Status, headers, resp.Body, now).Exec(fenced)
-	queueNotify(b, id)
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		RETURNING id, waiters`),
+		id, token, resp.Status, headers, resp.Body, now, NotifyChannel).QueryRow(fencedRow)
 }
 
 // queueHold adds to b the statement by which an owner that goes on working
 // keeps its key: the lease runs until `until` (nil: released, anyone may
-// take the key over), and recover says whether the key's resource is now in
-// a state whose outcome the reconciler must find out if nobody finishes it.
-// The first time recover is set the key is due at once (its lease still
-// guards it); later holds keep the schedule the reconciler booked. Fenced
-// like every owner write.
-func queueHold(b *pgx.Batch, id, token int64, until *time.Time, recover bool, now time.Time) {
-	b.Queue(`
+// take the key over), and recoverAt says when the reconciler must look at
+// the key's resource if nobody finishes it (nil: it moved no money, so only
+// when the key is abandoned). The first send makes the key due at once (its
+// lease still guards it); later holds keep the schedule the reconciler
+// booked.
+// A schedule the reconciler already booked is kept. sent records that a
+// request for the resource is about to leave for the provider (the first
+// time starts the provider's key window). Fenced like every owner write.
+// refused forgets the first send (the provider refused it before
+// processing, so its key window has not started) and replaces the schedule
+// with recoverAt.
+func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent, refused bool, now time.Time) {
+	sql := `
 		UPDATE idempotency_keys
 		SET lease_expires_at = $3,
-		    recovery_next_at = CASE WHEN $4 THEN COALESCE(recovery_next_at, $5) END
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`,
-		id, token, until, recover, now).Exec(fenced)
-	if until == nil {
-		queueNotify(b, id)
+		    recovery_next_at = CASE WHEN $4::timestamptz IS NULL THEN abandon_at
+		                            WHEN $7 THEN $4
+		                            WHEN $5 AND first_sent_at IS NULL THEN $4
+		                            ELSE COALESCE(recovery_next_at, $4) END,
+		    first_sent_at = CASE WHEN $5 THEN COALESCE(first_sent_at, $6) WHEN $7 THEN NULL ELSE first_sent_at END
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`
+	if until != nil {
+		b.Queue(sql, id, token, until, recoverAt, sent, now, refused).Exec(fenced)
+		return
 	}
+	// Released: a waiter may take the key over now.
+	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`),
+		id, token, until, recoverAt, sent, now, refused, NotifyChannel).QueryRow(fencedRow)
 }
 
-// queueNotify tells waiting requests, on every instance, that key row id
-// changed. PostgreSQL delivers it only if the transaction commits.
-func queueNotify(b *pgx.Batch, id int64) {
-	b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(id, 10))
+// letGo ends the lease of key row id held with token, and nothing else: an
+// owner whose work failed half-way hands the key back (fenced: a newer owner
+// keeps its lease).
+func letGo(ctx context.Context, q Querier, id, token int64) error {
+	var n, woken int
+	err := q.QueryRow(ctx, notifyingWaiters(`
+		UPDATE idempotency_keys SET lease_expires_at = NULL
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		RETURNING id, waiters`), id, token, NotifyChannel).Scan(&n, &woken)
+	if err != nil {
+		return fmt.Errorf("let go of idempotency key: %w", err)
+	}
+	return nil
+}
+
+// notifyingWaiters wraps update, an UPDATE of one key row ... RETURNING id,
+// waiters whose last parameter is the channel, so that the same statement
+// tells waiting requests, on every instance, that the key changed, but
+// only if some request waits for it (PostgreSQL delivers the notification
+// only if the transaction commits). It answers (rows updated, notified).
+func notifyingWaiters(update string) string {
+	channel := "$" + strconv.Itoa(highestParam(update)+1)
+	return `WITH changed AS (` + update + `),
+		woken AS (SELECT pg_notify(` + channel + `, id::text) FROM changed WHERE waiters > 0)
+		SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM woken)::int`
+}
+
+// highestParam is the highest $n in sql.
+func highestParam(sql string) int {
+	highest := 0
+	for i := 0; i < len(sql); i++ {
+		if sql[i] != '$' {
+			continue
+		}
+		n := 0
+		for j := i + 1; j < len(sql) && sql[j] >= '0' && sql[j] <= '9'; j++ {
+			n = n*10 + int(sql[j]-'0')
+		}
+		highest = max(highest, n)
+	}
+	return highest
+}
+
+// addWaiter counts (delta 1) or uncounts (delta -1) a request waiting for
+// key row id.
+func addWaiter(ctx context.Context, q Querier, id int64, delta int) error {
+	_, err := q.Exec(ctx, `UPDATE idempotency_keys SET waiters = GREATEST(waiters + $2, 0) WHERE id = $1`, id, delta)
+	if err != nil {
+		return fmt.Errorf("count a waiter: %w", err)
+	}
+	return nil
 }
 
 func fenced(tag pgconn.CommandTag) error {
 	if tag.RowsAffected() != 1 {
+		return ErrFenced
+	}
+	return nil
+}
+
+// fencedRow reads notifyingWaiters' answer: one row updated, or fenced.
+func fencedRow(row pgx.Row) error {
+	var n, woken int
+	if err := row.Scan(&n, &woken); err != nil {
+		return err
+	}
+	if n != 1 {
 		return ErrFenced
 	}
 	return nil
@@ -201,10 +276,10 @@ func claimDue(ctx context.Context, q Querier, operations []string, now time.Time
 		                            * interval '1 microsecond'
 		FROM due WHERE k.id = due.id
 		RETURNING k.id, k.tenant_id, k.operation, k.idempotency_key, k.resource_type, k.resource_id,
-		          k.fencing_token, k.recovery_attempts`,
+		          k.fencing_token, k.recovery_attempts, k.first_sent_at, k.abandon_at`,
 		now, now.Add(lease), operations, schedule,
 	).Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Resource.Type, &r.Resource.ID,
-		&r.FencingToken, &attempts)
+		&r.FencingToken, &attempts, &r.FirstSentAt, &r.AbandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, 0, false, nil
 	}

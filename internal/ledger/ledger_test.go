@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ledger"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -167,6 +168,29 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 		t.Errorf("the rejected event is not recorded with its reason")
 	}
 	e.wantOutcomes(map[string]float64{"applied": 1, "duplicate_event": 2, "duplicate_entry": 1, "ignored": 1, "rejected": 1})
+}
+
+// TestRedeliveryAfterInboxRetentionBooksNothing (issue 9, item 9): once
+// clean-up has deleted an event's inbox row (INBOX_RETENTION after it was
+// received), a copy of the event arriving even later books nothing: the
+// entry's natural key refuses it. The inbox is the first line, not the only
+// one.
+func TestRedeliveryAfterInboxRetentionBooksNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ev := succeeded(t, "pay_a", "10.50", t0)
+	e.apply(ev, ledger.OutcomeApplied)
+	e.clock.Advance(720*time.Hour + time.Minute)
+	janitor := cleanup.New(e.pool, e.clock, cleanup.Policy{
+		ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour, InboxRetention: 720 * time.Hour,
+	}, slog.New(slog.DiscardHandler))
+	if st, err := janitor.RunOnce(context.Background()); err != nil || st.InboxRowsDeleted != 1 {
+		t.Fatalf("clean-up: %+v, %v", st, err)
+	}
+	e.apply(ev, ledger.OutcomeDuplicateEntry)
+	if n := e.count(`SELECT count(*) FROM ledger_entries`); n != 1 {
+		t.Errorf("%d ledger entries, want 1", n)
+	}
 }
 
 // TestApplyBooksTenantWhenTheEventCarriesIt: the payments service sends
@@ -690,4 +714,40 @@ func TestSlowHandlingIsNotRedelivered(t *testing.T) {
 		t.Errorf("the message was delivered %d times, want once", info.Delivered.Consumer)
 	}
 	e.wantOutcomes(map[string]float64{"applied": 1})
+}
+
+func refundSucceeded(t *testing.T, refundID, paymentID, amount string, at time.Time) outbox.Event {
+	t.Helper()
+	ev, err := outbox.NewEvent(outbox.TypeRefundSucceeded, "refund", refundID, map[string]string{
+		"refundId": refundID, "paymentId": paymentID, "status": "SUCCEEDED", "amount": amount, "currency": "EUR",
+		"accountId": "acc_1", "tenantId": "tenant_a", "providerReference": "re_" + refundID,
+	}, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// TestOneEntryPerSucceededRefund: each succeeded refund books one
+// REFUND_SUCCEEDED entry, beside the payment's own entry; a redelivery or a
+// second event of the same refund books nothing; two refunds of one payment
+// book two entries.
+func TestOneEntryPerSucceededRefund(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.apply(succeeded(t, "pay_a", "10.00", t0), ledger.OutcomeApplied)
+	first := refundSucceeded(t, "re_1", "pay_a", "3.00", t0)
+	e.apply(first, ledger.OutcomeApplied)
+	e.apply(first, ledger.OutcomeDuplicateEvent)
+	e.apply(refundSucceeded(t, "re_1", "pay_a", "3.00", t0), ledger.OutcomeDuplicateEntry)
+	e.apply(refundSucceeded(t, "re_2", "pay_a", "2.00", t0), ledger.OutcomeApplied)
+	if n := e.count(`SELECT count(*) FROM ledger_entries WHERE entry_type = 'REFUND_SUCCEEDED' AND payment_id = 'pay_a'`); n != 2 {
+		t.Errorf("%d refund entries, want 2", n)
+	}
+	if n := e.count(`SELECT COALESCE(sum(amount_minor), 0)::int FROM ledger_entries WHERE entry_type = 'REFUND_SUCCEEDED'`); n != 500 {
+		t.Errorf("refunds booked %d cents, want 500", n)
+	}
+	if n := e.count(`SELECT count(*) FROM ledger_entries WHERE entry_type = 'PAYMENT_SUCCEEDED'`); n != 1 {
+		t.Errorf("%d payment entries, want 1", n)
+	}
 }

@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,56 @@ func TestQueriesReadOnlyWhatTheyNeed(t *testing.T) {
 		gauges := pgtest.Explain(t, e.pool, mode, "int", outbox.BacklogSQL, fmt.Sprint(countCap))
 		if got := gauges.RowsRead(); got > countCap+100 {
 			t.Errorf("backlog gauges (%s) read %v rows with a count cap of %d:\n%s", mode, got, countCap, gauges)
+		}
+	}
+}
+
+// TestClaimReadsNoBlockedTail (issue 9, item 8): the claim finds due heads
+// without walking the events that wait behind an earlier unpublished event
+// of their payment. With 20,000 payments whose PaymentCreated is parked and
+// whose later events wait behind it, 5,000 whose PaymentCreated backs off
+// with a due event behind it, and 10 due heads (3 of them with events
+// behind), claiming reads next to nothing, as a custom and as a generic
+// plan; a pass publishes exactly the 10 heads.
+func TestClaimReadsNoBlockedTail(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	insert := func(prefix string, n int, eventType string, due time.Time) {
+		t.Helper()
+		_, err := e.pool.Exec(ctx, `
+			INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+			SELECT gen_random_uuid(), 'payment', $1 || i, $2, '{}', $3, $4
+			FROM generate_series(1, $5) i`, prefix, eventType, t0.Add(-time.Hour), due, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const blocked, backingOff = 20000, 5000
+	insert("parked_", blocked, "PaymentCreated", t0.Add(-time.Hour))
+	insert("backoff_", backingOff, "PaymentCreated", t0.Add(time.Hour))
+	insert("due_", 10, "PaymentCreated", t0.Add(-time.Second))
+	// The tails, written after their heads, all due.
+	insert("parked_", blocked, "PaymentSucceeded", t0.Add(-time.Hour))
+	insert("parked_", blocked, "RefundCreated", t0.Add(-time.Hour))
+	insert("backoff_", backingOff, "PaymentSucceeded", t0.Add(-time.Hour))
+	insert("due_", 3, "PaymentSucceeded", t0.Add(-time.Hour))
+	_, err := e.pool.Exec(ctx, `
+		UPDATE outbox_events SET parked_at = $1, attempts = 10, last_error = 'poison'
+		WHERE aggregate_id LIKE 'parked\_%' AND event_type = 'PaymentCreated'`, t0.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `ANALYZE outbox_events`); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.ReadsAtMost(t, e.pool, 100, "timestamptz, int, timestamptz, uuid", outbox.ClaimSQL,
+		t0.Format(time.RFC3339Nano), "100", t0.Add(30*time.Second).Format(time.RFC3339Nano), "01900000-0000-7000-8000-000000000000")
+	rec := &recorder{}
+	mustRunOnce(t, e.relay(rec.publisher("r1"), outbox.RelayConfig{}), 10)
+	for _, ev := range rec.published() {
+		if !strings.HasPrefix(ev.AggregateID, "due_") || ev.Type != "PaymentCreated" {
+			t.Errorf("published %s %s", ev.AggregateID, ev.Type)
 		}
 	}
 }

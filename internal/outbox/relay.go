@@ -150,7 +150,9 @@ type RelayDeps struct {
 // published in the order they happened, each only after the broker
 // acknowledged the one before, and a parked PaymentCreated holds back its
 // PaymentSucceeded (both stay visible: one parked, one pending, and the
-// pending age grows) until it is unparked. What is not promised: a repeat.
+// pending age grows) until it is unparked. Events waiting like this cost the
+// claim nothing: it reads only each aggregate's head (see claimSQL), however
+// many events wait behind a parked one. What is not promised: a repeat.
 // A republished event (after a crash before the mark, or a relay that
 // stalled past its lease) may arrive after later events of its payment, and
 // brokers redeliver unacknowledged messages out of order. Consumers must
@@ -310,10 +312,15 @@ func (r *Relay) runOnce(ctx context.Context) (published, claimed int, err error)
 
 // claimSQL claims up to $2 due rows for the lease $3 under the token $4.
 // The rows are taken in the order they are due, then in insertion order,
-// from the partial index outbox_events_due_idx (next_attempt_at, seq): the
-// scan stops at the first row not due yet, so rows waiting for a backoff
-// cost nothing. The NOT EXISTS keeps each payment's events in order whatever
-// the batch order: a row is only due once every earlier event of its
+// from the partial index outbox_events_due_head_idx (next_attempt_at, seq),
+// which holds only heads: rows that are (or may be) the earliest unpublished
+// event of their aggregate (the column head, kept by triggers, see
+// migrations/00011_ops_outbox_heads.sql). The scan stops at the first row
+// not due yet, so rows waiting for a backoff cost nothing, and rows waiting
+// behind an earlier unpublished event of their aggregate (parked, backing
+// off or claimed) are not in the index at all, so they cost nothing either,
+// however many there are. The NOT EXISTS is the ordering rule itself, and
+// does not trust the flag: a row is only due once every earlier event of its
 // aggregate is published. The claimed ids are looked up again by primary key
 // (= ANY of an array, not a join with the CTE), so that a generic plan of
 // the statement, which cannot know that LIMIT $2 is small, does not hash the
@@ -322,7 +329,8 @@ const claimSQL = `
 		WITH due AS (
 		    SELECT o.id
 		    FROM outbox_events o
-		    WHERE o.published_at IS NULL
+		    WHERE o.head
+		      AND o.published_at IS NULL
 		      AND o.parked_at IS NULL
 		      AND o.next_attempt_at <= $1
 		      AND (o.claimed_until IS NULL OR o.claimed_until <= $1)

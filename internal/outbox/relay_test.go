@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -105,14 +104,8 @@ func (e *env) add(typesByPayment ...string) []outbox.Event {
 	e.t.Helper()
 	var out []outbox.Event
 	for _, spec := range typesByPayment {
-		paymentID, typ, _ := strings.Cut(spec, ":")
-		ev, err := outbox.NewEvent(typ, "payment", paymentID, map[string]string{"paymentId": paymentID}, e.clock.Now())
+		ev, err := e.write(spec)
 		if err != nil {
-			e.t.Fatal(err)
-		}
-		b := &pgx.Batch{}
-		outbox.Queue(b, ev)
-		if err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error { return tx.SendBatch(context.Background(), b).Close() }); err != nil {
 			e.t.Fatal(err)
 		}
 		out = append(out, ev)
@@ -203,6 +196,35 @@ func mustRunOnce(t *testing.T, r *outbox.Relay, want int) {
 	}
 }
 
+// drain runs the relays at once, each in its own goroutine, pass after
+// pass, until all is written (written is closed) and published, or timeout
+// passed; it reports whether everything was published.
+func (e *env) drain(timeout time.Duration, written <-chan struct{}, relays ...*outbox.Relay) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range relays {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				n, err := r.RunOnce(ctx)
+				if err != nil {
+					e.t.Error(err)
+					return
+				}
+				select {
+				case <-written:
+					if n == 0 && e.count("published_at IS NULL") == 0 {
+						return
+					}
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ctx.Err() == nil
+}
+
 func ids(events []outbox.Event) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
@@ -289,25 +311,9 @@ func TestTwoRelaysPublishEveryRowOnce(t *testing.T) {
 	cfg := outbox.RelayConfig{BatchSize: 7}
 	relays := []*outbox.Relay{e.relay(rec.publisher("r1"), cfg), e.relay(rec.publisher("r2"), cfg)}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, r := range relays {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				n, err := r.RunOnce(ctx)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if n == 0 && e.count("published_at IS NULL") == 0 {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
+	written := make(chan struct{})
+	close(written)
+	if !e.drain(20*time.Second, written, relays...) {
 		t.Fatal("the relays did not finish in 20s")
 	}
 

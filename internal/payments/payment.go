@@ -40,11 +40,12 @@ const (
 	OutcomeDeclined   = "declined"
 	OutcomeProcessing = "processing"
 	OutcomeFailed     = "failed"
+	OutcomeCanceled   = "canceled"
 )
 
 var outcomes = map[Status]string{
 	StatusSucceeded: OutcomeSucceeded, StatusDeclined: OutcomeDeclined,
-	StatusProcessing: OutcomeProcessing, StatusFailed: OutcomeFailed,
+	StatusProcessing: OutcomeProcessing, StatusFailed: OutcomeFailed, StatusCanceled: OutcomeCanceled,
 }
 
 // Resource is the payment as an idempotency key's resource.

@@ -26,6 +26,10 @@ type Config struct {
 	// ProviderKeyWindow is how long the provider remembers its idempotency
 	// keys. Past it, a payment is only ever looked up, never sent again.
 	ProviderKeyWindow time.Duration
+	// AbandonAfter is how long after its claim a payment that moved no
+	// money (never sent, or refused) waits for its client's retry before
+	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
+	AbandonAfter time.Duration
 	// Hooks are failpoints for tests; the zero value does nothing.
 	Hooks Hooks
 }
@@ -45,7 +49,10 @@ func run(ctx context.Context, hook func(context.Context, string) error, paymentI
 	if hook == nil {
 		return nil
 	}
-	return hook(ctx, paymentID)
+	if err := hook(ctx, paymentID); err != nil {
+		return fmt.Errorf("%w: %w", idempotency.ErrCrashed, err)
+	}
+	return nil
 }
 
 // Deps are the collaborators of a Service.
@@ -82,7 +89,7 @@ func NewService(d Deps, cfg Config) *Service {
 		Machine: machine,
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateCompleted, Declined: StateDeclined,
-			Retryable: StateFailedRetryable, Unknown: StateUnknown,
+			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
@@ -105,11 +112,12 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	return s.engine.Do(ctx, s, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
-		Fingerprint: cmd.Fingerprint(),
-		Resource:    p.Resource(),
-		Create:      func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, p) },
-		Wait:        wait,
+		Scope:        idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+		Fingerprint:  cmd.Fingerprint(),
+		Resource:     p.Resource(),
+		Create:       func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, p) },
+		Wait:         wait,
+		AbandonAfter: s.cfg.AbandonAfter,
 	})
 }
 
@@ -158,7 +166,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt,
+		ID: p.ID, State: p.State,
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
 		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
@@ -171,7 +179,10 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 // final outcome; the result is the payment as it now stands.
 func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
 	from := p.State
-	p.State, p.UpdatedAt = to, now
+	if to != p.State {
+		p.UpdatedAt = now // only a move writes updated_at: show what the database holds
+	}
+	p.State = to
 	var eventType string
 	switch to {
 	case StateCompleted:

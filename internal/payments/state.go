@@ -25,6 +25,10 @@ const (
 	// StateUnknown: the provider may or may not have charged (timeout, lost
 	// answer). Resolved only by asking the provider, never by charging again.
 	StateUnknown State = "UNKNOWN_REQUIRES_RECOVERY"
+	// StateCanceled: provably no money moved (never sent, or refused and
+	// unknown to the provider) and nobody finished it within the replay
+	// window. Final; frees the merchant reference.
+	StateCanceled State = "CANCELED"
 )
 
 // machine is the payment state machine: for each state, the states it may
@@ -33,20 +37,20 @@ var machine = statemachine.New("payment",
 	statemachine.Table{Name: "payments", Transitions: "payment_transitions", ForeignKey: "payment_id"},
 	StateReceived,
 	map[State][]State{
-		StateReceived: {StateProviderRequestSent},
 		StateProviderRequestSent: {
 			StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown,
 		},
 		// The provider answered a lookup: it charged, it declined, or it is
 		// certain it never saw the key, so the request is sent again.
 		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent},
-		StateFailedRetryable: {StateProviderRequestSent},
+		StateReceived:        {StateProviderRequestSent, StateCanceled},
+		StateFailedRetryable: {StateProviderRequestSent, StateCanceled},
 	})
 
 // States lists every state, in the order of the life of a payment.
 func States() []State {
 	return []State{StateReceived, StateProviderRequestSent, StateCompleted,
-		StateDeclined, StateFailedRetryable, StateUnknown}
+		StateDeclined, StateFailedRetryable, StateUnknown, StateCanceled}
 }
 
 // Machine returns the payment state machine (for tests that compare it
@@ -64,9 +68,9 @@ func (s State) NeedsRecovery() bool {
 }
 
 // HoldsReference reports whether a payment in s keeps its (account,
-// merchant reference) from a new payment: all but a decline, which frees it
-// for another attempt.
-func (s State) HoldsReference() bool { return s != StateDeclined }
+// merchant reference) from a new payment: all but a decline or a
+// cancellation, which free it for another attempt.
+func (s State) HoldsReference() bool { return s != StateDeclined && s != StateCanceled }
 
 // Status is the state as clients see it.
 func (s State) Status() Status {
@@ -77,6 +81,8 @@ func (s State) Status() Status {
 		return StatusDeclined
 	case StateFailedRetryable:
 		return StatusFailed
+	case StateCanceled:
+		return StatusCanceled
 	default:
 		return StatusProcessing
 	}
@@ -91,4 +97,5 @@ const (
 	StatusSucceeded  Status = "SUCCEEDED"
 	StatusDeclined   Status = "DECLINED"
 	StatusFailed     Status = "FAILED"
+	StatusCanceled   Status = "CANCELED"
 )

@@ -56,9 +56,10 @@ func insertPayment(ctx context.Context, q Querier, p Payment) (inserted bool, ho
 }
 
 // holdsReference is the predicate of the partial unique index
-// payments_merchant_reference_key: the states that keep a merchant
-// reference (State.HoldsReference). ON CONFLICT must name it as written.
-var holdsReference = "state <> '" + string(StateDeclined) + "'"
+// payments_merchant_reference_key (migration 00009): the states that keep a
+// merchant reference (State.HoldsReference). ON CONFLICT must name it as
+// written there.
+var holdsReference = "state NOT IN ('" + string(StateDeclined) + "', '" + string(StateCanceled) + "')"
 
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	payment_method, channel, description, state, COALESCE(provider_reference, ''),

@@ -90,3 +90,19 @@ func Explain(t testing.TB, pool *pgxpool.Pool, mode, paramTypes, query string, a
 	}
 	return out[0].Plan
 }
+
+// ReadsAtMost runs query as Explain does under both plans a prepared
+// statement may get (a custom plan, and the generic plan PostgreSQL caches
+// after a few executions), each in a subtest, and fails the subtest whose
+// plan read more than limit rows, showing its plan.
+func ReadsAtMost(t *testing.T, pool *pgxpool.Pool, limit float64, paramTypes, query string, args ...string) {
+	t.Helper()
+	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
+		t.Run(mode, func(t *testing.T) {
+			plan := Explain(t, pool, mode, paramTypes, query, args...)
+			if got := plan.RowsRead(); got > limit {
+				t.Errorf("read %v rows, at most %v expected:\n%s", got, limit, plan)
+			}
+		})
+	}
+}

@@ -32,9 +32,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver for pgtestdb
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver for pgtestdb
 	"github.com/peterldowns/pgtestdb"
 	"github.com/peterldowns/pgtestdb/migrators/goosemigrator"
+	"github.com/pressly/goose/v3"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/migrations"
@@ -142,6 +143,24 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 func NewEmptyPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	return poolOn(t, NewEmptyURL(t))
+}
+
+// NewPoolAt returns a pool on a database made by NewEmptyURL and migrated
+// up to version only: for a test of an upgrade, which writes what an older
+// version wrote and then applies the rest (database.Migrate).
+func NewPoolAt(t testing.TB, version int64) *pgxpool.Pool {
+	t.Helper()
+	pool := NewEmptyPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	migrator, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if _, err := migrator.UpTo(t.Context(), version); err != nil {
+		t.Fatalf("pgtest: migrate up to version %d: %v", version, err)
+	}
+	return pool
 }
 
 func poolOn(t testing.TB, dbURL string) *pgxpool.Pool {

@@ -27,6 +27,7 @@ const (
 	DuplicateMerchantReference Code = "DUPLICATE_MERCHANT_REFERENCE"
 	PaymentDeclined            Code = "PAYMENT_DECLINED"
 	RefundDeclined             Code = "REFUND_DECLINED"
+	PaymentCanceled            Code = "PAYMENT_CANCELED"
 	PaymentNotRefundable       Code = "PAYMENT_NOT_REFUNDABLE"
 	RefundExceedsRefundable    Code = "REFUND_EXCEEDS_REFUNDABLE"
 	RateLimited                Code = "RATE_LIMITED"
@@ -52,6 +53,7 @@ var titles = map[Code]string{
 	DuplicateMerchantReference: "Duplicate merchant reference",
 	PaymentDeclined:            "Payment declined",
 	RefundDeclined:             "Refund declined",
+	PaymentCanceled:            "Payment canceled",
 	PaymentNotRefundable:       "Payment not refundable",
 	RefundExceedsRefundable:    "Refund exceeds the refundable amount",
 	RateLimited:                "Rate limited",

@@ -46,6 +46,9 @@ type States[S State] struct {
 	Declined  S // the provider declined
 	Retryable S // the provider refused before processing: nothing moved
 	Unknown   S // money may have moved; find out by asking
+	// Canceled ends a resource that moved no money once its key is
+	// abandoned (Owner.Abandoned). Empty: the operation has no such end.
+	Canceled S
 }
 
 // Answer is what the provider said about a resource.
@@ -72,14 +75,18 @@ type Flow[S State] struct {
 	// ErrUnavailable is the operation's answer to a refusal that proves no
 	// money moved (a 503 to the client).
 	ErrUnavailable error
-	Hooks          Hooks
+	// RefusalGrace is how long after a refusal the reconciler looks the
+	// resource up anyway (never sends it): a refusal proves nothing moved
+	// only as far as the provider and the HTTP stack can be trusted, and a
+	// lookup is always safe. Default one minute.
+	RefusalGrace time.Duration
+	Hooks        Hooks
 }
 
 // Subject is one resource in the flow, as its operation describes it.
 type Subject[S State] struct {
-	ID        string
-	State     S
-	CreatedAt time.Time
+	ID    string
+	State S
 	// Send asks the provider to act, with the key derived from the resource.
 	Send func(ctx context.Context) (Answer, error)
 	// Lookup asks the provider what became of that key.
@@ -92,9 +99,20 @@ type Subject[S State] struct {
 
 // Resume takes s from its recorded state to a result, as own.
 func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	switch s.State {
-	case f.States.Sent, f.States.Unknown:
+	switch {
+	case s.State == f.States.Sent, s.State == f.States.Unknown:
 		return f.recoverOutcome(ctx, own, s)
+	case own.Recovering && !s.State.Final() && own.Abandoned() && f.States.Canceled != "":
+		return f.abandon(ctx, own, s)
+	case s.State == f.States.Retryable && own.Recovering:
+		// The client was told to retry; only the client sends it again.
+		// The reconciler only asks whether the refusal was true.
+		return f.checkRefusal(ctx, own, s)
+	case own.Recovering:
+		// Never sent, not yet abandoned: only its client may send it.
+		b := &pgx.Batch{}
+		own.QueueRelease(b, idempotency.NoRecovery)
+		return nil, own.Commit(ctx, b)
 	default:
 		if s.State.Final() {
 			// A final state is committed together with its stored answer,
@@ -134,12 +152,23 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 			return nil, err
 		}
 		return f.settle(ctx, own, s, a, nil)
-	case errors.Is(err, provider.ErrNotFound) && f.Clock.Now().Sub(s.CreatedAt) < f.KeyWindow:
+	case errors.Is(err, provider.ErrAmbiguous):
+		// More than one object for one key: money may have moved twice.
+		// Nobody can decide that by asking again: a person must.
+		res, settleErr := f.settle(ctx, own, s, Answer{}, fmt.Errorf("%w: lookup: %v", provider.ErrUnknownOutcome, err)) //nolint:errorlint
+		if settleErr != nil {
+			return nil, settleErr
+		}
+		if err := own.MarkForReview(ctx, err.Error()); err != nil {
+			return nil, err
+		}
+		return res, nil
+	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(own):
 		if s.State == f.States.Unknown {
 			err = f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again")
 		} else {
 			b := &pgx.Batch{}
-			own.QueueHold(b, true) // a second call follows: renew the lease
+			own.QueueSending(b) // a second call follows: renew the lease
 			err = own.Commit(ctx, b)
 		}
 		if err != nil {
@@ -153,47 +182,89 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 	}
 }
 
+// insideKeyWindow reports whether the provider still remembers the key of
+// own's resource: its window runs from the first request that left for it.
+func (f *Flow[S]) insideKeyWindow(own *idempotency.Owner) bool {
+	if own.FirstSentAt == nil {
+		return true // never sent: nothing the provider could have forgotten
+	}
+	return f.Clock.Now().Sub(*own.FirstSentAt) < f.KeyWindow
+}
+
+// checkRefusal is the reconciler's look at a resource the provider refused:
+// if the provider holds it after all, it is settled; otherwise it stays
+// retryable and the reconciler stops looking (or tries later, when the
+// provider could not say).
+func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	a, err := s.Lookup(ctx)
+	if err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined) {
+		return f.settleFrom(ctx, own, s, f.States.Sent, a)
+	}
+	after := idempotency.NoRecovery // the provider is certain: nothing moved
+	if !errors.Is(err, provider.ErrNotFound) {
+		after = 0 // it could not say: the reconciler's backoff applies
+	}
+	b := &pgx.Batch{}
+	own.QueueRelease(b, after)
+	if err := own.Commit(ctx, b); err != nil {
+		return nil, err
+	}
+	return nil, f.ErrUnavailable
+}
+
+// abandon ends a resource whose key nobody finished in time and that moved
+// no money: never sent, or refused. If a request ever left for it (or was
+// refused, which may hide a processed request), the provider is asked
+// first: what it holds is settled; only what it never saw is canceled.
+func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	if own.FirstSentAt != nil || s.State == f.States.Retryable {
+		a, err := s.Lookup(ctx)
+		switch {
+		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+			return f.settleFrom(ctx, own, s, f.States.Sent, a)
+		case !errors.Is(err, provider.ErrNotFound):
+			b := &pgx.Batch{}
+			own.QueueRelease(b, 0) // the provider could not say: the reconciler's backoff applies
+			if cerr := own.Commit(ctx, b); cerr != nil {
+				return nil, cerr
+			}
+			return nil, fmt.Errorf("abandoned %s %s: lookup: %w", f.Machine.Name(), s.ID, err)
+		}
+	}
+	return f.commit(ctx, own, s, f.States.Canceled, "abandoned: no request moved money, nobody finished it", Answer{})
+}
+
+// settleFrom settles a refused resource the provider turned out to hold:
+// through the sent state, so the machine records what happened.
+func (f *Flow[S]) settleFrom(ctx context.Context, own *idempotency.Owner, s Subject[S], via S, a Answer) (idempotency.Result, error) {
+	if err := f.move(ctx, own, &s, via, "provider holds the refused request after all"); err != nil {
+		return nil, err
+	}
+	return f.settle(ctx, own, s, a, nil)
+}
+
 // settle commits what the provider said in one transaction: the move, the
 // operation's writes, and the stored answer (final) or the released key.
 func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[S], a Answer, callErr error) (idempotency.Result, error) {
-	now := f.Clock.Now()
-	mv := statemachine.Move[S]{ID: s.ID, From: s.State, At: now}
-	var resultErr error
+	var (
+		to        S
+		reason    string
+		resultErr error
+	)
 	switch {
 	case callErr == nil && a.Status == provider.StatusSucceeded:
-		mv.To, mv.Reason = f.States.Succeeded, "provider confirmed"
+		to, reason = f.States.Succeeded, "provider confirmed"
 	case callErr == nil && a.Status == provider.StatusDeclined:
-		mv.To, mv.Reason = f.States.Declined, "provider declined: "+a.DeclineCode
+		to, reason = f.States.Declined, "provider declined: "+a.DeclineCode
 	case errors.Is(callErr, provider.ErrUnavailable):
-		mv.To, mv.Reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), f.ErrUnavailable
+		to, reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), f.ErrUnavailable
 	case callErr == nil:
-		mv.To, mv.Reason = f.States.Unknown, "provider has not decided: "+string(a.Status)
+		to, reason = f.States.Unknown, "provider has not decided: "+string(a.Status)
 	default:
-		mv.To, mv.Reason = f.States.Unknown, "outcome unknown: "+callErr.Error()
+		to, reason = f.States.Unknown, "outcome unknown: "+callErr.Error()
 	}
-	b := &pgx.Batch{}
-	res, set, err := s.Settle(b, mv.To, a, now)
+	res, err := f.commit(ctx, own, s, to, reason, a)
 	if err != nil {
-		return nil, err
-	}
-	mv.Set = set
-	// The key's statement first: every writer locks the key row, then the
-	// resource's.
-	key := &pgx.Batch{}
-	if mv.To.Final() {
-		if err := own.QueueFinish(key, res); err != nil {
-			return nil, err
-		}
-	} else {
-		own.QueueRelease(key, mv.To.NeedsRecovery())
-	}
-	if mv.To != mv.From {
-		if err := f.Machine.QueueMove(key, mv); err != nil {
-			return nil, err
-		}
-	}
-	key.QueuedQueries = append(key.QueuedQueries, b.QueuedQueries...)
-	if err := own.Commit(ctx, key); err != nil {
 		return nil, err
 	}
 	if resultErr != nil {
@@ -202,11 +273,56 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 	return res, nil
 }
 
+// commit moves s to `to` with the operation's writes and the key's
+// statement (first: every writer locks the key row, then the resource's).
+func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[S], to S, reason string, a Answer) (idempotency.Result, error) {
+	now := f.Clock.Now()
+	b := &pgx.Batch{}
+	res, set, err := s.Settle(b, to, a, now)
+	if err != nil {
+		return nil, err
+	}
+	key := &pgx.Batch{}
+	switch {
+	case to.Final():
+		if err := own.QueueFinish(key, res); err != nil {
+			return nil, err
+		}
+	case to == f.States.Retryable:
+		own.QueueRefused(key, f.refusalGrace())
+	case to.NeedsRecovery():
+		own.QueueRelease(key, 0)
+	default:
+		own.QueueRelease(key, idempotency.NoRecovery)
+	}
+	if to != s.State {
+		if err := f.Machine.QueueMove(key, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
+			return nil, err
+		}
+	}
+	key.QueuedQueries = append(key.QueuedQueries, b.QueuedQueries...)
+	if err := own.Commit(ctx, key); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func (f *Flow[S]) refusalGrace() time.Duration {
+	if f.RefusalGrace <= 0 {
+		return time.Minute
+	}
+	return f.RefusalGrace
+}
+
 // move takes s to `to` in its own transaction, and renews the lease: a
 // provider call follows.
 func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S], to S, reason string) error {
 	b := &pgx.Batch{}
-	own.QueueHold(b, to.NeedsRecovery())
+	if to == f.States.Sent {
+		own.QueueSending(b)
+	} else {
+		own.QueueHold(b, to.NeedsRecovery())
+	}
 	if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: f.Clock.Now()}); err != nil {
 		return err
 	}
@@ -217,9 +333,13 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 	return nil
 }
 
+// hook runs a failpoint; its error stops the work as a crash would.
 func hook(ctx context.Context, h func(context.Context, string) error, id string) error {
 	if h == nil {
 		return nil
 	}
-	return h(ctx, id)
+	if err := h(ctx, id); err != nil {
+		return fmt.Errorf("%w: %w", idempotency.ErrCrashed, err)
+	}
+	return nil
 }

@@ -131,7 +131,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		return nil, err
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: r.ID, State: r.State, CreatedAt: r.CreatedAt,
+		ID: r.ID, State: r.State,
 		Send: func(ctx context.Context) (providerflow.Answer, error) {
 			return s.call(ctx, "refund", func(ctx context.Context) (provider.Refund, error) {
 				return s.d.Provider.Refund(ctx, provider.RefundRequest{
@@ -164,7 +164,10 @@ func (s *Service) call(ctx context.Context, op string, call func(context.Context
 // settle is what a refund writes with its move to `to`: its event, and for
 // a success the payment's refunded amount.
 func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
-	r.State, r.UpdatedAt = to, now
+	if to != r.State {
+		r.UpdatedAt = now // only a move writes updated_at: show what the database holds
+	}
+	r.State = to
 	var eventType string
 	switch to {
 	case StateSucceeded:

@@ -105,6 +105,7 @@ const (
 	METHODNOTALLOWED           ProblemCode = "METHOD_NOT_ALLOWED"
 	NOTFOUND                   ProblemCode = "NOT_FOUND"
 	PAYLOADTOOLARGE            ProblemCode = "PAYLOAD_TOO_LARGE"
+	PAYMENTCANCELED            ProblemCode = "PAYMENT_CANCELED"
 	PAYMENTDECLINED            ProblemCode = "PAYMENT_DECLINED"
 	PAYMENTNOTREFUNDABLE       ProblemCode = "PAYMENT_NOT_REFUNDABLE"
 	PROVIDERUNAVAILABLE        ProblemCode = "PROVIDER_UNAVAILABLE"
@@ -141,6 +142,8 @@ func (e ProblemCode) Valid() bool {
 	case NOTFOUND:
 		return true
 	case PAYLOADTOOLARGE:
+		return true
+	case PAYMENTCANCELED:
 		return true
 	case PAYMENTDECLINED:
 		return true
@@ -447,6 +450,7 @@ type Problem struct {
 	// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment) |
 	// | `DUPLICATE_MERCHANT_REFERENCE` | 409 | the merchant reference already has a live payment (`paymentId`) |
 	// | `PAYMENT_DECLINED` | 402 | the provider declined (`paymentId`, `declineCode`) |
+	// | `PAYMENT_CANCELED` | 409 | the key's payment was canceled: it moved no money and was abandoned (`paymentId`); pay with a new key |
 	// | `REFUND_DECLINED` | 402 | the provider declined the refund (`refundId`) |
 	// | `PAYMENT_NOT_REFUNDABLE` | 409 | the payment is not `SUCCEEDED` (yet) |
 	// | `REFUND_EXCEEDS_REFUNDABLE` | 409 | the amount is more than what is left to refund (`refundableAmount`) |
@@ -515,6 +519,7 @@ type Problem struct {
 // | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment) |
 // | `DUPLICATE_MERCHANT_REFERENCE` | 409 | the merchant reference already has a live payment (`paymentId`) |
 // | `PAYMENT_DECLINED` | 402 | the provider declined (`paymentId`, `declineCode`) |
+// | `PAYMENT_CANCELED` | 409 | the key's payment was canceled: it moved no money and was abandoned (`paymentId`); pay with a new key |
 // | `REFUND_DECLINED` | 402 | the provider declined the refund (`refundId`) |
 // | `PAYMENT_NOT_REFUNDABLE` | 409 | the payment is not `SUCCEEDED` (yet) |
 // | `REFUND_EXCEEDS_REFUNDABLE` | 409 | the amount is more than what is left to refund (`refundableAmount`) |
@@ -822,7 +827,8 @@ type ClientInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-	// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -854,7 +860,8 @@ type ClientInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-	// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -999,7 +1006,8 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -1041,7 +1049,8 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -1599,7 +1608,8 @@ type ClientWithResponsesInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-	// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -1631,7 +1641,8 @@ type ClientWithResponsesInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-	// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -2471,7 +2482,8 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
@@ -2509,7 +2521,8 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
-// | new key, `(accountId, merchantReference)` already has a payment that is not declined | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
+// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |

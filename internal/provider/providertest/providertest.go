@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,4 +151,43 @@ func HangUp(t testing.TB, w http.ResponseWriter, reset bool) {
 		_ = tcp.SetLinger(0)
 	}
 	conn.Close()
+}
+
+// Resender is an http.Handler for tests of what a client makes of net/http
+// resending a request: it hangs up on the first copy of each request after
+// reading it, without an answer, and serves the second copy, which net/http
+// sends on a new connection when the first went out on a kept-alive one and
+// carries an Idempotency-Key, with Answer.
+type Resender struct {
+	Answer http.HandlerFunc
+	t      testing.TB
+	copies atomic.Int32
+}
+
+// NewResender returns a Resender that answers resends with answer.
+func NewResender(t testing.TB, answer http.HandlerFunc) *Resender {
+	return &Resender{Answer: answer, t: t}
+}
+
+// ServeHTTP hangs up on odd copies and answers even ones.
+func (rs *Resender) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rs.copies.Add(1)%2 == 1 {
+		HangUp(rs.t, w, false)
+		return
+	}
+	rs.Answer(w, r)
+}
+
+// Do runs call, which must send its request to rs over a kept-alive
+// connection, and returns its error. It fails the test unless rs saw two
+// copies, the request and net/http's resend, since otherwise the test did
+// not set up its case.
+func (rs *Resender) Do(ctx context.Context, call Call) error {
+	rs.t.Helper()
+	before := rs.copies.Load()
+	err := call.Do(ctx)
+	if n := rs.copies.Load() - before; n != 2 {
+		rs.t.Fatalf("%s: the server saw %d copies, want the request and net/http's resend (err %v)", call.Name, n, err)
+	}
+	return err
 }

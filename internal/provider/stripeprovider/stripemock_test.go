@@ -290,9 +290,11 @@ func TestStripeMockWireFormat(t *testing.T) {
 	// With a fixture of a succeeded PaymentIntent that carries the key,
 	// stripe-mock answers the create with it (id made up, amount and
 	// currency reflected), the search with the fixture itself, and the
-	// retrieve with the fixture under the requested id.
-	t.Run("succeeded fixture", func(t *testing.T) {
-		fixture := map[string]any{"resources": map[string]any{"payment_intent": map[string]any{
+	// retrieve with the fixture under the requested id. The same
+	// stripe-mock holds a refund fixture for the refund subtest. (A fixtures
+	// file without a PaymentIntent would break the readiness probe.)
+	fixtures := startStripeMock(t, bin, writeFixtures(t, map[string]any{
+		"payment_intent": map[string]any{
 			"id":                 "pi_fixturesucceeded",
 			"object":             "payment_intent",
 			"amount":             1,
@@ -302,16 +304,20 @@ func TestStripeMockWireFormat(t *testing.T) {
 			"status":             "succeeded",
 			"last_payment_error": nil,
 			"metadata":           map[string]string{"idempotency_key": req.IdempotencyKey, "payment_id": req.PaymentID},
-		}}}
-		b, err := json.Marshal(fixture)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "fixtures.json")
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		p, rec := stripeMockProvider(t, startStripeMock(t, bin, path))
+		},
+		"refund": map[string]any{
+			"id":             "re_fixture",
+			"object":         "refund",
+			"amount":         1,
+			"currency":       "eur",
+			"created":        1700000000,
+			"status":         "succeeded",
+			"payment_intent": "pi_1",
+			"metadata":       map[string]string{"idempotency_key": refundKey, "refund_id": "re_1"},
+		},
+	}))
+	t.Run("succeeded fixture", func(t *testing.T) {
+		p, rec := stripeMockProvider(t, fixtures)
 		ctx := providertest.Context(t, 10*time.Second)
 
 		ch, err := p.Charge(ctx, req)
@@ -340,6 +346,53 @@ func TestStripeMockWireFormat(t *testing.T) {
 		}
 	})
 
+	// Refunds with the bundled fixtures: stripe-mock reflects amount,
+	// payment_intent and reason and makes up an id, answers succeeded in
+	// usd (we send no currency), and lists one refund without metadata.
+	t.Run("refund, bundled fixtures", func(t *testing.T) {
+		p, rec := stripeMockProvider(t, bundled)
+		ctx := providertest.Context(t, 10*time.Second)
+		rreq := refundReq()
+
+		rf, err := p.Refund(ctx, rreq)
+		if err != nil {
+			t.Fatalf("Refund: %v", err)
+		}
+		if !strings.HasPrefix(rf.ID, "re_") || rf.Status != provider.StatusSucceeded || rf.AmountMinor != 300 ||
+			rf.ChargeID != rreq.ChargeID || rf.IdempotencyKey != rreq.IdempotencyKey {
+			t.Errorf("Refund = %+v, want stripe-mock's fixture: a succeeded re_... of 300", rf)
+		}
+		_, err = p.LookupRefund(ctx, refundLookup)
+		providertest.WantOnly(t, "LookupRefund (the fixture's metadata has no key)", err, provider.ErrNotFound)
+
+		reqs := rec.requests()
+		if len(reqs) != 2 {
+			t.Fatalf("%d requests, want a create and a list", len(reqs))
+		}
+		checkRefundWireFormat(t, reqs[0], rreq, "Bearer sk_test_stripemock")
+		checkRefundListWireFormat(t, reqs[1], rreq.ChargeID)
+	})
+
+	// With the fixture of a refund that carries the key, stripe-mock answers
+	// the create with it (id made up, amount reflected) and lists it.
+	t.Run("refund fixture", func(t *testing.T) {
+		p, rec := stripeMockProvider(t, fixtures)
+		ctx := providertest.Context(t, 10*time.Second)
+
+		rf, err := p.Refund(ctx, refundReq())
+		if err != nil || !strings.HasPrefix(rf.ID, "re_") || rf.Status != provider.StatusSucceeded || rf.AmountMinor != 300 || rf.Currency != "EUR" {
+			t.Errorf("Refund = %+v, %v; want a succeeded re_... of 300 EUR", rf, err)
+		}
+		found, err := p.LookupRefund(ctx, refundLookup)
+		want := provider.Refund{ID: "re_fixture", IdempotencyKey: refundKey, ChargeID: "pi_1", Status: provider.StatusSucceeded, AmountMinor: 1, Currency: "EUR"}
+		if err != nil || found != want {
+			t.Errorf("LookupRefund = %+v, %v; want %+v", found, err, want)
+		}
+		if n := len(rec.requests()); n != 2 {
+			t.Errorf("%d requests, want a create and a list", n)
+		}
+	})
+
 	// stripe-mock refuses a key that does not look like a test key with a
 	// 401 invalid_request_error: a plain error, neither sentinel.
 	t.Run("rejected key", func(t *testing.T) {
@@ -354,7 +407,28 @@ func TestStripeMockWireFormat(t *testing.T) {
 		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized || apiErr.Type != "invalid_request_error" {
 			t.Errorf("err = %v, want an *APIError 401 invalid_request_error", err)
 		}
-		_, err = p.Lookup(ctx, req.IdempotencyKey)
-		providertest.WantOnly(t, "Lookup", err, nil)
+		for _, call := range providertest.Calls(p, req.IdempotencyKey, "pi_1") {
+			err := call.Do(ctx)
+			providertest.WantOnly(t, call.Name, err, nil)
+			var apiErr *stripeprovider.APIError
+			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnauthorized {
+				t.Errorf("%s: err = %v, want an *APIError 401", call.Name, err)
+			}
+		}
 	})
+}
+
+// writeFixtures writes a stripe-mock fixtures file with resources and
+// returns its path.
+func writeFixtures(t *testing.T, resources map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"resources": resources})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "fixtures.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,5 +1,5 @@
 // Package stripeprovider implements provider.Provider with Stripe
-// PaymentIntents, through stripe-go v76.
+// PaymentIntents and Refunds, through stripe-go v76.
 //
 // Each Provider has its own stripe-go backend (base URL, HTTP client, no
 // network retries of its own, a log/slog logger) and its own API key; the
@@ -115,6 +115,45 @@
 // 409 while the first is still executing, and never charges twice. A caller
 // that would act on ErrNotFound in any other way (mark the payment failed,
 // say) must not do so before the search delay has surely passed.
+//
+// # Refund
+//
+// Refund creates a Refund (POST /v1/refunds) with payment_intent (the
+// request's ChargeID, a PaymentIntent id as Charge returns it), amount,
+// reason (when set), metadata[idempotency_key] and (when set)
+// metadata[refund_id], with the request's key in the Idempotency-Key header.
+// The currency is not sent: Stripe refunds in the PaymentIntent's currency,
+// and the Refund's Currency says which it was (a warning is logged when it is
+// not the request's). Stripe's idempotency layer treats a resend as for
+// charges. Errors are classified as for Charge, except that:
+//
+//   - A Refund in succeeded: provider.StatusSucceeded. In failed or
+//     canceled: provider.StatusDeclined, DeclineCode its failure_reason,
+//     else its status. In pending or requires_action:
+//     provider.StatusPending with a nil error; not final, look it up later.
+//     Any other status, or a Refund of another PaymentIntent:
+//     provider.ErrUnknownOutcome.
+//   - A 400 or 402 that refuses a refund the charge cannot take (codes
+//     amount_too_large, charge_already_refunded, charge_disputed,
+//     charge_not_refundable, refund_disputed_payment, or a card_error):
+//     provider.StatusDeclined with a nil error, DeclineCode the error's
+//     decline_code, else its code, else "refund_declined", and an empty ID:
+//     Stripe made no Refund.
+//     Every other 4xx is an *APIError, as for Charge.
+//
+// # LookupRefund
+//
+// Stripe has no refund search and no lookup by idempotency key, so
+// LookupRefund lists the refunds of the PaymentIntent (GET
+// /v1/refunds?payment_intent=ID, 100 a page, at most 10 pages) and keeps
+// those whose metadata carries exactly the key. Listing, unlike search, is
+// consistent, so an answer that lists every refund of the PaymentIntent and
+// none with the key is provider.ErrNotFound. Two or more with the key is an
+// error wrapping provider.ErrAmbiguous, naming them (and a warning is
+// logged). One is mapped as Refund maps its answer. A failed, partial or
+// unreadable listing (an answer that is not a list, more pages than it
+// reads) is never ErrNotFound. The RefundLookup must name the charge: without
+// it LookupRefund returns a plain error and sends nothing.
 package stripeprovider
 
 import (
@@ -130,6 +169,7 @@ import (
 
 	stripe "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/paymentintent"
+	"github.com/stripe/stripe-go/v76/refund"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
@@ -163,9 +203,11 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Provider charges with Stripe PaymentIntents. It is safe for concurrent use.
+// Provider charges with Stripe PaymentIntents and refunds them with Stripe
+// Refunds. It is safe for concurrent use.
 type Provider struct {
 	intents paymentintent.Client
+	refunds refund.Client
 	log     *slog.Logger
 }
 
@@ -205,8 +247,10 @@ func New(cfg Config) (*Provider, error) {
 	hc.Transport = &observingTransport{next: next}
 	bc.HTTPClient = &hc
 	bc.LeveledLogger = leveledLogger{log: log.With("component", "stripe-go")}
+	b := stripe.GetBackendWithConfig(stripe.APIBackend, bc)
 	return &Provider{
-		intents: paymentintent.Client{B: stripe.GetBackendWithConfig(stripe.APIBackend, bc), Key: cfg.APIKey},
+		intents: paymentintent.Client{B: b, Key: cfg.APIKey},
+		refunds: refund.Client{B: b, Key: cfg.APIKey},
 		log:     log,
 	}, nil
 }
@@ -308,7 +352,7 @@ func (p *Provider) search(ctx context.Context, key string) ([]string, error) {
 	if err := it.Err(); err != nil {
 		return nil, classify(err, trace)
 	}
-	if err := checkSearchResult(it.PaymentIntentSearchResult()); err != nil {
+	if err := checkListAnswer(it.PaymentIntentSearchResult().LastResponse, "search_result"); err != nil {
 		return nil, err
 	}
 	switch {
@@ -323,19 +367,20 @@ func (p *Provider) search(ctx context.Context, key string) ([]string, error) {
 	return ids, nil
 }
 
-// checkSearchResult accepts a search answer only if it says it is a search
-// result, so that an empty answer from something else (a proxy answering
-// 200 {}) never reads as "no PaymentIntent".
-func checkSearchResult(res *stripe.PaymentIntentSearchResult) error {
-	if res == nil || res.LastResponse == nil {
-		return fmt.Errorf("%w: no search answer", provider.ErrUnknownOutcome)
+// checkListAnswer accepts a search or list answer only if it says it is an
+// object of that kind ("search_result", "list") with a data array, so that
+// an empty answer from something else (a proxy answering 200 {}) never
+// reads as "nothing there".
+func checkListAnswer(resp *stripe.APIResponse, object string) error {
+	if resp == nil {
+		return fmt.Errorf("%w: no %s answer", provider.ErrUnknownOutcome, object)
 	}
 	var head struct {
 		Object string          `json:"object"`
 		Data   json.RawMessage `json:"data"`
 	}
-	if err := json.Unmarshal(res.LastResponse.RawJSON, &head); err != nil || head.Object != "search_result" || !bytes.HasPrefix(head.Data, []byte("[")) {
-		return fmt.Errorf("%w: HTTP %d answer is not a search_result", provider.ErrUnknownOutcome, res.LastResponse.StatusCode)
+	if err := json.Unmarshal(resp.RawJSON, &head); err != nil || head.Object != object || !bytes.HasPrefix(head.Data, []byte("[")) {
+		return fmt.Errorf("%w: HTTP %d answer is not a %s", provider.ErrUnknownOutcome, resp.StatusCode, object)
 	}
 	return nil
 }
@@ -452,17 +497,4 @@ func checkKey(key string) error {
 		return fmt.Errorf("idempotency key %q has surrounding white space", key)
 	}
 	return nil
-}
-
-// errRefundsNotYet is returned until the adapter speaks refunds.
-var errRefundsNotYet = errors.New("stripeprovider: refunds are not implemented yet")
-
-// Refund is not implemented yet.
-func (p *Provider) Refund(context.Context, provider.RefundRequest) (provider.Refund, error) {
-	return provider.Refund{}, errRefundsNotYet
-}
-
-// LookupRefund is not implemented yet.
-func (p *Provider) LookupRefund(context.Context, provider.RefundLookup) (provider.Refund, error) {
-	return provider.Refund{}, errRefundsNotYet
 }

@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +44,8 @@ type request struct {
 // fakeStripe is an httptest server that answers like Stripe would, through
 // per-endpoint handlers, and records every request.
 type fakeStripe struct {
-	Create, Search, Retrieve http.HandlerFunc
+	Create, Search, Retrieve  http.HandlerFunc
+	CreateRefund, ListRefunds http.HandlerFunc
 
 	mu   sync.Mutex
 	reqs []request
@@ -75,6 +75,10 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 		h = f.Search
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
 		h = f.Retrieve
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		h = f.CreateRefund
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		h = f.ListRefunds
 	}
 	if h == nil {
 		writeJSON(w, http.StatusNotFound, stripeError("invalid_request_error", "resource_missing", "", "no handler for "+r.Method+" "+r.URL.Path))
@@ -363,42 +367,43 @@ func TestChargeErrorAnswers(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := newFake(t)
-			f.Create = tc.h
-			_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
-			providertest.WantOnly(t, "Charge", err, tc.want)
-			var apiErr *stripeprovider.APIError
-			switch {
-			case tc.wantStatus == 0 && errors.As(err, &apiErr):
-				t.Errorf("err = %v carries an *APIError, want none", err)
-			case tc.wantStatus != 0 && (!errors.As(err, &apiErr) || apiErr.StatusCode != tc.wantStatus || apiErr.Type != tc.wantType):
-				t.Errorf("err = %v, want an *APIError with status %d and type %q", err, tc.wantStatus, tc.wantType)
-			}
-			var se *stripe.Error
-			if tc.wantType != "" && (!errors.As(err, &se) || string(se.Type) != tc.wantType) {
-				t.Errorf("err = %v, want the *stripe.Error reachable with errors.As", err)
-			}
-			if n := len(f.requests()); n != 1 {
-				t.Errorf("%d requests, want exactly 1 (no retries)", n)
+			for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = tc.h, tc.h }) {
+				err := call.Do(providertest.Context(t, 5*time.Second))
+				providertest.WantOnly(t, call.Name, err, tc.want)
+				var apiErr *stripeprovider.APIError
+				switch {
+				case tc.wantStatus == 0 && errors.As(err, &apiErr):
+					t.Errorf("%s: err = %v carries an *APIError, want none", call.Name, err)
+				case tc.wantStatus != 0 && (!errors.As(err, &apiErr) || apiErr.StatusCode != tc.wantStatus || apiErr.Type != tc.wantType):
+					t.Errorf("%s: err = %v, want an *APIError with status %d and type %q", call.Name, err, tc.wantStatus, tc.wantType)
+				}
+				var se *stripe.Error
+				if tc.wantType != "" && (!errors.As(err, &se) || string(se.Type) != tc.wantType) {
+					t.Errorf("%s: err = %v, want the *stripe.Error reachable with errors.As", call.Name, err)
+				}
+				if n := len(call.fake.requests()); n != 1 {
+					t.Errorf("%s: %d requests, want exactly 1 (no retries)", call.Name, n)
+				}
 			}
 		})
 	}
 }
 
-func TestChargeHangingProviderHitsTheDeadline(t *testing.T) {
-	f := newFake(t)
-	f.Create = func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
-	start := time.Now()
-	_, err := f.provider(t).Charge(providertest.Context(t, 100*time.Millisecond), chargeReq())
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want context.DeadlineExceeded kept", err)
-	}
-	if elapsed := time.Since(start); elapsed > 2*time.Second {
-		t.Errorf("Charge took %v; it must honour the context deadline", elapsed)
-	}
-	if n := len(f.requests()); n != 1 {
-		t.Errorf("%d requests, want 1", n)
+func TestCreateHangingProviderHitsTheDeadline(t *testing.T) {
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = hang, hang }) {
+		start := time.Now()
+		err := call.Do(providertest.Context(t, 100*time.Millisecond))
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: err = %v, want context.DeadlineExceeded kept", call.Name, err)
+		}
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Errorf("%s took %v; it must honour the context deadline", call.Name, elapsed)
+		}
+		if n := len(call.fake.requests()); n != 1 {
+			t.Errorf("%s: %d requests, want 1", call.Name, n)
+		}
 	}
 }
 
@@ -413,14 +418,14 @@ func TestClosedPortIsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Charge(providertest.Context(t, 5*time.Second), chargeReq())
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" {
-		t.Errorf("err = %v, want the dial error kept", err)
+	for _, call := range providertest.Calls(p, testKey, "pi_1") {
+		err := call.Do(providertest.Context(t, 5*time.Second))
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnavailable)
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" {
+			t.Errorf("%s: err = %v, want the dial error kept", call.Name, err)
+		}
 	}
-	_, err = p.Lookup(providertest.Context(t, 5*time.Second), testKey)
-	providertest.WantOnly(t, "Lookup", err, provider.ErrUnavailable)
 }
 
 func TestContextDoneBeforeTheCallIsUnavailable(t *testing.T) {
@@ -429,13 +434,13 @@ func TestContextDoneBeforeTheCallIsUnavailable(t *testing.T) {
 	p := f.provider(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := p.Charge(ctx, chargeReq())
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnavailable)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("err = %v, want context.Canceled kept", err)
+	for _, call := range providertest.Calls(p, testKey, "pi_1") {
+		err := call.Do(ctx)
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnavailable)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: err = %v, want context.Canceled kept", call.Name, err)
+		}
 	}
-	_, err = p.Lookup(ctx, testKey)
-	providertest.WantOnly(t, "Lookup", err, provider.ErrUnavailable)
 	if n := len(f.requests()); n != 0 {
 		t.Errorf("%d requests, want none", n)
 	}
@@ -451,20 +456,36 @@ func hijack(t *testing.T, w http.ResponseWriter) net.Conn {
 	return conn
 }
 
-func TestChargeResetAfterRequestIsUnknownOutcome(t *testing.T) {
-	f := newFake(t)
-	f.Create = func(w http.ResponseWriter, r *http.Request) {
-		if conn := hijack(t, w); conn != nil {
-			if tcp, ok := conn.(*net.TCPConn); ok {
-				_ = tcp.SetLinger(0) // close with RST
+// createCall is a create (Charge or Refund) against a fake of its own.
+type createCall struct {
+	providertest.Call
+	fake *fakeStripe
+}
+
+// creates returns Charge and Refund, each against a new fake set up by
+// setup.
+func creates(t *testing.T, setup func(*fakeStripe)) []createCall {
+	t.Helper()
+	var out []createCall
+	for _, name := range []string{"Charge", "Refund"} {
+		f := newFake(t)
+		setup(f)
+		for _, call := range providertest.Calls(f.provider(t), testKey, "pi_1") {
+			if call.Name == name {
+				out = append(out, createCall{call, f})
 			}
-			conn.Close()
 		}
 	}
-	_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-	if n := len(f.requests()); n != 1 {
-		t.Errorf("%d requests, want 1", n)
+	return out
+}
+
+func TestCreateResetAfterRequestIsUnknownOutcome(t *testing.T) {
+	reset := func(w http.ResponseWriter, r *http.Request) { providertest.HangUp(t, w, true) }
+	for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = reset, reset }) {
+		providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnknownOutcome)
+		if n := len(call.fake.requests()); n != 1 {
+			t.Errorf("%s: %d requests, want 1", call.Name, n)
+		}
 	}
 }
 
@@ -487,12 +508,12 @@ func TestAnswerCutShort(t *testing.T) {
 		{http.StatusTooManyRequests, provider.ErrUnavailable},
 	} {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
-			f := newFake(t)
-			f.Create = cut(tc.status)
-			_, err := f.provider(t).Charge(providertest.Context(t, 5*time.Second), chargeReq())
-			providertest.WantOnly(t, "Charge", err, tc.want)
-			if !errors.Is(err, io.ErrUnexpectedEOF) {
-				t.Errorf("err = %v, want the body's io.ErrUnexpectedEOF kept", err)
+			for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = cut(tc.status), cut(tc.status) }) {
+				err := call.Do(providertest.Context(t, 5*time.Second))
+				providertest.WantOnly(t, call.Name, err, tc.want)
+				if !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("%s: err = %v, want the body's io.ErrUnexpectedEOF kept", call.Name, err)
+				}
 			}
 		})
 	}
@@ -793,27 +814,19 @@ func TestLookupEscapesTheKey(t *testing.T) {
 // the kept-alive one it used dies before answering. Stripe may have
 // processed the first copy, so a 429 to the resend proves nothing.
 func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
-	f := newFake(t)
-	f.Search = answer(http.StatusOK, searchResult()) // leaves a kept-alive connection
-	var posts atomic.Int32
-	f.Create = func(w http.ResponseWriter, r *http.Request) {
-		if posts.Add(1)%2 == 1 {
-			providertest.HangUp(t, w, false) // the first copy: read, then no answer
-			return
+	resender := providertest.NewResender(t, answer(http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests")))
+	for _, call := range creates(t, func(f *fakeStripe) {
+		f.Search = answer(http.StatusOK, searchResult()) // leaves a kept-alive connection
+		f.Create, f.CreateRefund = resender.ServeHTTP, resender.ServeHTTP
+	}) {
+		ctx := providertest.Context(t, 5*time.Second)
+		_, err := call.fake.provider(t).Lookup(ctx, testKey)
+		providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
+		err = resender.Do(ctx, call.Call)
+		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
+		var apiErr *stripeprovider.APIError
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests {
+			t.Errorf("%s: err = %v, want the 429 kept", call.Name, err)
 		}
-		writeJSON(w, http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests"))
-	}
-	p := f.provider(t)
-	ctx := providertest.Context(t, 5*time.Second)
-	_, err := p.Lookup(ctx, testKey)
-	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
-	_, err = p.Charge(ctx, chargeReq())
-	if n := posts.Load(); n != 2 {
-		t.Fatalf("the server saw %d copies, want the request and net/http's resend: the test did not set up its case (err %v)", n, err)
-	}
-	providertest.WantOnly(t, "Charge", err, provider.ErrUnknownOutcome)
-	var apiErr *stripeprovider.APIError
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("err = %v, want the 429 kept", err)
 	}
 }

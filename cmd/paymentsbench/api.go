@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// apiProcess is the payments API, the binary built from cmd/paymentsapi,
+// running as a child process with the production assembly: its HTTP server,
+// outbox relay (log publisher, stdout), reconciler, clean-up and LISTEN
+// connection.
+type apiProcess struct {
+	cmd  *exec.Cmd
+	URL  string
+	Pid  int
+	done chan struct{} // closed when the process has exited
+	err  error         // how it exited; read after done
+}
+
+// apiSettings is what the API is started with.
+type apiSettings struct {
+	Bin         string
+	DatabaseURL string
+	ProviderURL string
+	APIKeys     string // tenant:secret
+	LogPath     string // the API's stderr (its JSON logs)
+	getenv      func(string) string
+}
+
+// startAPI starts the API on a free loopback port and returns once it
+// answers /readyz (database reachable, migrations applied).
+func startAPI(ctx context.Context, s apiSettings) (*apiProcess, error) {
+	logFile, err := os.Create(s.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("API log: %w", err)
+	}
+	defer logFile.Close() // the child has its own copy
+	cmd := exec.Command(s.Bin)
+	cmd.Env = []string{
+		"DATABASE_URL=" + s.DatabaseURL,
+		"HTTP_ADDR=127.0.0.1:0",
+		"API_KEYS=" + s.APIKeys,
+		"PROVIDER=sim",
+		"PROVIDER_URL=" + s.ProviderURL,
+		"OUTBOX_PUBLISHER=log",
+		"LOG_LEVEL=info",
+	}
+	for _, name := range []string{"PATH", "HOME", "TMPDIR", "GOMAXPROCS", "GOGC", "GOMEMLIMIT"} {
+		if v := s.getenv(name); v != "" {
+			cmd.Env = append(cmd.Env, name+"="+v)
+		}
+	}
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = childProcAttr()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("API stdout: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the API (%s; `make build` builds it): %w", s.Bin, err)
+	}
+	p := &apiProcess{cmd: cmd, Pid: cmd.Process.Pid, done: make(chan struct{})}
+	urls := make(chan string, 1)
+	go func() {
+		// The banner names the address; then the relay's events (one JSON
+		// line each) follow and are read to the end, so that the API never
+		// blocks on a full pipe.
+		r := bufio.NewReader(stdout)
+		for {
+			line, err := r.ReadString('\n')
+			if u, ok := strings.CutPrefix(strings.TrimSpace(line), "paymentsapi is listening on "); ok {
+				urls <- u
+				break
+			}
+			if err != nil {
+				return
+			}
+		}
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	select {
+	case p.URL = <-urls:
+	case <-p.done:
+		return nil, fmt.Errorf("the API exited during start-up (%v); its log: %s", p.err, s.LogPath)
+	case <-ctx.Done():
+		p.stop()
+		return nil, fmt.Errorf("the API did not start: %w; its log: %s", ctx.Err(), s.LogPath)
+	}
+	for {
+		resp, err := http.Get(p.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("the API exited during start-up (%v); its log: %s", p.err, s.LogPath)
+		case <-ctx.Done():
+			p.stop()
+			return nil, fmt.Errorf("the API did not become ready: %w; its log: %s", ctx.Err(), s.LogPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stop asks the API to shut down (SIGTERM: in-flight requests finish) and
+// waits; it kills it if it has not exited after 30 s.
+func (p *apiProcess) stop() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop the API: %w", err)
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("the API did not stop within 30 s after SIGTERM: killed")
+	}
+}
+
+// exited reports whether the API has exited, and how.
+func (p *apiProcess) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// goroutines reads go_goroutines from the API's /metrics.
+func (p *apiProcess) goroutines(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("API metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("API metrics: %w", err)
+	}
+	v, err := parseMetric(string(b), "go_goroutines")
+	return int(v), err
+}

@@ -1,0 +1,469 @@
+// Command paymentsbench is `make bench`: it measures the payments API
+// against what the database can do, on this machine, in one run.
+//
+// It starts its own PostgreSQL (internal/pgembed, the settings of dev mode:
+// fsync, synchronous_commit and full_page_writes on) under .data/bench, the
+// provider simulator, and the API built from cmd/paymentsapi as a child
+// process; then, interleaved round by round, it runs the reference payment
+// flow in pgbench (bench/pgbench/flow.sql) on a second database of the same
+// cluster, migrated like the API's, and new payments through the API from a
+// closed-loop load generator. Then replays, a same-key storm and a short
+// soak. It prints one table, with the targets of issue 8 and whether each
+// is met; a missed target is reported, not an error.
+//
+//	go run ./cmd/paymentsbench [-connections 16] [-duration 15s] [-rounds 2] ...
+//
+// docs/BENCHMARKS.md explains what each number means.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/bench"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/pgembed"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "paymentsbench:", err)
+		os.Exit(1)
+	}
+}
+
+// Names of what the run creates in its cluster.
+const (
+	apiDatabase       = "paymentsbench"
+	referenceDatabase = "paymentsbench_ref"
+	benchTenant       = "bench"
+	benchSecret       = "sk_test_bench"
+	pgbenchAppName    = "pgbench"
+	replayKeys        = 256 // payments made before the replay phase, replayed in turn
+)
+
+// config is the run's settings, from flags.
+type config struct {
+	Connections    int
+	Duration       time.Duration // of each measured phase of a round
+	Rounds         int
+	ReplayDuration time.Duration
+	Warmup         time.Duration
+	StormRequests  int
+	Soak           time.Duration
+	APIBin         string
+	DataDir        string
+	PGBench        string
+}
+
+func parseConfig(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("paymentsbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.Connections, "connections", 16, "concurrent clients: API connections, and pgbench clients")
+	fs.DurationVar(&c.Duration, "duration", 15*time.Second, "length of each measured phase of a round (pgbench, then new payments)")
+	fs.IntVar(&c.Rounds, "rounds", 2, "rounds of pgbench and new payments, interleaved")
+	fs.DurationVar(&c.ReplayDuration, "replay-duration", 10*time.Second, "length of the replay phase")
+	fs.DurationVar(&c.Warmup, "warmup", 5*time.Second, "unmeasured load before the first round, for the API and for pgbench")
+	fs.IntVar(&c.StormRequests, "storm", 1000, "requests of the same-key storm (0 skips it)")
+	fs.DurationVar(&c.Soak, "soak", 30*time.Second, "length of the soak at the end (0 skips it)")
+	fs.StringVar(&c.APIBin, "api-bin", filepath.Join("bin", "paymentsapi"), "the API binary (make build)")
+	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
+		"where the bench's PostgreSQL cluster and logs live; its databases are recreated on every run")
+	fs.StringVar(&c.PGBench, "pgbench", "", "pgbench binary; default: the server's version under /usr/lib/postgresql, or $PATH")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case c.Connections < 1:
+		return c, errors.New("-connections must be at least 1")
+	case c.Rounds < 1:
+		return c, errors.New("-rounds must be at least 1")
+	case c.Duration < time.Second || c.ReplayDuration < time.Second:
+		return c, errors.New("-duration and -replay-duration must be at least 1s")
+	case c.Warmup < 0 || c.Soak < 0 || c.StormRequests < 0:
+		return c, errors.New("-warmup, -soak and -storm cannot be negative")
+	}
+	return c, nil
+}
+
+// run is the whole program: everything it needs from the OS is a parameter.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	b := &benchRun{cfg: cfg, stderr: stderr, started: time.Now()}
+	defer b.close()
+	if err := b.start(ctx, getenv); err != nil {
+		return err
+	}
+	phases, s, err := b.measure(ctx)
+	if err != nil {
+		return err
+	}
+	return writeReport(stdout, b.header(), phases, s)
+}
+
+// benchRun is one run: what it started, and how to reach it.
+type benchRun struct {
+	cfg     config
+	stderr  io.Writer
+	started time.Time
+
+	cluster    *pgembed.Cluster
+	mon        *monitor
+	sim        *sim.Server
+	api        *apiProcess
+	apiDB      *pgx.Conn // to the API's database: the outbox's backlog
+	client     *apiClient
+	pgbench    pgbenchRun
+	pgVersion  string
+	pgSettings string
+	closers    []func()
+}
+
+func (b *benchRun) progress(format string, args ...any) {
+	fmt.Fprintf(b.stderr, "paymentsbench: "+format+"\n", args...)
+}
+
+// close stops what start started, in reverse order.
+func (b *benchRun) close() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
+	}
+}
+
+// start starts the cluster, recreates both databases, the simulator and the
+// API, and prepares pgbench.
+func (b *benchRun) start(ctx context.Context, getenv func(string) string) error {
+	dataDir, err := filepath.Abs(b.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	quiet := slog.New(slog.NewTextHandler(b.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	b.progress("starting PostgreSQL under %s (the settings of dev mode)", dataDir)
+	b.cluster, err = pgembed.Start(ctx, pgembed.Options{DataDir: filepath.Join(dataDir, "postgres"), Logger: quiet})
+	if err != nil {
+		return err
+	}
+	b.closers = append(b.closers, func() {
+		if err := b.cluster.Stop(context.Background()); err != nil {
+			b.progress("stop PostgreSQL: %v", err)
+		}
+	})
+	if b.mon, err = newMonitor(ctx, b.cluster); err != nil {
+		return err
+	}
+	b.closers = append(b.closers, func() { b.mon.close(context.Background()) })
+	var major int
+	if b.pgVersion, major, b.pgSettings, err = b.mon.settings(ctx); err != nil {
+		return err
+	}
+	for _, db := range []string{apiDatabase, referenceDatabase} {
+		if err := b.mon.recreateDatabase(ctx, db); err != nil {
+			return err
+		}
+	}
+	if err := b.mon.migrate(ctx, referenceDatabase, quiet); err != nil {
+		return fmt.Errorf("migrate the reference database: %w", err)
+	}
+
+	pgbenchBin, err := pgbenchPath(b.cfg.PGBench, getenv, major)
+	if err != nil {
+		return err
+	}
+	script, err := bench.PGBench.ReadFile(bench.FlowScript)
+	if err != nil {
+		return fmt.Errorf("pgbench script: %w", err)
+	}
+	scriptPath := filepath.Join(dataDir, "pgbench-flow.sql")
+	if err := os.WriteFile(scriptPath, script, 0o644); err != nil {
+		return fmt.Errorf("pgbench script: %w", err)
+	}
+	b.pgbench = pgbenchRun{
+		Bin: pgbenchBin, Script: scriptPath, Port: b.cluster.Port(), Database: referenceDatabase,
+		Clients: b.cfg.Connections, Threads: min(b.cfg.Connections, runtime.NumCPU()),
+		LogDir: filepath.Join(dataDir, "pgbench-logs"),
+	}
+
+	// The provider runs here, not in the API: it stands for a remote
+	// service, so its CPU is not the API's; and its charges are at hand for
+	// the storm.
+	if b.sim, err = sim.Start(ctx, "127.0.0.1:0", sim.Options{}); err != nil {
+		return fmt.Errorf("start the provider simulator: %w", err)
+	}
+	b.closers = append(b.closers, func() { _ = b.sim.Close() })
+
+	apiBin, err := filepath.Abs(b.cfg.APIBin)
+	if err != nil {
+		return fmt.Errorf("API binary: %w", err)
+	}
+	logPath := filepath.Join(dataDir, "paymentsapi.log")
+	b.progress("starting the API (%s; its log: %s)", apiBin, logPath)
+	b.api, err = startAPI(ctx, apiSettings{
+		Bin: apiBin, DatabaseURL: b.cluster.URL(apiDatabase), ProviderURL: b.sim.URL(),
+		APIKeys: benchTenant + ":" + benchSecret, LogPath: logPath, getenv: getenv,
+	})
+	if err != nil {
+		return err
+	}
+	b.closers = append(b.closers, func() {
+		if err := b.api.stop(); err != nil {
+			b.progress("the API: %v", err)
+		}
+	})
+	if b.apiDB, err = pgx.Connect(ctx, b.cluster.URL(apiDatabase)); err != nil {
+		return fmt.Errorf("connect to the API's database: %w", err)
+	}
+	b.closers = append(b.closers, func() { _ = b.apiDB.Close(context.Background()) })
+	b.client = newAPIClient(b.api.URL, benchSecret, b.cfg.Connections)
+	b.closers = append(b.closers, b.client.close)
+	return nil
+}
+
+// measure runs every phase and returns them with their summary.
+func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
+	if err := b.warmUp(ctx); err != nil {
+		return nil, summary{}, err
+	}
+	var phases []phase
+	for r := 1; r <= b.cfg.Rounds; r++ {
+		ref, err := b.referencePhase(ctx, fmt.Sprintf("pgbench flow, round %d", r), b.cfg.Duration)
+		if err != nil {
+			return nil, summary{}, err
+		}
+		b.progress("round %d/%d: pgbench flow %.0f/s", r, b.cfg.Rounds, ref.rate())
+		phases = append(phases, ref)
+		api, err := b.apiPhase(ctx, newPayments(fmt.Sprintf("API new payments, round %d", r), fmt.Sprintf("new-r%d", r),
+			b.cfg.Connections, b.cfg.Duration))
+		if err != nil {
+			return nil, summary{}, err
+		}
+		b.progress("round %d/%d: new payments %.0f/s", r, b.cfg.Rounds, api.rate())
+		phases = append(phases, api)
+	}
+	rep, err := b.apiPhase(ctx, replays("API replays", "replay", replayKeys, b.cfg.Connections, b.cfg.ReplayDuration))
+	if err != nil {
+		return nil, summary{}, err
+	}
+	b.progress("replays %.0f/s", rep.rate())
+	phases = append(phases, rep)
+
+	var st stormResult
+	if b.cfg.StormRequests > 0 {
+		if st, err = b.storm(ctx); err != nil {
+			return nil, summary{}, err
+		}
+		b.progress("storm: %d requests answered in %s, %d charge(s)", st.Requests, fmtDuration(st.Elapsed), st.Charges)
+	}
+	var so soakResult
+	if b.cfg.Soak > 0 {
+		if so, err = b.soak(ctx); err != nil {
+			return nil, summary{}, err
+		}
+		b.progress("soak: RSS %s -> %s, goroutines %d -> %d", fmtMiB(so.RSSStart), fmtMiB(so.RSSEnd), so.GoroutinesStart, so.GoroutinesEnd)
+	}
+	return phases, summarize(phases, st, so), nil
+}
+
+// warmUp sends unmeasured load through the API and pgbench, and makes the
+// payments the replay phase replays; then waits until the API's statistics
+// are flushed, so that none of it counts in the first phase.
+func (b *benchRun) warmUp(ctx context.Context) error {
+	b.progress("warming up (%s of API load, %d payments to replay later, %s of pgbench)", b.cfg.Warmup, replayKeys, b.cfg.Warmup)
+	if b.cfg.Warmup > 0 {
+		if p := newPayments("warm-up", "warmup", b.cfg.Connections, b.cfg.Warmup).run(ctx, b.client); p.Ops == 0 {
+			return fmt.Errorf("warm-up: no payment was created: %s", fmtCounts(p.Unexpected))
+		}
+	}
+	if err := seed(ctx, b.client, "replay", replayKeys, b.cfg.Connections); err != nil {
+		return err
+	}
+	if _, err := waitOutboxDrained(ctx, b.apiDB); err != nil {
+		return err
+	}
+	idleSince := time.Now()
+	if b.cfg.Warmup >= time.Second {
+		run := b.pgbench
+		run.Duration = b.cfg.Warmup
+		if _, err := run.run(ctx); err != nil {
+			return fmt.Errorf("pgbench warm-up: %w", err)
+		}
+	}
+	return sleep(ctx, time.Until(idleSince.Add(statsFlushWait)))
+}
+
+// referencePhase runs the pgbench flow for d.
+func (b *benchRun) referencePhase(ctx context.Context, name string, d time.Duration) (phase, error) {
+	if err := b.mon.checkpoint(ctx); err != nil {
+		return phase{}, err
+	}
+	c0, err := b.mon.counters(ctx, referenceDatabase)
+	if err != nil {
+		return phase{}, err
+	}
+	cpu0, err := b.mon.cpu()
+	if err != nil {
+		return phase{}, err
+	}
+	run := b.pgbench
+	run.Duration = d
+	res, err := run.run(ctx)
+	if err != nil {
+		return phase{}, err
+	}
+	if err := b.mon.waitBackendsGone(ctx, pgbenchAppName); err != nil {
+		return phase{}, err
+	}
+	cpu1, err := b.mon.cpu()
+	if err != nil {
+		return phase{}, err
+	}
+	c1, err := b.mon.counters(ctx, referenceDatabase)
+	if err != nil {
+		return phase{}, err
+	}
+	p := phase{
+		Name: name, Kind: kindReference, Ops: res.Processed, Failed: res.Failed,
+		Latencies: res.Latencies, DB: c1.sub(c0), PGCPU: cpu1 - cpu0,
+	}
+	if res.Failed > 0 {
+		p.Unexpected = map[string]int{"failed": res.Failed}
+	}
+	if res.TPS > 0 {
+		p.Elapsed = time.Duration(float64(res.Processed) / res.TPS * float64(time.Second))
+	}
+	return p, nil
+}
+
+// apiPhase runs w through the API. Its counters and CPU run from the first
+// request until the relay has published every event: the relay's work is
+// part of a payment's cost.
+func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
+	if err := b.mon.checkpoint(ctx); err != nil {
+		return phase{}, err
+	}
+	c0, err := b.mon.counters(ctx, apiDatabase)
+	if err != nil {
+		return phase{}, err
+	}
+	pg0, api0, err := b.cpu()
+	if err != nil {
+		return phase{}, err
+	}
+	p := w.run(ctx, b.client)
+	left, err := waitOutboxDrained(ctx, b.apiDB)
+	if err != nil {
+		return phase{}, err
+	}
+	if left > 0 {
+		b.progress("%s: %d outbox events still unpublished after a minute", w.Name, left)
+	}
+	pg1, api1, err := b.cpu()
+	if err != nil {
+		return phase{}, err
+	}
+	if err := sleep(ctx, statsFlushWait); err != nil {
+		return phase{}, err
+	}
+	c1, err := b.mon.counters(ctx, apiDatabase)
+	if err != nil {
+		return phase{}, err
+	}
+	if exited, err := b.api.exited(); exited {
+		return phase{}, fmt.Errorf("the API exited during %s (%v): see its log", w.Name, err)
+	}
+	p.DB, p.PGCPU, p.APICPU = c1.sub(c0), pg1-pg0, api1-api0
+	return p, nil
+}
+
+// cpu reads the CPU time used so far by the cluster and by the API.
+func (b *benchRun) cpu() (pg, api time.Duration, err error) {
+	if pg, err = b.mon.cpu(); err != nil {
+		return 0, 0, err
+	}
+	if api, err = processCPU(b.api.Pid); err != nil {
+		return 0, 0, err
+	}
+	return pg, api, nil
+}
+
+// storm sends the same-key storm and counts the provider's charges for its
+// payment.
+func (b *benchRun) storm(ctx context.Context) (stormResult, error) {
+	st, paymentID := storm(ctx, b.api.URL, benchSecret, "storm", b.cfg.StormRequests)
+	if paymentID == "" {
+		return st, nil // nothing created: reported as failed
+	}
+	for _, c := range b.sim.Simulator().Charges() {
+		if c.IdempotencyKey == payments.ProviderKey(paymentID) {
+			st.Charges++
+			st.ChargeRequests += c.RequestCount
+		}
+	}
+	return st, nil
+}
+
+// soak runs new payments for the soak's length and reads the API's memory
+// and goroutines before and after, both times idle.
+func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
+	// Let the storm's connections close on the server's side first.
+	if err := sleep(ctx, time.Second); err != nil {
+		return soakResult{}, err
+	}
+	so := soakResult{Duration: b.cfg.Soak}
+	var err error
+	if so.RSSStart, err = processRSS(b.api.Pid); err != nil {
+		return so, err
+	}
+	if so.GoroutinesStart, err = b.api.goroutines(ctx); err != nil {
+		return so, err
+	}
+	p := newPayments("soak", "soak", b.cfg.Connections, b.cfg.Soak).run(ctx, b.client)
+	so.Payments, so.Failed = p.Ops, p.Failed
+	if so.OutboxPendingAtTheEnd, err = waitOutboxDrained(ctx, b.apiDB); err != nil {
+		return so, err
+	}
+	if err := sleep(ctx, time.Second); err != nil {
+		return so, err
+	}
+	if so.RSSEnd, err = processRSS(b.api.Pid); err != nil {
+		return so, err
+	}
+	if so.GoroutinesEnd, err = b.api.goroutines(ctx); err != nil {
+		return so, err
+	}
+	return so, nil
+}
+
+func (b *benchRun) header() header {
+	return header{
+		Machine: machine(), PostgreSQL: b.pgVersion, Settings: b.pgSettings, Go: runtime.Version(),
+		Connections: b.cfg.Connections, Rounds: b.cfg.Rounds, Duration: b.cfg.Duration, Started: b.started,
+	}
+}

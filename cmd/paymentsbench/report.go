@@ -1,0 +1,396 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// This file holds the arithmetic of the report: per-operation deltas, the
+// rounds added up, the ratios, the targets of issue 8, and the table. None
+// of it measures anything, so it is what the tests check.
+
+// counters is one reading of the cluster's cumulative counters: WAL from
+// pg_stat_wal (the whole cluster), transactions and rows from
+// pg_stat_database (one database).
+type counters struct {
+	WALRecords int64
+	WALFPI     int64 // full-page images
+	WALBytes   int64
+	WALSyncs   int64 // fsyncs of the WAL
+	Commits    int64 // xact_commit: read-only transactions count too
+	Rollbacks  int64
+	Inserted   int64
+	Updated    int64
+	Deleted    int64
+}
+
+// sub returns c - o, field by field: the work done between two readings.
+func (c counters) sub(o counters) counters {
+	return counters{
+		WALRecords: c.WALRecords - o.WALRecords,
+		WALFPI:     c.WALFPI - o.WALFPI,
+		WALBytes:   c.WALBytes - o.WALBytes,
+		WALSyncs:   c.WALSyncs - o.WALSyncs,
+		Commits:    c.Commits - o.Commits,
+		Rollbacks:  c.Rollbacks - o.Rollbacks,
+		Inserted:   c.Inserted - o.Inserted,
+		Updated:    c.Updated - o.Updated,
+		Deleted:    c.Deleted - o.Deleted,
+	}
+}
+
+// add returns c + o, field by field.
+func (c counters) add(o counters) counters {
+	return counters{
+		WALRecords: c.WALRecords + o.WALRecords,
+		WALFPI:     c.WALFPI + o.WALFPI,
+		WALBytes:   c.WALBytes + o.WALBytes,
+		WALSyncs:   c.WALSyncs + o.WALSyncs,
+		Commits:    c.Commits + o.Commits,
+		Rollbacks:  c.Rollbacks + o.Rollbacks,
+		Inserted:   c.Inserted + o.Inserted,
+		Updated:    c.Updated + o.Updated,
+		Deleted:    c.Deleted + o.Deleted,
+	}
+}
+
+// phaseKind says what a phase measured.
+type phaseKind int
+
+const (
+	kindReference phaseKind = iota // the pgbench flow
+	kindNew                        // new payments through the API
+	kindReplay                     // replays through the API
+)
+
+// phase is one measured stretch of the run, or several of one kind added up.
+type phase struct {
+	Name string
+	Kind phaseKind
+	// Ops is how many operations ended as expected: payments created (201),
+	// replays answered (201, Idempotent-Replayed), pgbench flows committed.
+	Ops int
+	// Failed counts the other answers; Unexpected says which (status or
+	// error, and how often).
+	Failed     int
+	Unexpected map[string]int
+	// Elapsed is the time the operations took: from the first request to
+	// the last answer (pgbench: processed / tps, connection time excluded).
+	Elapsed time.Duration
+	// Latencies are the operations' latencies, sorted.
+	Latencies []time.Duration
+	// DB is the work the cluster did, from the start of the phase until the
+	// outbox was drained (the relay's work included).
+	DB counters
+	// APICPU is the API process's CPU time over the same span; PGCPU the
+	// PostgreSQL server's (every process of the cluster).
+	APICPU time.Duration
+	PGCPU  time.Duration
+}
+
+// rate is operations per second.
+func (p phase) rate() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Ops) / p.Elapsed.Seconds()
+}
+
+// perOp divides v by the operations; NaN when there were none.
+func (p phase) perOp(v float64) float64 {
+	if p.Ops == 0 {
+		return math.NaN()
+	}
+	return v / float64(p.Ops)
+}
+
+// cpuPerOp is a CPU time per operation, in milliseconds.
+func (p phase) cpuPerOp(d time.Duration) float64 {
+	return p.perOp(float64(d) / float64(time.Millisecond))
+}
+
+// percentile returns the q-quantile (0 < q <= 1) of sorted latencies by the
+// nearest-rank method; 0 when there are none.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	rank = min(max(rank, 1), len(sorted))
+	return sorted[rank-1]
+}
+
+// combine adds up phases of one kind (the rounds) into one: counts, times
+// and deltas summed, latencies merged.
+func combine(name string, ps []phase) phase {
+	out := phase{Name: name, Unexpected: map[string]int{}}
+	for i, p := range ps {
+		if i == 0 {
+			out.Kind = p.Kind
+		}
+		out.Ops += p.Ops
+		out.Failed += p.Failed
+		for k, n := range p.Unexpected {
+			out.Unexpected[k] += n
+		}
+		out.Elapsed += p.Elapsed
+		out.Latencies = append(out.Latencies, p.Latencies...)
+		out.DB = out.DB.add(p.DB)
+		out.APICPU += p.APICPU
+		out.PGCPU += p.PGCPU
+	}
+	slices.Sort(out.Latencies)
+	return out
+}
+
+// stormResult is the same-key storm: n requests at once with one key.
+type stormResult struct {
+	Requests int
+	Elapsed  time.Duration // from the release of the requests to the last answer
+	Answers  map[string]int
+	Failed   int // answers other than 201 (original or replayed), errors included
+	// Charges is how many charges the provider holds for the key's payment,
+	// ChargeRequests how many create requests reached them.
+	Charges        int
+	ChargeRequests int
+}
+
+// soakResult is the steady load at the end of the run.
+type soakResult struct {
+	Duration              time.Duration
+	Payments              int
+	Failed                int
+	RSSStart, RSSEnd      int64 // bytes
+	GoroutinesStart       int
+	GoroutinesEnd         int
+	OutboxPendingAtTheEnd int64
+}
+
+// summary is what the targets are judged on: the rounds of each kind added
+// up, so that the ratios compare work done in the same run.
+type summary struct {
+	Reference, New, Replay phase
+	Storm                  stormResult
+	Soak                   soakResult
+}
+
+func summarize(phases []phase, storm stormResult, soak soakResult) summary {
+	byKind := func(k phaseKind) []phase {
+		var out []phase
+		for _, p := range phases {
+			if p.Kind == k {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	return summary{
+		Reference: combine("pgbench flow, all rounds", byKind(kindReference)),
+		New:       combine("API new payments, all rounds", byKind(kindNew)),
+		Replay:    combine("API replays", byKind(kindReplay)),
+		Storm:     storm,
+		Soak:      soak,
+	}
+}
+
+// ratio is a/b, NaN when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// target is one of issue 8's targets, measured.
+type target struct {
+	Name     string
+	Measured string
+	Want     string
+	Met      bool
+}
+
+// Targets of issue 8.
+const (
+	targetRatio          = 0.7
+	targetReplayRatio    = 3.0
+	targetWALBytes       = 3 * 1024
+	targetCommits        = 3.5
+	targetCPUMillis      = 0.5
+	targetP99            = 50 * time.Millisecond
+	targetStorm          = 2 * time.Second
+	targetStormCharges   = 1
+	targetStormRequests  = 1000
+	targetConnectionsP99 = 16
+)
+
+// targets judges s against issue 8's targets. A NaN (nothing measured)
+// never meets a target.
+func targets(s summary) []target {
+	newRate := s.New.rate()
+	r := ratio(newRate, s.Reference.rate())
+	rr := ratio(s.Replay.rate(), newRate)
+	wal := s.New.perOp(float64(s.New.DB.WALBytes))
+	commits := s.New.perOp(float64(s.New.DB.Commits))
+	cpu := s.New.cpuPerOp(s.New.APICPU)
+	p99 := percentile(s.New.Latencies, 0.99)
+	storm := s.Storm
+	stormOK := storm.Requests > 0 && storm.Failed == 0 && storm.Elapsed < targetStorm && storm.Charges == targetStormCharges
+	return []target{
+		{"new payments / pgbench flow", fmtX(r), fmt.Sprintf("≥ %.2f×", targetRatio), r >= targetRatio},
+		{"replays / new payments", fmtX(rr), fmt.Sprintf("≥ %.0f×", targetReplayRatio), rr >= targetReplayRatio},
+		{"WAL per payment (relay included)", fmtBytes(wal), fmtBytes(targetWALBytes) + " at most", wal <= targetWALBytes},
+		{"commits per payment (relay included)", fmtFloat(commits, 2), fmt.Sprintf("%.1f at most", targetCommits), commits <= targetCommits},
+		{"API CPU per payment", fmtMillis(cpu), fmt.Sprintf("%.1f ms at most", targetCPUMillis), cpu <= targetCPUMillis},
+		{"p99 latency of a new payment", fmtDuration(p99), "< " + fmtDuration(targetP99) + fmt.Sprintf(" at %d connections", targetConnectionsP99),
+			len(s.New.Latencies) > 0 && p99 < targetP99},
+		{fmt.Sprintf("same-key storm of %d requests", storm.Requests),
+			fmt.Sprintf("%s, %d charge(s), %d failed", fmtDuration(storm.Elapsed), storm.Charges, storm.Failed),
+			fmt.Sprintf("%d requests < %s, 1 charge", targetStormRequests, fmtDuration(targetStorm)), stormOK},
+	}
+}
+
+// header is what the report says about where it ran.
+type header struct {
+	Machine     string // CPUs, model, memory
+	PostgreSQL  string // version
+	Settings    string // the durability settings, as read from the server
+	Go          string
+	Connections int
+	Rounds      int
+	Duration    time.Duration
+	Started     time.Time
+}
+
+// writeReport prints the whole report: where it ran, one row per phase and
+// per kind, the targets, the storm and the soak.
+func writeReport(w io.Writer, h header, phases []phase, s summary) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "paymentsbench %s\n", h.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "machine:    %s\n", h.Machine)
+	fmt.Fprintf(&b, "postgres:   %s; %s\n", h.PostgreSQL, h.Settings)
+	fmt.Fprintf(&b, "go:         %s\n", h.Go)
+	fmt.Fprintf(&b, "load:       %d connections; %d round(s) of %s per phase, pgbench and API interleaved\n\n",
+		h.Connections, h.Rounds, h.Duration)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\t")
+	row := func(p phase) {
+		api := "-"
+		if p.Kind != kindReference {
+			api = fmtMillis(p.cpuPerOp(p.APICPU))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Name, p.Ops, p.rate(),
+			fmtDuration(percentile(p.Latencies, 0.5)), fmtDuration(percentile(p.Latencies, 0.99)),
+			fmtFloat(p.perOp(float64(p.DB.Commits)), 2), fmtBytes(p.perOp(float64(p.DB.WALBytes))),
+			fmtFloat(p.perOp(float64(p.DB.WALRecords)), 1), fmtFloat(p.perOp(float64(p.DB.WALFPI)), 2),
+			fmtFloat(p.perOp(float64(p.DB.Inserted)), 1), fmtFloat(p.perOp(float64(p.DB.Updated)), 1),
+			api, fmtMillis(p.cpuPerOp(p.PGCPU)))
+	}
+	for _, p := range phases {
+		row(p)
+	}
+	row(s.Reference)
+	row(s.New)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range append(slices.Clone(phases), s.Replay) {
+		if p.Failed > 0 {
+			fmt.Fprintf(&b, "  %s: %d unexpected answers: %s\n", p.Name, p.Failed, fmtCounts(p.Unexpected))
+		}
+	}
+
+	fmt.Fprintf(&b, "\ntargets (issue 8)\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\tmeasured\twanted\tmet")
+	for _, t := range targets(s) {
+		met := "no"
+		if t.Met {
+			met = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.Measured, t.Want, met)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	st := s.Storm
+	fmt.Fprintf(&b, "\nstorm: %d requests with one key and Prefer: wait, all released at once: answered in %s (%s); "+
+		"charges at the provider for the key: %d (create requests that reached it: %d)\n",
+		st.Requests, fmtDuration(st.Elapsed), fmtCounts(st.Answers), st.Charges, st.ChargeRequests)
+	so := s.Soak
+	fmt.Fprintf(&b, "soak:  %s of new payments at %d connections: %d payments (%d failed); RSS %s -> %s; goroutines %d -> %d; "+
+		"outbox events unpublished at the end: %d\n",
+		so.Duration, h.Connections, so.Payments, so.Failed, fmtMiB(so.RSSStart), fmtMiB(so.RSSEnd),
+		so.GoroutinesStart, so.GoroutinesEnd, so.OutboxPendingAtTheEnd)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtX(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func fmtFloat(v float64, decimals int) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", decimals, v)
+}
+
+// fmtBytes prints a byte count as B or KB (1 KB = 1024 B).
+func fmtBytes(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v < 1024:
+		return fmt.Sprintf("%.0f B", v)
+	default:
+		return fmt.Sprintf("%.1f KB", v/1024)
+	}
+}
+
+func fmtMiB(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }
+
+func fmtMillis(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f ms", v)
+}
+
+// fmtDuration prints d in ms below a second, else in s.
+func fmtDuration(d time.Duration) string {
+	if d < time.Second {
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// fmtCounts prints a count per kind, most frequent first: "201 ×12, 409 ×3".
+func fmtCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if m[a] != m[b] {
+			return m[b] - m[a]
+		}
+		return strings.Compare(a, b)
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}

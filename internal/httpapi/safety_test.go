@@ -1,0 +1,265 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// scriptedProvider answers each charge and lookup as its script says, in
+// order; an entry "forward" passes the call to the simulator, "forward+refuse"
+// passes it and then reports a refusal (the processed request whose answer
+// was a 429 to a resend), "refuse" and "lost" answer without calling it, and
+// "ambiguous" is a lookup that found two objects. Past the script: forward.
+type scriptedProvider struct {
+	provider.Provider
+	mu              sync.Mutex
+	charges, lookup []string
+}
+
+func (s *scriptedProvider) next(script *[]string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(*script) == 0 {
+		return "forward"
+	}
+	step := (*script)[0]
+	*script = (*script)[1:]
+	return step
+}
+
+func (s *scriptedProvider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {
+	switch step := s.next(&s.charges); step {
+	case "refuse":
+		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrUnavailable)
+	case "lost":
+		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrUnknownOutcome)
+	case "forward+refuse":
+		if _, err := s.Provider.Charge(ctx, req); err != nil {
+			return provider.Charge{}, err
+		}
+		return provider.Charge{}, fmt.Errorf("scripted 429 to a resend: %w", provider.ErrUnavailable)
+	default:
+		return s.Provider.Charge(ctx, req)
+	}
+}
+
+func (s *scriptedProvider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+	switch s.next(&s.lookup) {
+	case "lost":
+		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrUnknownOutcome)
+	case "ambiguous":
+		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrAmbiguous)
+	default:
+		return s.Provider.Lookup(ctx, key)
+	}
+}
+
+func withScript(s *scriptedProvider) envOption {
+	return withProvider(func(p provider.Provider) provider.Provider { s.Provider = p; return s })
+}
+
+// Issue 9, item 1: the provider processed the charge but the answer the
+// service saw was a refusal (a 429 to a resent copy). The payment is
+// FAILED_RETRYABLE and the client told "no money moved"; after a grace, the
+// reconciler looks it up (never sends it) and completes it.
+func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
+	t.Parallel()
+	script := &scriptedProvider{charges: []string{"forward+refuse"}}
+	e := newEnv(t, withScript(script))
+	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	id := e.onlyPaymentID()
+	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+		t.Errorf("the reconciler looked before the grace: %v", stats)
+	}
+	e.clock.Advance(2 * time.Minute)
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
+		t.Fatalf("reconciler after the grace: %v %v", stats, err)
+	}
+	e.assertChargedOnce(id)
+	if r := e.post("k-1", body()); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the client's retry: %d %s", r.Status, r.Body)
+	}
+}
+
+// A refusal that was true: the reconciler's look finds nothing, sends
+// nothing, and stops looking; the payment waits for its client.
+func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if r := e.post("k-1", body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	id := e.onlyPaymentID()
+	e.clock.Advance(2 * time.Minute)
+	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotencyOutcomeError] != 1 && len(stats) != 1 {
+		t.Fatalf("reconciler: %v %v", stats, err)
+	}
+	if s := e.state(id); s != payments.StateFailedRetryable {
+		t.Errorf("payment %s, want FAILED_RETRYABLE", s)
+	}
+	if n := len(e.sim.Charges()); n != 0 {
+		t.Errorf("the reconciler sent a refused payment: %d charges", n)
+	}
+	e.clock.Advance(time.Hour)
+	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+		t.Errorf("the reconciler keeps looking at a payment the provider never saw: %v", stats)
+	}
+}
+
+// The reconciler's outcome for a look that only confirmed a refusal.
+const idempotencyOutcomeError = "error"
+
+// Issue 9, item 2: a lookup that finds two objects for one key marks the
+// payment for manual review at once, and counts it; it stays PROCESSING.
+func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
+	t.Parallel()
+	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"ambiguous"}}
+	e := newEnv(t, withScript(script))
+	if r := e.post("k-1", body()); r.Status != http.StatusAccepted {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats["manual_review"] != 1 {
+		t.Fatalf("reconciler: %v %v, want manual_review at the first attempt", stats, err)
+	}
+	if e.metric("paymentsapi_payments_manual_review", nil) != 1 {
+		t.Error("the manual review gauge does not count it")
+	}
+	if g := e.get(secretA, "/payments/"+e.onlyPaymentID()).json(t); g["status"] != "PROCESSING" {
+		t.Errorf("payment %v", g["status"])
+	}
+	e.clock.Advance(time.Hour)
+	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+		t.Errorf("the reconciler keeps trying a payment marked for review: %v", stats)
+	}
+}
+
+// Issue 9, item 3: the provider's key window runs from the first request
+// that reached it, not from the payment's creation. Refused at T0, first
+// really sent at T0+25h and lost, the payment may still be sent again by its
+// key at T0+25h.
+func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
+	t.Parallel()
+	script := &scriptedProvider{charges: []string{"refuse", "lost"}}
+	e := newEnv(t, withScript(script))
+	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("T0: %d %s", r.Status, r.Body)
+	}
+	e.clock.Advance(25 * time.Hour)
+	if r := e.post("k-1", body()); r.Status != http.StatusAccepted {
+		t.Fatalf("T0+25h: %d %s", r.Status, r.Body)
+	}
+	// The provider never saw the key (the request was lost on its way):
+	// the lookup says so, and inside the window the payment is sent again.
+	r := e.post("k-1", body())
+	if r.Status != http.StatusCreated {
+		t.Fatalf("retry: %d %s, want 201 (sent again inside the provider's window)", r.Status, r.Body)
+	}
+	e.assertChargedOnce(e.onlyPaymentID())
+}
+
+// Issue 9, item 6: a 202 shows the updatedAt the database holds, also when
+// the retry changed nothing.
+func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
+	t.Parallel()
+	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"lost"}}
+	e := newEnv(t, withScript(script))
+	first := e.post("k-1", body())
+	if first.Status != http.StatusAccepted {
+		t.Fatalf("got %d %s", first.Status, first.Body)
+	}
+	e.clock.Advance(time.Minute)
+	again := e.post("k-1", body()) // takes over, the lookup cannot say: nothing moves
+	if again.Status != http.StatusAccepted {
+		t.Fatalf("retry: %d %s", again.Status, again.Body)
+	}
+	got := e.get(secretA, "/payments/"+e.onlyPaymentID()).json(t)["updatedAt"]
+	if again.json(t)["updatedAt"] != got || first.json(t)["updatedAt"] != got {
+		t.Errorf("updatedAt: first 202 %v, second 202 %v, database %v", first.json(t)["updatedAt"], again.json(t)["updatedAt"], got)
+	}
+}
+
+// Issue 9, item 4: a payment that never moved money (its client vanished
+// after the claim) holds its invoice only until the replay window ends:
+// then the reconciler cancels it, which frees the merchant reference and
+// gives its key a stored final answer. Nothing is ever sent.
+func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
+	t.Parallel()
+	var crashed sync.Once
+	e := newEnv(t, withHooks(payments.Hooks{AfterClaim: func(context.Context, string) error {
+		err := fmt.Errorf("crash after the claim")
+		first := false
+		crashed.Do(func() { first = true })
+		if first {
+			return err
+		}
+		return nil
+	}}))
+	if r := e.post("k-gone", body()); r.Status < 500 {
+		t.Fatalf("the crashed request answered %d", r.Status)
+	}
+	gone := e.onlyPaymentID()
+	if r := e.post("k-new", body()); r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
+		t.Fatalf("new key, same invoice, inside the window: %d %s", r.Status, r.Body)
+	}
+	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+		t.Fatalf("the reconciler touched a payment inside its window: %v", stats)
+	}
+
+	e.clock.Advance(e.cfg.ReplayTTL + time.Minute)
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats[payments.OutcomeCanceled] != 1 {
+		t.Fatalf("reconciler after the window: %v %v", stats, err)
+	}
+	if s := e.state(gone); s != payments.StateCanceled {
+		t.Errorf("abandoned payment %s, want CANCELED", s)
+	}
+	if n := len(e.sim.Charges()); n != 0 {
+		t.Errorf("an abandoned payment was sent: %d charges", n)
+	}
+	// Its key answers from a stored final answer, byte for byte.
+	first := e.post("k-gone", body())
+	again := e.post("k-gone", body())
+	if first.Status != http.StatusConflict || first.json(t)["code"] != "PAYMENT_CANCELED" || first.json(t)["paymentId"] != gone ||
+		string(again.Body) != string(first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the abandoned key: %d %s / %s", first.Status, first.Body, again.Header.Get("Idempotent-Replayed"))
+	}
+	// The invoice is free again.
+	if r := e.post("k-new", body()); r.Status != http.StatusCreated {
+		t.Errorf("new key, same invoice, after the cancellation: %d %s", r.Status, r.Body)
+	}
+	if g := e.get(secretA, "/payments/"+gone).json(t); g["status"] != "CANCELED" {
+		t.Errorf("GET the canceled payment: %v", g["status"])
+	}
+}
+
+// A refused payment nobody retried is canceled too, after the provider
+// confirms it never saw it.
+func TestAnAbandonedRefusedPaymentIsLookedUpThenCanceled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if r := e.post("k-1", body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	e.clock.Advance(e.cfg.ReplayTTL + time.Minute)
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil || stats[payments.OutcomeCanceled] != 1 {
+		t.Fatalf("reconciler: %v %v", stats, err)
+	}
+	if s := e.state(e.onlyPaymentID()); s != payments.StateCanceled {
+		t.Errorf("payment %s, want CANCELED", s)
+	}
+	if r := e.post("k-2", body()); r.Status != http.StatusCreated {
+		t.Errorf("the invoice after the cancellation: %d %s", r.Status, r.Body)
+	}
+}
