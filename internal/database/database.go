@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -115,6 +116,11 @@ func Ready(ctx context.Context, pool *pgxpool.Pool) error {
 // Unavailable reports whether err means the database could not be reached or
 // could not serve the request right now (connection refused or lost, server
 // shutting down or starting, too many connections): a 503, not a 500.
+//
+// A connection the server closed in the middle of a statement (a crash, an
+// immediate shutdown, a restart) shows as io.ErrUnexpectedEOF, unwrapped by
+// any pgx type: pgx reads the server's messages with io.ReadFull and turns
+// a bare EOF into it. It counts as lost, like a reset connection does.
 func Unavailable(err error) bool {
 	if err == nil {
 		return false
@@ -134,5 +140,5 @@ func Unavailable(err error) bool {
 			pgErr.Code == "57P03" || pgErr.Code == "53300"
 	}
 	return pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, net.ErrClosed) || pgconn.SafeToRetry(err)
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)
 }

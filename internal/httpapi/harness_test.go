@@ -127,20 +127,27 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 // provider and clock, with its own LISTEN connection, as a second process
 // would have. It returns the instance's URL, core and metrics registry.
 func (e *env) instance() (string, *app.Core, *prometheus.Registry) {
-	t := e.t
+	return startInstance(e.t, e.pool, e.prov, e.clock, e.cfg, e.limit)
+}
+
+// startInstance starts an API instance on pool, as cmd/paymentsapi wires
+// it, with its own LISTEN connection, metrics and HTTP server, all stopped
+// when t ends; not its background workers (reconciler, relay, clean-up). It
+// returns the instance's URL, core and metrics registry.
+func startInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit) (string, *app.Core, *prometheus.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	log := testLogger()
-	app.RegisterGauges(reg, e.pool, e.clock, log)
-	keys := idempotency.NewListener(e.pool.Config().ConnConfig.Copy(), log)
+	app.RegisterGauges(reg, pool, clk, log)
+	keys := idempotency.NewListener(pool.Config().ConnConfig.Copy(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()
-	core := app.New(app.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: log, Metrics: m, Waiter: keys}, e.cfg)
+	core := app.New(app.Deps{DB: pool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, cfg)
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
-		DB: e.pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
-		Ready:     func(ctx context.Context) error { return database.Ready(ctx, e.pool) },
-		RateLimit: e.limit, Clock: e.clock,
+		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
+		Ready:     func(ctx context.Context) error { return database.Ready(ctx, pool) },
+		RateLimit: limit, Clock: clk,
 	})))
 	t.Cleanup(func() {
 		srv.Close()

@@ -111,10 +111,13 @@ type Cluster struct {
 	acct    *account
 	logger  *slog.Logger
 	lock    *os.File
+	opts    Options     // as Start got them, with their defaults
+	sc      startConfig // as Start got it
 
-	proc *process
-
+	// stopMu guards proc's replacement (Restart) and the stop; the port
+	// never changes after Start.
 	stopMu  sync.Mutex
+	proc    *process
 	stopped bool
 	stopErr error
 }
@@ -175,6 +178,8 @@ func start(ctx context.Context, opts Options, sc startConfig) (*Cluster, error) 
 		acct:    acct,
 		logger:  logger,
 		lock:    lock,
+		opts:    opts,
+		sc:      sc,
 	}
 	if err := c.prepareAndRun(ctx, opts, sc); err != nil {
 		c.releaseLock()
@@ -239,7 +244,9 @@ func (c *Cluster) run(ctx context.Context, opts Options, sc startConfig) error {
 		}
 		err = waitReady(ctx, port, c.dataDir, proc)
 		if err == nil {
-			c.port = port
+			if c.port != port {
+				c.port = port // only by Start: a restart keeps its port
+			}
 			c.proc = proc
 			c.logger.Info("pgembed: postgres is ready",
 				"data_dir", c.dataDir, "port", port, "pid", proc.pid, "log", c.logPath)
@@ -426,16 +433,60 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return c.stopErr
 }
 
+// Restart crashes the server and starts it again, as `pg_ctl restart -m
+// immediate` does: the postmaster gets SIGQUIT (immediate shutdown), which
+// ends every session at once without a checkpoint, so the new server runs
+// crash recovery before it accepts connections. The server stays down for
+// down, then starts on the same port and data directory; Restart returns
+// once it accepts connections. It is for tests of how clients live through
+// a database outage. If ctx ends before the old server has exited, it is
+// killed (SIGKILL). After a Restart, Done, Err and Pid are those of the new
+// server.
+func (c *Cluster) Restart(ctx context.Context, down time.Duration) error {
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
+	if c.stopped {
+		return errors.New("pgembed: restart of a stopped cluster")
+	}
+	p := c.proc
+	if err := syscall.Kill(p.pid, syscall.SIGQUIT); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("pgembed: signal postgres (pid %d): %w", p.pid, err)
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		<-p.done
+	}
+	c.logger.Info("pgembed: postgres crashed on purpose (immediate shutdown)", "pid", p.pid, "down_for", down)
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("pgembed: restart: %w", ctx.Err())
+	case <-time.After(down):
+	}
+	opts := c.opts
+	opts.Port = c.port // clients reconnect where they were
+	return c.run(ctx, opts, c.sc)
+}
+
+// process returns the current server process.
+func (c *Cluster) process() *process {
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
+	return c.proc
+}
+
 // Done returns a channel that is closed when the server process has exited,
 // whether through Stop or not.
-func (c *Cluster) Done() <-chan struct{} { return c.proc.done }
+func (c *Cluster) Done() <-chan struct{} { return c.process().done }
 
 // Err returns how the server process ended (nil for a clean exit), once Done
 // is closed; nil before.
 func (c *Cluster) Err() error {
+	p := c.process()
 	select {
-	case <-c.proc.done:
-		return c.proc.waitErr
+	case <-p.done:
+		return p.waitErr
 	default:
 		return nil
 	}
@@ -478,7 +529,7 @@ func (c *Cluster) DataDir() string { return c.dataDir }
 func (c *Cluster) LogPath() string { return c.logPath }
 
 // Pid returns the process id of the postmaster.
-func (c *Cluster) Pid() int { return c.proc.pid }
+func (c *Cluster) Pid() int { return c.process().pid }
 
 func clusterURL(port int, dbname string) string {
 	u := url.URL{

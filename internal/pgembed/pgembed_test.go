@@ -531,3 +531,48 @@ func TestStartNeedsDataDir(t *testing.T) {
 		t.Fatal("Start without DataDir succeeded")
 	}
 }
+
+// TestRestartCrashesAndComesBack: Restart ends the server as an immediate
+// shutdown does (open sessions are cut), keeps it down for the time asked,
+// and starts it again on the same port, after crash recovery, with every
+// committed row.
+func TestRestartCrashesAndComesBack(t *testing.T) {
+	skipWithoutPostgres(t)
+	t.Parallel()
+	ctx := t.Context()
+	c := startT(t, Options{DataDir: filepath.Join(testDir(t), "pg")})
+	conn := connect(t, c)
+	if _, err := conn.Exec(ctx, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('survives')"); err != nil {
+		t.Fatal(err)
+	}
+	oldPid, oldDone, port := c.Pid(), c.Done(), c.Port()
+
+	began := time.Now()
+	if err := c.Restart(ctx, 300*time.Millisecond); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if took := time.Since(began); took < 300*time.Millisecond {
+		t.Errorf("down for %s only", took)
+	}
+	select {
+	case <-oldDone:
+	default:
+		t.Error("the old server is still running")
+	}
+	if c.Pid() == oldPid || c.Port() != port {
+		t.Errorf("pid %d -> %d, port %d -> %d: want a new server on the same port", oldPid, c.Pid(), port, c.Port())
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("a session of the old server still works")
+	}
+	if got := queryString(t, connect(t, c), "SELECT v FROM kept"); got != "survives" {
+		t.Errorf("kept = %q", got)
+	}
+	logs, err := os.ReadFile(c.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logs), "received immediate shutdown request") || !strings.Contains(string(logs), "automatic recovery") {
+		t.Errorf("no immediate shutdown and crash recovery in the server's log:\n%s", logs)
+	}
+}
