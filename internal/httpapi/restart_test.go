@@ -21,6 +21,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
