@@ -21,10 +21,10 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
