@@ -113,7 +113,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	b := &benchRun{cfg: cfg, stderr: stderr, started: time.Now()}
+	b := &benchRun{cfg: cfg, stderr: stderr, started: time.Now(), loadBefore: loadAverage()}
 	defer b.close()
 	if err := b.start(ctx, getenv); err != nil {
 		return err
@@ -138,6 +138,7 @@ type benchRun struct {
 	apiDB      *pgx.Conn // to the API's database: the outbox's backlog
 	client     *apiClient
 	pgbench    pgbenchRun
+	loadBefore string
 	pgVersion  string
 	pgSettings string
 	closers    []func()
@@ -264,7 +265,7 @@ func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
 		if err != nil {
 			return nil, summary{}, err
 		}
-		b.progress("round %d/%d: new payments %.0f/s", r, b.cfg.Rounds, api.rate())
+		b.progress("round %d/%d: new payments %.0f/s (the relay drained the outbox %s later)", r, b.cfg.Rounds, api.rate(), fmtDuration(api.Drain))
 		phases = append(phases, api)
 	}
 	rep, err := b.apiPhase(ctx, replays("API replays", "replay", replayKeys, b.cfg.Connections, b.cfg.ReplayDuration))
@@ -304,7 +305,7 @@ func (b *benchRun) warmUp(ctx context.Context) error {
 	if err := seed(ctx, b.client, "replay", replayKeys, b.cfg.Connections); err != nil {
 		return err
 	}
-	if _, err := waitOutboxDrained(ctx, b.apiDB); err != nil {
+	if _, _, err := waitOutboxDrained(ctx, b.apiDB, drainTimeout); err != nil {
 		return err
 	}
 	idleSince := time.Now()
@@ -377,12 +378,13 @@ func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
 		return phase{}, err
 	}
 	p := w.run(ctx, b.client)
-	left, err := waitOutboxDrained(ctx, b.apiDB)
+	drain, left, err := waitOutboxDrained(ctx, b.apiDB, drainTimeout)
 	if err != nil {
 		return phase{}, err
 	}
+	p.Drain = drain
 	if left > 0 {
-		b.progress("%s: %d outbox events still unpublished after a minute", w.Name, left)
+		b.progress("%s: %d outbox events still unpublished after %s: the counters miss their relay work", w.Name, left, drainTimeout)
 	}
 	pg1, api1, err := b.cpu()
 	if err != nil {
@@ -446,7 +448,7 @@ func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
 	}
 	p := newPayments("soak", "soak", b.cfg.Connections, b.cfg.Soak).run(ctx, b.client)
 	so.Payments, so.Failed = p.Ops, p.Failed
-	if so.OutboxPendingAtTheEnd, err = waitOutboxDrained(ctx, b.apiDB); err != nil {
+	if so.Drain, so.Unpublished, err = waitOutboxDrained(ctx, b.apiDB, soakDrainTimeout); err != nil {
 		return so, err
 	}
 	if err := sleep(ctx, time.Second); err != nil {
@@ -463,7 +465,7 @@ func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
 
 func (b *benchRun) header() header {
 	return header{
-		Machine: machine(), PostgreSQL: b.pgVersion, Settings: b.pgSettings, Go: runtime.Version(),
+		Machine: machine(), Load: b.loadBefore + " before, " + loadAverage() + " after", PostgreSQL: b.pgVersion, Settings: b.pgSettings, Go: runtime.Version(),
 		Connections: b.cfg.Connections, Rounds: b.cfg.Rounds, Duration: b.cfg.Duration, Started: b.started,
 	}
 }

@@ -189,3 +189,19 @@ func procField(content, name string) (string, bool) {
 	}
 	return "", false
 }
+
+// loadAverage is the machine's load average over 1, 5 and 15 minutes, from
+// /proc/loadavg. Read before the run it shows other work on the machine;
+// after, the run's own processes count too (those waiting for an fsync
+// included).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -91,6 +91,9 @@ type phase struct {
 	// PostgreSQL server's (every process of the cluster).
 	APICPU time.Duration
 	PGCPU  time.Duration
+	// Drain is how long the relay took, after the last answer, to publish
+	// the events left in the outbox: its lag behind the load.
+	Drain time.Duration
 }
 
 // rate is operations per second.
@@ -143,6 +146,7 @@ func combine(name string, ps []phase) phase {
 		out.DB = out.DB.add(p.DB)
 		out.APICPU += p.APICPU
 		out.PGCPU += p.PGCPU
+		out.Drain = max(out.Drain, p.Drain)
 	}
 	slices.Sort(out.Latencies)
 	return out
@@ -162,13 +166,17 @@ type stormResult struct {
 
 // soakResult is the steady load at the end of the run.
 type soakResult struct {
-	Duration              time.Duration
-	Payments              int
-	Failed                int
-	RSSStart, RSSEnd      int64 // bytes
-	GoroutinesStart       int
-	GoroutinesEnd         int
-	OutboxPendingAtTheEnd int64
+	Duration         time.Duration
+	Payments         int
+	Failed           int
+	RSSStart, RSSEnd int64 // bytes
+	GoroutinesStart  int
+	GoroutinesEnd    int
+	// Drain is how long the relay took after the soak to publish the
+	// outbox's backlog; Unpublished how many events were still waiting
+	// when the bench stopped waiting.
+	Drain       time.Duration
+	Unpublished int64
 }
 
 // summary is what the targets are judged on: the rounds of each kind added
@@ -260,6 +268,7 @@ type header struct {
 	PostgreSQL  string // version
 	Settings    string // the durability settings, as read from the server
 	Go          string
+	Load        string // the machine's load average before and after the run
 	Connections int
 	Rounds      int
 	Duration    time.Duration
@@ -271,26 +280,26 @@ type header struct {
 func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "paymentsbench %s\n", h.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "machine:    %s\n", h.Machine)
+	fmt.Fprintf(&b, "machine:    %s; load average %s\n", h.Machine, h.Load)
 	fmt.Fprintf(&b, "postgres:   %s; %s\n", h.PostgreSQL, h.Settings)
 	fmt.Fprintf(&b, "go:         %s\n", h.Go)
 	fmt.Fprintf(&b, "load:       %d connections; %d round(s) of %s per phase, pgbench and API interleaved\n\n",
 		h.Connections, h.Rounds, h.Duration)
 
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\t")
+	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\tdrain\t")
 	row := func(p phase) {
-		api := "-"
+		api, drain := "-", "-"
 		if p.Kind != kindReference {
-			api = fmtMillis(p.cpuPerOp(p.APICPU))
+			api, drain = fmtMillis(p.cpuPerOp(p.APICPU)), fmtDuration(p.Drain)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			p.Name, p.Ops, p.rate(),
 			fmtDuration(percentile(p.Latencies, 0.5)), fmtDuration(percentile(p.Latencies, 0.99)),
 			fmtFloat(p.perOp(float64(p.DB.Commits)), 2), fmtBytes(p.perOp(float64(p.DB.WALBytes))),
 			fmtFloat(p.perOp(float64(p.DB.WALRecords)), 1), fmtFloat(p.perOp(float64(p.DB.WALFPI)), 2),
 			fmtFloat(p.perOp(float64(p.DB.Inserted)), 1), fmtFloat(p.perOp(float64(p.DB.Updated)), 1),
-			api, fmtMillis(p.cpuPerOp(p.PGCPU)))
+			api, fmtMillis(p.cpuPerOp(p.PGCPU)), drain)
 	}
 	for _, p := range phases {
 		row(p)
@@ -326,9 +335,13 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 		st.Requests, fmtDuration(st.Elapsed), fmtCounts(st.Answers), st.Charges, st.ChargeRequests)
 	so := s.Soak
 	fmt.Fprintf(&b, "soak:  %s of new payments at %d connections: %d payments (%d failed); RSS %s -> %s; goroutines %d -> %d; "+
-		"outbox events unpublished at the end: %d\n",
+		"relay drained the outbox %s after the last answer",
 		so.Duration, h.Connections, so.Payments, so.Failed, fmtMiB(so.RSSStart), fmtMiB(so.RSSEnd),
-		so.GoroutinesStart, so.GoroutinesEnd, so.OutboxPendingAtTheEnd)
+		so.GoroutinesStart, so.GoroutinesEnd, fmtDuration(so.Drain))
+	if so.Unpublished > 0 {
+		fmt.Fprintf(&b, " (not drained: %d events still unpublished when the bench stopped waiting)", so.Unpublished)
+	}
+	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }
