@@ -61,6 +61,9 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		problem.New(http.StatusNotFound, problem.NotFound, "No such refund.").Write(w)
 	case errors.Is(err, payments.ErrInvalidCursor):
 		invalidParameter(w, "cursor", "is not a cursor from this API")
+	case errors.Is(err, payments.ErrReferenceContended):
+		w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
+		problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable, err.Error()).Write(w)
 	case database.Unavailable(err):
 		logFrom(r).WarnContext(r.Context(), "database unavailable", "error", err)
 		ew.unavailable(w)

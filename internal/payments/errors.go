@@ -10,6 +10,10 @@ var (
 	// ErrProviderUnavailable: the provider refused before processing (503).
 	// No money moved; a retry with the same key resumes the same payment.
 	ErrProviderUnavailable = errors.New("the payment provider is unavailable; no money moved, retry with the same Idempotency-Key")
+	// ErrReferenceContended: the payment holding the merchant reference
+	// kept changing while the claim looked (declined and replaced, again and
+	// again). Nothing was written; a retry with the same key is safe (503).
+	ErrReferenceContended = errors.New("the merchant reference is changing hands; nothing was written, retry with the same Idempotency-Key")
 	// ErrInvalidCursor: the cursor was not produced by this API.
 	ErrInvalidCursor = errors.New("invalid cursor")
 )

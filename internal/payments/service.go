@@ -146,7 +146,7 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, p Payment) error {
 			return tx.SendBatch(ctx, b).Close()
 		}
 	}
-	return fmt.Errorf("merchant reference of payment %s kept changing hands", p.ID)
+	return fmt.Errorf("payment %s: %w", p.ID, ErrReferenceContended)
 }
 
 // Resume takes the payment of a key the caller owns from its recorded state
