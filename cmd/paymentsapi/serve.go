@@ -174,6 +174,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,
 		},
+		StripeWebhookSecret: cfg.StripeWebhookSecret,
 	})
 	return a, nil
 }
@@ -226,7 +227,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	base := "http://" + displayAddr(ln.Addr())
-	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider)
+	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
+		"stripe_webhooks", cfg.StripeWebhookSecret != "")
 	printBanner(stdout, base, cfg, a.dataDir)
 
 	select {
