@@ -14,6 +14,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
@@ -381,12 +382,31 @@ func TestStripeWebhooksNeedASecret(t *testing.T) {
 	}
 }
 
+// slowLookups holds every lookup for a while: whoever owns a key then
+// holds it long enough for a rival to find it held.
+type slowLookups struct {
+	provider.Provider
+	delay time.Duration
+}
+
+func (p *slowLookups) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+	time.Sleep(p.delay)
+	return p.Provider.Lookup(ctx, key)
+}
+
 // A webhook and the reconciler resolve the same unknown payment at the
 // same moment, many times over: exactly one of them resolves it, with one
-// lookup and one charge at the provider, and neither fails.
+// lookup and one charge at the provider, and neither fails. Lookups are
+// slowed down so that the loser arrives while the winner holds the key,
+// not after it finished; rounds start both at once, or one of them a
+// little later (then the other has already taken the key over, and only
+// its lease turns the latecomer away).
 func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks(),
+		withProvider(func(p provider.Provider) provider.Provider {
+			return &slowLookups{Provider: p, delay: 50 * time.Millisecond}
+		}))
 	wins := map[string]int{}
 	for i := range 15 {
 		id := e.unknownPayment(fmt.Sprint("k-", i), fmt.Sprint("inv-", i))
@@ -397,12 +417,18 @@ func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 			stats   idempotency.RecoveryStats
 			passErr error
 		)
-		wg.Go(func() {
+		late := func(who int) {
 			<-start
+			if i%3 == who {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		wg.Go(func() {
+			late(1)
 			answer = e.deliver(stripeEvent(fmt.Sprint("evt_", i), "payment_intent.succeeded", intentOf(id, "succeeded")))
 		})
 		wg.Go(func() {
-			<-start
+			late(2)
 			stats, passErr = e.core.Reconciler.RunOnce(context.Background(), 10)
 		})
 		close(start)
@@ -428,10 +454,11 @@ func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 		if n := e.count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, id); n != 1 {
 			t.Fatalf("round %d: PaymentSucceeded events %d", i, n)
 		}
-		if byWebhook {
+		switch {
+		case byWebhook:
 			wins["webhook"]++
-		} else {
-			wins["reconciler"]++
+		default:
+			wins["reconciler, webhook found it "+answer.Resolution]++
 		}
 	}
 	t.Logf("resolved by: %v", wins)

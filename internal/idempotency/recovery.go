@@ -198,24 +198,21 @@ func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, erro
 	if err != nil {
 		return "", err
 	}
-	now := r.e.clock.Now()
 	switch {
 	case rec.Response != nil || rec.CompletedAt != nil:
 		return OutcomeFinal, nil
 	case rec.ManualReviewAt != nil:
 		return OutcomeManualReview, nil
-	case rec.LeaseExpiresAt != nil && now.Before(*rec.LeaseExpiresAt):
-		return OutcomeInFlight, nil
 	}
 	if _, ok := r.ops[rec.Scope.Operation]; !ok {
 		return "", fmt.Errorf("resolve %s %s: operation %q is not the reconciler's", res.Type, res.ID, rec.Scope.Operation)
 	}
-	token, ok, err := TakeOver(ctx, r.e.db, rec.ID, rec.FencingToken, now, r.e.cfg.Lease)
+	token, ok, err := TakeOver(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), r.e.cfg.Lease)
 	if err != nil {
 		return "", err
 	}
 	if !ok {
-		return OutcomeInFlight, nil // another owner moved first, or finished
+		return OutcomeInFlight, nil // a live owner holds it, or moved first
 	}
 	r.e.metrics.IdempotencyTakeovers.Inc()
 	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", token)
