@@ -175,6 +175,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,
 		},
+		StripeWebhookSecret: cfg.StripeWebhookSecret,
 	})
 	return a, nil
 }
@@ -229,7 +230,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	base := "http://" + displayAddr(ln.Addr())
 	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
-		"rate_limit_per_tenant_per_instance", cfg.RateLimit)
+		"rate_limit_per_tenant_per_instance", cfg.RateLimit, "stripe_webhooks", cfg.StripeWebhookSecret != "")
 	printBanner(stdout, base, cfg, a.dataDir)
 
 	select {

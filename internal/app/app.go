@@ -6,6 +6,7 @@ package app
 
 import (
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +20,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
 // Config is the core's timing rules.
@@ -30,6 +32,9 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	Recovery          idempotency.RecoveryPolicy
 	PaymentHooks      payments.Hooks // failpoints, for tests
+	// StripeWebhookSecret verifies POST /webhooks/stripe (STRIPE_WEBHOOK_SECRET);
+	// empty: the route does not exist.
+	StripeWebhookSecret string
 }
 
 // Deps are the core's collaborators.
@@ -50,6 +55,9 @@ type Core struct {
 	Payments   *payments.Service
 	Refunds    *refunds.Service
 	Reconciler *idempotency.Reconciler
+	// StripeWebhooks is the handler of POST /webhooks/stripe, nil without
+	// a webhook secret.
+	StripeWebhooks http.Handler
 }
 
 // New assembles the core.
@@ -70,12 +78,18 @@ func New(d Deps, cfg Config) *Core {
 	ref := refunds.NewService(refunds.Deps{
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
 	}, refunds.Config{ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow})
-	return &Core{
+	c := &Core{
 		Engine:     engine,
 		Payments:   pay,
 		Refunds:    ref,
 		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, pay, ref),
 	}
+	if cfg.StripeWebhookSecret != "" {
+		c.StripeWebhooks = webhooks.Stripe(webhooks.Deps{
+			DB: d.DB, Reconciler: c.Reconciler, Clock: d.Clock, Log: d.Log.With("component", "stripe-webhooks"),
+		}, cfg.StripeWebhookSecret)
+	}
+	return c
 }
 
 // RegisterGauges registers the gauges read from the database on reg: the
@@ -91,5 +105,6 @@ func (c *Core) HTTPDeps(d httpapi.Deps) httpapi.Deps {
 	d.Payments = c.Payments
 	d.Refunds = c.Refunds
 	d.RetryAfter = c.Engine.RetryAfter()
+	d.StripeWebhooks = c.StripeWebhooks
 	return d
 }

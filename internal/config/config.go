@@ -25,6 +25,7 @@ type Config struct {
 	ProviderKeyTTL         time.Duration
 	StripeAPIKey           string
 	StripeAPIBase          string
+	StripeWebhookSecret    string
 	IdempotencyTTL         time.Duration
 	IdempotencyMetadataTTL time.Duration
 	LeaseDuration          time.Duration
@@ -94,6 +95,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
 	secret(&c.StripeAPIKey, "stripe-api-key", "STRIPE_API_KEY", "Stripe secret key")
+	secret(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "Stripe webhook signing secret (whsec_...); empty: no POST /webhooks/stripe")
 	fs.StringVar(&c.StripeAPIBase, "stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL, e.g. a stripe-mock (STRIPE_API_BASE)")
 	dur(&c.IdempotencyTTL, "idempotency-ttl", "IDEMPOTENCY_TTL", "24h", "replay window of stored responses")
 	dur(&c.IdempotencyMetadataTTL, "idempotency-metadata-ttl", "IDEMPOTENCY_METADATA_TTL", "720h", "how long key metadata outlives the replay window")

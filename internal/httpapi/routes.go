@@ -20,6 +20,9 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Method("GET", "/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	r.Get("/openapi.yaml", handleOpenAPI(d.OpenAPI))
 	r.Mount(apidocs.Path, apidocs.Handler())
+	if d.StripeWebhooks != nil { // signed by Stripe, not authenticated by an API key
+		r.Method("POST", "/webhooks/stripe", d.StripeWebhooks)
+	}
 
 	r.Group(func(r chi.Router) {
 		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.clock(), d.APIKeyCacheTTL), errs), limitRate(newLimiter(d.RateLimit, d.clock())),

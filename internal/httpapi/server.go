@@ -40,6 +40,9 @@ type Deps struct {
 	RateLimit RateLimit
 	// Clock is the time source (the system clock when nil).
 	Clock clock.Clock
+	// StripeWebhooks handles POST /webhooks/stripe (internal/webhooks);
+	// nil: the route does not exist (404).
+	StripeWebhooks http.Handler
 }
 
 func (d Deps) clock() clock.Clock {

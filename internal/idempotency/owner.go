@@ -25,6 +25,11 @@ type Owner struct {
 	First bool
 	// Recovering: the reconciler took the key over.
 	Recovering bool
+	// LookupOnly: the owner may ask the provider what became of the
+	// resource but never send a request for it (Reconciler.ResolveNow,
+	// prompted by the provider's webhook). What a lookup cannot settle is
+	// left to the reconciler.
+	LookupOnly bool
 	// FirstSentAt is when a request for the resource first left for the
 	// provider (nil: never yet). The provider's key window runs from here.
 	FirstSentAt *time.Time

@@ -40,6 +40,7 @@ type Record struct {
 	CompletedAt    *time.Time
 	FirstSentAt    *time.Time // when a request for the resource first left for the provider
 	AbandonAt      *time.Time // when an unfinished key whose resource moved no money is ended
+	ManualReviewAt *time.Time // when the key was left for a person to resolve (nil: it is not)
 }
 
 // Decision is how a request that found an existing record is answered.

@@ -121,16 +121,14 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) string {
 	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
 		"tenant", rec.Scope.Tenant, "attempt", attempt)
-	own := &Owner{e: r.e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant,
-		Resource: rec.Resource, Recovering: true, FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
-	res, err := r.ops[rec.Scope.Operation].Resume(context.WithoutCancel(ctx), own)
-	own.letGoAfter(ctx, err)
-	if own.markedReview {
-		return OutcomeManualReview
-	}
-	if err == nil && own.Finished() {
-		log.InfoContext(ctx, "reconciler resolved a key", "outcome", res.Outcome())
-		return res.Outcome()
+	outcome, err := r.resolve(ctx, rec, false)
+	switch outcome {
+	case OutcomeManualReview:
+		return outcome
+	case OutcomeUnresolved:
+	default:
+		log.InfoContext(ctx, "reconciler resolved a key", "outcome", outcome)
+		return outcome
 	}
 	reason := "provider could not say"
 	if err != nil {
@@ -149,4 +147,75 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 	}
 	log.WarnContext(ctx, "key marked for manual review: the reconciler gave up; its resource stays as it is", "reason", reason)
 	return OutcomeManualReview
+}
+
+// resolve runs the operation of rec, a key the caller just took over with
+// rec.FencingToken, as the reconciler: a recovering owner, which never sends
+// a resource nobody sent (and with lookupOnly never sends at all). It
+// answers the operation's outcome if the key was finished,
+// OutcomeManualReview if the operation left it for a person, else
+// OutcomeUnresolved with the operation's error, if any.
+func (r *Reconciler) resolve(ctx context.Context, rec Record, lookupOnly bool) (string, error) {
+	own := &Owner{e: r.e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant,
+		Resource: rec.Resource, Recovering: true, LookupOnly: lookupOnly,
+		FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
+	res, err := r.ops[rec.Scope.Operation].Resume(context.WithoutCancel(ctx), own)
+	own.letGoAfter(ctx, err)
+	switch {
+	case own.markedReview:
+		return OutcomeManualReview, nil
+	case err == nil && own.Finished():
+		return res.Outcome(), nil
+	}
+	return OutcomeUnresolved, err
+}
+
+// Outcomes of ResolveNow that leave the key as it was.
+const (
+	// OutcomeFinal: the key already has its final answer.
+	OutcomeFinal = "final"
+	// OutcomeInFlight: a live owner holds the key (a request, a takeover,
+	// the reconciler) and resolves it.
+	OutcomeInFlight = "in_flight"
+)
+
+// ResolveNow resolves the unfinished key that created res now, rather than
+// when the reconciler's backoff says, in the one way the reconciler does:
+// it takes the key over with a new fencing token (TakeOver) and resumes the
+// resource as a recovering owner. It only ever asks the provider (the
+// owner is LookupOnly): whatever prompted it, such as a provider's webhook,
+// can make it settle only what the provider holds, never send a request.
+// It is not one of the reconciler's attempts, and what it leaves
+// unresolved stays on the reconciler's schedule.
+//
+// A key with a final answer (OutcomeFinal), one a live owner holds
+// (OutcomeInFlight) and one left for a person (OutcomeManualReview) are
+// left as they are. An unknown resource is ErrNotFound. The error of an
+// attempt that failed (the database, a provider that refused) comes back
+// with OutcomeUnresolved.
+func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, error) {
+	rec, err := LoadByResource(ctx, r.e.db, res)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case rec.Response != nil || rec.CompletedAt != nil:
+		return OutcomeFinal, nil
+	case rec.ManualReviewAt != nil:
+		return OutcomeManualReview, nil
+	}
+	if _, ok := r.ops[rec.Scope.Operation]; !ok {
+		return "", fmt.Errorf("resolve %s %s: operation %q is not the reconciler's", res.Type, res.ID, rec.Scope.Operation)
+	}
+	token, ok, err := TakeOver(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), r.e.cfg.Lease)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return OutcomeInFlight, nil // a live owner holds it, or moved first
+	}
+	r.e.metrics.IdempotencyTakeovers.Inc()
+	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", token)
+	rec.FencingToken = token
+	return r.resolve(ctx, rec, true)
 }

@@ -59,7 +59,7 @@ func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, r
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at, first_sent_at, abandon_at
+	       created_at, completed_at, first_sent_at, abandon_at, manual_review_at
 	FROM idempotency_keys`
 
 // Load returns the record of scope, or ErrNotFound.
@@ -89,7 +89,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.AbandonAt)
+		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.AbandonAt, &r.ManualReviewAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}

@@ -62,6 +62,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/inbox"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
@@ -225,19 +226,14 @@ func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) 
 	}
 	now := p.clock.Now()
 	err := pgx.BeginFunc(ctx, p.db, func(tx pgx.Tx) error {
-		var reasonArg *string
-		if reason != "" {
-			reasonArg = &reason
-		}
-		tag, err := tx.Exec(ctx, `
-			INSERT INTO inbox (consumer, event_id, event_type, aggregate_id, outcome, error, received_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			ON CONFLICT (consumer, event_id) DO NOTHING`,
-			p.consumer, e.ID, e.Type, e.AggregateID, string(outcome), reasonArg, now)
+		recorded, err := inbox.Record(ctx, tx, inbox.Entry{
+			Consumer: p.consumer, EventID: e.ID, EventType: e.Type, AggregateID: e.AggregateID,
+			Outcome: string(outcome), Error: reason, ReceivedAt: now,
+		})
 		if err != nil {
-			return fmt.Errorf("record event %s in the inbox: %w", e.ID, err)
+			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if !recorded {
 			outcome = OutcomeDuplicateEvent
 			return nil
 		}
@@ -251,7 +247,7 @@ func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) 
 		if ent.providerReference != "" {
 			providerRef = &ent.providerReference
 		}
-		tag, err = tx.Exec(ctx, `
+		tag, err := tx.Exec(ctx, `
 			INSERT INTO ledger_entries
 			    (payment_id, entry_type, refund_id, tenant_id, account_id, amount_minor, currency, provider_reference,
 			     event_id, occurred_at, created_at)
@@ -264,11 +260,7 @@ func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) 
 		}
 		if tag.RowsAffected() == 0 {
 			outcome = OutcomeDuplicateEntry
-			_, err = tx.Exec(ctx, `UPDATE inbox SET outcome = $3 WHERE consumer = $1 AND event_id = $2`,
-				p.consumer, e.ID, string(outcome))
-			if err != nil {
-				return fmt.Errorf("record event %s in the inbox: %w", e.ID, err)
-			}
+			return inbox.SetOutcome(ctx, tx, p.consumer, e.ID, string(outcome))
 		}
 		return nil
 	})

@@ -40,6 +40,7 @@ const (
 	Unauthorized               Code = "UNAUTHORIZED"
 	NotFound                   Code = "NOT_FOUND"
 	MethodNotAllowed           Code = "METHOD_NOT_ALLOWED"
+	WebhookSignatureInvalid    Code = "WEBHOOK_SIGNATURE_INVALID"
 	Internal                   Code = "INTERNAL"
 )
 
@@ -66,6 +67,7 @@ var titles = map[Code]string{
 	Unauthorized:               "Unauthorized",
 	NotFound:                   "Not found",
 	MethodNotAllowed:           "Method not allowed",
+	WebhookSignatureInvalid:    "Webhook signature invalid",
 	Internal:                   "Internal server error",
 }
 

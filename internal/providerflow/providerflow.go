@@ -11,7 +11,8 @@
 //     state where no earlier call is on its way. After a lookup-and-resend,
 //     a refusal leaves the outcome unknown;
 //   - a resource is sent again only when the provider is certain it never
-//     saw the key, and still remembers keys as old as the resource;
+//     saw the key, and still remembers keys as old as the resource, and
+//     never by an owner that may only look up (idempotency.Owner.LookupOnly);
 //   - anything else (timeout, lost answer, a pending answer, a provider that
 //     cannot say) is an unknown outcome, for a retry or the reconciler.
 //
@@ -163,7 +164,7 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 			return nil, err
 		}
 		return res, nil
-	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(own):
+	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(own) && !own.LookupOnly:
 		if s.State == f.States.Unknown {
 			err = f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again")
 		} else {

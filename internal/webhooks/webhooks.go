@@ -1,0 +1,305 @@
+// Package webhooks receives Stripe's webhooks (POST /webhooks/stripe) and
+// turns the ones about our payments and refunds into a prompt to resolve
+// them now, the way the reconciler would.
+//
+// What it trusts, and what it does not:
+//   - The Stripe-Signature header is verified with stripe-go's webhook
+//     package against STRIPE_WEBHOOK_SECRET, with a 5 minute tolerance on
+//     its timestamp (measured on the service's clock). A bad or missing
+//     signature, or a stale one, is answered 400 and nothing is written.
+//   - A verified event is still not taken as the truth about money: it only
+//     names a resource (from the object's metadata, which our Stripe
+//     adapter writes: payment_id or refund_id, else idempotency_key) and
+//     says "look now". The resource is resolved by
+//     idempotency.Reconciler.ResolveNow: the same takeover with a new
+//     fencing token and the same Resume as the reconciler, by an owner that
+//     only asks the provider and never sends. So the event's own status,
+//     amount or ids are never booked, and no event can create a charge or a
+//     refund.
+//   - Each event id is handled once: it is recorded in the inbox (consumer
+//     Consumer). A repeated delivery answers 200 and changes nothing.
+//
+// Events acted on: payment_intent.succeeded, payment_intent.payment_failed
+// and payment_intent.canceled (a PaymentIntent); refund.created,
+// refund.updated and charge.refund.updated (a Refund). charge.refunded is
+// not: its object is the Charge, which (API version 2023-10-16) does not
+// list its refunds, so it names none of ours; the refund events do. Every
+// other type is answered 200 and recorded as ignored.
+package webhooks
+
+import (
+	"context"
+	"crypto/sha1" // UUIDv5 is defined with SHA-1; no security rests on it
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	stripe "github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/webhook"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/inbox"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
+)
+
+// Consumer is the inbox's consumer name of Stripe's events.
+const Consumer = "stripe-webhooks"
+
+// Tolerance is how old a signature may be (stripe-go's default, 5 minutes).
+const Tolerance = webhook.DefaultTolerance
+
+// MaxBodyBytes bounds an event's body.
+const MaxBodyBytes = 512 << 10
+
+// Outcomes of an event, as recorded in the inbox (outcome) and answered.
+const (
+	// OutcomeApplied: the event named a resource of ours that was
+	// unfinished, and it was resolved as the reconciler would (Resolution
+	// says what that came to).
+	OutcomeApplied = "applied"
+	// OutcomeIgnored: a type we do not act on, a resource we do not know,
+	// or one that needs nothing from us (final, held by a live owner, or
+	// left for a person).
+	OutcomeIgnored = "ignored"
+	// OutcomeRejected: a verified event of a type we act on whose object
+	// cannot be read; recorded with the reason, for a person.
+	OutcomeRejected = "rejected"
+	// OutcomeDuplicate: the inbox already held the event (answer only).
+	OutcomeDuplicate = "duplicate"
+)
+
+// ResolutionUnknownResource is the Resolution of an event that names a
+// payment or refund this service does not have (any more).
+const ResolutionUnknownResource = "unknown_resource"
+
+// Deps are the handler's collaborators.
+type Deps struct {
+	DB         *pgxpool.Pool
+	Reconciler *idempotency.Reconciler
+	Clock      clock.Clock
+	Log        *slog.Logger
+}
+
+// Answer is the body of a 200: what became of the event.
+type Answer struct {
+	EventID string `json:"eventId"`
+	Outcome string `json:"outcome"`
+	// Resolution is idempotency.Reconciler.ResolveNow's outcome when the
+	// event named one of our resources (succeeded, declined, unresolved,
+	// final, in_flight, ...).
+	Resolution string `json:"resolution,omitempty"`
+}
+
+// Stripe returns the handler of POST /webhooks/stripe, verifying signatures
+// with secret (STRIPE_WEBHOOK_SECRET).
+func Stripe(d Deps, secret string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		payload, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				problem.New(http.StatusRequestEntityTooLarge, problem.PayloadTooLarge,
+					fmt.Sprintf("The body must be at most %d bytes.", MaxBodyBytes)).Write(w)
+				return
+			}
+			problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body could not be read.").Write(w)
+			return
+		}
+		event, err := construct(payload, r.Header.Get("Stripe-Signature"), secret, d.Clock.Now())
+		if err != nil {
+			d.Log.WarnContext(r.Context(), "stripe webhook refused", "error", err)
+			if errors.Is(err, errMalformed) {
+				problem.New(http.StatusBadRequest, problem.MalformedJSON, "The event is not a Stripe event object with an id and a type.").Write(w)
+				return
+			}
+			problem.New(http.StatusBadRequest, problem.WebhookSignatureInvalid,
+				"The Stripe-Signature header is missing, invalid, or older than the tolerance.").Write(w)
+			return
+		}
+		answer, err := handle(r.Context(), d, event)
+		if err != nil {
+			// Nothing recorded: Stripe delivers the event again later, and
+			// the resource is looked at again (the reconciler does too).
+			d.Log.WarnContext(r.Context(), "stripe webhook not handled; Stripe will deliver it again",
+				"event_id", event.ID, "event_type", event.Type, "error", err)
+			problem.New(http.StatusInternalServerError, problem.Internal, "An unexpected error occurred.").Write(w)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(answer)
+	})
+}
+
+var errMalformed = errors.New("malformed event")
+
+// construct verifies payload's signature and reads the event. stripe-go
+// refuses a signature when time.Since(its timestamp) > tolerance; the
+// tolerance it is given is shifted by how far now (the service's clock)
+// is behind the wall clock, so that the age is measured on the service's
+// clock: a test's fake one, or the wall clock itself (a shift of ~0).
+func construct(payload []byte, header, secret string, now time.Time) (stripe.Event, error) {
+	tolerance := Tolerance + time.Since(now)
+	if err := webhook.ValidatePayloadWithTolerance(payload, header, secret, tolerance); err != nil {
+		return stripe.Event{}, err
+	}
+	// Read as any API version: only stable fields are used (id, type, the
+	// object's id, object and metadata).
+	var e stripe.Event
+	if err := json.Unmarshal(payload, &e); err != nil || e.ID == "" || e.Type == "" {
+		return stripe.Event{}, fmt.Errorf("%w: %v", errMalformed, err) //nolint:errorlint
+	}
+	return e, nil
+}
+
+// handle acts on a verified event once. An error means nothing was
+// recorded, so that the event is delivered again.
+func handle(ctx context.Context, d Deps, e stripe.Event) (Answer, error) {
+	answer := Answer{EventID: e.ID, Outcome: OutcomeIgnored}
+	log := d.Log.With("event_id", e.ID, "event_type", e.Type)
+	res, objectID, err := target(e)
+	var reason string
+	switch {
+	case err != nil:
+		answer.Outcome, reason = OutcomeRejected, err.Error()
+	case res != nil:
+		seen, err := inbox.Has(ctx, d.DB, Consumer, InboxID(e.ID))
+		if err != nil {
+			return Answer{}, err
+		}
+		if seen {
+			answer.Outcome = OutcomeDuplicate
+			return answer, nil
+		}
+		objectID = res.ID
+		// Resolved before it is recorded: if this fails, the event is
+		// delivered again and resolves again, which is harmless (a resolved
+		// key is final; a held one is left to its owner).
+		resolution, err := d.Reconciler.ResolveNow(ctx, *res)
+		switch {
+		case errors.Is(err, idempotency.ErrNotFound):
+			resolution = ResolutionUnknownResource
+		case errors.Is(err, payments.ErrProviderUnavailable), errors.Is(err, refunds.ErrProviderUnavailable):
+			// The provider refused to say, or holds nothing for a resource
+			// it had refused: it stays as it was, for its client's retry
+			// and the reconciler. The prompt was acted on.
+			answer.Outcome = OutcomeApplied
+		case err != nil:
+			return Answer{}, fmt.Errorf("resolve %s %s: %w", res.Type, res.ID, err)
+		case resolution != idempotency.OutcomeFinal && resolution != idempotency.OutcomeInFlight &&
+			resolution != idempotency.OutcomeManualReview:
+			answer.Outcome = OutcomeApplied
+		}
+		answer.Resolution = resolution
+	}
+	// aggregate_id: our resource when the event names one, else the
+	// event's object.
+	recorded, err := inbox.Record(ctx, d.DB, inbox.Entry{
+		Consumer: Consumer, EventID: InboxID(e.ID), EventType: string(e.Type), AggregateID: objectID,
+		Outcome: answer.Outcome, Error: reason, ReceivedAt: d.Clock.Now(),
+	})
+	if err != nil {
+		return Answer{}, err
+	}
+	if !recorded {
+		answer.Outcome = OutcomeDuplicate
+	}
+	switch answer.Outcome {
+	case OutcomeRejected:
+		log.ErrorContext(ctx, "stripe webhook rejected: its object cannot be read; recorded in the inbox", "reason", reason)
+	default:
+		log.InfoContext(ctx, "stripe webhook handled", "object", objectID, "outcome", answer.Outcome, "resolution", answer.Resolution)
+	}
+	return answer, nil
+}
+
+// object is what is read of an event's object: stable fields only.
+type object struct {
+	ID       string            `json:"id"`
+	Object   string            `json:"object"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+// kinds are the event types acted on: the object each carries, and how it
+// names our resource.
+var kinds = map[stripe.EventType]struct {
+	object, resourceType, idKey string
+	providerKey                 func(string) string
+}{
+	stripe.EventTypePaymentIntentSucceeded:     {"payment_intent", payments.ResourceType, stripeprovider.MetadataPaymentID, payments.ProviderKey},
+	stripe.EventTypePaymentIntentPaymentFailed: {"payment_intent", payments.ResourceType, stripeprovider.MetadataPaymentID, payments.ProviderKey},
+	stripe.EventTypePaymentIntentCanceled:      {"payment_intent", payments.ResourceType, stripeprovider.MetadataPaymentID, payments.ProviderKey},
+	stripe.EventTypeRefundCreated:              {"refund", refunds.ResourceType, stripeprovider.MetadataRefundID, refunds.ProviderKey},
+	stripe.EventTypeRefundUpdated:              {"refund", refunds.ResourceType, stripeprovider.MetadataRefundID, refunds.ProviderKey},
+	stripe.EventTypeChargeRefundUpdated:        {"refund", refunds.ResourceType, stripeprovider.MetadataRefundID, refunds.ProviderKey},
+}
+
+// target returns the resource of ours that e names (nil: none, or a type we
+// do not act on) and the id of e's object. An error says the object of a
+// type we act on cannot be read.
+func target(e stripe.Event) (*idempotency.Resource, string, error) {
+	var obj object
+	readErr := errors.New("the event has no data.object")
+	if e.Data != nil {
+		readErr = json.Unmarshal(e.Data.Raw, &obj)
+	}
+	kind, ok := kinds[e.Type]
+	switch {
+	case !ok:
+		return nil, obj.ID, nil
+	case readErr != nil:
+		return nil, obj.ID, fmt.Errorf("data.object: %w", readErr)
+	case obj.Object != kind.object || obj.ID == "":
+		return nil, obj.ID, fmt.Errorf("data.object is a %q with id %q, want a %s", obj.Object, obj.ID, kind.object)
+	}
+	id := obj.Metadata[kind.idKey]
+	if id == "" {
+		id = idFromKey(obj.Metadata[stripeprovider.MetadataIdempotencyKey], kind.providerKey)
+	}
+	if id == "" {
+		return nil, obj.ID, nil // not created by this service
+	}
+	return &idempotency.Resource{Type: kind.resourceType, ID: id}, obj.ID, nil
+}
+
+// idFromKey is the id whose provider key (derive) is key, or "".
+func idFromKey(key string, derive func(string) string) string {
+	id, ok := strings.CutPrefix(key, derive(""))
+	if !ok || id == "" || derive(id) != key {
+		return ""
+	}
+	return id
+}
+
+// InboxID is the inbox's event_id (a UUID) of Stripe event eventID: the
+// name-based UUID (version 5, RFC 9562) of the event's URL,
+// https://api.stripe.com/v1/events/<eventID>, in the URL namespace. Every
+// delivery of one event has the same InboxID; two events never share one.
+func InboxID(eventID string) string {
+	namespaceURL := [16]byte{0x6b, 0xa7, 0xb8, 0x11, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+	return nameBasedUUID(namespaceURL, "https://api.stripe.com/v1/events/"+eventID)
+}
+
+// nameBasedUUID is the version 5 UUID of name in namespace (RFC 9562 5.5).
+func nameBasedUUID(namespace [16]byte, name string) string {
+	h := sha1.New()
+	h.Write(namespace[:])
+	h.Write([]byte(name))
+	var u [16]byte
+	copy(u[:], h.Sum(nil))
+	u[6] = u[6]&0x0f | 0x50 // version 5
+	u[8] = u[8]&0x3f | 0x80 // variant RFC 9562
+	s := hex.EncodeToString(u[:])
+	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+}
