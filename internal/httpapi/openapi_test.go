@@ -17,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/paymentsapi/paymentsapi/api"
 )
@@ -262,6 +263,33 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			} {
 				c.check(x)
 			}
+		}},
+
+		{"stripe webhooks", []envOption{withStripeWebhooks(), withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			id := c.e.unknownPayment("k-lost", "inv-1")
+			event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
+			signedHeaders := func(payload []byte, secret string, at time.Time) map[string]string {
+				return map[string]string{"Content-Type": "application/json", "Stripe-Signature": webhook.GenerateTestSignedPayload(
+					&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header}
+			}
+			now := c.e.clock.Now()
+			c.check(specExchange{name: "400 bad signature", method: "POST", path: "/webhooks/stripe", body: string(event),
+				header: signedHeaders(event, "whsec_wrong", now), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
+			c.check(specExchange{name: "400 stale signature", method: "POST", path: "/webhooks/stripe", body: string(event),
+				header: signedHeaders(event, webhookSecret, now.Add(-time.Hour)), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
+			c.check(specExchange{name: "400 no signature", method: "POST", path: "/webhooks/stripe", body: string(event),
+				header: map[string]string{"Content-Type": "application/json"}, status: 400, code: "WEBHOOK_SIGNATURE_INVALID",
+				specRejects: "Stripe-Signature"})
+			notAnEvent := []byte(`{"object":"customer"}`)
+			c.check(specExchange{name: "400 signed, not an event", method: "POST", path: "/webhooks/stripe", body: string(notAnEvent),
+				header: signedHeaders(notAnEvent, webhookSecret, now), status: 400, code: "MALFORMED_JSON"})
+			c.check(specExchange{name: "200 applied", method: "POST", path: "/webhooks/stripe", body: string(event),
+				header: signedHeaders(event, webhookSecret, now), status: 200})
+			c.check(specExchange{name: "200 duplicate", method: "POST", path: "/webhooks/stripe", body: string(event),
+				header: signedHeaders(event, webhookSecret, now), status: 200})
+			other := stripeEvent("evt_2", "customer.created", `{"id":"cus_1","object":"customer"}`)
+			c.check(specExchange{name: "200 ignored", method: "POST", path: "/webhooks/stripe", body: string(other),
+				header: signedHeaders(other, webhookSecret, now), status: 200})
 		}},
 
 		{"database unavailable", nil, func(t *testing.T, c *conformance) {

@@ -116,6 +116,7 @@ const (
 	UNAUTHORIZED               ProblemCode = "UNAUTHORIZED"
 	UNSUPPORTEDMEDIATYPE       ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
 	VALIDATIONFAILED           ProblemCode = "VALIDATION_FAILED"
+	WEBHOOKSIGNATUREINVALID    ProblemCode = "WEBHOOK_SIGNATURE_INVALID"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -164,6 +165,8 @@ func (e ProblemCode) Valid() bool {
 	case UNSUPPORTEDMEDIATYPE:
 		return true
 	case VALIDATIONFAILED:
+		return true
+	case WEBHOOKSIGNATUREINVALID:
 		return true
 	default:
 		return false
@@ -464,6 +467,7 @@ type Problem struct {
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
 	// | `NOT_FOUND` | 404 | no such payment (or route) for this tenant |
 	// | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
+	// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
 	// | `INTERNAL` | 500 | unexpected error |
 	Code ProblemCode `json:"code"`
 
@@ -533,6 +537,7 @@ type Problem struct {
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
 // | `NOT_FOUND` | 404 | no such payment (or route) for this tenant |
 // | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
+// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
 // | `INTERNAL` | 500 | unexpected error |
 type ProblemCode string
 
