@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
@@ -101,7 +102,9 @@ func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 	}
 	id := e.onlyPaymentID()
 	e.clock.Advance(2 * time.Minute)
-	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotencyOutcomeError] != 1 && len(stats) != 1 {
+	// The look confirms the refusal: the operation answers "unavailable",
+	// which the reconciler counts as an error of that attempt.
+	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotency.OutcomeError] != 1 || len(stats) != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
 	if s := e.state(id); s != payments.StateFailedRetryable {
@@ -115,9 +118,6 @@ func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 		t.Errorf("the reconciler keeps looking at a payment the provider never saw: %v", stats)
 	}
 }
-
-// The reconciler's outcome for a look that only confirmed a refusal.
-const idempotencyOutcomeError = "error"
 
 // Issue 9, item 2: a lookup that finds two objects for one key marks the
 // payment for manual review at once, and counts it; it stays PROCESSING.

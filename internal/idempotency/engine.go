@@ -110,6 +110,9 @@ type Request struct {
 	// and whatever must exist exactly when it does (its first event). An
 	// error rolls the claim back and is returned as the answer.
 	Create func(ctx context.Context, tx pgx.Tx) error
+	// Created is the resource as Create writes it, handed to the first
+	// owner (Owner.Created) so that Resume need not read it back.
+	Created Result
 	// Wait is how long a duplicate may wait for an in-flight original
 	// (Prefer: wait), at most MaxWait.
 	Wait time.Duration
@@ -142,7 +145,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.InfoContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true,
+			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created,
 				AbandonAt: abandonAt(e.clock.Now(), req.AbandonAfter)}
 			return e.resume(ctx, op, own)
 		}

@@ -23,6 +23,9 @@ type Owner struct {
 	Resource Resource
 	// First: this owner claimed the key (not a takeover, not the reconciler).
 	First bool
+	// Created is, for the First owner, the resource as the claim wrote it
+	// (Request.Created); nil otherwise.
+	Created Result
 	// Recovering: the reconciler took the key over.
 	Recovering bool
 	// LookupOnly: the owner may ask the provider what became of the

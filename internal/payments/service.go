@@ -16,7 +16,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
-	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
 // Config holds the payment rules of the Service.
@@ -116,6 +115,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Fingerprint:  cmd.Fingerprint(),
 		Resource:     p.Resource(),
 		Create:       func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, p) },
+		Created:      p,
 		Wait:         wait,
 		AbandonAfter: s.cfg.AbandonAfter,
 	})
@@ -157,9 +157,12 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			return nil, err
 		}
 	}
-	p, err := getPayment(ctx, s.db, own.Tenant, own.Resource.ID)
-	if err != nil {
-		return nil, err
+	p, fresh := own.Created.(Payment) // the first request: as the claim wrote it
+	if !fresh {
+		var err error
+		if p, err = getPayment(ctx, s.db, own.Tenant, own.Resource.ID); err != nil {
+			return nil, err
+		}
 	}
 	if !own.First {
 		s.log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
@@ -169,7 +172,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		ID: p.ID, State: p.State,
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
-		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 			return s.settle(b, p, to, a, now)
 		},
 	})
@@ -177,7 +180,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 
 // settle is what a payment writes with its move to `to`: the event of a
 // final outcome; the result is the payment as it now stands.
-func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 	from := p.State
 	if to != p.State {
 		p.UpdatedAt = now // only a move writes updated_at: show what the database holds
@@ -193,12 +196,12 @@ func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answe
 	if eventType != "" {
 		event, err := outbox.NewEvent(eventType, ResourceType, p.ID, p.eventPayload(), now)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		outbox.Queue(b, event)
 	}
 	s.log.Info("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
-	return p, settledColumns(p.ProviderReference, p.DeclineCode), nil
+	return p, nil
 }
 
 // Get returns the tenant's payment, or ErrNotFound.

@@ -11,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
 // This file holds every statement on the payments table (the state machine's
@@ -86,13 +84,6 @@ func scanPayment(row pgx.Row) (Payment, error) {
 func getPayment(ctx context.Context, q Querier, tenant, id string) (Payment, error) {
 	return scanPayment(q.QueryRow(ctx, `SELECT `+paymentColumns+`
 		FROM payments WHERE id = $1 AND tenant_id = $2`, id, tenant))
-}
-
-// settledColumns are the columns a move to a provider's answer writes.
-func settledColumns(providerReference, declineCode string) []statemachine.Column {
-	return statemachine.NonEmpty(
-		statemachine.Column{Name: "provider_reference", Value: providerReference},
-		statemachine.Column{Name: "decline_code", Value: declineCode})
 }
 
 // countRecoveryStates counts, for the gauges, the payments whose outcome is

@@ -93,9 +93,10 @@ type Subject[S State] struct {
 	// Lookup asks the provider what became of that key.
 	Lookup func(ctx context.Context) (Answer, error)
 	// Settle queues what the operation writes with the move to `to` (its
-	// event, its own columns) and returns the result: rendered and stored by
-	// the engine when `to` is final. set is the columns the move writes.
-	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, []statemachine.Column, error)
+	// event, ...) and returns the result: rendered and stored by the engine
+	// when `to` is final. The move itself records the provider's reference
+	// and decline code (columns provider_reference, decline_code).
+	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, error)
 }
 
 // Resume takes s from its recorded state to a result, as own.
@@ -279,9 +280,15 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[S], to S, reason string, a Answer) (idempotency.Result, error) {
 	now := f.Clock.Now()
 	b := &pgx.Batch{}
-	res, set, err := s.Settle(b, to, a, now)
+	res, err := s.Settle(b, to, a, now)
 	if err != nil {
 		return nil, err
+	}
+	var set []statemachine.Column
+	if to == f.States.Succeeded || to == f.States.Declined {
+		set = statemachine.NonEmpty(
+			statemachine.Column{Name: "provider_reference", Value: a.ID},
+			statemachine.Column{Name: "decline_code", Value: a.DeclineCode})
 	}
 	key := &pgx.Batch{}
 	switch {

@@ -16,7 +16,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
-	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
 // Config holds the refund rules.
@@ -145,7 +144,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 				return s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference})
 			})
 		},
-		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 			return s.settle(b, r, to, a, now)
 		},
 	})
@@ -163,7 +162,7 @@ func (s *Service) call(ctx context.Context, op string, call func(context.Context
 
 // settle is what a refund writes with its move to `to`: its event, and for
 // a success the payment's refunded amount.
-func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, []statemachine.Column, error) {
+func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 	if to != r.State {
 		r.UpdatedAt = now // only a move writes updated_at: show what the database holds
 	}
@@ -179,11 +178,11 @@ func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer
 	if eventType != "" {
 		event, err := outbox.NewEvent(eventType, ResourceType, r.ID, r.eventPayload(), now)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		outbox.Queue(b, event)
 	}
-	return r, settledColumns(r.ProviderReference, r.DeclineCode), nil
+	return r, nil
 }
 
 // Get returns the tenant's refund id of payment paymentID, or ErrNotFound.

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/payments"
-	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
 // This file holds every statement of this package: on refunds, and the
@@ -74,13 +73,6 @@ func queueInsert(b *pgx.Batch, r Refund) {
 // its payment's refunded amount (never above the payment: a CHECK).
 func queueRefunded(b *pgx.Batch, r Refund) {
 	b.Queue(`UPDATE payments SET refunded_minor = refunded_minor + $2 WHERE id = $1`, r.PaymentID, r.AmountMinor)
-}
-
-// settledColumns are the columns a move to a provider's answer writes.
-func settledColumns(providerReference, declineCode string) []statemachine.Column {
-	return statemachine.NonEmpty(
-		statemachine.Column{Name: "provider_reference", Value: providerReference},
-		statemachine.Column{Name: "decline_code", Value: declineCode})
 }
 
 const refundColumns = `r.id, r.tenant_id, r.payment_id, p.account_id, r.amount_minor, r.currency, r.reason, r.state,
