@@ -12,6 +12,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 // Result is what one run of an operation came to: a domain value (a
@@ -106,10 +107,14 @@ type Request struct {
 	Fingerprint []byte // the one definition of "the same command", from the operation
 	// Resource is what a first request creates, its id chosen up front.
 	Resource Resource
-	// Create writes, in the transaction that claims the key, the resource
-	// and whatever must exist exactly when it does (its first event). An
-	// error rolls the claim back and is returned as the answer.
-	Create func(ctx context.Context, tx pgx.Tx) error
+	// Create queues, after the claim of the key, the statements that write
+	// the resource and whatever must exist exactly when it does (its first
+	// event). The claim and these statements run as one batch: one round
+	// trip, one implicit transaction, all or nothing. So a statement that
+	// must refuse (a rule of the operation broken) does it in the database,
+	// with package refuse: its error undoes the claim and is returned by Do
+	// for the operation to translate.
+	Create func(b *pgx.Batch)
 	// Created is the resource as Create writes it, handed to the first
 	// owner (Owner.Created) so that Resume need not read it back.
 	Created Result
@@ -158,17 +163,23 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 }
 
 // claim is the first transaction: the key and whatever req.Create writes,
-// all or nothing.
+// all or nothing, in one round trip. claimed is false, without error, when
+// the key was already claimed.
 func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, err error) {
-	err = pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error {
-		now := e.clock.Now()
-		id, claimed, err = claimKey(ctx, tx, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, abandonAt(now, req.AbandonAfter))
-		if err != nil || !claimed {
-			return err
-		}
-		return req.Create(ctx, tx)
-	})
-	return id, claimed, err
+	now := e.clock.Now()
+	b := &pgx.Batch{}
+	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, abandonAt(now, req.AbandonAfter))
+	if req.Create != nil {
+		req.Create(b)
+	}
+	err = e.db.SendBatch(ctx, b).Close()
+	if _, taken := refuse.Is(err, refuse.KeyTaken); taken {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	return id, true, nil
 }
 
 // answerRetry answers a request whose key was already claimed. While the

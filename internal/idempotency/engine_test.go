@@ -17,6 +17,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -38,6 +39,20 @@ func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {
 		},
 	}, Config{ReplayTTL: time.Hour, Lease: time.Minute})
 	return e, pool, clk
+}
+
+// claimKey claims a key alone, as Engine.Do's batch does with nothing else
+// queued beside it; ok is false when the key was taken.
+func claimKey(ctx context.Context, q interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) (id int64, ok bool, err error) {
+	b := &pgx.Batch{}
+	queueClaim(b, &id, scope, fingerprint, res, now, lease, abandonAt)
+	err = q.SendBatch(ctx, b).Close()
+	if _, taken := refuse.Is(err, refuse.KeyTaken); taken {
+		return 0, false, nil
+	}
+	return id, err == nil, err
 }
 
 // An owner whose key was taken over (its token is no longer current) can
@@ -75,10 +90,21 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 			}
 		},
 	} {
+		// A write queued before the fenced one must be undone with it:
+		// Commit sends the batch with no BEGIN (one implicit transaction),
+		// so the fence must be checked by the statement itself, not in Go.
 		b := &pgx.Batch{}
+		b.Queue(`UPDATE idempotency_keys SET recovery_last_error = 'written beside a fenced write' WHERE id = $1`, id)
 		queue(b)
 		if err := old.Commit(ctx, b); !errors.Is(err, ErrFenced) {
 			t.Errorf("%s with an old token: %v, want ErrFenced", name, err)
+		}
+		var beside *string
+		if err := pool.QueryRow(ctx, `SELECT recovery_last_error FROM idempotency_keys WHERE id = $1`, id).Scan(&beside); err != nil {
+			t.Fatal(err)
+		}
+		if beside != nil {
+			t.Errorf("%s with an old token: the write beside it was kept (%q)", name, *beside)
 		}
 	}
 	if old.Finished() {
@@ -182,7 +208,6 @@ func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
 		req := Request{
 			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: fmt.Sprint("k", i)}, Fingerprint: []byte{1},
 			Resource: Resource{Type: "widget", ID: fmt.Sprint("w", i)},
-			Create:   func(context.Context, pgx.Tx) error { return nil },
 		}
 		if _, err := e.Do(ctx, failingOp{c.err}, req); !errors.Is(err, c.err) {
 			t.Fatalf("%v: Do returned %v", c.err, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
@@ -160,20 +161,26 @@ func (o *Owner) MarkForReview(ctx context.Context, reason string) error {
 // up before its key can be taken over.
 const stepTimeout = 10 * time.Second
 
-// Commit runs b in one transaction. If another owner took the key over, or
-// moved the resource, it fails with an error wrapping ErrFenced and nothing
-// of b is written; the engine then answers from what the key says.
+// Commit runs b as one transaction, in one round trip: a batch with no
+// BEGIN and no COMMIT is one implicit transaction. If another owner took the
+// key over, or moved the resource, a statement of b refuses (the fenced key
+// write, or the guarded move: the checks are made in the database, see
+// package refuse), Commit fails with an error wrapping ErrFenced, and
+// nothing of b is written; the engine then answers from what the key says.
 func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
 	pending, sending, refused := o.pending, o.sending, o.refused
 	o.pending, o.sending, o.refused = nil, false, false
 	defer func() { o.releasing = false }()
-	err := pgx.BeginFunc(ctx, o.e.db, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
-	switch {
-	case errors.Is(err, statemachine.ErrStaleWrite):
+	err := o.e.db.SendBatch(ctx, b).Close()
+	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
-	case err != nil:
+	}
+	if _, stale := refuse.Is(err, refuse.StaleState); stale {
+		return fmt.Errorf("%w: %w: %w", ErrFenced, statemachine.ErrStaleWrite, err)
+	}
+	if err != nil {
 		return err
 	}
 	o.ended = pending != nil || o.releasing

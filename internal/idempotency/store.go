@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 // This file holds every statement on idempotency_keys that the engine and
@@ -31,29 +33,31 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// claimKey inserts a new record owned by the caller with fencing token 1 and
-// a lease until now+lease. It reports ok=false, without error, when the scope
-// is already taken: the row inserted first is the lock. A concurrent claim of
-// the same scope waits for the first transaction to end.
+// queueClaim adds to b the insert of a new record owned by the caller with
+// fencing token 1 and a lease until now+lease, and sets *id to its row id
+// once b runs. If the scope is already taken (the row inserted first is the
+// lock), the statement refuses with refuse.KeyTaken, so that nothing the
+// batch would have written with the claim is kept. A concurrent claim of the
+// same scope waits for the first transaction to end.
 //
 // abandonAt (nil: never) is when the reconciler takes the key over if
 // nobody finished it and its resource moved no money, to end it.
-func claimKey(ctx context.Context, q Querier, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) (id int64, ok bool, err error) {
-	err = q.QueryRow(ctx, `
-		INSERT INTO idempotency_keys
-		    (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-		     fencing_token, lease_expires_at, created_at, abandon_at, recovery_next_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $9)
-		ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
-		RETURNING id`,
-		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
-	}
-	return id, true, nil
+func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) {
+	b.Queue(`
+		WITH claimed AS (
+		    INSERT INTO idempotency_keys
+		        (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+		         fencing_token, lease_expires_at, created_at, abandon_at, recovery_next_at)
+		    VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $9)
+		    ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+		    RETURNING id
+		)
+		SELECT (SELECT id FROM claimed), `+refuse.Unless("EXISTS (SELECT FROM claimed)", refuse.KeyTaken, "'idempotency key taken'", "")+``,
+		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt,
+	).QueryRow(func(row pgx.Row) error {
+		var ok int
+		return row.Scan(id, &ok)
+	})
 }
 
 const selectRecord = `
@@ -140,8 +144,8 @@ func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 		SET response_status = $3, response_headers = $4, response_body = $5,
 		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
 		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
-		RETURNING id, waiters`),
-		id, token, resp.Status, headers, resp.Body, now, NotifyChannel).QueryRow(fencedRow)
+		RETURNING id, waiters`, true),
+		id, token, resp.Status, headers, resp.Body, now, NotifyChannel)
 }
 
 // queueHold adds to b the statement by which an owner that goes on working
@@ -168,12 +172,13 @@ func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent,
 		    first_sent_at = CASE WHEN $5 THEN COALESCE(first_sent_at, $6) WHEN $7 THEN NULL ELSE first_sent_at END
 		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`
 	if until != nil {
-		b.Queue(sql, id, token, until, recoverAt, sent, now, refused).Exec(fenced)
+		b.Queue(`WITH changed AS (`+sql+` RETURNING id) SELECT `+fencedUnless("EXISTS (SELECT FROM changed)"),
+			id, token, until, recoverAt, sent, now, refused)
 		return
 	}
 	// Released: a waiter may take the key over now.
-	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`),
-		id, token, until, recoverAt, sent, now, refused, NotifyChannel).QueryRow(fencedRow)
+	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`, true),
+		id, token, until, recoverAt, sent, now, refused, NotifyChannel)
 }
 
 // letGo ends the lease of key row id held with token, and nothing else: an
@@ -184,7 +189,7 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 	err := q.QueryRow(ctx, notifyingWaiters(`
 		UPDATE idempotency_keys SET lease_expires_at = NULL
 		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
-		RETURNING id, waiters`), id, token, NotifyChannel).Scan(&n, &woken)
+		RETURNING id, waiters`, false), id, token, NotifyChannel).Scan(&n, &woken)
 	if err != nil {
 		return fmt.Errorf("let go of idempotency key: %w", err)
 	}
@@ -196,11 +201,23 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 // tells waiting requests, on every instance, that the key changed, but
 // only if some request waits for it (PostgreSQL delivers the notification
 // only if the transaction commits). It answers (rows updated, notified).
-func notifyingWaiters(update string) string {
+// With fence, a statement that updated no row (the key is no longer the
+// writer's) refuses with refuse.Fenced, undoing its batch.
+func notifyingWaiters(update string, fence bool) string {
 	channel := "$" + strconv.Itoa(highestParam(update)+1)
+	check := ""
+	if fence {
+		check = ", " + fencedUnless("EXISTS (SELECT FROM changed)")
+	}
 	return `WITH changed AS (` + update + `),
 		woken AS (SELECT pg_notify(` + channel + `, id::text) FROM changed WHERE waiters > 0)
-		SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM woken)::int`
+		SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM woken)::int` + check
+}
+
+// fencedUnless is the guard of an owner's write: 0 if cond holds (the
+// write found the key still the writer's), else refuse.Fenced.
+func fencedUnless(cond string) string {
+	return refuse.Unless(cond, refuse.Fenced, "'idempotency key taken over by another owner'", "")
 }
 
 // highestParam is the highest $n in sql.
@@ -231,18 +248,6 @@ func addWaiter(ctx context.Context, q Querier, id int64, delta int) error {
 
 func fenced(tag pgconn.CommandTag) error {
 	if tag.RowsAffected() != 1 {
-		return ErrFenced
-	}
-	return nil
-}
-
-// fencedRow reads notifyingWaiters' answer: one row updated, or fenced.
-func fencedRow(row pgx.Row) error {
-	var n, woken int
-	if err := row.Scan(&n, &woken); err != nil {
-		return err
-	}
-	if n != 1 {
 		return ErrFenced
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 // Config holds the payment rules of the Service.
@@ -105,48 +106,41 @@ func (s *Service) Name() string { return OperationCreate }
 // the provider. A retry is answered from what the key's record says; if the
 // original is in flight it may wait up to wait for it to finish.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
-	now := s.clock.Now()
-	p := Payment{
-		ID: ids.NewPaymentID(), TenantID: tenant, Command: cmd,
-		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
-	}
-	return s.engine.Do(ctx, s, idempotency.Request{
-		Scope:        idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
-		Fingerprint:  cmd.Fingerprint(),
-		Resource:     p.Resource(),
-		Create:       func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, p) },
-		Created:      p,
-		Wait:         wait,
-		AbandonAfter: s.cfg.AbandonAfter,
-	})
-}
-
-// create writes, in the claim's transaction, the payment in RECEIVED, its
-// first transition and the PaymentCreated event; or refuses with
-// *DuplicateReferenceError when a live payment holds its merchant reference.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, p Payment) error {
-	event, err := outbox.NewEvent(outbox.TypePaymentCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
-	if err != nil {
-		return err
-	}
-	// The holder of the reference may be declined (freeing it) between the
-	// conflict and the look: then the insert is tried again.
+	// The holder of the merchant reference may be declined (freeing it)
+	// between the conflict and the look: then the claim, undone, is tried
+	// again.
 	for range 3 {
-		inserted, holder, err := insertPayment(ctx, tx, p)
+		now := s.clock.Now()
+		p := Payment{
+			ID: ids.NewPaymentID(), TenantID: tenant, Command: cmd,
+			State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
+		}
+		event, err := outbox.NewEvent(outbox.TypePaymentCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
 		if err != nil {
-			return err
+			return idempotency.Reply{}, err
 		}
-		if !inserted && holder != "" {
-			return &DuplicateReferenceError{PaymentID: holder}
+		reply, err := s.engine.Do(ctx, s, idempotency.Request{
+			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+			Fingerprint: cmd.Fingerprint(),
+			Resource:    p.Resource(),
+			Create: func(b *pgx.Batch) {
+				queueInsertPayment(b, p)
+				machine.QueueCreated(b, p.ID, "request accepted", p.CreatedAt)
+				outbox.Queue(b, event)
+			},
+			Created:      p,
+			Wait:         wait,
+			AbandonAfter: s.cfg.AbandonAfter,
+		})
+		if holder, held := refuse.Is(err, refuseReferenceHeld); held {
+			if holder == "" {
+				continue
+			}
+			return idempotency.Reply{}, &DuplicateReferenceError{PaymentID: holder}
 		}
-		if inserted {
-			b := &pgx.Batch{}
-			machine.QueueCreated(b, p.ID, "request accepted", p.CreatedAt)
-			outbox.Queue(b, event)
-			return tx.SendBatch(ctx, b).Close()
-		}
+		return reply, err
 	}
-	return fmt.Errorf("payment %s: %w", p.ID, ErrReferenceContended)
+	return idempotency.Reply{}, ErrReferenceContended
 }
 
 // Resume takes the payment of a key the caller owns from its recorded state

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 // This file holds every statement on the payments table (the state machine's
@@ -23,15 +25,21 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// insertPayment inserts p, in the initial state, unless a payment of the
-// tenant that holds its (account, merchant reference) exists; then it
-// returns that payment's id and inserted=false. Both in one statement, so a
-// concurrent claim of the same reference waits for the first and then sees
-// it. holder is empty when the holder freed the reference between the
+// refuseReferenceHeld is queueInsertPayment's refusal: a live payment of the
+// tenant holds the (account, merchant reference); its detail is that
+// payment's id, or empty when the holder freed the reference between the
 // conflict and the look (the caller tries again).
-func insertPayment(ctx context.Context, q Querier, p Payment) (inserted bool, holder string, err error) {
+const refuseReferenceHeld refuse.Code = "PA101"
+
+// queueInsertPayment adds to b the insert of p, in the initial state, unless
+// a payment of the tenant that holds its (account, merchant reference)
+// exists: then the statement refuses with refuseReferenceHeld, undoing the
+// batch (the claim of the key with it). Insert and look are one statement,
+// so a concurrent claim of the same reference waits for the first and then
+// sees it.
+func queueInsertPayment(b *pgx.Batch, p Payment) {
 	c := p.Command
-	err = q.QueryRow(ctx, `
+	b.Queue(`
 		WITH ins AS (
 		    INSERT INTO payments
 		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
@@ -40,17 +48,12 @@ func insertPayment(ctx context.Context, q Querier, p Payment) (inserted bool, ho
 		    ON CONFLICT (tenant_id, account_id, merchant_reference) WHERE `+holdsReference+` DO NOTHING
 		    RETURNING id
 		)
-		SELECT true, id FROM ins
-		UNION ALL
-		SELECT false, COALESCE((SELECT id FROM payments
-		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')
-		WHERE NOT EXISTS (SELECT FROM ins)`,
+		SELECT `+refuse.Unless("EXISTS (SELECT FROM ins)", refuseReferenceHeld,
+		"'merchant reference held by another payment'",
+		`COALESCE((SELECT id FROM payments
+		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`),
 		p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
-		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt).Scan(&inserted, &holder)
-	if err != nil {
-		return false, "", fmt.Errorf("insert payment: %w", err)
-	}
-	return inserted, holder, nil
+		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt)
 }
 
 // holdsReference is the predicate of the partial unique index

@@ -30,6 +30,10 @@ type Command struct {
 	AmountMinor int64
 	Currency    string // the payment's
 	Reason      string
+	// AccountID is the payment's, for the refund's events (Service.Prepare
+	// fills it). Not part of the command's identity: a payment's account
+	// never changes.
+	AccountID string
 }
 
 // Validate checks r for a refund of paymentID, whose currency is currency.

@@ -13,7 +13,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 )
@@ -62,60 +61,42 @@ func (s *Service) Name() string { return OperationCreate }
 // Prepare reads the tenant's payment and validates req against it: the
 // amount is in the payment's currency.
 func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req CreateRequest) (Command, error) {
-	p, err := readPayment(ctx, s.d.DB, tenant, paymentID, false)
+	p, err := readPayment(ctx, s.d.DB, tenant, paymentID)
 	if err != nil {
 		return Command{}, err
 	}
-	return req.Validate(p.ID, p.Currency)
+	cmd, err := req.Validate(p.ID, p.Currency)
+	cmd.AccountID = p.AccountID
+	return cmd, err
 }
 
-// Create runs cmd under the tenant's key: the first request claims the key
-// and creates the refund (if the payment may be refunded by that much) in one
-// transaction, then takes it through the provider; retries are answered by
-// the engine.
+// Create runs cmd (from Prepare) under the tenant's key: the first request
+// claims the key and creates the refund (if the payment may be refunded by
+// that much) in one transaction, then takes it through the provider;
+// retries are answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	now := s.d.Clock.Now()
 	r := Refund{
-		ID: ids.NewRefundID(), TenantID: tenant, PaymentID: cmd.PaymentID, AmountMinor: cmd.AmountMinor,
-		Currency: cmd.Currency, Reason: cmd.Reason, State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
+		ID: ids.NewRefundID(), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
+		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
+		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
-	return s.d.Engine.Do(ctx, s, idempotency.Request{
+	event, err := outbox.NewEvent(outbox.TypeRefundCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: cmd.Fingerprint(),
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
-		Create:      func(ctx context.Context, tx pgx.Tx) error { return s.create(ctx, tx, r) },
-		Wait:        wait,
+		Create: func(b *pgx.Batch) {
+			queueInsert(b, r)
+			machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt)
+			outbox.Queue(b, event)
+		},
+		Wait: wait,
 	})
-}
-
-// create writes the refund in the claim's transaction, holding the
-// payment's row: so the refunds of one payment are checked one after the
-// other, and those succeeded and in flight never exceed the payment.
-func (s *Service) create(ctx context.Context, tx pgx.Tx, r Refund) error {
-	p, err := readPayment(ctx, tx, r.TenantID, r.PaymentID, true)
-	if err != nil {
-		return err
-	}
-	if p.State != payments.StateCompleted {
-		return ErrNotRefundable
-	}
-	committed, err := committedMinor(ctx, tx, p.ID)
-	if err != nil {
-		return err
-	}
-	if left := p.AmountMinor - committed; r.AmountMinor > left {
-		return &ExceedsRefundableError{RefundableMinor: left, Currency: p.Currency}
-	}
-	r.AccountID = p.AccountID
-	event, err := outbox.NewEvent(outbox.TypeRefundCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
-	if err != nil {
-		return err
-	}
-	b := &pgx.Batch{}
-	queueInsert(b, r)
-	machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt)
-	outbox.Queue(b, event)
-	return tx.SendBatch(ctx, b).Close()
+	return reply, refusal(err, r.Currency)
 }
 
 // Resume takes the refund of a key the caller owns from its recorded state
@@ -125,7 +106,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	if err != nil {
 		return nil, err
 	}
-	p, err := readPayment(ctx, s.d.DB, own.Tenant, r.PaymentID, false)
+	p, err := readPayment(ctx, s.d.DB, own.Tenant, r.PaymentID)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +177,7 @@ func (s *Service) Get(ctx context.Context, tenant, paymentID, id string) (Refund
 
 // List returns the refunds of the tenant's payment, oldest first.
 func (s *Service) List(ctx context.Context, tenant, paymentID string) ([]Refund, error) {
-	if _, err := readPayment(ctx, s.d.DB, tenant, paymentID, false); err != nil {
+	if _, err := readPayment(ctx, s.d.DB, tenant, paymentID); err != nil {
 		return nil, err
 	}
 	return listRefunds(ctx, s.d.DB, tenant, paymentID)

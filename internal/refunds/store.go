@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
-// This file holds every statement of this package: on refunds, and the
-// two it makes on payments (the lock that serialises a payment's refunds,
+// This file holds every statement of this package: on refunds, and those it
+// makes on payments (the read, the lock that serialises a payment's refunds,
 // and the refunded sum).
 
 // Querier is what the store needs from a pool or a transaction.
@@ -29,15 +31,10 @@ type payment struct {
 	AmountMinor                                int64
 }
 
-// readPayment returns the tenant's payment id; with lock, it holds the
-// payment's row until the transaction ends, so that the refunds of one
-// payment are checked one at a time.
-func readPayment(ctx context.Context, q Querier, tenant, id string, lock bool) (payment, error) {
+// readPayment returns the tenant's payment id.
+func readPayment(ctx context.Context, q Querier, tenant, id string) (payment, error) {
 	sql := `SELECT id, account_id, currency, COALESCE(provider_reference, ''), state, amount_minor
 		FROM payments WHERE id = $1 AND tenant_id = $2`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
 	var p payment
 	err := q.QueryRow(ctx, sql, id, tenant).Scan(&p.ID, &p.AccountID, &p.Currency, &p.ProviderReference, &p.State, &p.AmountMinor)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -49,24 +46,66 @@ func readPayment(ctx context.Context, q Querier, tenant, id string, lock bool) (
 	return p, nil
 }
 
-// committedMinor is what the payment's refunds hold: those that succeeded
-// and those that may still (all but declined ones).
-func committedMinor(ctx context.Context, q Querier, paymentID string) (int64, error) {
-	var n int64
-	err := q.QueryRow(ctx, `SELECT COALESCE(sum(amount_minor), 0) FROM refunds WHERE payment_id = $1 AND state <> $2`,
-		paymentID, StateDeclined).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("sum refunds: %w", err)
-	}
-	return n, nil
-}
+// The refusals of queueInsert, mapped back by refusal.
+const (
+	refusePaymentNotFound refuse.Code = "PA110"
+	refuseNotRefundable   refuse.Code = "PA111"
+	refuseExceeds         refuse.Code = "PA112" // detail: what is left to refund, in minor units
+)
 
-// queueInsert adds the insert of r, in its initial state, to b.
+// queueInsert adds to b the insert of r, in its initial state, if its
+// payment may be refunded by that much; otherwise the batch refuses (see
+// refusal). Two statements, so that the refunds of one payment are checked
+// one after the other and those succeeded and in flight never exceed the
+// payment:
+//
+//  1. the payment's row is locked (it must exist and have succeeded); a
+//     concurrent refund of the same payment waits here for the other's
+//     transaction to end;
+//  2. the refunds already holding part of the payment are summed and the
+//     refund is inserted only if it fits. Under READ COMMITTED each
+//     statement sees what was committed when it started, so this one,
+//     started after the lock was granted, sees the refund that held it.
+//     (One statement could not: its snapshot would predate the wait.)
 func queueInsert(b *pgx.Batch, r Refund) {
 	b.Queue(`
-		INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, reason, state, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)`,
-		r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt)
+		WITH p AS (SELECT state FROM payments WHERE id = $1 AND tenant_id = $2 FOR UPDATE)
+		SELECT `+refuse.Unless("EXISTS (SELECT FROM p)", refusePaymentNotFound, "'payment not found'", "")+`,
+		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseNotRefundable,
+		"'payment not refundable'", ""),
+		r.PaymentID, r.TenantID, payments.StateCompleted)
+	b.Queue(`
+		WITH left_minor AS (
+		    SELECT p.amount_minor - COALESCE((SELECT sum(amount_minor) FROM refunds
+		                                      WHERE payment_id = $3 AND state <> $9), 0)::bigint AS minor
+		    FROM payments p WHERE p.id = $3
+		), ins AS (
+		    INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, reason, state, created_at, updated_at)
+		    SELECT $1, $2, $3, $4::bigint, $5, $6, $7, $8, $8 FROM left_minor WHERE minor >= $4::bigint
+		    RETURNING id
+		)
+		SELECT `+refuse.Unless("EXISTS (SELECT FROM ins)", refuseExceeds, "'refund exceeds what is left'",
+		"(SELECT minor FROM left_minor)::text"),
+		r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined)
+}
+
+// refusal translates queueInsert's refusals, for a refund in currency, into
+// the package's errors; any other error is returned as it is.
+func refusal(err error, currency string) error {
+	if _, ok := refuse.Is(err, refusePaymentNotFound); ok {
+		return ErrPaymentNotFound
+	}
+	if _, ok := refuse.Is(err, refuseNotRefundable); ok {
+		return ErrNotRefundable
+	}
+	if detail, ok := refuse.Is(err, refuseExceeds); ok {
+		left, perr := strconv.ParseInt(detail, 10, 64)
+		if perr != nil {
+			return fmt.Errorf("refund refused with an unreadable amount %q: %w", detail, err)
+		}
+		return &ExceedsRefundableError{RefundableMinor: left, Currency: currency}
+	}
+	return err
 }
 
 // queueRefunded adds to b the statement that counts a succeeded refund in

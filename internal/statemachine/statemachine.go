@@ -19,6 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 // ErrStaleWrite: a guarded move found the row no longer in the state the
@@ -145,7 +147,8 @@ type Move[S ~string] struct {
 
 // QueueMove adds m to b as one guarded statement: the row moves only if it
 // is still in m.From, and the move is recorded in the audit table; otherwise
-// the batch fails with ErrStaleWrite. A move the machine does not allow is
+// the statement refuses (refuse.StaleState, see IsStaleWrite), undoing the
+// batch it runs in. A move the machine does not allow is
 // refused before anything is queued (and would be refused by the database).
 //
 // The caller queues, before it in the same batch, the fenced statement on
@@ -174,15 +177,13 @@ func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
 		    UPDATE `+t.Name+` SET state = $3, updated_at = $4`+set.String()+`
 		    WHERE id = $1 AND state = $2
 		    RETURNING id
+		), audit AS (
+		    INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
+		    SELECT id, $2, $3, $5, $4 FROM moved
 		)
-		INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
-		SELECT id, $2, $3, $5, $4 FROM moved`, args...,
-	).Exec(func(tag pgconn.CommandTag) error {
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%s %s: %s -> %s: %w", m.name, mv.ID, mv.From, mv.To, ErrStaleWrite)
-		}
-		return nil
-	})
+		SELECT `+refuse.Unless("EXISTS (SELECT FROM moved)", refuse.StaleState,
+		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", ""),
+		args...)
 }
 
 // QueueCreated adds to b the audit record of a row created (by the caller's
@@ -191,6 +192,13 @@ func (m *Machine[S]) QueueCreated(b *pgx.Batch, id, reason string, at time.Time)
 	t := m.table
 	b.Queue(`INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
 		VALUES ($1, NULL, $2, $3, $4)`, id, string(m.initial), reason, at)
+}
+
+// IsStaleWrite reports whether err is a guarded move that found its row no
+// longer in the state its writer saw.
+func IsStaleWrite(err error) bool {
+	_, ok := refuse.Is(err, refuse.StaleState)
+	return ok || errors.Is(err, ErrStaleWrite)
 }
 
 // IsIllegalMove reports whether err is the database refusing a move
