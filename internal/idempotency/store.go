@@ -66,11 +66,27 @@ const selectRecord = `
 	       created_at, completed_at, first_sent_at, abandon_at, manual_review_at
 	FROM idempotency_keys`
 
+const selectByScope = selectRecord + ` WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
+
 // Load returns the record of scope, or ErrNotFound.
 func Load(ctx context.Context, q Querier, scope Scope) (Record, error) {
-	return scanRecord(q.QueryRow(ctx, selectRecord+`
-		WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`,
-		scope.Tenant, scope.Operation, scope.Key))
+	return scanRecord(q.QueryRow(ctx, selectByScope, scope.Tenant, scope.Operation, scope.Key))
+}
+
+// queueLoad adds to b the read of scope's record into *rec, left nil if
+// there is none.
+func queueLoad(b *pgx.Batch, rec **Record, scope Scope) {
+	b.Queue(selectByScope, scope.Tenant, scope.Operation, scope.Key).QueryRow(func(row pgx.Row) error {
+		r, err := scanRecord(row)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		*rec = &r
+		return nil
+	})
 }
 
 // LoadByID returns the record with row id, or ErrNotFound.
