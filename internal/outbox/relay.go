@@ -19,11 +19,13 @@ import (
 )
 
 // DB is what the relay and the metrics need of the database; *pgxpool.Pool
-// has it.
+// has it. It has no Begin: each call is one transaction of its own (a batch
+// one implicit transaction), so the calls a pass makes are its commits.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // DefaultRelayInterval is how often a Relay started with it looks for due
@@ -40,13 +42,16 @@ type RelayConfig struct {
 	Lease time.Duration
 	// PublishTimeout bounds one publish (default 10s). It must be shorter
 	// than Lease: a publish is only started while the claim has at least
-	// this long left, so that no row is published by two relays at once
-	// unless one of them stalled past its lease.
+	// this long left by the relay's clock, so that no row is published by
+	// two relays at once unless one of them stalled past its lease or
+	// their clocks disagree by more than Lease - PublishTimeout.
 	PublishTimeout time.Duration
 	// MaxAttempts is how many publishes of a row are started before it is
 	// parked (default 10). Only failures of the row count: a publish that
 	// failed because the broker was unavailable, or that shutdown
-	// interrupted, is handed back uncounted.
+	// interrupted, is handed back uncounted, and so is a row its pass did
+	// not get to. A relay that dies holding a claim counts one attempt on
+	// every row of it, once (see Relay, Crash isolation).
 	MaxAttempts int
 	// Backoff is the wait after the first failed attempt; it doubles with
 	// each attempt, up to MaxBackoff, with jitter (defaults 1s and 5m).
@@ -64,10 +69,14 @@ type RelayConfig struct {
 
 // RelayHooks are failpoints of the relay, for tests that prove recovery.
 type RelayHooks struct {
-	// AfterPublish runs after e was published and before it is marked
-	// published. An error stops RunOnce right there, as a crash would:
-	// nothing more is written, and the pass's claim holds until its lease
-	// runs out, after which e is published again.
+	// AfterPublish runs after e was published, before the pass publishes
+	// its next row and before the end of the pass marks e and the rows
+	// published before it. An error stops RunOnce right there, as a crash
+	// would: nothing more is written, so e and every row the pass
+	// published before it stay unmarked, every row of the claim keeps the
+	// attempt the claim counted, and the claim holds until its lease runs
+	// out; then its rows are claimed again as suspects, and the published
+	// ones are published again.
 	AfterPublish func(ctx context.Context, e Event) error
 }
 
@@ -118,22 +127,56 @@ type RelayDeps struct {
 // with the event id as the message id, and marks them published. Run one in
 // every API instance; any number can run at once.
 //
-// Claims. A pass claims a batch with FOR UPDATE SKIP LOCKED in one short
-// statement that sets a lease (claimed_until) and a claim token on the rows;
-// no transaction is open while it publishes. A row whose lease ran out (its
-// relay died or stalled) is claimed again.
+// Commits. A pass commits twice, whatever its batch size: the claim, and
+// one statement at its end that marks the rows it published and hands back
+// the rows it did not start (see book). Other writes are for rare paths
+// only: a failed publish is booked on its row at once, a row whose attempts
+// ran out is parked, and a pass that claimed a suspect hands the rest of its
+// batch back before publishing it.
 //
-// Delivery is at least once. A crash between publish and mark publishes the
-// event again, so consumers deduplicate by event id (the NATS publisher also
+// Claims. A pass claims a batch with FOR UPDATE SKIP LOCKED in one short
+// statement that sets a lease (claimed_until) and a claim token on the rows
+// and counts an attempt on each: the claim is the start of the batch's
+// publishes. No transaction is open while it publishes. A row whose lease
+// ran out (its relay died or stalled) is claimed again.
+//
+// Delivery is at least once. A crash between a publish and the end of the
+// pass publishes the event again (and every event the pass had published
+// before it), so consumers deduplicate by event id (the NATS publisher also
 // sets Nats-Msg-Id, so the broker drops a repeat within its window).
+//
+// Lost claims. A pass does not check before each publish that it still
+// holds the row's claim (that cost a commit per event). It only never
+// starts a publish once its own clock says its claim has less than
+// PublishTimeout left, and hands the rest back. So two relays publish the
+// same row only if one stalled past its lease or their clocks disagree by
+// more than Lease - PublishTimeout; the consumers' deduplication covers
+// that, as it covers a crash. What a relay books after losing its claim
+// cannot undo the new owner's: a hand-back or a failure booking only
+// touches rows that still carry its claim token, and a mark only rows not
+// yet published, so the first mark stands (one that comes before the new
+// owner's ends its claim, with the row published: it was).
 //
 // Failures. A failed publish is retried with exponential backoff and jitter;
 // after MaxAttempts the row is parked: kept, with its last error, counted by
-// the metrics, never dropped. An attempt counts when its publish starts, so a
-// row whose publishes kept being cut short (a relay that died on it each
-// time) is parked on its next claim too, while rows a dying relay had claimed
-// but not started keep their count. Unpark and UnparkAll (the command
-// `paymentsapi outbox unpark`) send parked rows round again.
+// the metrics, never dropped. The claim counts the attempt, and the pass
+// takes the count back on every row it hands back, so attempts counts the
+// publishes started, plus, for a relay that died holding a claim, one on
+// every row of it that it had not started: a row whose publishes kept being
+// cut short (a relay that died on it each time) is parked when its next
+// claim would exceed MaxAttempts, with no publish and the claim's count
+// taken back. Unpark and UnparkAll (the
+// command `paymentsapi outbox unpark`) send parked rows round again.
+//
+// Crash isolation. A relay that dies mid-pass leaves every row of its claim
+// counted, the ones it never started included. Such a row, claimed again
+// with the dead claim's token still on it, is a suspect: the relay may have
+// died publishing it. A pass that claims a suspect it will publish hands
+// every other row back at once, uncounted (suspects stay suspects), and
+// publishes that one alone; so a row that crashes relays again and again
+// costs its batch-mates one attempt, for the first crash, and is parked by
+// itself. Parking a row whose attempts ran out needs no isolation (nothing
+// is published), so the rest of its batch goes on after it.
 //
 // Broker outages. A publish error wrapping ErrBrokerUnavailable is the
 // broker's fault, not the row's: the pass stops, hands its row and the rest
@@ -150,15 +193,18 @@ type RelayDeps struct {
 // published in the order they happened, each only after the broker
 // acknowledged the one before, and a parked PaymentCreated holds back its
 // PaymentSucceeded (both stay visible: one parked, one pending, and the
-// pending age grows) until it is unparked. Events waiting like this cost the
-// claim nothing: it reads only each aggregate's head (see claimSQL), however
-// many events wait behind a parked one. What is not promised: a repeat.
-// A republished event (after a crash before the mark, or a relay that
-// stalled past its lease) may arrive after later events of its payment, and
-// brokers redeliver unacknowledged messages out of order. Consumers must
-// therefore be idempotent by event id and must not rely on order; the
-// ledger only acts on PaymentSucceeded and keys its entry by payment, so
-// order does not matter to it. Events of different payments have no order.
+// pending age grows) until it is unparked. The claim takes only heads, at
+// most one event per aggregate, and the next event of an aggregate becomes
+// a head only when the mark of the one before commits, so marking at the
+// end of the pass keeps this order. Events waiting like this cost the claim
+// nothing: it reads only each aggregate's head (see claimSQL), however many
+// events wait behind a parked one. What is not promised: a repeat. A
+// republished event (after a crash before the mark, or a relay that stalled
+// past its lease) may arrive after later events of its payment, and brokers
+// redeliver unacknowledged messages out of order. Consumers must therefore
+// be idempotent by event id and must not rely on order; the ledger only acts
+// on PaymentSucceeded and keys its entry by payment, so order does not
+// matter to it. Events of different payments have no order.
 type Relay struct {
 	db      DB
 	pub     Publisher
@@ -199,17 +245,22 @@ func NewRelay(d RelayDeps, cfg RelayConfig) (*Relay, error) {
 type claimedRow struct {
 	event    Event
 	seq      int64
-	attempts int // publishes started so far (including this one, once started)
+	attempts int // publishes started so far, this pass's included: the claim counted it
+	// suspect: an earlier claim of the row ran out without an outcome, so a
+	// relay may have died publishing it (see Relay, Crash isolation).
+	suspect bool
 }
 
 // RunOnce claims one batch of due rows, publishes them one by one, and
-// marks each published. It returns how many it published. Failed publishes
-// are booked on their rows (backoff, or parked) and are not errors of
-// RunOnce. An error wrapping ErrBrokerUnavailable means the broker is down:
-// the pass stopped, or did not start because the relay is pausing, and no
-// attempt was counted. Any other error means the database failed, ctx ended,
-// or a hook said stop. Whenever the pass stops early, the rows it had not
-// started are handed back at once.
+// marks them published together at the end of the pass. It returns how many
+// it published and booked so. Failed publishes are booked on their rows
+// (backoff, or parked) and are not errors of RunOnce. An error wrapping
+// ErrBrokerUnavailable means the broker is down: the pass stopped, or did
+// not start because the relay is pausing, and no attempt was counted. Any
+// other error means the database failed, ctx ended, or a hook said stop.
+// Whenever the pass stops early, the rows it had not started are handed
+// back at once, uncounted (except after a hook's stop, which writes
+// nothing, as a crash would).
 func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	published, _, err = r.runOnce(ctx)
 	return published, err
@@ -219,55 +270,93 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 // even while shutting down.
 const markTimeout = 5 * time.Second
 
+// pass is what one pass has done with its claim so far.
+type pass struct {
+	token string
+	until time.Time // the claim's lease, by this relay's clock
+	// done are the rows the broker acknowledged, to be marked published.
+	done []claimedRow
+	// back are the rows whose publish the pass did not start (or started
+	// and cut short for a reason not the row's), to be handed back with
+	// the claim's count taken back.
+	back []claimedRow
+	// crashed: a hook said stop; write nothing more, as a crash would.
+	crashed bool
+}
+
 func (r *Relay) runOnce(ctx context.Context) (published, claimed int, err error) {
 	now := r.clock.Now()
 	if resume, paused := r.paused(now); paused {
 		return 0, 0, fmt.Errorf("outbox relay pausing until %s: %w", resume.Format(time.RFC3339), ErrBrokerUnavailable)
 	}
-	token := ids.NewEventID(now) // any unique value; a UUIDv7 is at hand
-	until := now.Add(r.cfg.Lease)
-	rows, err := r.claim(ctx, now, until, token)
+	p := &pass{
+		token: ids.NewEventID(now), // any unique value; a UUIDv7 is at hand
+		until: now.Add(r.cfg.Lease),
+	}
+	rows, err := r.claim(ctx, now, p.until, p.token)
 	if err != nil {
 		return 0, 0, err
 	}
-	var (
-		next    int    // rows[next:] are handed back when the pass ends
-		uncount string // the row among them whose started attempt is taken back
-		crashed bool   // a hook said stop: write nothing more, as a crash would
-	)
-	defer func() {
-		if !crashed {
-			r.release(ctx, rows[next:], token, uncount)
+	err = r.publishAll(ctx, p, rows)
+	if p.crashed {
+		return 0, len(rows), err
+	}
+	if bookErr := r.book(ctx, p); bookErr != nil {
+		if err == nil {
+			return 0, len(rows), bookErr
 		}
-	}()
+		// The pass already stopped for err, which is what RunOnce reports;
+		// the rows it booked nothing on wait for their lease.
+		r.log.WarnContext(ctx, "could not book the outbox pass; its claim will run out", "error", bookErr, "rows", len(rows))
+		return 0, len(rows), err
+	}
+	return len(p.done), len(rows), err
+}
+
+// publishAll publishes the claimed rows, in seq order, recording in p what
+// the end of the pass must book. It parks the rows whose attempts ran out
+// first, and if the claim holds a suspect it will publish, it publishes that
+// one alone. It returns why it stopped early, if it did.
+func (r *Relay) publishAll(ctx context.Context, p *pass, rows []claimedRow) error {
+	todo := make([]claimedRow, 0, len(rows))
 	for i, row := range rows {
-		next = i
-		if ctx.Err() != nil || r.clock.Now().Add(r.cfg.PublishTimeout).After(until) {
+		if row.attempts <= r.cfg.MaxAttempts {
+			todo = append(todo, row)
+			continue
+		}
+		// Its publishes were started as often as allowed, and the relays
+		// that started them died before booking the outcome. Park it
+		// rather than loop; the claim's count is taken back, as no publish
+		// starts. It needs no isolation: nothing of it is published.
+		row.attempts--
+		err := r.fail(ctx, row, p.token, fmt.Errorf("gave up: %d attempts ran out without an outcome", row.attempts), true, true)
+		if err != nil {
+			p.back = append(append(p.back, todo...), rows[i+1:]...)
+			return err
+		}
+	}
+	if i := slices.IndexFunc(todo, func(c claimedRow) bool { return c.suspect }); i >= 0 && len(todo) > 1 {
+		// A relay may have died publishing this row, and may die on it
+		// again: the claim has counted an attempt on every row beside it.
+		// Publish it alone, and hand the others back at once, so that a row
+		// that crashes relays again and again is parked by itself instead
+		// of taking its batch-mates to MaxAttempts with it.
+		suspect := todo[i]
+		others := slices.Delete(slices.Clone(todo), i, i+1)
+		if err := r.isolate(ctx, others, p.token); err != nil {
+			p.back = append(p.back, todo...)
+			return err
+		}
+		todo = []claimedRow{suspect}
+	}
+	for i, row := range todo {
+		if ctx.Err() != nil || r.clock.Now().Add(r.cfg.PublishTimeout).After(p.until) {
 			// Shutting down, or the claim is too short for one more
 			// publish: hand the rest back rather than risk a second relay
 			// publishing them at the same time.
-			return published, len(rows), ctx.Err()
+			p.back = append(p.back, todo[i:]...)
+			return ctx.Err()
 		}
-		if row.attempts >= r.cfg.MaxAttempts {
-			// Its publishes were started as often as allowed, and the
-			// relays that started them died before booking the outcome.
-			// Park it rather than loop.
-			next = i + 1
-			err := r.fail(ctx, row, token, fmt.Errorf("gave up: %d attempts ran out without an outcome", row.attempts), true)
-			if err != nil {
-				return published, len(rows), err
-			}
-			continue
-		}
-		attempts, held, err := r.startAttempt(ctx, row, token)
-		if err != nil {
-			return published, len(rows), err
-		}
-		if !held {
-			next = i + 1 // our claim ran out and another relay has the row
-			continue
-		}
-		row.attempts = attempts
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 		pubErr := r.pub.Publish(pctx, row.event)
 		cancel()
@@ -275,42 +364,41 @@ func (r *Relay) runOnce(ctx context.Context) (published, claimed int, err error)
 			if ctx.Err() != nil {
 				// Shutting down: not the row's fault; it may even have
 				// been published. Hand it back, attempt uncounted.
-				uncount = row.event.ID
-				return published, len(rows), ctx.Err()
+				p.back = append(p.back, todo[i:]...)
+				return ctx.Err()
 			}
 			if errors.Is(pubErr, ErrBrokerUnavailable) {
 				// Not the row's fault either, nor the next one's: hand the
 				// batch back, attempt uncounted, and pause.
-				uncount = row.event.ID
+				p.back = append(p.back, todo[i:]...)
 				r.brokerDown(ctx, pubErr)
-				return published, len(rows), fmt.Errorf("outbox relay stopped its pass: %w", pubErr)
+				return fmt.Errorf("outbox relay stopped its pass: %w", pubErr)
 			}
-			next = i + 1
-			if err := r.fail(ctx, row, token, pubErr, row.attempts >= r.cfg.MaxAttempts); err != nil {
-				return published, len(rows), err
+			if err := r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false); err != nil {
+				p.back = append(p.back, todo[i+1:]...)
+				return err
 			}
 			continue
 		}
 		r.brokerUp(ctx)
-		next = i + 1 // published: from here on, the row is never handed back
+		// Published: from here on, the row is never handed back.
 		if h := r.cfg.Hooks.AfterPublish; h != nil {
 			if err := h(ctx, row.event); err != nil {
-				crashed = true
-				return published, len(rows), fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
+				p.crashed = true
+				return fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
 			}
 		}
-		if err := r.markPublished(ctx, row); err != nil {
-			// Published but not marked: the lease runs out and the event
-			// is published again, which consumers tolerate.
-			return published, len(rows), err
-		}
-		published++
+		p.done = append(p.done, row)
 	}
-	next = len(rows)
-	return published, len(rows), nil
+	return nil
 }
 
-// claimSQL claims up to $2 due rows for the lease $3 under the token $4.
+// claimSQL claims up to $2 due rows for the lease $3 under the token $4, and
+// counts an attempt on each: the claim is the start of the pass's publishes
+// (see Relay). Each row comes back with whether it is a suspect: its
+// previous claim ran out without an outcome (claim_token still set), so a
+// relay may have died publishing it.
+//
 // The rows are taken in the order they are due, then in insertion order,
 // from the partial index outbox_events_due_head_idx (next_attempt_at, seq),
 // which holds only heads: rows that are (or may be) the earliest unpublished
@@ -321,13 +409,15 @@ func (r *Relay) runOnce(ctx context.Context) (published, claimed int, err error)
 // off or claimed) are not in the index at all, so they cost nothing either,
 // however many there are. The NOT EXISTS is the ordering rule itself, and
 // does not trust the flag: a row is only due once every earlier event of its
-// aggregate is published. The claimed ids are looked up again by primary key
-// (= ANY of an array, not a join with the CTE), so that a generic plan of
-// the statement, which cannot know that LIMIT $2 is small, does not hash the
-// whole table to find them.
+// aggregate is published, so a claim holds at most one row per aggregate.
+// The claimed ids, and the suspects among them, are looked up again by
+// primary key (= ANY of an array, not a join with the CTE), so that a
+// generic plan of the statement, which cannot know that LIMIT $2 is small,
+// does not hash the whole table to find them. The suspect flag must come
+// from the CTE: RETURNING sees the token this claim just wrote.
 const claimSQL = `
 		WITH due AS (
-		    SELECT o.id
+		    SELECT o.id, o.claim_token IS NOT NULL AS suspect
 		    FROM outbox_events o
 		    WHERE o.head
 		      AND o.published_at IS NULL
@@ -345,14 +435,15 @@ const claimSQL = `
 		    FOR UPDATE OF o SKIP LOCKED
 		)
 		UPDATE outbox_events o
-		SET claimed_until = $3, claim_token = $4
+		SET claimed_until = $3, claim_token = $4, attempts = o.attempts + 1
 		WHERE o.id = ANY(ARRAY(SELECT id FROM due))
-		RETURNING o.id::text, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at, o.attempts`
+		RETURNING o.id::text, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at, o.attempts,
+		    o.id = ANY(ARRAY(SELECT id FROM due WHERE suspect))`
 
 // claim takes up to BatchSize due rows, skipping rows that another relay is
 // claiming at this moment, rows another relay holds a live claim on, and
-// rows with an earlier unpublished event of their aggregate. It counts no
-// attempt: startAttempt does, when a publish starts.
+// rows with an earlier unpublished event of their aggregate, and counts an
+// attempt on each. It returns them in seq order.
 func (r *Relay) claim(ctx context.Context, now, until time.Time, token string) ([]claimedRow, error) {
 	rows, err := r.db.Query(ctx, claimSQL, now, r.cfg.BatchSize, until, token)
 	if err != nil {
@@ -361,7 +452,7 @@ func (r *Relay) claim(ctx context.Context, now, until time.Time, token string) (
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
 		err := row.Scan(&c.event.ID, &c.seq, &c.event.AggregateType, &c.event.AggregateID,
-			&c.event.Type, &c.event.Payload, &c.event.OccurredAt, &c.attempts)
+			&c.event.Type, &c.event.Payload, &c.event.OccurredAt, &c.attempts, &c.suspect)
 		c.event.OccurredAt = c.event.OccurredAt.UTC()
 		return c, err
 	})
@@ -372,53 +463,119 @@ func (r *Relay) claim(ctx context.Context, now, until time.Time, token string) (
 	return claimed, nil
 }
 
-// startAttempt counts the attempt about to start on row, if this pass still
-// holds its claim (held is false when it ran out and another relay claimed
-// the row: then the row must not be published by this pass).
-func (r *Relay) startAttempt(ctx context.Context, row claimedRow, token string) (attempts int, held bool, err error) {
-	err = r.db.QueryRow(ctx, `
-		UPDATE outbox_events SET attempts = attempts + 1
-		WHERE id = $1 AND claim_token = $2 AND published_at IS NULL
-		RETURNING attempts`,
-		row.event.ID, token).Scan(&attempts)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("start publishing outbox event %s: %w", row.event.ID, err)
-	}
-	return attempts, true, nil
-}
+// markSQL marks the rows $1 published at $2. Any relay that published a row
+// may mark it, even after its claim ran out: it was published. The
+// published_at guard keeps the first mark when two relays published the
+// same row. It returns the rows it marked, for the lag metric.
+const markSQL = `
+		UPDATE outbox_events
+		SET published_at = $2, claimed_until = NULL, claim_token = NULL, parked_at = NULL
+		WHERE id = ANY($1::uuid[]) AND published_at IS NULL
+		RETURNING id::text`
 
-// markPublished records that row was published. Any relay that published
-// the row may mark it, even after its claim ran out: it was published. The
-// broker has the event already, so the mark is written even if ctx ended
-// meanwhile (shutdown), within markTimeout.
-func (r *Relay) markPublished(ctx context.Context, row claimedRow) error {
+// handBackSQL hands the rows $1 back, if the claim $2 still holds them, with
+// the claim's count taken back: their publish was not started, or was cut
+// short by shutdown or a broker outage, not by the row. The lease is cleared
+// on each of them, so that they are due at once. The suspects among them,
+// $3, keep the token, and with it their suspect mark: nothing cleared them
+// (they were not published), so they are still published alone.
+const handBackSQL = `
+		UPDATE outbox_events
+		SET claimed_until = NULL, attempts = attempts - 1,
+		    claim_token = CASE WHEN id = ANY($3::uuid[]) THEN claim_token END
+		WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND published_at IS NULL`
+
+// book writes, in one round trip and one transaction, what the end of the
+// pass must: the rows the broker acknowledged are marked published, and the
+// rows it did not start are handed back. A pgx.Batch sent outside a
+// transaction runs as one implicit transaction (the statements share one
+// Sync), so a pass costs the claim and this commit, whatever its size. The
+// broker has the events already, so it is written even if ctx ended
+// meanwhile (shutdown), within markTimeout. If it fails, nothing of it is
+// written: the rows wait for their lease, and the published ones are
+// published again.
+//
+// The mark locks one head per aggregate (a claim holds no more), then its
+// trigger the aggregate's next event, in seq order, as the head triggers of
+// migrations/00011_ops_outbox_heads.sql require; a transaction that writes
+// an event locks only the earlier events of that one aggregate, so marking
+// many aggregates in one statement forms no wait cycle with it.
+func (r *Relay) book(ctx context.Context, p *pass) error {
+	if len(p.done) == 0 && len(p.back) == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
 	now := r.clock.Now()
-	tag, err := r.db.Exec(ctx, `
-		UPDATE outbox_events
-		SET published_at = $2, claimed_until = NULL, claim_token = NULL, parked_at = NULL
-		WHERE id = $1 AND published_at IS NULL`,
-		row.event.ID, now)
-	if err != nil {
-		return fmt.Errorf("mark outbox event %s published: %w", row.event.ID, err)
+	var marked []string
+	b := &pgx.Batch{}
+	if len(p.done) > 0 {
+		b.Queue(markSQL, eventIDs(p.done), now).Query(func(rows pgx.Rows) error {
+			var err error
+			marked, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
 	}
-	if tag.RowsAffected() == 1 {
-		r.metrics.published(now.Sub(row.event.OccurredAt))
+	if len(p.back) > 0 {
+		b.Queue(handBackSQL, eventIDs(p.back), p.token, suspectIDs(p.back))
+	}
+	if err := r.db.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("book outbox pass (%d published, %d handed back): %w", len(p.done), len(p.back), err)
+	}
+	// Counted once committed, and only for the rows this mark wrote.
+	occurred := make(map[string]time.Time, len(p.done))
+	for _, row := range p.done {
+		occurred[row.event.ID] = row.event.OccurredAt
+	}
+	for _, id := range marked {
+		r.metrics.published(now.Sub(occurred[id]))
 	}
 	return nil
+}
+
+// isolate hands back others, the rows claimed beside a suspect that the pass
+// publishes alone, at once (before the suspect's publish, which may crash
+// the relay) and with the claim's count taken back. The suspects among them
+// stay suspects, to be published alone in turn: were they cleared, a row
+// that crashes relays would hide among them in the next batch, and the
+// crash would count an attempt on all of them again.
+func (r *Relay) isolate(ctx context.Context, others []claimedRow, token string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	if _, err := r.db.Exec(ctx, handBackSQL, eventIDs(others), token, suspectIDs(others)); err != nil {
+		return fmt.Errorf("hand back the rows claimed beside a suspect: %w", err)
+	}
+	return nil
+}
+
+func eventIDs(rows []claimedRow) []string {
+	out := make([]string, len(rows))
+	for i, row := range rows {
+		out[i] = row.event.ID
+	}
+	return out
+}
+
+// suspectIDs are the ids of the suspects among rows; none is an empty
+// array, not NULL, so that handBackSQL reads plainly.
+func suspectIDs(rows []claimedRow) []string {
+	out := []string{}
+	for _, row := range rows {
+		if row.suspect {
+			out = append(out, row.event.ID)
+		}
+	}
+	return out
 }
 
 // maxErrorLength bounds the last_error kept on a row.
 const maxErrorLength = 2000
 
 // fail books a failed attempt on row, if this pass still holds its claim:
-// the next attempt after a backoff, or, with park, the row parked. Like the
+// the next attempt after a backoff, or, with park, the row parked. With
+// uncount, the claim's count is taken back (no publish started). Like the
 // mark, it is written even if ctx ended meanwhile.
-func (r *Relay) fail(ctx context.Context, row claimedRow, token string, cause error, park bool) error {
+func (r *Relay) fail(ctx context.Context, row claimedRow, token string, cause error, park, uncount bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
 	now := r.clock.Now()
@@ -430,11 +587,16 @@ func (r *Relay) fail(ctx context.Context, row claimedRow, token string, cause er
 	if park {
 		parkedAt = &now
 	}
+	taken := 0
+	if uncount {
+		taken = 1
+	}
 	tag, err := r.db.Exec(ctx, `
 		UPDATE outbox_events
-		SET claimed_until = NULL, claim_token = NULL, last_error = $3, next_attempt_at = $4, parked_at = $5
+		SET claimed_until = NULL, claim_token = NULL, last_error = $3, next_attempt_at = $4, parked_at = $5,
+		    attempts = attempts - $6::int
 		WHERE id = $1 AND claim_token = $2 AND published_at IS NULL`,
-		row.event.ID, token, msg, now.Add(r.cfg.delay(row.attempts)), parkedAt)
+		row.event.ID, token, msg, now.Add(r.cfg.delay(row.attempts)), parkedAt, taken)
 	if err != nil {
 		return fmt.Errorf("book failed publish of outbox event %s: %w", row.event.ID, err)
 	}
@@ -451,37 +613,6 @@ func (r *Relay) fail(ctx context.Context, row claimedRow, token string, cause er
 	}
 	log.WarnContext(ctx, "outbox publish failed; will retry")
 	return nil
-}
-
-// release hands rows back, if this pass still holds their claim. Their
-// attempts were not started, except the one of the row uncount names (if
-// any), which is taken back: it was cut short by shutdown or by a broker
-// outage, not by the row. It runs while shutting down too, so it does not
-// use ctx's cancellation.
-func (r *Relay) release(ctx context.Context, rows []claimedRow, token, uncount string) {
-	if len(rows) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-	defer cancel()
-	idList := make([]string, len(rows))
-	for i, row := range rows {
-		idList[i] = row.event.ID
-	}
-	var uncountArg *string
-	if uncount != "" {
-		uncountArg = &uncount
-	}
-	_, err := r.db.Exec(ctx, `
-		UPDATE outbox_events
-		SET claimed_until = NULL, claim_token = NULL,
-		    attempts = attempts - CASE WHEN id = $3::uuid THEN 1 ELSE 0 END
-		WHERE id = ANY($1::uuid[]) AND claim_token = $2 AND published_at IS NULL`,
-		idList, token, uncountArg)
-	if err != nil {
-		// Harmless: the lease runs out instead.
-		r.log.WarnContext(ctx, "could not release outbox claim; it will run out", "error", err, "rows", len(rows))
-	}
 }
 
 // paused reports whether the relay is pausing for a broker outage at now,

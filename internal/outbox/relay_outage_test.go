@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -147,6 +148,14 @@ type failingDB struct {
 	fails atomic.Int32
 }
 
+// failOnce returns a failingDB on db that fails the first statement whose
+// SQL contains match.
+func failOnce(db outbox.DB, match string) *failingDB {
+	f := &failingDB{DB: db, match: match}
+	f.fails.Store(1)
+	return f
+}
+
 func (f *failingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if strings.Contains(sql, f.match) && f.fails.Add(-1) >= 0 {
 		return pgconn.CommandTag{}, errors.New("database connection lost")
@@ -154,70 +163,126 @@ func (f *failingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	return f.DB.Exec(ctx, sql, args...)
 }
 
-// TestErrorExitHandsBackTheRest: a pass that stops on a database error
-// hands back the rows it did not start (at once, uncounted) instead of
-// leaving them to their lease; the row it was on waits for its lease.
+// SendBatch fails a batch with a statement that contains match by queuing,
+// after its statements, one that fails when it runs: the batch's own
+// statements have run by then.
+func (f *failingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		if strings.Contains(q.SQL, f.match) && f.fails.Add(-1) >= 0 {
+			b.Queue(`SELECT 1 / count(*) FROM outbox_events WHERE false`)
+			break
+		}
+	}
+	return f.DB.SendBatch(ctx, b)
+}
+
+// TestErrorExitHandsBackTheRest: a pass that stops on a database error in
+// its middle (here: booking a failed publish) hands back the rows it did
+// not start, at once and uncounted, instead of leaving them to their lease;
+// the row it was on keeps its claim, and the attempt the claim counted,
+// until the lease runs out.
 func TestErrorExitHandsBackTheRest(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated")
-	db := &failingDB{DB: e.pool, match: "SET published_at"}
-	db.fails.Store(1)
-	rec := &recorder{}
-	r, err := outbox.NewRelay(outbox.RelayDeps{DB: db, Publisher: rec.publisher("r1"), Clock: e.clock}, outbox.RelayConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := &recorder{fail: func(ev outbox.Event) error {
+		if ev.AggregateID == "pay_a" {
+			return errors.New("broker says no")
+		}
+		return nil
+	}}
+	r := e.relayOn(failOnce(e.pool, "last_error"), rec.publisher("r1"), outbox.RelayConfig{})
 	if _, err := r.RunOnce(context.Background()); err == nil || !strings.Contains(err.Error(), "connection lost") {
 		t.Fatalf("RunOnce = %v, want the database error", err)
 	}
-	if got := e.row(events[0].ID); got.published || !got.claimed || got.attempts != 1 {
-		t.Fatalf("the published, unmarked row: %+v (want it left to its lease)", got)
+	if got := e.row(events[0].ID); got.published || !got.claimed || got.attempts != 1 || got.lastError != "" {
+		t.Fatalf("the row whose failure was not booked: %+v (want it left to its lease)", got)
 	}
 	for _, ev := range events[1:] {
-		if got := e.row(ev.ID); got.claimed || got.attempts != 0 {
+		if got := e.row(ev.ID); got.claimed || got.attempts != 0 || got.published {
 			t.Fatalf("event %s not handed back: %+v", ev.AggregateID, got)
 		}
 	}
 	mustRunOnce(t, r, 2) // the others go out at once
 }
 
-// TestCrashLoopParksOnlyWhatItTried: an instance that keeps dying while
+// TestFailedBookingWritesNothing: the end of a pass marks the rows it
+// published and hands back the rest in one transaction. When it fails, here
+// after both statements ran, neither is written: every row keeps its claim
+// and the attempt the claim counted until the lease runs out, nothing is
+// counted as published, and the published row is published again.
+func TestFailedBookingWritesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated")
+	rec := &recorder{fail: func(outbox.Event) error {
+		e.clock.Advance(25 * time.Second) // a slow broker: the claim is too short for pay_b and pay_c
+		return nil
+	}}
+	r := e.relayOn(failOnce(e.pool, "SET published_at"), rec.publisher("r1"),
+		outbox.RelayConfig{Lease: 30 * time.Second, PublishTimeout: 10 * time.Second})
+	if n, err := r.RunOnce(context.Background()); n != 0 || err == nil || !strings.Contains(err.Error(), "division by zero") {
+		t.Fatalf("RunOnce = %d, %v; want 0 and the database error", n, err)
+	}
+	if got := ids(rec.published()); fmt.Sprint(got) != "[pay_a:PaymentCreated]" {
+		t.Fatalf("published %v", got)
+	}
+	for _, ev := range events {
+		if got := e.row(ev.ID); got.published || !got.claimed || got.attempts != 1 {
+			t.Fatalf("event %s: %+v; want the claim and its count as the claim left them", ev.AggregateID, got)
+		}
+	}
+	e.wantMetric("paymentsapi_outbox_published_total", 0)
+
+	rec.setFail(nil)
+	e.clock.Advance(5 * time.Second) // the claim runs out: the rows are suspects, each published alone
+	for range events {
+		mustRunOnce(t, r, 1)
+	}
+	if got := ids(rec.published()); fmt.Sprint(got) != "[pay_a:PaymentCreated pay_a:PaymentCreated pay_b:PaymentCreated pay_c:PaymentCreated]" {
+		t.Fatalf("published %v", got)
+	}
+	e.wantMetric("paymentsapi_outbox_published_total", 3)
+}
+
+// TestCrashLoopParksOnlyTheCrashingRow: an instance that keeps dying while
 // publishing one event gets that event parked after MaxAttempts, but not
-// the events it had claimed beside it and never started: attempts count
-// publishes started, not claims.
-func TestCrashLoopParksOnlyWhatItTried(t *testing.T) {
+// the events it had claimed beside it. The first crash leaves them with the
+// attempt its claim counted; from then on the crashing row, a suspect, is
+// published alone and they are handed back uncounted, so they keep that one
+// attempt, and are published.
+func TestCrashLoopParksOnlyTheCrashingRow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated")
 	rec := &recorder{}
 	cfg := outbox.RelayConfig{MaxAttempts: 2, Lease: 30 * time.Second}
-	cfg.Hooks.AfterPublish = func(_ context.Context, ev outbox.Event) error {
-		if ev.AggregateID == "pay_a" {
-			return errCrash
-		}
-		return nil
-	}
+	cfg.Hooks.AfterPublish = crashOn("pay_a")
 	r := e.relay(rec.publisher("r1"), cfg)
-	for range 2 {
+	for crash := 1; crash <= 2; crash++ {
 		if _, err := r.RunOnce(context.Background()); !errors.Is(err, errCrash) {
 			t.Fatalf("RunOnce = %v, want the crash", err)
 		}
 		for _, ev := range events[1:] {
-			if got := e.row(ev.ID); got.attempts != 0 {
-				t.Fatalf("event %s, claimed but never tried, has %d attempts", ev.AggregateID, got.attempts)
+			if got := e.row(ev.ID); got.attempts != 1 || got.published {
+				t.Fatalf("after crash %d, event %s, never published: %+v; want the one attempt of the first crash", crash, ev.AggregateID, got)
 			}
 		}
 		e.clock.Advance(31 * time.Second)
 	}
-	mustRunOnce(t, r, 2)
+	mustRunOnce(t, r, 1) // pay_a parked; pay_b, a suspect, alone
+	mustRunOnce(t, r, 1) // pay_c
+	mustRunOnce(t, r, 0)
 	if got := e.row(events[0].ID); !got.parked || got.attempts != 2 || !strings.Contains(got.lastError, "gave up") {
 		t.Fatalf("pay_a: %+v", got)
 	}
 	for _, ev := range events[1:] {
-		if got := e.row(ev.ID); !got.published || got.parked || got.attempts != 1 {
+		if got := e.row(ev.ID); !got.published || got.parked || got.attempts != 2 {
 			t.Fatalf("event %s: %+v", ev.AggregateID, got)
 		}
+	}
+	if got := ids(rec.published()); fmt.Sprint(got) != "[pay_a:PaymentCreated pay_a:PaymentCreated pay_b:PaymentCreated pay_c:PaymentCreated]" {
+		t.Fatalf("published %v", got)
 	}
 }
 
@@ -315,61 +380,93 @@ func TestClaimSkipsRowsAnotherClaimLocks(t *testing.T) {
 	mustRunOnce(t, r, 1)
 }
 
-// TestLostClaimIsNotPublished: relay B (whose clock runs ahead) takes over
-// a row that relay A still holds by its own clock, and is publishing it when
-// A, done with the row before, gets to it: A must not publish it too.
-func TestLostClaimIsNotPublished(t *testing.T) {
+// TestLostClaimBooksNothingOverTheNewOwner: relay B, whose clock runs
+// ahead, takes over a row of relay A's batch that A still holds by its own
+// clock. A does not check its claim before each publish (that cost a commit
+// per event), so it may publish the row too, which consumers tolerate (at
+// least once); but what A books at the end of its pass must not undo B's:
+// its hand-back leaves B's claim and count alone while handing back its own
+// rows, and its mark, after B marked the row, keeps B's.
+func TestLostClaimBooksNothingOverTheNewOwner(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated")
-	// pay_b is due first, so that B (batches of one) claims it alone.
-	if _, err := e.pool.Exec(context.Background(), `UPDATE outbox_events SET next_attempt_at = $1 WHERE id = $2`, t0.Add(-time.Second), events[1].ID); err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{}
-	bPublishing, aDone := make(chan struct{}), make(chan struct{})
-	bClock := clock.NewFake(t0.Add(31 * time.Second)) // A's claim ran out, by B's clock
-	b, err := outbox.NewRelay(outbox.RelayDeps{DB: e.pool, Clock: bClock, Publisher: outbox.PublisherFunc(func(ctx context.Context, ev outbox.Event) error {
-		close(bPublishing)
-		<-aDone
-		return rec.publisher("b").Publish(ctx, ev)
-	})}, outbox.RelayConfig{BatchSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bResult := make(chan error, 1)
-	a := e.relay(outbox.PublisherFunc(func(ctx context.Context, ev outbox.Event) error {
-		if ev.AggregateID == "pay_a" {
-			go func() {
-				_, err := b.RunOnce(context.Background())
-				bResult <- err
-			}()
-			<-bPublishing // B holds pay_b and is publishing it
-		}
-		return rec.publisher("a").Publish(ctx, ev)
-	}), outbox.RelayConfig{})
-	if _, err := a.RunOnce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	close(aDone)
-	if err := <-bResult; err != nil {
-		t.Fatal(err)
-	}
-	var by []string
-	for i, ev := range rec.published() {
-		if ev.AggregateID == "pay_b" {
-			rec.mu.Lock()
-			by = append(by, rec.by[i])
-			rec.mu.Unlock()
-		}
-	}
-	if fmt.Sprint(by) != "[b]" {
-		t.Errorf("pay_b published by %v, want by B alone: A published a row whose claim it had lost", by)
-	}
-	for _, ev := range events {
-		if got := e.row(ev.ID); !got.published {
-			t.Errorf("event %s: %+v", ev.AggregateID, got)
-		}
+	for _, tc := range []struct {
+		name string
+		// brokerDown: A's publish of the row B took fails for a broker
+		// outage, so A hands it back with the rest; else A publishes it
+		// too, after B marked it.
+		brokerDown bool
+	}{
+		{"hand-back", true},
+		{"mark", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated")
+			// pay_b is due first, so that B (batches of one) claims it alone.
+			if _, err := e.pool.Exec(context.Background(), `UPDATE outbox_events SET next_attempt_at = $1 WHERE id = $2`, t0.Add(-time.Second), events[1].ID); err != nil {
+				t.Fatal(err)
+			}
+			bPublishing, aDone := make(chan struct{}), make(chan struct{})
+			bClock := clock.NewFake(t0.Add(31 * time.Second)) // A's claim ran out, by B's clock
+			b, err := outbox.NewRelay(outbox.RelayDeps{DB: e.pool, Clock: bClock, Publisher: outbox.PublisherFunc(func(context.Context, outbox.Event) error {
+				close(bPublishing)
+				<-aDone
+				return nil
+			})}, outbox.RelayConfig{BatchSize: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bResult := make(chan error, 1)
+			a := e.relay(outbox.PublisherFunc(func(ctx context.Context, ev outbox.Event) error {
+				switch ev.AggregateID {
+				case "pay_a":
+					go func() {
+						_, err := b.RunOnce(context.Background())
+						bResult <- err
+					}()
+					<-bPublishing // B holds pay_b and is publishing it
+				case "pay_b":
+					if tc.brokerDown {
+						return errBrokerDown
+					}
+					close(aDone) // B goes on and marks pay_b
+					if err := <-bResult; err != nil {
+						t.Error(err)
+					}
+				}
+				return nil
+			}), outbox.RelayConfig{})
+			n, err := a.RunOnce(context.Background())
+
+			if tc.brokerDown {
+				if n != 1 || !errors.Is(err, outbox.ErrBrokerUnavailable) {
+					t.Fatalf("A's RunOnce = %d, %v; want 1 and the outage", n, err)
+				}
+				if got := e.row(events[1].ID); !got.claimed || got.published || got.attempts != 2 {
+					t.Errorf("pay_b after A's hand-back: %+v; want B's claim intact (claimed, 2 attempts)", got)
+				}
+				if got := e.row(events[2].ID); got.claimed || got.attempts != 0 {
+					t.Errorf("pay_c, still A's: %+v; want it handed back uncounted", got)
+				}
+				close(aDone)
+				if err := <-bResult; err != nil {
+					t.Fatal(err)
+				}
+			} else if n != 3 || err != nil {
+				t.Fatalf("A's RunOnce = %d, %v; want 3 published", n, err)
+			}
+			var publishedAt time.Time
+			if err := e.pool.QueryRow(context.Background(), `SELECT published_at FROM outbox_events WHERE id = $1`, events[1].ID).Scan(&publishedAt); err != nil {
+				t.Fatal(err)
+			}
+			if want := bClock.Now(); !publishedAt.Equal(want) {
+				t.Errorf("pay_b published at %s, want %s: B's mark", publishedAt, want)
+			}
+			if got := e.row(events[0].ID); !got.published {
+				t.Errorf("pay_a: %+v", got)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -91,7 +93,13 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) relay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
 	e.t.Helper()
-	r, err := outbox.NewRelay(outbox.RelayDeps{DB: e.pool, Publisher: pub, Clock: e.clock, Metrics: e.m}, cfg)
+	return e.relayOn(e.pool, pub, cfg)
+}
+
+// relayOn is relay on db, a test double wrapping e.pool.
+func (e *env) relayOn(db outbox.DB, pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
+	e.t.Helper()
+	r, err := outbox.NewRelay(outbox.RelayDeps{DB: db, Publisher: pub, Clock: e.clock, Metrics: e.m}, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -459,43 +467,62 @@ func TestParkedEventHoldsBackItsPayment(t *testing.T) {
 
 var errCrash = errors.New("simulated crash")
 
+// crashOn is an AfterPublish hook that crashes the relay after each publish
+// of an event of aggregateID.
+func crashOn(aggregateID string) func(context.Context, outbox.Event) error {
+	return func(_ context.Context, ev outbox.Event) error {
+		if ev.AggregateID == aggregateID {
+			return errCrash
+		}
+		return nil
+	}
+}
+
 // TestCrashBetweenPublishAndMarkRepublishes: a relay that dies after the
-// broker took the event but before the mark leaves the row claimed; nobody
-// publishes it while the claim holds, and once it runs out another relay
-// publishes it again (the consumer's side of this is in package ledger).
+// broker took events and before the end of its pass marked them leaves the
+// rows claimed, the one it published before the crash included; nobody
+// publishes them while the claim holds, and once it runs out another relay
+// publishes them again (the consumer's side of this is in package ledger),
+// each alone: the dead claim made them suspects.
 func TestCrashBetweenPublishAndMarkRepublishes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ev := e.add("pay_a:PaymentSucceeded")[0]
+	events := e.add("pay_a:PaymentSucceeded", "pay_b:PaymentSucceeded")
 	rec := &recorder{}
 	cfg := outbox.RelayConfig{Lease: 30 * time.Second}
 	crashing := cfg
-	crashing.Hooks.AfterPublish = func(context.Context, outbox.Event) error { return errCrash }
+	crashing.Hooks.AfterPublish = crashOn("pay_b")
 	dying := e.relay(rec.publisher("dying"), crashing)
 	if _, err := dying.RunOnce(context.Background()); !errors.Is(err, errCrash) {
 		t.Fatalf("RunOnce = %v, want the crash", err)
 	}
-	if got := e.row(ev.ID); got.published || !got.claimed {
-		t.Fatalf("after the crash: %+v", got)
+	for _, ev := range events {
+		if got := e.row(ev.ID); got.published || !got.claimed || got.attempts != 1 {
+			t.Fatalf("event %s after the crash: %+v", ev.AggregateID, got)
+		}
 	}
 
 	survivor := e.relay(rec.publisher("survivor"), cfg)
 	e.clock.Advance(29 * time.Second)
 	mustRunOnce(t, survivor, 0) // the claim still holds
 	e.clock.Advance(time.Second)
-	mustRunOnce(t, survivor, 1) // it ran out: published again, and marked
-	if got := e.row(ev.ID); !got.published || got.attempts != 2 {
-		t.Fatalf("after the second relay: %+v", got)
+	mustRunOnce(t, survivor, 1) // it ran out: pay_a, a suspect, published again alone, and marked
+	mustRunOnce(t, survivor, 1) // then pay_b
+	for _, ev := range events {
+		if got := e.row(ev.ID); !got.published || got.claimed || got.attempts != 2 {
+			t.Fatalf("event %s after the second relay: %+v", ev.AggregateID, got)
+		}
 	}
-	if got := rec.published(); len(got) != 2 || got[0].ID != ev.ID || got[1].ID != ev.ID {
-		t.Fatalf("published %v", ids(got))
+	if got := ids(rec.published()); fmt.Sprint(got) != "[pay_a:PaymentSucceeded pay_b:PaymentSucceeded pay_a:PaymentSucceeded pay_b:PaymentSucceeded]" {
+		t.Fatalf("published %v", got)
 	}
-	e.wantMetric("paymentsapi_outbox_published_total", 1) // only the marked publish counts
+	e.wantMetric("paymentsapi_outbox_published_total", 2) // only the marked publishes count
 }
 
 // TestClaimsRunningOutAreParked: a row whose claim keeps running out (a relay
-// dying on it each time) is parked after MaxAttempts claims, not retried for
-// ever.
+// dying on it each time) is parked after MaxAttempts publishes, not retried
+// for ever; the claim that gives up publishes nothing and takes its count
+// back, so attempts shows the publishes started.
 func TestClaimsRunningOutAreParked(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -512,10 +539,124 @@ func TestClaimsRunningOutAreParked(t *testing.T) {
 		e.clock.Advance(31 * time.Second)
 	}
 	mustRunOnce(t, e.relay(rec.publisher("r"), cfg), 0)
-	if got := e.row(ev.ID); !got.parked || !strings.Contains(got.lastError, "gave up") {
+	if got := e.row(ev.ID); !got.parked || got.claimed || got.attempts != 2 || !strings.Contains(got.lastError, "gave up") {
 		t.Fatalf("%+v", got)
 	}
+	if rec.calls != 2 {
+		t.Fatalf("publisher called %d times, want 2: the claim that gave up published", rec.calls)
+	}
 	e.wantMetric("paymentsapi_outbox_parked_total", 1)
+}
+
+// TestSuspectIsPublishedAlone: a crash leaves an attempt counted on every
+// row of the dead relay's claim, so a row that crashes the relay each time
+// must not take its batch-mates to MaxAttempts with it. With MaxAttempts 2
+// and one row of five crashing every publish (the rows before it published
+// and never marked), the rows come back as suspects and each is published
+// alone: only the crashing row is parked, the other four are published.
+func TestSuspectIsPublishedAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated", "pay_d:PaymentCreated", "pay_e:PaymentCreated")
+	rec := &recorder{}
+	cfg := outbox.RelayConfig{MaxAttempts: 2, Lease: 30 * time.Second}
+	cfg.Hooks.AfterPublish = crashOn("pay_c")
+	r := e.relay(rec.publisher("r1"), cfg)
+	crashes := 0
+	for pass := 0; e.count("published_at IS NULL AND parked_at IS NULL") > 0; pass++ {
+		if pass == 20 {
+			t.Fatalf("rows still pending after %d passes", pass)
+		}
+		n, err := r.RunOnce(context.Background())
+		switch {
+		case errors.Is(err, errCrash):
+			crashes++
+			e.clock.Advance(31 * time.Second) // the dead claim runs out
+		case err != nil:
+			t.Fatal(err)
+		case n == 0:
+			e.clock.Advance(31 * time.Second)
+		}
+	}
+	for _, ev := range events {
+		got := e.row(ev.ID)
+		if ev.AggregateID == "pay_c" {
+			if !got.parked || got.attempts != 2 || !strings.Contains(got.lastError, "gave up") {
+				t.Errorf("pay_c, the crashing row: %+v; want it parked after 2 attempts", got)
+			}
+			continue
+		}
+		if !got.published || got.parked {
+			t.Errorf("event %s, beside the crashing row: %+v; want it published", ev.AggregateID, got)
+		}
+	}
+	if crashes != 2 {
+		t.Errorf("%d crashes, want 2 (MaxAttempts)", crashes)
+	}
+}
+
+// countingDB counts what a relay sends to the database. DB has no Begin, so
+// each call is a transaction of its own (a batch one implicit transaction):
+// the calls are the commits.
+type countingDB struct {
+	outbox.DB
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *countingDB) note(call string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, call)
+}
+
+func (c *countingDB) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	calls := c.calls
+	c.calls = nil
+	return calls
+}
+
+func (c *countingDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.note("Exec")
+	return c.DB.Exec(ctx, sql, args...)
+}
+
+func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.note("Query")
+	return c.DB.Query(ctx, sql, args...)
+}
+
+func (c *countingDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.note("QueryRow")
+	return c.DB.QueryRow(ctx, sql, args...)
+}
+
+func (c *countingDB) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.note("SendBatch")
+	return c.DB.SendBatch(ctx, b)
+}
+
+// TestPassCommitsTwiceWhateverItsSize (issue 8): a pass that publishes one
+// row and a pass that publishes fifty each make two round trips, two
+// commits: the claim, and the batch that marks what it published.
+func TestPassCommitsTwiceWhateverItsSize(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	db := &countingDB{DB: e.pool}
+	rec := &recorder{}
+	r := e.relayOn(db, rec.publisher("r1"), outbox.RelayConfig{BatchSize: 50})
+	for _, size := range []int{1, 50} {
+		seedBacklog(t, e.pool, fmt.Sprintf("pay_%d_", size), size, t0.Add(-time.Second))
+		mustRunOnce(t, r, size)
+		if got := db.take(); fmt.Sprint(got) != "[Query SendBatch]" {
+			t.Errorf("a pass of %d rows made the calls %v, want [Query SendBatch]: the claim and the end of the pass", size, got)
+		}
+	}
+	if n := e.count("published_at IS NULL OR claimed_until IS NOT NULL OR attempts <> 1"); n != 0 {
+		t.Errorf("%d rows not published once and marked", n)
+	}
 }
 
 // TestShortClaimHandsBackTheRest: a pass only starts a publish while its
