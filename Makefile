@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short fuzz bench bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
+.PHONY: run providersim test test-short fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,6 +47,9 @@ fuzz: ## run each fuzz target for FUZZTIME (default 3s); a failing input is save
 
 bench: build ## the API against pgbench on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
 	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi $(ARGS)
+
+bench-wal: ## WAL, records and HOT updates per new payment, on its own PostgreSQL (bench/walflow; ARGS='-version 13 -waldump')
+	$(GO) run ./bench/walflow $(ARGS)
 
 bench-micro: ## the Go micro-benchmarks (speed and memory are measured here, never asserted in tests)
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -167,7 +167,7 @@ func (m *monitor) settings(ctx context.Context) (version string, major int, dura
 		return "", 0, "", fmt.Errorf("server version: %w", err)
 	}
 	var parts []string
-	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_level", "shared_buffers", "max_wal_size", "checkpoint_timeout"} {
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_compression", "wal_level", "shared_buffers", "max_wal_size", "checkpoint_timeout"} {
 		var v string
 		if err := m.conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
 			return "", 0, "", fmt.Errorf("setting %s: %w", name, err)

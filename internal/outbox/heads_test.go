@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
@@ -244,6 +245,35 @@ func TestReplayedEventIsPublishedAgain(t *testing.T) {
 	}
 }
 
+// TestReplayingSeveralEventsOfAPaymentKeepsTheirOrder: one statement sends
+// both events of a payment round again; the head flag is set after the
+// statement (an AFTER trigger, migration 00015), so only the earliest is a
+// head, and the relay publishes them in their order again, one pass each.
+func TestReplayingSeveralEventsOfAPaymentKeepsTheirOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.add("pay_a:PaymentCreated", "pay_a:PaymentSucceeded", "pay_b:PaymentCreated")
+	if _, err := e.pool.Exec(ctx, `UPDATE outbox_events SET published_at = $1`, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.pool.Exec(ctx, `UPDATE outbox_events SET published_at = NULL, attempts = 0, next_attempt_at = $1 WHERE aggregate_id = 'pay_a'`,
+		e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := heads(t, e.pool); fmt.Sprint(got) != "[pay_a:PaymentCreated]" {
+		t.Errorf("heads after the replay: %v", got)
+	}
+	rec := &recorder{}
+	r := e.relay(rec.publisher("r1"), outbox.RelayConfig{})
+	mustRunOnce(t, r, 1)
+	mustRunOnce(t, r, 1)
+	if got := ids(rec.published()); fmt.Sprint(got) != "[pay_a:PaymentCreated pay_a:PaymentSucceeded]" {
+		t.Fatalf("published %v", got)
+	}
+}
+
 // TestUpgradeFlagsTheWaitingHeads: the migration that adds heads flags the
 // earliest unpublished event of each payment already in the outbox, so
 // that the upgraded relay publishes what was waiting.
@@ -264,16 +294,8 @@ func TestUpgradeFlagsTheWaitingHeads(t *testing.T) {
 	if err := database.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pool.Query(ctx, `SELECT aggregate_id || ':' || event_type FROM outbox_events WHERE head AND published_at IS NULL ORDER BY seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heads, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(heads) != "[pay_b:PaymentCreated pay_a:PaymentSucceeded pay_c:PaymentCreated]" {
-		t.Fatalf("heads after the upgrade: %v", heads)
+	if got := heads(t, pool); fmt.Sprint(got) != "[pay_b:PaymentCreated pay_a:PaymentSucceeded pay_c:PaymentCreated]" {
+		t.Fatalf("heads after the upgrade: %v", got)
 	}
 	rec := &recorder{}
 	r, err := outbox.NewRelay(outbox.RelayDeps{DB: pool, Publisher: rec.publisher("r1"), Clock: clock.NewFake(t0)}, outbox.RelayConfig{})
@@ -284,4 +306,20 @@ func TestUpgradeFlagsTheWaitingHeads(t *testing.T) {
 	if got := ids(rec.published()); fmt.Sprint(got) != "[pay_a:PaymentSucceeded pay_c:PaymentCreated]" {
 		t.Fatalf("published %v", got)
 	}
+}
+
+// heads lists the unpublished events flagged as heads, as "payment:Type",
+// in seq order.
+func heads(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT aggregate_id || ':' || event_type FROM outbox_events WHERE head AND published_at IS NULL ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -57,10 +57,12 @@ func queueInsertPayment(b *pgx.Batch, p Payment) {
 }
 
 // holdsReference is the predicate of the partial unique index
-// payments_merchant_reference_key (migration 00009): the states that keep a
-// merchant reference (State.HoldsReference). ON CONFLICT must name it as
-// written there.
-var holdsReference = "state NOT IN ('" + string(StateDeclined) + "', '" + string(StateCanceled) + "')"
+// payments_held_reference_key (migration 00015): the payments whose state
+// keeps their merchant reference (State.HoldsReference). A trigger derives
+// the column from the state, so that the moves of a payment that keep its
+// reference (its whole happy path) change no indexed column and can be HOT
+// updates. ON CONFLICT must name the predicate as written there.
+const holdsReference = "holds_reference"
 
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	payment_method, channel, description, state, COALESCE(provider_reference, ''),

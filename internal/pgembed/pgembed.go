@@ -28,6 +28,10 @@
 // which recognises it. One data directory is used by one launcher at a time:
 // Start holds an advisory lock (flock) next to it until Stop.
 //
+// A durable cluster (not Options.Ephemeral) keeps PostgreSQL's durability
+// settings and turns wal_compression on (lz4 where the server has it): the
+// full-page images in the WAL are compressed, and nothing is weakened.
+//
 // postgres writes its log to pgembed.log inside the data directory (the log
 // of the previous run is kept as pgembed.log.1); start-up errors quote its
 // last lines.
@@ -295,6 +299,14 @@ func (c *Cluster) spawn(port int, opts Options) (*process, error) {
 			"-c", "fsync=off",
 			"-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off")
+	} else {
+		// The first change of a page after a checkpoint writes the whole
+		// page to the WAL (full_page_writes, which protects against torn
+		// pages): up to a third of the WAL of a new payment, more as the
+		// tables grow (issue 8, docs/BENCHMARKS.md). Compressing those
+		// images costs a little CPU, weakens nothing, and cuts the WAL
+		// they take by half or more.
+		args = append(args, "-c", "wal_compression="+walCompression(c.binDir))
 	}
 	logFile, err := os.OpenFile(c.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

@@ -126,7 +126,8 @@ func TestLifecycle(t *testing.T) {
 		"SHOW unix_socket_directories": "",
 		"SHOW max_connections":         "200",
 		"SHOW fsync":                   "on",
-		"SELECT current_user":          "postgres",
+		"SELECT (current_setting('wal_compression') <> 'off')::text": "true", // a durable cluster compresses full-page images
+		"SELECT current_user": "postgres",
 		"SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user": "true",
 		"SHOW server_encoding": "UTF8",
 	} {
@@ -489,6 +490,22 @@ func TestFindBinDir(t *testing.T) {
 	t.Setenv("PG_BIN_DIR", t.TempDir())
 	if _, err := findBinDir("", ""); err == nil || !strings.Contains(err.Error(), "PG_BIN_DIR") {
 		t.Errorf("findBinDir with a bad PG_BIN_DIR = %v", err)
+	}
+}
+
+// TestWALCompressionFor: lz4 only where pg_config says the server has it,
+// and on (pglz) everywhere else, which every server accepts.
+func TestWALCompressionFor(t *testing.T) {
+	for out, want := range map[string]string{
+		"PostgreSQL 15.18 (Debian 15.18-0+deb12u1)\n'--with-icu' '--with-lz4' '--with-zstd'\n": "lz4",
+		"PostgreSQL 16.4\n'--prefix=/usr/local' '--with-lz4'\n":                                "lz4",
+		"PostgreSQL 15.18\n'--prefix=/usr/local' '--with-openssl'\n":                           "on",
+		"PostgreSQL 14.12\n'--with-lz4'\n":                                                     "on", // wal_compression is a boolean before 15
+		"":                                                                                     "on",
+	} {
+		if got := walCompressionFor(out); got != want {
+			t.Errorf("walCompressionFor(%q) = %q, want %q", out, got, want)
+		}
 	}
 }
 

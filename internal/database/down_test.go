@@ -1,0 +1,105 @@
+package database_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/migrations"
+)
+
+// schemaVersionBeforeIssue8 is the last migration before the schema work of
+// issue 8 (00015, write amplification): the migrations after it must go
+// down to it.
+const schemaVersionBeforeIssue8 = 13
+
+// The migrations since issue 8 go down and up again: down, the schema is
+// what it was before them, column for column, index for index (a Down that
+// forgets an index or a trigger fails here); up again, it is what a new
+// database gets.
+func TestMigrationsSinceIssue8GoDownAndUpAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolAt(t, schemaVersionBeforeIssue8)
+	before := schema(t, pool)
+	fresh := schema(t, pgtest.NewPool(t))
+
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if up := schema(t, pool); !slices.Equal(up, fresh) {
+		t.Fatalf("up from %d differs from a new database:\n%s", schemaVersionBeforeIssue8, diff(fresh, up))
+	}
+	if _, err := p.DownTo(ctx, schemaVersionBeforeIssue8); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	if down := schema(t, pool); !slices.Equal(down, before) {
+		t.Fatalf("down to %d differs from the schema at %d:\n%s", schemaVersionBeforeIssue8, schemaVersionBeforeIssue8, diff(before, down))
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	if again := schema(t, pool); !slices.Equal(again, fresh) {
+		t.Fatalf("up again differs from a new database:\n%s", diff(fresh, again))
+	}
+}
+
+// schema describes the public schema, one sorted line per column, index,
+// constraint, trigger, function and table option.
+func schema(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
+		       || ' ' || coalesce(column_default, '') || ' ' || is_identity
+		FROM information_schema.columns WHERE table_schema = 'public' AND table_name <> 'goose_db_version'
+		UNION ALL
+		SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'public' AND tablename <> 'goose_db_version'
+		UNION ALL
+		SELECT 'constraint ' || conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+		FROM pg_constraint WHERE connamespace = 'public'::regnamespace AND conrelid <> 'goose_db_version'::regclass
+		UNION ALL
+		SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal
+		UNION ALL
+		SELECT 'function ' || oid::regprocedure::text || ' ' || md5(prosrc)
+		FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+		UNION ALL
+		SELECT 'options ' || relname || ' ' || array_to_string(reloptions, ',')
+		FROM pg_class WHERE relnamespace = 'public'::regnamespace AND reloptions IS NOT NULL
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// diff lists the lines only in want (-) and only in got (+).
+func diff(want, got []string) string {
+	var out string
+	for _, l := range want {
+		if !slices.Contains(got, l) {
+			out += "- " + l + "\n"
+		}
+	}
+	for _, l := range got {
+		if !slices.Contains(want, l) {
+			out += "+ " + l + "\n"
+		}
+	}
+	return out
+}

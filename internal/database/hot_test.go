@@ -1,0 +1,115 @@
+package database_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+// The updates that follow each insert on the hot path change no indexed
+// column (key, expression or predicate), so that they are HOT updates and
+// write no index entry (issue 8, migration 00015). Written here with plain
+// SQL, as the services write them, in one transaction whose own counts
+// (pg_stat_get_xact_*) are read. (The payments' moves are checked with the
+// state machine's own statements in package payments.)
+func TestBookkeepingUpdatesAreHOT(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		table   string
+		setup   string // inserts the row (and what it needs), as $1
+		updates []string
+	}{
+		{
+			name:  "the relay's claim and attempt",
+			table: "outbox_events",
+			setup: `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+				VALUES (gen_random_uuid(), 'payment', $1, 'PaymentCreated', '{}', now(), now())`,
+			updates: []string{
+				`UPDATE outbox_events SET claimed_until = now() + interval '30 seconds', claim_token = gen_random_uuid() WHERE aggregate_id = $1`,
+				`UPDATE outbox_events SET attempts = attempts + 1 WHERE aggregate_id = $1`,
+			},
+		},
+		{
+			name:  "a key's waiters and lease",
+			table: "idempotency_keys",
+			setup: `INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+				    lease_expires_at, created_at, abandon_at, recovery_next_at)
+				VALUES ('t', 'payments.create', 'k', '\x01', 'payment', $1, now(), now(), now() + interval '1 day', now() + interval '1 day')`,
+			updates: []string{
+				`UPDATE idempotency_keys SET waiters = waiters + 1 WHERE resource_id = $1`,
+				`UPDATE idempotency_keys SET lease_expires_at = now() + interval '30 seconds' WHERE resource_id = $1`,
+			},
+		},
+		{
+			name:  "a refund's moves",
+			table: "refunds",
+			setup: `WITH p AS (
+				    INSERT INTO payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
+				        payment_method, channel, state, created_at, updated_at)
+				    VALUES ('pay_' || $1, 't', 'acc', 100, 'EUR', $1, 'pm_card_visa', 'web', 'RECEIVED', now(), now())
+				    RETURNING id)
+				INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, state, created_at, updated_at)
+				SELECT $1, 't', id, 100, 'EUR', 'RECEIVED', now(), now() FROM p`,
+			updates: []string{
+				`UPDATE refunds SET state = 'PROVIDER_REQUEST_SENT', updated_at = now() WHERE id = $1`,
+				`UPDATE refunds SET state = 'SUCCEEDED', provider_reference = 're_1', updated_at = now() WHERE id = $1`,
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			err := pgx.BeginFunc(ctx, pgtest.NewPool(t), func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, tc.setup, "x1"); err != nil {
+					return err
+				}
+				for _, u := range tc.updates {
+					if _, err := tx.Exec(ctx, u, "x1"); err != nil {
+						return err
+					}
+				}
+				var updated, hot int
+				err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated($1::regclass),
+				                                pg_stat_get_xact_tuples_hot_updated($1::regclass)`, tc.table).Scan(&updated, &hot)
+				if err != nil {
+					return err
+				}
+				if updated != len(tc.updates) || hot != updated {
+					t.Errorf("%s: %d updates, %d of them HOT; want %d and %d", tc.table, updated, hot, len(tc.updates), len(tc.updates))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// No BEFORE UPDATE row trigger on the tables the hot path updates most:
+// PostgreSQL locks each row before updating it when a table has one
+// (whatever its columns and WHEN condition), a WAL record per update
+// (issue 8, migration 00015). payments has one, its state machine's.
+func TestNoBeforeUpdateTriggerOnTheOutboxOrTheKeys(t *testing.T) {
+	t.Parallel()
+	rows, err := pgtest.NewPool(t).Query(context.Background(), `
+		SELECT tgrelid::regclass::text || '.' || tgname FROM pg_trigger
+		WHERE tgrelid IN ('outbox_events'::regclass, 'idempotency_keys'::regclass) AND NOT tgisinternal
+		  AND tgtype & (1 << 0) <> 0 -- ROW
+		  AND tgtype & (1 << 1) <> 0 -- BEFORE
+		  AND tgtype & (1 << 4) <> 0 -- UPDATE`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) > 0 {
+		t.Errorf("BEFORE UPDATE row triggers: %v", found)
+	}
+}
