@@ -29,6 +29,14 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
+	// Every transaction of the service runs under READ COMMITTED, whatever
+	// the server's or the role's default: the refund check relies on each
+	// statement of its batch taking a fresh snapshot, so that the sum of a
+	// payment's refunds sees the refund whose lock it waited for
+	// (internal/refunds, queueInsert). Under REPEATABLE READ a batch (one
+	// implicit transaction, no BEGIN to set the level on) would reuse its
+	// first snapshot and could refund more than the payment.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgxpool's default (the number of CPUs, at least 4) is too small for
 		// a service whose requests each run two or three short transactions.

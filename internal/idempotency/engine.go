@@ -168,6 +168,11 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 // round trip just before the claim (nil if it was claimed in between), so
 // that a retry, the common case of a taken key, costs one round trip.
 func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, seen *Record, err error) {
+	// The client going away must not cut the batch off halfway: once its
+	// Sync is sent, the claim may have committed, and a cut connection
+	// would leave it in doubt. It is bounded like any owner step instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
+	defer cancel()
 	now := e.clock.Now()
 	b := &pgx.Batch{}
 	queueLoad(b, &seen, req.Scope)
@@ -258,7 +263,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			leaseLeft.Stop()
 			e.metrics.IdempotencyWaits.WithLabelValues(woken).Inc()
 		case DecideTakeOver:
-			token, ok, err := TakeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
+			won, ok, err := takeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
 			if err != nil {
 				return Reply{}, err
 			}
@@ -272,9 +277,9 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 				continue
 			}
 			e.metrics.IdempotencyTakeovers.Inc()
-			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", token)
-			own := &Owner{e: e, KeyID: rec.ID, Token: token, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
-				FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
+			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", won.token)
+			own := &Owner{e: e, KeyID: rec.ID, Token: won.token, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
+				FirstSentAt: won.firstSentAt, AbandonAt: won.abandonAt}
 			return e.resume(ctx, op, own)
 		}
 	}

@@ -289,3 +289,64 @@ func TestOnlyAWatchedKeyNotifies(t *testing.T) {
 		t.Errorf("a finish with a waiter: first notification %q, want the key %d", got, watched)
 	}
 }
+
+// TestAClientGoneDuringTheClaimDoesNotCutItOff: the claim's batch may have
+// committed once it is sent, so the client going away must not cut it off
+// (a cut connection would leave the claim in doubt, and the key held until
+// its lease ran out). Here the claim waits for a lock when the client goes:
+// it still claims, creates and finishes once the lock is free.
+func TestAClientGoneDuringTheClaimDoesNotCutItOff(t *testing.T) {
+	t.Parallel()
+	e, pool, _ := testEngine(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE widgets (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	// Another transaction holds the lock the claim's Create will wait for.
+	blocker, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, `LOCK TABLE widgets IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	clientCtx, clientGone := context.WithCancel(ctx)
+	req := Request{
+		Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
+		Resource: Resource{Type: "widget", ID: "w_1"},
+		Create:   func(b *pgx.Batch) { b.Queue(`INSERT INTO widgets (id) VALUES ('w_1')`) },
+	}
+	result := make(chan error, 1)
+	go func() {
+		_, err := e.Do(clientCtx, &recordingOp{}, req) // finishes the key
+		result <- err
+	}()
+	// Wait until the claim waits for the lock, then the client goes.
+	for waiting := 0; waiting == 0; {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clientGone()
+	time.Sleep(50 * time.Millisecond) // a cancellation, were it sent, reaches the server
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-result; err != nil {
+		t.Fatalf("Do = %v, want the claim carried through", err)
+	}
+	rec, err := Load(ctx, pool, req.Scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var widgets int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM widgets`).Scan(&widgets); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Response == nil || widgets != 1 {
+		t.Fatalf("after the client went: answer %v, %d widgets; want the claim, its widget and the answer", rec.Response, widgets)
+	}
+}

@@ -207,7 +207,7 @@ func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, erro
 	if _, ok := r.ops[rec.Scope.Operation]; !ok {
 		return "", fmt.Errorf("resolve %s %s: operation %q is not the reconciler's", res.Type, res.ID, rec.Scope.Operation)
 	}
-	token, ok, err := TakeOver(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), r.e.cfg.Lease)
+	won, ok, err := takeOver(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), r.e.cfg.Lease)
 	if err != nil {
 		return "", err
 	}
@@ -215,7 +215,7 @@ func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, erro
 		return OutcomeInFlight, nil // a live owner holds it, or moved first
 	}
 	r.e.metrics.IdempotencyTakeovers.Inc()
-	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", token)
-	rec.FencingToken = token
+	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", won.token)
+	rec.FencingToken, rec.FirstSentAt, rec.AbandonAt = won.token, won.firstSentAt, won.abandonAt
 	return r.resolve(ctx, rec, true)
 }

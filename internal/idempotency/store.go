@@ -133,21 +133,35 @@ func scanRecord(row pgx.Row) (Record, error) {
 // first (or the original finished): exactly one of any number of concurrent
 // takers wins.
 func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lease time.Duration) (token int64, ok bool, err error) {
+	t, ok, err := takeOver(ctx, q, id, seen, now, lease)
+	return t.token, ok, err
+}
+
+// taken is what a takeover wins: the new fencing token, and the key's
+// times as the winning statement found them (the record the taker saw may
+// be older).
+type taken struct {
+	token                  int64
+	firstSentAt, abandonAt *time.Time
+}
+
+// takeOver is TakeOver, returning what the new owner starts from.
+func takeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lease time.Duration) (t taken, ok bool, err error) {
 	err = q.QueryRow(ctx, `
 		UPDATE idempotency_keys
 		SET fencing_token = fencing_token + 1, lease_expires_at = $3
 		WHERE id = $1 AND fencing_token = $2
 		  AND response_status IS NULL AND completed_at IS NULL
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= $4)
-		RETURNING fencing_token`,
-		id, seen, now.Add(lease), now).Scan(&token)
+		RETURNING fencing_token, first_sent_at, abandon_at`,
+		id, seen, now.Add(lease), now).Scan(&t.token, &t.firstSentAt, &t.abandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return taken{}, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("take over idempotency key: %w", err)
+		return taken{}, false, fmt.Errorf("take over idempotency key: %w", err)
 	}
-	return token, true, nil
+	return t, true, nil
 }
 
 // queueFinish adds to b the statement that stores resp as the key's final
