@@ -73,6 +73,9 @@ func TestRefundContract(t *testing.T) {
 	if len(provRefunds) != 1 || provRefunds[0].IdempotencyKey != refunds.ProviderKey(refundID) || provRefunds[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, keyed by the refund", provRefunds)
 	}
+	if n := e.metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "refund", "outcome": "succeeded"}); n != 1 {
+		t.Errorf("refund calls measured: %v, want 1", n)
+	}
 	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "3.00" {
 		t.Errorf("payment refundedAmount %v", g["refundedAmount"])
 	}

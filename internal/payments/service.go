@@ -92,6 +92,7 @@ func NewService(d Deps, cfg Config) *Service {
 			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
+		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
 	}
 	return s

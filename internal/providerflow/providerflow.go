@@ -29,6 +29,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
@@ -81,7 +82,13 @@ type Flow[S State] struct {
 	// only as far as the provider and the HTTP stack can be trusted, and a
 	// lookup is always safe. Default one minute.
 	RefusalGrace time.Duration
-	Hooks        Hooks
+	// Timeout bounds one provider call (PROVIDER_TIMEOUT).
+	Timeout time.Duration
+	// Metrics measures the calls (paymentsapi_provider_call_duration_seconds), labelled
+	// SendOp and LookupOp ("charge" and "lookup" for payments).
+	Metrics          *metrics.Metrics
+	SendOp, LookupOp string
+	Hooks            Hooks
 }
 
 // Subject is one resource in the flow, as its operation describes it.
@@ -89,6 +96,7 @@ type Subject[S State] struct {
 	ID    string
 	State S
 	// Send asks the provider to act, with the key derived from the resource.
+	// The flow bounds and measures each call (Flow.Timeout, Flow.Metrics).
 	Send func(ctx context.Context) (Answer, error)
 	// Lookup asks the provider what became of that key.
 	Lookup func(ctx context.Context) (Answer, error)
@@ -97,6 +105,16 @@ type Subject[S State] struct {
 	// when `to` is final. The move itself records the provider's reference
 	// and decline code (columns provider_reference, decline_code).
 	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, error)
+}
+
+// call makes one provider call, bounded by f.Timeout and measured as op.
+func (f *Flow[S]) call(ctx context.Context, op string, call func(context.Context) (Answer, error)) (Answer, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.Timeout)
+	defer cancel()
+	start := time.Now()
+	a, err := call(ctx)
+	f.Metrics.ProviderCalls.WithLabelValues(op, provider.Outcome(a.Status, err)).Observe(time.Since(start).Seconds())
+	return a, err
 }
 
 // Resume takes s from its recorded state to a result, as own.
@@ -134,7 +152,7 @@ func (f *Flow[S]) sendAndSettle(ctx context.Context, own *idempotency.Owner, s S
 	if err := hook(ctx, f.Hooks.AfterSent, s.ID); err != nil {
 		return nil, err
 	}
-	a, err := s.Send(ctx)
+	a, err := f.call(ctx, f.SendOp, s.Send)
 	if err := hook(ctx, f.Hooks.AfterAnswer, s.ID); err != nil {
 		return nil, err
 	}
@@ -147,7 +165,7 @@ func (f *Flow[S]) sendAndSettle(ctx context.Context, own *idempotency.Owner, s S
 }
 
 func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	a, err := s.Lookup(ctx)
+	a, err := f.call(ctx, f.LookupOp, s.Lookup)
 	switch {
 	case err == nil:
 		if err := hook(ctx, f.Hooks.AfterAnswer, s.ID); err != nil {
@@ -198,7 +216,7 @@ func (f *Flow[S]) insideKeyWindow(own *idempotency.Owner) bool {
 // retryable and the reconciler stops looking (or tries later, when the
 // provider could not say).
 func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	a, err := s.Lookup(ctx)
+	a, err := f.call(ctx, f.LookupOp, s.Lookup)
 	if err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined) {
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
 	}
@@ -220,7 +238,7 @@ func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Su
 // first: what it holds is settled; only what it never saw is canceled.
 func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	if own.FirstSentAt != nil || s.State == f.States.Retryable {
-		a, err := s.Lookup(ctx)
+		a, err := f.call(ctx, f.LookupOp, s.Lookup)
 		switch {
 		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 			return f.settleFrom(ctx, own, s, f.States.Sent, a)

@@ -52,6 +52,7 @@ func NewService(d Deps, cfg Config) *Service {
 			Retryable: StateFailedRetryable, Unknown: StateUnknown,
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
+		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "refund", LookupOp: "refund_lookup",
 	}}
 }
 
@@ -113,17 +114,13 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
 		ID: r.ID, State: r.State,
 		Send: func(ctx context.Context) (providerflow.Answer, error) {
-			return s.call(ctx, "refund", func(ctx context.Context) (provider.Refund, error) {
-				return s.d.Provider.Refund(ctx, provider.RefundRequest{
-					IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference, AmountMinor: r.AmountMinor,
-					Currency: r.Currency, Reason: r.Reason, RefundID: r.ID,
-				})
-			})
+			return answer(s.d.Provider.Refund(ctx, provider.RefundRequest{
+				IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference, AmountMinor: r.AmountMinor,
+				Currency: r.Currency, Reason: r.Reason, RefundID: r.ID,
+			}))
 		},
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) {
-			return s.call(ctx, "refund_lookup", func(ctx context.Context) (provider.Refund, error) {
-				return s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference})
-			})
+			return answer(s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference}))
 		},
 		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 			return s.settle(b, r, to, a, now)
@@ -131,13 +128,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	})
 }
 
-// call makes one provider call, bounded and measured.
-func (s *Service) call(ctx context.Context, op string, call func(context.Context) (provider.Refund, error)) (providerflow.Answer, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
-	defer cancel()
-	start := time.Now()
-	res, err := call(ctx)
-	s.d.Metrics.ProviderCalls.WithLabelValues(op, provider.Outcome(res.Status, err)).Observe(time.Since(start).Seconds())
+func answer(res provider.Refund, err error) (providerflow.Answer, error) {
 	return providerflow.Answer{ID: res.ID, Status: res.Status, DeclineCode: res.DeclineCode}, err
 }
 
