@@ -177,7 +177,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
-	if _, stale := refuse.Is(err, refuse.StaleState); stale {
+	if statemachine.IsStaleWrite(err) {
 		return fmt.Errorf("%w: %w: %w", ErrFenced, statemachine.ErrStaleWrite, err)
 	}
 	if err != nil {

@@ -195,10 +195,11 @@ func (m *Machine[S]) QueueCreated(b *pgx.Batch, id, reason string, at time.Time)
 }
 
 // IsStaleWrite reports whether err is a guarded move that found its row no
-// longer in the state its writer saw.
+// longer in the state its writer saw (the refusal QueueMove's statement
+// raises).
 func IsStaleWrite(err error) bool {
 	_, ok := refuse.Is(err, refuse.StaleState)
-	return ok || errors.Is(err, ErrStaleWrite)
+	return ok
 }
 
 // IsIllegalMove reports whether err is the database refusing a move
