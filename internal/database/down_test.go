@@ -73,6 +73,8 @@ func schema(t *testing.T, pool *pgxpool.Pool) []string {
 		SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal
 		UNION ALL
 		SELECT 'function ' || oid::regprocedure::text || ' ' || md5(prosrc)
+		       || CASE WHEN prosecdef THEN ' security definer' ELSE '' END
+		       || coalesce(' ' || array_to_string(proconfig, ' '), '')
 		FROM pg_proc WHERE pronamespace = 'public'::regnamespace
 		UNION ALL
 		SELECT 'options ' || relname || ' ' || array_to_string(reloptions, ',')

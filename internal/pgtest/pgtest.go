@@ -15,7 +15,8 @@
 // and the clone is dropped when the test passes (kept for inspection when
 // it fails). The server's user must be allowed to create roles and
 // databases; tests connect as pgtestdb's own role, which is neither a
-// superuser nor allowed to create databases or roles, like the application.
+// superuser nor allowed to create databases or roles, like the application
+// (on a throwaway cluster it may set log_min_messages: createTestRole).
 package pgtest
 
 import (
@@ -30,6 +31,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver for pgtestdb
@@ -99,7 +101,38 @@ func Main(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		return 1
 	}
+	if err := createTestRole(cluster.URL("postgres")); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
 	return m.Run()
+}
+
+// createTestRole creates pgtestdb's role on a throwaway cluster before
+// pgtestdb would, as pgtestdb would, plus the one privilege the service's
+// role has in a deployment that does not run it as a superuser: it may set
+// log_min_messages, so that migration 00016 makes refusals quiet. Tests
+// then run the refusals of make run and make bench, not the fallback.
+// (Servers named by TEST_DATABASE_URL or DATABASE_URL are left as they are.)
+func createTestRole(adminURL string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("create the test role: %w", err)
+	}
+	defer conn.Close(ctx)
+	role := pgx.Identifier{pgtestdb.DefaultRoleUsername}.Sanitize()
+	for _, q := range []string{
+		`CREATE ROLE ` + role,
+		`ALTER ROLE ` + role + ` WITH LOGIN PASSWORD '` + pgtestdb.DefaultRolePassword + `' ` + pgtestdb.DefaultRoleCapabilities,
+		`GRANT SET ON PARAMETER log_min_messages TO ` + role,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("create the test role: %s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 // NewURL creates a database with every migration applied, for this test

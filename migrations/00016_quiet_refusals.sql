@@ -1,0 +1,51 @@
+-- +goose Up
+
+-- A refusal is an answer, not a fault: keep it out of the server's log.
+--
+-- refuse (00014) raises an error so that a statement can undo its batch.
+-- PostgreSQL writes every error to its log (log_min_messages = warning),
+-- with its DETAIL, CONTEXT and STATEMENT: four lines. Most refusals are the
+-- protocol working as meant: every retry of a taken idempotency key is one
+-- (PA002), and so are a held merchant reference and a refund above what is
+-- left. At a few thousand retries a second the log writer became the
+-- replay path's bottleneck (issue 8: 2.9 replays per new payment with the
+-- lines, 3.3 without), and an operator watching the log's ERROR lines saw
+-- clients retrying, not faults. The service logs the refusals it answers
+-- itself, at the level each deserves.
+--
+-- A function may set a parameter for its own duration; the error is raised
+-- inside, where log_min_messages = fatal says not to log it. The client
+-- still gets the error, the transaction still aborts; an error raised
+-- anywhere else is logged as before.
+--
+-- log_min_messages is a superuser parameter: a function that sets it runs
+-- only for a caller allowed to, unless it runs with its owner's rights
+-- (SECURITY DEFINER, with a fixed search_path as such a function must). So
+-- refuse is made quiet only when the role that migrates may set the
+-- parameter (a superuser, or since PostgreSQL 15 GRANT SET ON PARAMETER
+-- log_min_messages). Otherwise it is left as it was, and refusals are
+-- logged: slower retries, never a refusal that fails to refuse.
+-- +goose StatementBegin
+DO $$
+DECLARE
+    allowed boolean;
+BEGIN
+    SELECT rolsuper INTO allowed FROM pg_roles WHERE rolname = current_user;
+    IF NOT allowed AND current_setting('server_version_num')::int >= 150000 THEN
+        -- Dynamic, so that PostgreSQL 14 never parses a function it lacks.
+        EXECUTE $q$SELECT has_parameter_privilege('log_min_messages', 'SET')$q$ INTO allowed;
+    END IF;
+    IF allowed THEN
+        ALTER FUNCTION refuse(text, text, text)
+            SECURITY DEFINER
+            SET search_path = pg_catalog, pg_temp
+            SET log_min_messages = fatal;
+    ELSE
+        RAISE NOTICE 'refuse stays logged: % may not set log_min_messages', current_user;
+    END IF;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+ALTER FUNCTION refuse(text, text, text) SECURITY INVOKER RESET ALL;
