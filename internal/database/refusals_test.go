@@ -161,11 +161,11 @@ func connectAs(t *testing.T, admin *pgx.Conn, dbURL *url.URL, name string) *pgx.
 // the refusal, not some other error.
 func assertRefuses(t *testing.T, conn *pgx.Conn, message string) {
 	t.Helper()
-	_, err := conn.Exec(context.Background(), `SELECT refuse($1, $2)`, string(refuse.KeyTaken), message)
-	if _, ok := refuse.Is(err, refuse.KeyTaken); !ok {
+	_, err := conn.Exec(context.Background(), `SELECT refuse($1, $2)`, string(refuse.Fenced), message)
+	if _, ok := refuse.Is(err, refuse.Fenced); !ok {
 		var pgErr *pgconn.PgError
 		errors.As(err, &pgErr)
-		t.Fatalf("refuse = %v (%+v), want the refusal %s", err, pgErr, refuse.KeyTaken)
+		t.Fatalf("refuse = %v (%+v), want the refusal %s", err, pgErr, refuse.Fenced)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 // Result is what one run of an operation came to: a domain value (a
@@ -114,6 +114,12 @@ type Request struct {
 	// must refuse (a rule of the operation broken) does it in the database,
 	// with package refuse: its error undoes the claim and is returned by Do
 	// for the operation to translate.
+	//
+	// When the key is already taken (a retry: the common case) the claim
+	// writes nothing and raises nothing, and so must every statement queued
+	// here: each tests the condition Claimed, writes only if it holds and
+	// refuses only if it holds. Do checks that each names it, and sends
+	// nothing otherwise.
 	Create func(b *pgx.Batch)
 	// Created is the resource as Create writes it, handed to the first
 	// owner (Owner.Created) so that Resume need not read it back.
@@ -178,17 +184,27 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 	queueLoad(b, &seen, req.Scope)
 	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, abandonAt(now, req.AbandonAfter))
 	if req.Create != nil {
+		claim := len(b.QueuedQueries)
 		req.Create(b)
+		for _, q := range b.QueuedQueries[claim:] {
+			if !strings.Contains(q.SQL, Claimed) {
+				return 0, false, nil, fmt.Errorf("%w: %s", errUngated, strings.Join(strings.Fields(q.SQL), " "))
+			}
+		}
 	}
-	err = e.db.SendBatch(ctx, b).Close()
-	if _, taken := refuse.Is(err, refuse.KeyTaken); taken {
-		return 0, false, seen, nil
-	}
-	if err != nil {
+	if err = e.db.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, nil, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	if id == 0 {
+		return 0, false, seen, nil
 	}
 	return id, true, nil, nil
 }
+
+// errUngated: a statement of Request.Create does not test Claimed, so a
+// retry of a taken key would run it. A defect of the operation, refused
+// before anything is sent.
+var errUngated = errors.New("idempotency: a statement queued by Request.Create does not test idempotency.Claimed")
 
 // answerRetry answers a request whose key was already claimed, from seen
 // (the key's record as the claim found it) if it has it. While the original

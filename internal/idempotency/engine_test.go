@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +19,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
-	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -48,11 +49,10 @@ func claimKey(ctx context.Context, q interface {
 }, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) (id int64, ok bool, err error) {
 	b := &pgx.Batch{}
 	queueClaim(b, &id, scope, fingerprint, res, now, lease, abandonAt)
-	err = q.SendBatch(ctx, b).Close()
-	if _, taken := refuse.Is(err, refuse.KeyTaken); taken {
-		return 0, false, nil
+	if err = q.SendBatch(ctx, b).Close(); err != nil {
+		return 0, false, err
 	}
-	return id, err == nil, err
+	return id, id != 0, nil
 }
 
 // An owner whose key was taken over (its token is no longer current) can
@@ -315,7 +315,7 @@ func TestAClientGoneDuringTheClaimDoesNotCutItOff(t *testing.T) {
 	req := Request{
 		Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
 		Resource: Resource{Type: "widget", ID: "w_1"},
-		Create:   func(b *pgx.Batch) { b.Queue(`INSERT INTO widgets (id) VALUES ('w_1')`) },
+		Create:   func(b *pgx.Batch) { b.Queue(`INSERT INTO widgets (id) SELECT 'w_1' WHERE ` + Claimed) },
 	}
 	result := make(chan error, 1)
 	go func() {
@@ -348,5 +348,92 @@ func TestAClientGoneDuringTheClaimDoesNotCutItOff(t *testing.T) {
 	}
 	if rec.Response == nil || widgets != 1 {
 		t.Fatalf("after the client went: answer %v, %d widgets; want the claim, its widget and the answer", rec.Response, widgets)
+	}
+}
+
+// A retry of a taken key runs none of its Create: the claim writes nothing
+// and raises nothing, and Claimed holds only in the transaction of a claim
+// that took its key, so the retry's statements write nothing (no widget
+// w_2) and refuse nothing (no error), and a statement after the claim's
+// transaction on the same connection does not see Claimed hold.
+func TestARetryRunsNoneOfCreate(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE widgets (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	request := func(widget string) Request {
+		return Request{
+			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
+			Resource: Resource{Type: "widget", ID: "w_1"},
+			Create: func(b *pgx.Batch) {
+				b.Queue(`INSERT INTO widgets (id) SELECT $1 WHERE `+Claimed, widget)
+				b.Queue(`SELECT CASE WHEN NOT (` + Claimed + `) THEN 0 ELSE refuse('PA199', 'refused') END`)
+			},
+		}
+	}
+	if _, err := e.Do(ctx, &recordingOp{}, request("w_1")); err == nil || !strings.Contains(err.Error(), "PA199") {
+		t.Fatalf("first Do = %v, want the refusal of its Create (Claimed holds after a claim)", err)
+	}
+	first := request("w_1")
+	first.Create = func(b *pgx.Batch) { b.Queue(`INSERT INTO widgets (id) SELECT 'w_1' WHERE ` + Claimed) }
+	if _, err := e.Do(ctx, &recordingOp{}, first); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		reply, err := e.Do(ctx, &recordingOp{}, request("w_2"))
+		if err != nil || !reply.Replayed {
+			t.Fatalf("retry: %+v, %v; want a replay without error", reply, err)
+		}
+	}
+	var widgets []string
+	rows, err := pool.Query(ctx, `SELECT id FROM widgets ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if widgets, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(widgets, []string{"w_1"}) {
+		t.Fatalf("widgets = %v, want the first request's only", widgets)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	var id int64
+	queueClaim(b, &id, Scope{Tenant: "t", Operation: "widgets.create", Key: "k2"}, []byte{1}, Resource{Type: "widget", ID: "w_3"}, clk.Now(), time.Minute, nil)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil || id == 0 {
+		t.Fatalf("claim k2: %d, %v", id, err)
+	}
+	var claimed bool
+	if err := conn.QueryRow(ctx, `SELECT `+Claimed).Scan(&claimed); err != nil || claimed {
+		t.Fatalf("after the claim's transaction, Claimed = %v (%v), want false", claimed, err)
+	}
+}
+
+// A Create whose statement does not test Claimed would run on every retry:
+// Do sends nothing and says so.
+func TestCreateMustTestClaimed(t *testing.T) {
+	t.Parallel()
+	e, pool, _ := testEngine(t)
+	ctx := context.Background()
+	req := Request{
+		Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
+		Resource: Resource{Type: "widget", ID: "w_1"},
+		Create:   func(b *pgx.Batch) { b.Queue(`CREATE TABLE widgets (id text PRIMARY KEY)`) },
+	}
+	if _, err := e.Do(ctx, &recordingOp{}, req); !errors.Is(err, errUngated) {
+		t.Fatalf("Do = %v, want errUngated", err)
+	}
+	if _, err := Load(ctx, pool, req.Scope); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Load = %v, want no key claimed", err)
+	}
+	var table *string
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('widgets')::text`).Scan(&table); err != nil || table != nil {
+		t.Fatalf("widgets = %v (%v), want nothing sent", table, err)
 	}
 }

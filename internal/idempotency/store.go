@@ -33,12 +33,25 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// Claimed is the SQL condition that holds, in the transaction of a claim's
+// batch, once the claim took its key: the statements that Request.Create
+// queues after the claim test it, and write nothing and refuse nothing
+// unless it holds. A retry of a taken key then writes nothing without an
+// error, and an error is what it must avoid: PostgreSQL would log it, and
+// pgx drops every statement of a failed batch from the connection's
+// statement cache, so that the next requests on the connection would pay a
+// round trip to deallocate them and another to prepare them again.
+//
+// The claim sets a setting of its own for the rest of its transaction only
+// (set_config's is_local); outside a claim that took its key it is empty.
+const Claimed = "coalesce(current_setting('paymentsapi.claimed', true), '') = 'on'"
+
 // queueClaim adds to b the insert of a new record owned by the caller with
 // fencing token 1 and a lease until now+lease, and sets *id to its row id
-// once b runs. If the scope is already taken (the row inserted first is the
-// lock), the statement refuses with refuse.KeyTaken, so that nothing the
-// batch would have written with the claim is kept. A concurrent claim of the
-// same scope waits for the first transaction to end.
+// once b runs, or to 0 if the scope is already taken (the row inserted
+// first is the lock). Only a claim that took its key makes Claimed hold for
+// the statements after it in the batch. A concurrent claim of the same
+// scope waits for the first transaction to end.
 //
 // abandonAt (nil: never) is when the reconciler takes the key over if
 // nobody finished it and its resource moved no money, to end it.
@@ -52,11 +65,12 @@ func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Re
 		    ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 		    RETURNING id
 		)
-		SELECT (SELECT id FROM claimed), `+refuse.Unless("EXISTS (SELECT FROM claimed)", refuse.KeyTaken, "'idempotency key taken'", "")+``,
+		SELECT COALESCE((SELECT id FROM claimed), 0),
+		       CASE WHEN EXISTS (SELECT FROM claimed) THEN set_config('paymentsapi.claimed', 'on', true) END`,
 		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt,
 	).QueryRow(func(row pgx.Row) error {
-		var ok int
-		return row.Scan(id, &ok)
+		var set *string
+		return row.Scan(id, &set)
 	})
 }
 

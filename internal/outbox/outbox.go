@@ -52,10 +52,15 @@ func NewEvent(eventType, aggregateType, aggregateID string, payload any, now tim
 
 // Queue adds the insert of e to b, so that it commits or rolls back with the
 // state change queued beside it.
-func Queue(b *pgx.Batch, e Event) {
+func Queue(b *pgx.Batch, e Event) { QueueIf(b, e, "true") }
+
+// QueueIf is Queue for a statement that writes e only if cond, an SQL
+// condition, holds when it runs (idempotency.Claimed, after a claim).
+func QueueIf(b *pgx.Batch, e Event, cond string) {
 	b.Queue(`
 		INSERT INTO outbox_events
 		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $6)`,
+		SELECT $1, $2, $3, $4, $5, $6, $6
+		WHERE `+cond,
 		e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt)
 }

@@ -126,8 +126,8 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Resource:    p.Resource(),
 			Create: func(b *pgx.Batch) {
 				queueInsertPayment(b, p)
-				machine.QueueCreated(b, p.ID, "request accepted", p.CreatedAt)
-				outbox.Queue(b, event)
+				machine.QueueCreated(b, p.ID, "request accepted", p.CreatedAt, idempotency.Claimed)
+				outbox.QueueIf(b, event, idempotency.Claimed)
 			},
 			Created:      p,
 			Wait:         wait,

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
@@ -34,7 +35,8 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // queueInsertPayment adds to b the insert of p, in the initial state, unless
 // a payment of the tenant that holds its (account, merchant reference)
 // exists: then the statement refuses with refuseReferenceHeld, undoing the
-// batch (the claim of the key with it). Insert and look are one statement,
+// batch (the claim of the key with it). Queued after a claim, it does
+// neither unless the claim took its key (idempotency.Claimed). Insert and look are one statement,
 // so a concurrent claim of the same reference waits for the first and then
 // sees it.
 func queueInsertPayment(b *pgx.Batch, p Payment) {
@@ -44,11 +46,12 @@ func queueInsertPayment(b *pgx.Batch, p Payment) {
 		    INSERT INTO payments
 		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 		         payment_method, channel, description, state, created_at, updated_at)
-		    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+		    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11
+		    WHERE `+idempotency.Claimed+`
 		    ON CONFLICT (tenant_id, account_id, merchant_reference) WHERE `+holdsReference+` DO NOTHING
 		    RETURNING id
 		)
-		SELECT `+refuse.Unless("EXISTS (SELECT FROM ins)", refuseReferenceHeld,
+		SELECT `+refuse.Unless("NOT ("+idempotency.Claimed+") OR EXISTS (SELECT FROM ins)", refuseReferenceHeld,
 		"'merchant reference held by another payment'",
 		`COALESCE((SELECT id FROM payments
 		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`),

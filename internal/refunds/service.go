@@ -92,8 +92,8 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *pgx.Batch) {
 			queueInsert(b, r)
-			machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt)
-			outbox.Queue(b, event)
+			machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt, idempotency.Claimed)
+			outbox.QueueIf(b, event, idempotency.Claimed)
 		},
 		Wait: wait,
 	})

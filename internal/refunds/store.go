@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
@@ -67,10 +68,13 @@ const (
 //     statement sees what was committed when it started, so this one,
 //     started after the lock was granted, sees the refund that held it.
 //     (One statement could not: its snapshot would predate the wait.)
+//
+// Queued after a claim, neither statement locks, writes or refuses unless
+// the claim took its key (idempotency.Claimed).
 func queueInsert(b *pgx.Batch, r Refund) {
 	b.Queue(`
-		WITH p AS (SELECT state FROM payments WHERE id = $1 AND tenant_id = $2 FOR UPDATE)
-		SELECT `+refuse.Unless("EXISTS (SELECT FROM p)", refusePaymentNotFound, "'payment not found'", "")+`,
+		WITH p AS (SELECT state FROM payments WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
+		SELECT `+refuse.Unless("NOT ("+idempotency.Claimed+") OR EXISTS (SELECT FROM p)", refusePaymentNotFound, "'payment not found'", "")+`,
 		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseNotRefundable,
 		"'payment not refundable'", ""),
 		r.PaymentID, r.TenantID, payments.StateCompleted)
@@ -78,13 +82,13 @@ func queueInsert(b *pgx.Batch, r Refund) {
 		WITH left_minor AS (
 		    SELECT p.amount_minor - COALESCE((SELECT sum(amount_minor) FROM refunds
 		                                      WHERE payment_id = $3 AND state <> $9), 0)::bigint AS minor
-		    FROM payments p WHERE p.id = $3
+		    FROM payments p WHERE `+idempotency.Claimed+` AND p.id = $3
 		), ins AS (
 		    INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, reason, state, created_at, updated_at)
 		    SELECT $1, $2, $3, $4::bigint, $5, $6, $7, $8, $8 FROM left_minor WHERE minor >= $4::bigint
 		    RETURNING id
 		)
-		SELECT `+refuse.Unless("EXISTS (SELECT FROM ins)", refuseExceeds, "'refund exceeds what is left'",
+		SELECT `+refuse.Unless("NOT ("+idempotency.Claimed+") OR EXISTS (SELECT FROM ins)", refuseExceeds, "'refund exceeds what is left'",
 		"(SELECT minor FROM left_minor)::text"),
 		r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined)
 }

@@ -24,8 +24,9 @@ type Code string
 const (
 	// Fenced: the idempotency key is no longer the writer's.
 	Fenced Code = "PA001"
-	// KeyTaken: a claim found its idempotency key already claimed.
-	KeyTaken Code = "PA002"
+	// PA002 was KeyTaken, a claim that found its key taken. A claim no
+	// longer refuses: it writes nothing, and the statements after it test
+	// idempotency.Claimed (a refusal spoils pgx's statement cache).
 	// StaleState: a guarded move found its row no longer in the state its
 	// writer saw.
 	StaleState Code = "PA003"

@@ -187,11 +187,12 @@ func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
 }
 
 // QueueCreated adds to b the audit record of a row created (by the caller's
-// INSERT, queued before) in the initial state.
-func (m *Machine[S]) QueueCreated(b *pgx.Batch, id, reason string, at time.Time) {
+// INSERT, queued before) in the initial state, written only if cond (an SQL
+// condition: idempotency.Claimed, after a claim) holds when it runs.
+func (m *Machine[S]) QueueCreated(b *pgx.Batch, id, reason string, at time.Time, cond string) {
 	t := m.table
 	b.Queue(`INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
-		VALUES ($1, NULL, $2, $3, $4)`, id, string(m.initial), reason, at)
+		SELECT $1, NULL, $2, $3, $4 WHERE `+cond, id, string(m.initial), reason, at)
 }
 
 // IsStaleWrite reports whether err is a guarded move that found its row no
