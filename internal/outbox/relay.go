@@ -666,7 +666,12 @@ func (r *Relay) brokerUp(ctx context.Context) {
 	r.metrics.setBrokerUnavailable(false)
 }
 
-// Run runs passes until ctx ends: again at once while passes find work,
+// catchUpPause is how long Run waits after a pass that caught up (it
+// found work, but less than a full batch) before the next one.
+const catchUpPause = 50 * time.Millisecond
+
+// Run runs passes until ctx ends: again at once while passes claim full
+// batches, after catchUpPause (at most interval) when a pass caught up,
 // else after interval.
 func (r *Relay) Run(ctx context.Context, interval time.Duration) {
 	for {
@@ -681,13 +686,17 @@ func (r *Relay) Run(ctx context.Context, interval time.Duration) {
 		case published > 0:
 			r.log.DebugContext(ctx, "outbox relay pass", "published", published, "claimed", claimed)
 		}
+		wait := interval
+		if err == nil && claimed >= r.cfg.BatchSize {
+			continue // a full batch: more may be waiting
+		}
 		if err == nil && claimed > 0 {
-			continue
+			wait = min(interval, catchUpPause)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-time.After(wait):
 		}
 	}
 }
