@@ -212,9 +212,10 @@ var errUngated = errors.New("idempotency: a statement queued by Request.Create d
 // changed, then answers as a retry would.
 func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, seen *Record) (Reply, error) {
 	var (
-		waitCtx context.Context // nil: do not wait
-		changed <-chan struct{}
-		lost    int // takeover races lost
+		waitCtx  context.Context // nil: do not wait
+		changed  <-chan struct{}
+		lost     int  // takeover races lost
+		finished bool // the key holds its final answer
 	)
 	if wait := min(req.Wait, MaxWait); wait > 0 && e.waiter != nil {
 		var cancel context.CancelFunc
@@ -240,6 +241,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
+			finished = true
 			e.metrics.IdempotencyReplays.Inc()
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
@@ -259,6 +261,12 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 					return Reply{}, err
 				}
 				defer func() {
+					if finished {
+						// A finished key never notifies again: uncounting
+						// would only be one more commit on a row that a
+						// storm of retries is queueing for.
+						return
+					}
 					if err := addWaiter(context.WithoutCancel(ctx), e.db, rec.ID, -1); err != nil {
 						e.log.WarnContext(ctx, "could not uncount a waiter; its key may notify once too often", "error", err)
 					}
