@@ -119,7 +119,9 @@ type Request struct {
 	// writes nothing and raises nothing, and so must every statement queued
 	// here: each tests the condition Claimed, writes only if it holds and
 	// refuses only if it holds. Do checks that each names it, and sends
-	// nothing otherwise.
+	// nothing otherwise; that proves the name is there, not that it guards
+	// every write of the statement, which a test of the operation must
+	// (httpapi's TestRetriesWriteNothing counts every table's rows).
 	Create func(b *pgx.Batch)
 	// Created is the resource as Create writes it, handed to the first
 	// owner (Owner.Created) so that Resume need not read it back.
