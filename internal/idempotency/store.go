@@ -46,6 +46,12 @@ type Querier interface {
 // (set_config's is_local); outside a claim that took its key it is empty.
 const Claimed = "coalesce(current_setting('paymentsapi.claimed', true), '') = 'on'"
 
+// ClaimedImplies is the guard of a Create statement's refusal: the SQL
+// condition that holds when cond does or the claim did not take its key, so
+// that a retry's statement never refuses (refuse.Unless(ClaimedImplies(cond),
+// ...)).
+func ClaimedImplies(cond string) string { return "NOT (" + Claimed + ") OR (" + cond + ")" }
+
 // queueClaim adds to b the insert of a new record owned by the caller with
 // fencing token 1 and a lease until now+lease, and sets *id to its row id
 // once b runs, or to 0 if the scope is already taken (the row inserted
@@ -68,10 +74,7 @@ func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Re
 		SELECT COALESCE((SELECT id FROM claimed), 0),
 		       CASE WHEN EXISTS (SELECT FROM claimed) THEN set_config('paymentsapi.claimed', 'on', true) END`,
 		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt,
-	).QueryRow(func(row pgx.Row) error {
-		var set *string
-		return row.Scan(id, &set)
-	})
+	).QueryRow(func(row pgx.Row) error { return row.Scan(id, nil) }) // nil: set_config's echo
 }
 
 const selectRecord = `

@@ -35,10 +35,10 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // queueInsertPayment adds to b the insert of p, in the initial state, unless
 // a payment of the tenant that holds its (account, merchant reference)
 // exists: then the statement refuses with refuseReferenceHeld, undoing the
-// batch (the claim of the key with it). Queued after a claim, it does
-// neither unless the claim took its key (idempotency.Claimed). Insert and look are one statement,
+// batch (the claim of the key with it). Insert and look are one statement,
 // so a concurrent claim of the same reference waits for the first and then
-// sees it.
+// sees it. Queued after a claim, it neither inserts nor refuses unless the
+// claim took its key (idempotency.Claimed).
 func queueInsertPayment(b *pgx.Batch, p Payment) {
 	c := p.Command
 	b.Queue(`
@@ -51,7 +51,7 @@ func queueInsertPayment(b *pgx.Batch, p Payment) {
 		    ON CONFLICT (tenant_id, account_id, merchant_reference) WHERE `+holdsReference+` DO NOTHING
 		    RETURNING id
 		)
-		SELECT `+refuse.Unless("NOT ("+idempotency.Claimed+") OR EXISTS (SELECT FROM ins)", refuseReferenceHeld,
+		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM ins)"), refuseReferenceHeld,
 		"'merchant reference held by another payment'",
 		`COALESCE((SELECT id FROM payments
 		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`),

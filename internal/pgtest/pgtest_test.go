@@ -1,8 +1,10 @@
 package pgtest
 
 import (
+	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -145,4 +147,32 @@ type fatalRecorder struct {
 func (f *fatalRecorder) Fatalf(string, ...any) {
 	f.failed = true
 	panic("fatal")
+}
+
+// TestTheSuiteRunsQuietRefusals: on the throwaway cluster, the test role may
+// set log_min_messages (createTestRole), so the migrations make refuse quiet
+// (migration 00016) as they do for make run's superuser, and every test runs
+// that refuse rather than the fallback.
+func TestTheSuiteRunsQuietRefusals(t *testing.T) {
+	t.Parallel()
+	admin, err := pgx.Connect(t.Context(), os.Getenv(EnvURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	var dir string
+	if err := admin.QueryRow(t.Context(), "SHOW data_directory").Scan(&dir); err != nil {
+		t.Skipf("not the throwaway cluster's administrator: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pgembed.log")); err != nil {
+		t.Skipf("not a throwaway cluster (%v)", err)
+	}
+	var quiet bool
+	if err := NewPool(t).QueryRow(t.Context(),
+		`SELECT prosecdef AND 'log_min_messages=fatal' = ANY(proconfig) FROM pg_proc WHERE proname = 'refuse'`).Scan(&quiet); err != nil {
+		t.Fatal(err)
+	}
+	if !quiet {
+		t.Error("refuse is not quiet in the tests' databases: the test role may not set log_min_messages")
+	}
 }

@@ -74,7 +74,7 @@ const (
 func queueInsert(b *pgx.Batch, r Refund) {
 	b.Queue(`
 		WITH p AS (SELECT state FROM payments WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
-		SELECT `+refuse.Unless("NOT ("+idempotency.Claimed+") OR EXISTS (SELECT FROM p)", refusePaymentNotFound, "'payment not found'", "")+`,
+		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM p)"), refusePaymentNotFound, "'payment not found'", "")+`,
 		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseNotRefundable,
 		"'payment not refundable'", ""),
 		r.PaymentID, r.TenantID, payments.StateCompleted)
@@ -88,7 +88,7 @@ func queueInsert(b *pgx.Batch, r Refund) {
 		    SELECT $1, $2, $3, $4::bigint, $5, $6, $7, $8, $8 FROM left_minor WHERE minor >= $4::bigint
 		    RETURNING id
 		)
-		SELECT `+refuse.Unless("NOT ("+idempotency.Claimed+") OR EXISTS (SELECT FROM ins)", refuseExceeds, "'refund exceeds what is left'",
+		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM ins)"), refuseExceeds, "'refund exceeds what is left'",
 		"(SELECT minor FROM left_minor)::text"),
 		r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined)
 }
