@@ -162,11 +162,11 @@ func TestBadInputCorpus(t *testing.T) {
 	cursor := func(raw string) string { return url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(raw))) }
 	for _, id := range []string{"%00", "%FF", "%C0%AF", "pay_%00", "pay_%ED%A0%80", strings.Repeat("x", 4096), "..%2F..%2Fhealthz", "%20", "pay_'%3B--"} {
 		add(
-			badInput{name: "get payment " + id, method: "GET", path: "/payments/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-			badInput{name: "list refunds of " + id, method: "GET", path: "/payments/" + id + "/refunds", header: bearer(secretA), status: 404, code: "NOT_FOUND"},
+			badInput{name: "get payment " + id, method: "GET", path: "/payments/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "list refunds of " + id, method: "GET", path: "/payments/" + id + "/refunds", header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
 			badInput{name: "get refund of " + id, method: "GET", path: "/payments/" + id + "/refunds/re_x", header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-			badInput{name: "get refund " + id, method: "GET", path: refunds + "/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-			badInput{name: "refund " + id, method: "POST", path: "/payments/" + id + "/refunds", header: createHeaders(secretA, "k-bad"), body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND"},
+			badInput{name: "get refund " + id, method: "GET", path: refunds + "/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such refund."},
+			badInput{name: "refund " + id, method: "POST", path: "/payments/" + id + "/refunds", header: createHeaders(secretA, "k-bad"), body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND", detail: "No such payment."},
 		)
 	}
 	for _, q := range []string{

@@ -11,6 +11,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // FuzzDecodeCreatePayment sends any body through what POST /payments does
@@ -30,7 +31,7 @@ func FuzzDecodeCreatePayment(f *testing.F) {
 			t.Fatalf("%q: accepted %+v (currency exponent %d, known %v)", body, cmd, exp, known)
 		}
 		for _, s := range []string{cmd.AccountID, cmd.MerchantReference, cmd.PaymentMethod, cmd.Channel, cmd.Description} {
-			if !storableText(s) {
+			if !validate.StorableText(s) {
 				t.Fatalf("%q: accepted %q, which PostgreSQL text cannot hold", body, s)
 			}
 		}
@@ -58,12 +59,12 @@ var fuzzCurrencies = []string{"EUR", "JPY", "KWD"}
 func FuzzDecodeCreateRefund(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, currency uint8) {
 		cur := fuzzCurrencies[int(currency)%len(fuzzCurrencies)]
-		validate := func(r refunds.CreateRequest) (refunds.Command, error) { return r.Validate("pay_fuzz", cur) }
-		cmd, ok := decodeCommand(t, body, validate)
+		check := func(r refunds.CreateRequest) (refunds.Command, error) { return r.Validate("pay_fuzz", cur) }
+		cmd, ok := decodeCommand(t, body, check)
 		if !ok {
 			return
 		}
-		if cmd.AmountMinor <= 0 || cmd.Currency != cur || cmd.PaymentID != "pay_fuzz" || !storableText(cmd.Reason) {
+		if cmd.AmountMinor <= 0 || cmd.Currency != cur || cmd.PaymentID != "pay_fuzz" || !validate.StorableText(cmd.Reason) {
 			t.Fatalf("%q: accepted %+v", body, cmd)
 		}
 		fields := map[string]string{"amount": money.Format(cmd.AmountMinor, cur)}
@@ -74,7 +75,7 @@ func FuzzDecodeCreateRefund(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if back, ok := decodeCommand(t, again, validate); !ok || back != cmd {
+		if back, ok := decodeCommand(t, again, check); !ok || back != cmd {
 			t.Fatalf("%q: the normalised command %+v, written back as %s, validates to %+v (accepted %v)", body, cmd, again, back, ok)
 		}
 	})

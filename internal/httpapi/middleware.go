@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -20,6 +19,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // RequestIDHeader carries the request id, in and out.
@@ -145,7 +145,7 @@ func rejectUnstorableIDs(errs errorWriter) func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if rc := chi.RouteContext(r.Context()); rc != nil {
 				for i, name := range rc.URLParams.Keys {
-					if storableText(rc.URLParams.Values[i]) {
+					if validate.StorableText(rc.URLParams.Values[i]) {
 						continue
 					}
 					err := payments.ErrNotFound
@@ -159,10 +159,4 @@ func rejectUnstorableIDs(errs errorWriter) func(http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		})
 	}
-}
-
-// storableText reports whether s can be stored in, or compared with, a
-// PostgreSQL text column: valid UTF-8 without NUL.
-func storableText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }

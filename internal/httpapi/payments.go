@@ -21,6 +21,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // ReplayedHeader marks an answer replayed from the idempotency store.
@@ -250,7 +251,7 @@ func handleListPayments(svc *payments.Service, errs errorWriter) http.HandlerFun
 	return func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		lq := payments.ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
-		if !storableText(lq.AccountID) {
+		if !validate.StorableText(lq.AccountID) {
 			invalidParameter(w, "accountId", "must be valid UTF-8 text without NUL")
 			return
 		}

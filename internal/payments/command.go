@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/paymentsapi/paymentsapi/internal/money"
@@ -113,8 +112,7 @@ func (r CreateRequest) Validate() (Command, error) {
 	}
 	if r.Description != nil {
 		d := *r.Description
-		// PostgreSQL text cannot hold a NUL.
-		if utf8.RuneCountInString(d) > maxDescriptionLength || !utf8.ValidString(d) || strings.ContainsRune(d, 0) {
+		if utf8.RuneCountInString(d) > maxDescriptionLength || !validate.StorableText(d) {
 			add("description", "must be valid text of at most 1024 characters, without NUL")
 		}
 		cmd.Description = d

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // This file holds every statement on the payments table (the state machine's
@@ -174,8 +174,8 @@ func decodeCursor(s string) (time.Time, string, error) {
 		return time.Time{}, "", ErrInvalidCursor
 	}
 	ts, id, ok := strings.Cut(string(raw), "|")
-	// The id goes to PostgreSQL as text, which holds neither invalid UTF-8 nor NUL.
-	if !ok || !strings.HasPrefix(id, "pay_") || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
+	// The id goes to PostgreSQL as text.
+	if !ok || !strings.HasPrefix(id, "pay_") || !validate.StorableText(id) {
 		return time.Time{}, "", ErrInvalidCursor
 	}
 	at, err := time.Parse(time.RFC3339Nano, ts)

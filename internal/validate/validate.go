@@ -3,7 +3,18 @@
 // adapter as a VALIDATION_FAILED problem.
 package validate
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// StorableText reports whether s can be stored in, or compared with, a
+// PostgreSQL text column: valid UTF-8 without NUL. Anything a request
+// brings that a statement will bind as text must be, or the statement
+// fails (a 500) instead of the request being refused.
+func StorableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
 
 // FieldError names one invalid request field.
 type FieldError struct {
