@@ -6,7 +6,7 @@
 //     different command 422; never a new charge.
 //   - IDEMPOTENCY_METADATA_TTL later the key is deleted, and may be used again.
 //   - Published outbox events are deleted after the outbox retention.
-//   - Inbox rows of the event consumers (the ledger) are deleted
+//   - Inbox rows of the event consumers (the ledger, the Stripe webhooks) are deleted
 //     INBOX_RETENTION after they were received, except rejected ones, which
 //     are kept for a person, like parked outbox events. The inbox only has
 //     to remember an event id while a copy of the event can still arrive:
@@ -17,7 +17,10 @@
 //     stayed down (its acknowledgement lost) that long. The retention is
 //     measured in days, far beyond any of these; and a copy that arrives
 //     even later still books nothing, because the ledger entry's natural
-//     key (payment, entry type, refund) refuses a second entry.
+//     key (payment, entry type, refund) refuses a second entry. The same
+//     retention applies to the Stripe webhooks' inbox rows: a delivery
+//     that arrives after its row was deleted only prompts a lookup of the
+//     resource (webhooks), never a charge.
 //
 // A key without a final answer (in flight, unknown outcome, retryable) is
 // never touched, however old. Payments themselves are business records and

@@ -289,7 +289,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			leaseLeft.Stop()
 			e.metrics.IdempotencyWaits.WithLabelValues(woken).Inc()
 		case DecideTakeOver:
-			won, ok, err := takeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
+			own, ok, err := e.takeOverKey(ctx, rec, now)
 			if err != nil {
 				return Reply{}, err
 			}
@@ -302,13 +302,31 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 				}
 				continue
 			}
-			e.metrics.IdempotencyTakeovers.Inc()
-			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", won.token)
-			own := &Owner{e: e, KeyID: rec.ID, Token: won.token, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
-				FirstSentAt: won.firstSentAt, AbandonAt: won.abandonAt}
+			e.log.InfoContext(ctx, "idempotency key taken over", "resource", rec.Resource.ID, "fencing_token", own.Token)
 			return e.resume(ctx, op, own)
 		}
 	}
+}
+
+// ownerOf is an owner of rec's key as rec says it stands: its row, fencing
+// token, scope and times.
+func (e *Engine) ownerOf(rec Record) *Owner {
+	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
+		FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
+}
+
+// takeOverKey takes rec's key over at now from an owner whose lease ran
+// out (or that let go), with the next fencing token; ok is false, without
+// error, when someone moved first. The new owner starts from the key's
+// times as the takeover found them, not as rec (perhaps older) says.
+func (e *Engine) takeOverKey(ctx context.Context, rec Record, now time.Time) (own *Owner, ok bool, err error) {
+	won, ok, err := takeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	e.metrics.IdempotencyTakeovers.Inc()
+	rec.FencingToken, rec.FirstSentAt, rec.AbandonAt = won.token, won.firstSentAt, won.abandonAt
+	return e.ownerOf(rec), true, nil
 }
 
 func abandonAt(now time.Time, after time.Duration) *time.Time {

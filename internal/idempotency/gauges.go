@@ -105,7 +105,7 @@ func (c *KeyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(inFlight))
 	ch <- prometheus.MustNewConstMetric(c.unfinished, prometheus.GaugeValue, float64(unfinished))
-	ch <- prometheus.MustNewConstMetric(c.oldestUnfinished, prometheus.GaugeValue, max(oldest, 0))
+	ch <- prometheus.MustNewConstMetric(c.oldestUnfinished, prometheus.GaugeValue, oldest) // ages are clamped at 0 in the query
 	ages := make(map[float64]float64, len(c.ageQuantiles))
 	for i, q := range c.ageQuantiles {
 		ages[q] = math.NaN()

@@ -121,7 +121,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) string {
 	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
 		"tenant", rec.Scope.Tenant, "attempt", attempt)
-	outcome, err := r.resolve(ctx, rec, false)
+	outcome, err := r.resolve(ctx, rec.Scope.Operation, r.e.ownerOf(rec))
 	switch outcome {
 	case OutcomeManualReview:
 		return outcome
@@ -149,17 +149,15 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 	return OutcomeManualReview
 }
 
-// resolve runs the operation of rec, a key the caller just took over with
-// rec.FencingToken, as the reconciler: a recovering owner, which never sends
-// a resource nobody sent (and with lookupOnly never sends at all). It
-// answers the operation's outcome if the key was finished,
-// OutcomeManualReview if the operation left it for a person, else
-// OutcomeUnresolved with the operation's error, if any.
-func (r *Reconciler) resolve(ctx context.Context, rec Record, lookupOnly bool) (string, error) {
-	own := &Owner{e: r.e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant,
-		Resource: rec.Resource, Recovering: true, LookupOnly: lookupOnly,
-		FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
-	res, err := r.ops[rec.Scope.Operation].Resume(context.WithoutCancel(ctx), own)
+// resolve runs the operation of own's key, which the caller just took over,
+// as the reconciler: a recovering owner, which never sends a resource
+// nobody sent (and with own.LookupOnly never sends at all). It answers the
+// operation's outcome if the key was finished, OutcomeManualReview if the
+// operation left it for a person, else OutcomeUnresolved with the
+// operation's error, if any. operation is one of r.ops.
+func (r *Reconciler) resolve(ctx context.Context, operation string, own *Owner) (string, error) {
+	own.Recovering = true
+	res, err := r.ops[operation].Resume(context.WithoutCancel(ctx), own)
 	own.letGoAfter(ctx, err)
 	switch {
 	case own.markedReview:
@@ -207,15 +205,14 @@ func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, erro
 	if _, ok := r.ops[rec.Scope.Operation]; !ok {
 		return "", fmt.Errorf("resolve %s %s: operation %q is not the reconciler's", res.Type, res.ID, rec.Scope.Operation)
 	}
-	won, ok, err := takeOver(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), r.e.cfg.Lease)
+	own, ok, err := r.e.takeOverKey(ctx, rec, r.e.clock.Now())
 	if err != nil {
 		return "", err
 	}
 	if !ok {
 		return OutcomeInFlight, nil // a live owner holds it, or moved first
 	}
-	r.e.metrics.IdempotencyTakeovers.Inc()
-	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", won.token)
-	rec.FencingToken, rec.FirstSentAt, rec.AbandonAt = won.token, won.firstSentAt, won.abandonAt
-	return r.resolve(ctx, rec, true)
+	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", own.Token)
+	own.LookupOnly = true
+	return r.resolve(ctx, rec.Scope.Operation, own)
 }
