@@ -3,6 +3,7 @@ package ids
 
 import (
 	"crypto/rand"
+	"crypto/sha1" // UUIDv5 is defined with SHA-1; no security rests on it
 	"encoding/base32"
 	"encoding/binary"
 	"fmt"
@@ -34,7 +35,24 @@ func NewEventID(now time.Time) string {
 	var ts [8]byte
 	binary.BigEndian.PutUint64(ts[:], ms)
 	copy(b[0:6], ts[2:8])
-	b[6] = (b[6] & 0x0f) | 0x70 // version 7
-	b[8] = (b[8] & 0x3f) | 0x80 // RFC 9562 variant
+	return formatUUID(b, 7)
+}
+
+// NameBasedUUID returns the version 5 UUID (RFC 9562 5.5) of name in
+// namespace: the same name gives the same UUID.
+func NameBasedUUID(namespace [16]byte, name string) string {
+	h := sha1.New()
+	h.Write(namespace[:])
+	h.Write([]byte(name))
+	var b [16]byte
+	copy(b[:], h.Sum(nil))
+	return formatUUID(b, 5)
+}
+
+// formatUUID sets b's version and RFC 9562 variant, and writes it in the
+// 8-4-4-4-12 form.
+func formatUUID(b [16]byte, version byte) string {
+	b[6] = b[6]&0x0f | version<<4
+	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -32,3 +32,12 @@ func TestNewEventIDIsUUIDv7AndTimeOrdered(t *testing.T) {
 		t.Fatalf("event ids not time-ordered: %q >= %q", a, b)
 	}
 }
+
+// The name-based UUID is RFC 9562's: its example, www.example.com in the
+// DNS namespace.
+func TestNameBasedUUIDIsRFC9562s(t *testing.T) {
+	dns := [16]byte{0x6b, 0xa7, 0xb8, 0x10, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
+	if got := NameBasedUUID(dns, "www.example.com"); got != "2ed6657d-e927-568b-95e1-2665a8aea6a2" {
+		t.Errorf("UUIDv5 of www.example.com: %s", got)
+	}
+}

@@ -29,8 +29,6 @@ package webhooks
 
 import (
 	"context"
-	"crypto/sha1" // UUIDv5 is defined with SHA-1; no security rests on it
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,6 +44,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
@@ -288,18 +287,5 @@ func idFromKey(key string, derive func(string) string) string {
 // delivery of one event has the same InboxID; two events never share one.
 func InboxID(eventID string) string {
 	namespaceURL := [16]byte{0x6b, 0xa7, 0xb8, 0x11, 0x9d, 0xad, 0x11, 0xd1, 0x80, 0xb4, 0x00, 0xc0, 0x4f, 0xd4, 0x30, 0xc8}
-	return nameBasedUUID(namespaceURL, "https://api.stripe.com/v1/events/"+eventID)
-}
-
-// nameBasedUUID is the version 5 UUID of name in namespace (RFC 9562 5.5).
-func nameBasedUUID(namespace [16]byte, name string) string {
-	h := sha1.New()
-	h.Write(namespace[:])
-	h.Write([]byte(name))
-	var u [16]byte
-	copy(u[:], h.Sum(nil))
-	u[6] = u[6]&0x0f | 0x50 // version 5
-	u[8] = u[8]&0x3f | 0x80 // variant RFC 9562
-	s := hex.EncodeToString(u[:])
-	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+	return ids.NameBasedUUID(namespaceURL, "https://api.stripe.com/v1/events/"+eventID)
 }
