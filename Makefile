@@ -49,8 +49,9 @@ fuzz: ## run each fuzz target for FUZZTIME (default 5000x, executions); a failin
 	  $(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; \
 	done
 
-bench: build ## the API against pgbench on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
-	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi $(ARGS)
+bench: build ## the API against pgbench and the Go floor on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
+	$(GO) build -o $(BIN)/ ./bench/floorapi
+	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi -floor-bin $(BIN)/floorapi $(ARGS)
 
 bench-wal: ## WAL, records and HOT updates per new payment, on its own PostgreSQL (bench/walflow; ARGS='-version 13 -waldump')
 	$(GO) run ./bench/walflow $(ARGS)

@@ -76,6 +76,7 @@ type options struct {
 	workers        int
 	walCompression string
 	autovacuum     bool
+	vacuum         bool
 	waldump        bool
 	relayDuring    bool
 	extraSQL       string
@@ -91,6 +92,8 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 4, "payments made at once")
 	flag.StringVar(&o.walCompression, "wal-compression", "off", "wal_compression for the run: off, pglz, lz4 or zstd")
 	flag.BoolVar(&o.autovacuum, "autovacuum", false, "leave autovacuum on during the run")
+	flag.BoolVar(&o.vacuum, "vacuum", false, "VACUUM the database after the warm-up, before the checkpoint, as autovacuum does in a running service: "+
+		"the measured payments then reuse the space it freed on old pages, and pay a full-page image for each such page")
 	flag.BoolVar(&o.waldump, "waldump", false, "also print pg_waldump --stats=record of the measured WAL (own cluster only)")
 	flag.BoolVar(&o.relayDuring, "relay-during", false, "run the relay while the payments are made (default: after them, so that it lags behind, as under load)")
 	flag.BoolVar(&o.reference, "reference", false, "measure the reference flow of make bench (bench/pgbench/flow.sql, run by pgbench) instead of the service's")
@@ -214,6 +217,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	if err := pay(o.warmup); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
+	}
+	if o.vacuum {
+		if _, err := pool.Exec(ctx, "VACUUM"); err != nil {
+			return fmt.Errorf("vacuum: %w", err)
+		}
 	}
 	if _, err := admin.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err

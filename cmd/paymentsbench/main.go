@@ -6,9 +6,11 @@
 // provider simulator, and the API built from cmd/paymentsapi as a child
 // process; then, interleaved round by round, it runs the reference payment
 // flow in pgbench (bench/pgbench/flow.sql) on a second database of the same
-// cluster, migrated like the API's, and new payments through the API from a
-// closed-loop load generator. Then replays, a same-key storm and a short
-// soak. It prints one table, with the targets of issue 8 and whether each
+// cluster, migrated like the API's, the same flow behind a bare Go HTTP
+// handler (bench/floorapi, "the floor": what any Go API doing this flow
+// costs here) on a third, and new payments through the API, each driven by
+// the same closed-loop load generator. Then replays, a same-key storm and a
+// short soak. It prints one table, with the targets of issue 8 and whether each
 // is met; a missed target is reported, not an error.
 //
 //	go run ./cmd/paymentsbench [-connections 16] [-duration 15s] [-rounds 2] ...
@@ -51,6 +53,7 @@ func main() {
 const (
 	apiDatabase       = "paymentsbench"
 	referenceDatabase = "paymentsbench_ref"
+	floorDatabase     = "paymentsbench_floor"
 	benchTenant       = "bench"
 	benchSecret       = "sk_test_bench"
 	pgbenchAppName    = "pgbench"
@@ -67,6 +70,7 @@ type config struct {
 	StormRequests  int
 	Soak           time.Duration
 	APIBin         string
+	FloorBin       string // bench/floorapi; empty: no floor phases
 	DataDir        string
 	PGBench        string
 }
@@ -83,6 +87,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.StormRequests, "storm", 1000, "requests of the same-key storm (0 skips it)")
 	fs.DurationVar(&c.Soak, "soak", 30*time.Second, "length of the soak at the end (0 skips it)")
 	fs.StringVar(&c.APIBin, "api-bin", filepath.Join("bin", "paymentsapi"), "the API binary (make build)")
+	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
+		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
 		"where the bench's PostgreSQL cluster and logs live; its databases are recreated on every run")
 	fs.StringVar(&c.PGBench, "pgbench", "", "pgbench binary; default: the server's version under /usr/lib/postgresql, or $PATH")
@@ -125,6 +131,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return writeReport(stdout, b.header(), phases, s)
 }
 
+// service is an HTTP service the bench drives: the API, or the floor.
+type service struct {
+	Name     string // in messages: "the API"
+	Database string
+	Proc     *apiProcess
+	DB       *pgx.Conn // to its database: the outbox's backlog
+	Client   *apiClient
+}
+
 // benchRun is one run: what it started, and how to reach it.
 type benchRun struct {
 	cfg     config
@@ -134,9 +149,8 @@ type benchRun struct {
 	cluster    *pgembed.Cluster
 	mon        *monitor
 	sim        *sim.Server
-	api        *apiProcess
-	apiDB      *pgx.Conn // to the API's database: the outbox's backlog
-	client     *apiClient
+	api        *service
+	floor      *service // nil: -floor-bin ''
 	pgbench    pgbenchRun
 	loadBefore string
 	pgVersion  string
@@ -220,31 +234,47 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	}
 	b.closers = append(b.closers, func() { _ = b.sim.Close() })
 
-	apiBin, err := filepath.Abs(b.cfg.APIBin)
-	if err != nil {
-		return fmt.Errorf("API binary: %w", err)
-	}
-	logPath := filepath.Join(dataDir, "paymentsapi.log")
-	b.progress("starting the API (%s; its log: %s)", apiBin, logPath)
-	b.api, err = startAPI(ctx, apiSettings{
-		Bin: apiBin, DatabaseURL: b.cluster.URL(apiDatabase), ProviderURL: b.sim.URL(),
-		APIKeys: benchTenant + ":" + benchSecret, LogPath: logPath, getenv: getenv,
-	})
-	if err != nil {
+	settings := apiSettings{ProviderURL: b.sim.URL(), APIKeys: benchTenant + ":" + benchSecret, getenv: getenv}
+	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, dataDir, settings); err != nil {
 		return err
 	}
+	if b.cfg.FloorBin != "" {
+		if err := b.mon.recreateDatabase(ctx, floorDatabase); err != nil {
+			return err
+		}
+		if b.floor, err = b.startService(ctx, "the floor", b.cfg.FloorBin, floorDatabase, dataDir, settings); err != nil {
+			return fmt.Errorf("%w (-floor-bin '' runs the bench without it)", err)
+		}
+	}
+	return nil
+}
+
+// startService starts the HTTP service bin (the API, or the floor) on
+// database dbName and connects to both.
+func (b *benchRun) startService(ctx context.Context, name, bin, dbName, dataDir string, s apiSettings) (*service, error) {
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: binary: %w", name, err)
+	}
+	s.Bin, s.DatabaseURL = bin, b.cluster.URL(dbName)
+	s.LogPath = filepath.Join(dataDir, filepath.Base(bin)+".log")
+	b.progress("starting %s (%s; its log: %s)", name, bin, s.LogPath)
+	svc := &service{Name: name, Database: dbName}
+	if svc.Proc, err = startAPI(ctx, s); err != nil {
+		return nil, err
+	}
 	b.closers = append(b.closers, func() {
-		if err := b.api.stop(); err != nil {
-			b.progress("the API: %v", err)
+		if err := svc.Proc.stop(); err != nil {
+			b.progress("%s: %v", name, err)
 		}
 	})
-	if b.apiDB, err = pgx.Connect(ctx, b.cluster.URL(apiDatabase)); err != nil {
-		return fmt.Errorf("connect to the API's database: %w", err)
+	if svc.DB, err = pgx.Connect(ctx, s.DatabaseURL); err != nil {
+		return nil, fmt.Errorf("connect to the database of %s: %w", name, err)
 	}
-	b.closers = append(b.closers, func() { _ = b.apiDB.Close(context.Background()) })
-	b.client = newAPIClient(b.api.URL, benchSecret, b.cfg.Connections)
-	b.closers = append(b.closers, b.client.close)
-	return nil
+	b.closers = append(b.closers, func() { _ = svc.DB.Close(context.Background()) })
+	svc.Client = newAPIClient(svc.Proc.URL, benchSecret, b.cfg.Connections)
+	b.closers = append(b.closers, svc.Client.close)
+	return svc, nil
 }
 
 // measure runs every phase and returns them with their summary.
@@ -260,6 +290,16 @@ func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
 		}
 		b.progress("round %d/%d: pgbench flow %.0f/s", r, b.cfg.Rounds, ref.rate())
 		phases = append(phases, ref)
+		if b.floor != nil {
+			w := newPayments(fmt.Sprintf("Go floor, round %d", r), fmt.Sprintf("floor-r%d", r), b.cfg.Connections, b.cfg.Duration)
+			w.Kind = kindFloor
+			floor, err := b.servicePhase(ctx, b.floor, w)
+			if err != nil {
+				return nil, summary{}, err
+			}
+			b.progress("round %d/%d: the floor %.0f/s", r, b.cfg.Rounds, floor.rate())
+			phases = append(phases, floor)
+		}
 		api, err := b.apiPhase(ctx, newPayments(fmt.Sprintf("API new payments, round %d", r), fmt.Sprintf("new-r%d", r),
 			b.cfg.Connections, b.cfg.Duration))
 		if err != nil {
@@ -296,16 +336,21 @@ func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
 // payments the replay phase replays; then waits until the API's statistics
 // are flushed, so that none of it counts in the first phase.
 func (b *benchRun) warmUp(ctx context.Context) error {
-	b.progress("warming up (%s of API load, %d payments to replay later, %s of pgbench)", b.cfg.Warmup, replayKeys, b.cfg.Warmup)
+	b.progress("warming up (%s of API load and of the floor's, %d payments to replay later, %s of pgbench)", b.cfg.Warmup, replayKeys, b.cfg.Warmup)
 	if b.cfg.Warmup > 0 {
-		if p := newPayments("warm-up", "warmup", b.cfg.Connections, b.cfg.Warmup).run(ctx, b.client); p.Ops == 0 {
+		if p := newPayments("warm-up", "warmup", b.cfg.Connections, b.cfg.Warmup).run(ctx, b.api.Client); p.Ops == 0 {
 			return fmt.Errorf("warm-up: no payment was created: %s", fmtCounts(p.Unexpected))
 		}
 	}
-	if err := seed(ctx, b.client, "replay", replayKeys, b.cfg.Connections); err != nil {
+	if b.floor != nil && b.cfg.Warmup > 0 {
+		if p := newPayments("floor warm-up", "warmup", b.cfg.Connections, b.cfg.Warmup).run(ctx, b.floor.Client); p.Ops == 0 {
+			return fmt.Errorf("floor warm-up: no payment was created: %s", fmtCounts(p.Unexpected))
+		}
+	}
+	if err := seed(ctx, b.api.Client, "replay", replayKeys, b.cfg.Connections); err != nil {
 		return err
 	}
-	if _, _, err := waitOutboxDrained(ctx, b.apiDB, drainTimeout); err != nil {
+	if _, _, err := waitOutboxDrained(ctx, b.api.DB, drainTimeout); err != nil {
 		return err
 	}
 	idleSince := time.Now()
@@ -362,23 +407,28 @@ func (b *benchRun) referencePhase(ctx context.Context, name string, d time.Durat
 	return p, nil
 }
 
-// apiPhase runs w through the API. Its counters and CPU run from the first
+// apiPhase runs w through the API.
+func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
+	return b.servicePhase(ctx, b.api, w)
+}
+
+// servicePhase runs w through svc. Its counters and CPU run from the first
 // request until the relay has published every event: the relay's work is
 // part of a payment's cost.
-func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
+func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (phase, error) {
 	if err := b.mon.checkpoint(ctx); err != nil {
 		return phase{}, err
 	}
-	c0, err := b.mon.counters(ctx, apiDatabase)
+	c0, err := b.mon.counters(ctx, svc.Database)
 	if err != nil {
 		return phase{}, err
 	}
-	pg0, api0, err := b.cpu()
+	pg0, api0, err := b.cpu(svc)
 	if err != nil {
 		return phase{}, err
 	}
-	p := w.run(ctx, b.client)
-	drain, left, err := waitOutboxDrained(ctx, b.apiDB, drainTimeout)
+	p := w.run(ctx, svc.Client)
+	drain, left, err := waitOutboxDrained(ctx, svc.DB, drainTimeout)
 	if err != nil {
 		return phase{}, err
 	}
@@ -386,30 +436,30 @@ func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
 	if left > 0 {
 		b.progress("%s: %d outbox events still unpublished after %s: the counters miss their relay work", w.Name, left, drainTimeout)
 	}
-	pg1, api1, err := b.cpu()
+	pg1, api1, err := b.cpu(svc)
 	if err != nil {
 		return phase{}, err
 	}
 	if err := sleep(ctx, statsFlushWait); err != nil {
 		return phase{}, err
 	}
-	c1, err := b.mon.counters(ctx, apiDatabase)
+	c1, err := b.mon.counters(ctx, svc.Database)
 	if err != nil {
 		return phase{}, err
 	}
-	if exited, err := b.api.exited(); exited {
-		return phase{}, fmt.Errorf("the API exited during %s (%v): see its log", w.Name, err)
+	if exited, err := svc.Proc.exited(); exited {
+		return phase{}, fmt.Errorf("%s exited during %s (%v): see its log", svc.Name, w.Name, err)
 	}
 	p.DB, p.PGCPU, p.APICPU = c1.sub(c0), pg1-pg0, api1-api0
 	return p, nil
 }
 
-// cpu reads the CPU time used so far by the cluster and by the API.
-func (b *benchRun) cpu() (pg, api time.Duration, err error) {
+// cpu reads the CPU time used so far by the cluster and by svc.
+func (b *benchRun) cpu(svc *service) (pg, api time.Duration, err error) {
 	if pg, err = b.mon.cpu(); err != nil {
 		return 0, 0, err
 	}
-	if api, err = processCPU(b.api.Pid); err != nil {
+	if api, err = processCPU(svc.Proc.Pid); err != nil {
 		return 0, 0, err
 	}
 	return pg, api, nil
@@ -418,7 +468,7 @@ func (b *benchRun) cpu() (pg, api time.Duration, err error) {
 // storm sends the same-key storm and counts the provider's charges for its
 // payment.
 func (b *benchRun) storm(ctx context.Context) (stormResult, error) {
-	st, paymentID := storm(ctx, b.api.URL, benchSecret, "storm", b.cfg.StormRequests)
+	st, paymentID := storm(ctx, b.api.Proc.URL, benchSecret, "storm", b.cfg.StormRequests)
 	if paymentID == "" {
 		return st, nil // nothing created: reported as failed
 	}
@@ -440,24 +490,24 @@ func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
 	}
 	so := soakResult{Duration: b.cfg.Soak}
 	var err error
-	if so.RSSStart, err = processRSS(b.api.Pid); err != nil {
+	if so.RSSStart, err = processRSS(b.api.Proc.Pid); err != nil {
 		return so, err
 	}
-	if so.GoroutinesStart, err = b.api.goroutines(ctx); err != nil {
+	if so.GoroutinesStart, err = b.api.Proc.goroutines(ctx); err != nil {
 		return so, err
 	}
-	p := newPayments("soak", "soak", b.cfg.Connections, b.cfg.Soak).run(ctx, b.client)
+	p := newPayments("soak", "soak", b.cfg.Connections, b.cfg.Soak).run(ctx, b.api.Client)
 	so.Payments, so.Failed = p.Ops, p.Failed
-	if so.Drain, so.Unpublished, err = waitOutboxDrained(ctx, b.apiDB, soakDrainTimeout); err != nil {
+	if so.Drain, so.Unpublished, err = waitOutboxDrained(ctx, b.api.DB, soakDrainTimeout); err != nil {
 		return so, err
 	}
 	if err := sleep(ctx, time.Second); err != nil {
 		return so, err
 	}
-	if so.RSSEnd, err = processRSS(b.api.Pid); err != nil {
+	if so.RSSEnd, err = processRSS(b.api.Proc.Pid); err != nil {
 		return so, err
 	}
-	if so.GoroutinesEnd, err = b.api.goroutines(ctx); err != nil {
+	if so.GoroutinesEnd, err = b.api.Proc.goroutines(ctx); err != nil {
 		return so, err
 	}
 	return so, nil

@@ -82,6 +82,12 @@ func TestCombineAddsRoundsUp(t *testing.T) {
 // 916 pgbench flows/s, replays 3,000/s, 4.3 commits and 7.1 KB of WAL per
 // payment, 1.3 ms of API CPU.
 func issueSummary() summary {
+	return summarize(issuePhases(), stormResult{Requests: 1000, Elapsed: 1500 * time.Millisecond, Charges: 1, ChargeRequests: 1, Answers: map[string]int{"201": 1, "201 replayed": 999}},
+		soakResult{})
+}
+
+// issuePhases are the phases of issueSummary.
+func issuePhases() []phase {
 	ms := func(n int) []time.Duration {
 		l := make([]time.Duration, 100)
 		for i := range l {
@@ -89,7 +95,7 @@ func issueSummary() summary {
 		}
 		return l
 	}
-	return summarize([]phase{
+	return []phase{
 		{Name: "ref 1", Kind: kindReference, Ops: 916, Elapsed: time.Second},
 		{Name: "new 1", Kind: kindNew, Ops: 408, Elapsed: time.Second, Latencies: ms(40),
 			DB: counters{Commits: 1754, WALBytes: 408 * 7270}, APICPU: 408 * 1300 * time.Microsecond},
@@ -97,8 +103,7 @@ func issueSummary() summary {
 		{Name: "new 2", Kind: kindNew, Ops: 408, Elapsed: time.Second, Latencies: ms(40),
 			DB: counters{Commits: 1754, WALBytes: 408 * 7270}, APICPU: 408 * 1300 * time.Microsecond},
 		{Name: "replays", Kind: kindReplay, Ops: 3000, Elapsed: time.Second},
-	}, stormResult{Requests: 1000, Elapsed: 1500 * time.Millisecond, Charges: 1, ChargeRequests: 1, Answers: map[string]int{"201": 1, "201 replayed": 999}},
-		soakResult{})
+	}
 }
 
 func TestTargetsOfIssue8(t *testing.T) {
@@ -130,6 +135,43 @@ func TestTargetsOfIssue8(t *testing.T) {
 		if tg.Measured != w.measured || tg.Met != w.met {
 			t.Errorf("%s: measured %q met %v, want %q %v", name, tg.Measured, tg.Met, w.measured, w.met)
 		}
+	}
+}
+
+// The floor's phases are judged like the API's, in their own column; they
+// never count as the API's, and without them the column says nothing.
+func TestTheFloorHasAColumnOfItsOwn(t *testing.T) {
+	for _, tg := range targets(issueSummary()) {
+		if tg.Floor != "-" {
+			t.Errorf("%s: floor %q without a floor phase, want -", tg.Name, tg.Floor)
+		}
+	}
+	s := summarize(append(issuePhases(), phase{Name: "floor 1", Kind: kindFloor, Ops: 800, Elapsed: time.Second,
+		Latencies: []time.Duration{30 * time.Millisecond},
+		DB:        counters{Commits: 2400, WALBytes: 800 * 5120}, APICPU: 400 * time.Millisecond}),
+		stormResult{}, soakResult{})
+	got := map[string]target{}
+	for _, tg := range targets(s) {
+		got[tg.Name] = tg
+	}
+	for name, want := range map[string][2]string{
+		"new payments / pgbench flow":          {"0.45×", "0.87×"},
+		"WAL per payment (relay included)":     {"7.1 KB", "5.0 KB"},
+		"commits per payment (relay included)": {"4.30", "3.00"},
+		"API CPU per payment":                  {"1.30 ms", "0.50 ms"},
+		"p99 latency of a new payment":         {"40.0 ms", "30.0 ms"},
+		"replays / new payments":               {"7.35×", "-"},
+	} {
+		if tg := got[name]; tg.Measured != want[0] || tg.Floor != want[1] {
+			t.Errorf("%s: measured %q floor %q, want %q %q", name, tg.Measured, tg.Floor, want[0], want[1])
+		}
+	}
+	var b strings.Builder
+	if err := writeReport(&b, header{}, nil, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Go floor, all rounds") {
+		t.Errorf("report lacks the floor's row:\n%s", b.String())
 	}
 }
 
