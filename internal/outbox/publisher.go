@@ -24,6 +24,18 @@ type Publisher interface {
 	Publish(ctx context.Context, e Event) error
 }
 
+// BatchPublisher is a Publisher that can send several events at once: one
+// write, one round of acknowledgements. PublishBatch publishes events in
+// their order and returns one error per event, each with Publish's meaning
+// (nil once that event is durably accepted; ErrBrokerUnavailable wrapped
+// for a failure of the broker as a whole). The relay uses it for the rows
+// of a pass when there are several, and books each result as it books a
+// single publish's, in order (see Relay).
+type BatchPublisher interface {
+	Publisher
+	PublishBatch(ctx context.Context, events []Event) []error
+}
+
 // ErrBrokerUnavailable is wrapped by a Publisher's error when the broker as a
 // whole cannot take events right now, whatever the event. The relay hands
 // the row back uncounted, stops its pass and backs off (see Relay).
@@ -48,21 +60,46 @@ type LogPublisher struct {
 // NewLogPublisher returns a LogPublisher writing to w.
 func NewLogPublisher(w io.Writer) *LogPublisher { return &LogPublisher{w: w} }
 
+var _ BatchPublisher = (*LogPublisher)(nil)
+
 // Publish writes e as one JSON line.
 func (p *LogPublisher) Publish(ctx context.Context, e Event) error {
+	return p.PublishBatch(ctx, []Event{e})[0]
+}
+
+// PublishBatch writes events as JSON lines, in order, with one Write: the
+// relay's pass costs one system call, not one per event. An event that
+// cannot be encoded fails alone; a failed write fails every event of the
+// batch, as the broker's (the writer's) failure.
+func (p *LogPublisher) PublishBatch(ctx context.Context, events []Event) []error {
+	errs := make([]error, len(events))
 	if err := ctx.Err(); err != nil {
-		return err
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	line, err := json.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("encode event %s: %w", e.ID, err)
+	var buf []byte
+	written := make([]int, 0, len(events))
+	for i, e := range events {
+		line, err := json.Marshal(e)
+		if err != nil {
+			errs[i] = fmt.Errorf("encode event %s: %w", e.ID, err)
+			continue
+		}
+		buf = append(append(buf, line...), '\n')
+		written = append(written, i)
 	}
-	line = append(line, '\n')
+	if len(written) == 0 {
+		return errs
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, err := p.w.Write(line); err != nil {
+	if _, err := p.w.Write(buf); err != nil {
 		// The writer is this publisher's broker: no event gets through it.
-		return fmt.Errorf("write event %s: %w: %w", e.ID, ErrBrokerUnavailable, err)
+		for _, i := range written {
+			errs[i] = fmt.Errorf("write event %s: %w: %w", events[i].ID, ErrBrokerUnavailable, err)
+		}
 	}
-	return nil
+	return errs
 }

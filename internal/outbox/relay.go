@@ -70,7 +70,8 @@ type RelayConfig struct {
 // RelayHooks are failpoints of the relay, for tests that prove recovery.
 type RelayHooks struct {
 	// AfterPublish runs after e was published, before the pass publishes
-	// its next row and before the end of the pass marks e and the rows
+	// its next row (with a BatchPublisher, the rest of the batch was
+	// published with e) and before the end of the pass marks e and the rows
 	// published before it. An error stops RunOnce right there, as a crash
 	// would: nothing more is written, so e and every row the pass
 	// published before it stay unmarked, every row of the claim keeps the
@@ -251,8 +252,9 @@ type claimedRow struct {
 	suspect bool
 }
 
-// RunOnce claims one batch of due rows, publishes them one by one, and
-// marks them published together at the end of the pass. It returns how many
+// RunOnce claims one batch of due rows, publishes them (one by one, or in
+// one call to a BatchPublisher), and marks them published together at the
+// end of the pass. It returns how many
 // it published and booked so. Failed publishes are booked on their rows
 // (backoff, or parked) and are not errors of RunOnce. An error wrapping
 // ErrBrokerUnavailable means the broker is down: the pass stopped, or did
@@ -349,8 +351,11 @@ func (r *Relay) publishAll(ctx context.Context, p *pass, rows []claimedRow) erro
 		}
 		todo = []claimedRow{suspect}
 	}
+	if bp, ok := r.pub.(BatchPublisher); ok && len(todo) > 1 {
+		return r.publishBatch(ctx, bp, p, todo)
+	}
 	for i, row := range todo {
-		if ctx.Err() != nil || r.clock.Now().Add(r.cfg.PublishTimeout).After(p.until) {
+		if !r.mayStart(ctx, p) {
 			// Shutting down, or the claim is too short for one more
 			// publish: hand the rest back rather than risk a second relay
 			// publishing them at the same time.
@@ -360,37 +365,83 @@ func (r *Relay) publishAll(ctx context.Context, p *pass, rows []claimedRow) erro
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 		pubErr := r.pub.Publish(pctx, row.event)
 		cancel()
-		if pubErr != nil {
-			if ctx.Err() != nil {
-				// Shutting down: not the row's fault; it may even have
-				// been published. Hand it back, attempt uncounted.
-				p.back = append(p.back, todo[i:]...)
-				return ctx.Err()
-			}
-			if errors.Is(pubErr, ErrBrokerUnavailable) {
-				// Not the row's fault either, nor the next one's: hand the
-				// batch back, attempt uncounted, and pause.
-				p.back = append(p.back, todo[i:]...)
-				r.brokerDown(ctx, pubErr)
-				return fmt.Errorf("outbox relay stopped its pass: %w", pubErr)
-			}
-			if err := r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false); err != nil {
-				p.back = append(p.back, todo[i+1:]...)
-				return err
-			}
-			continue
+		if stop, err := r.published(ctx, p, todo, i, pubErr); stop {
+			return err
 		}
-		r.brokerUp(ctx)
-		// Published: from here on, the row is never handed back.
-		if h := r.cfg.Hooks.AfterPublish; h != nil {
-			if err := h(ctx, row.event); err != nil {
-				p.crashed = true
-				return fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
-			}
-		}
-		p.done = append(p.done, row)
 	}
 	return nil
+}
+
+// mayStart reports whether the pass may start a publish now: not while
+// shutting down, nor once its claim has less than PublishTimeout left.
+func (r *Relay) mayStart(ctx context.Context, p *pass) bool {
+	return ctx.Err() == nil && !r.clock.Now().Add(r.cfg.PublishTimeout).After(p.until)
+}
+
+// publishBatch publishes todo with one PublishBatch call, one publish start
+// bounded by PublishTimeout like any other, and books each row's result in
+// seq order as publishAll books a single publish's.
+func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, todo []claimedRow) error {
+	if !r.mayStart(ctx, p) {
+		p.back = append(p.back, todo...)
+		return ctx.Err()
+	}
+	events := make([]Event, len(todo))
+	for i, row := range todo {
+		events[i] = row.event
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	errs := bp.PublishBatch(pctx, events)
+	cancel()
+	if len(errs) != len(todo) {
+		// A defect of the publisher: nothing says which events it took.
+		// Hand them all back, uncounted; any it did publish go out again.
+		p.back = append(p.back, todo...)
+		return fmt.Errorf("outbox publisher answered %d results for a batch of %d events", len(errs), len(todo))
+	}
+	for i, pubErr := range errs {
+		if stop, err := r.published(ctx, p, todo, i, pubErr); stop {
+			return err
+		}
+	}
+	return nil
+}
+
+// published books the outcome pubErr of the publish of todo[i] in p. stop
+// says that the pass must stop there (with err, which may be nil), the rows
+// after i handed back or, after a hook's stop, left as a crash leaves them.
+func (r *Relay) published(ctx context.Context, p *pass, todo []claimedRow, i int, pubErr error) (stop bool, err error) {
+	row := todo[i]
+	if pubErr != nil {
+		if ctx.Err() != nil {
+			// Shutting down: not the row's fault; it may even have
+			// been published. Hand it back, attempt uncounted.
+			p.back = append(p.back, todo[i:]...)
+			return true, ctx.Err()
+		}
+		if errors.Is(pubErr, ErrBrokerUnavailable) {
+			// Not the row's fault either, nor the next one's: hand the
+			// batch back, attempt uncounted, and pause.
+			p.back = append(p.back, todo[i:]...)
+			r.brokerDown(ctx, pubErr)
+			return true, fmt.Errorf("outbox relay stopped its pass: %w", pubErr)
+		}
+		if err := r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false); err != nil {
+			p.back = append(p.back, todo[i+1:]...)
+			return true, err
+		}
+		return false, nil
+	}
+	r.brokerUp(ctx)
+	// Published: from here on, the row is never handed back.
+	if h := r.cfg.Hooks.AfterPublish; h != nil {
+		if err := h(ctx, row.event); err != nil {
+			p.crashed = true
+			return true, fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
+		}
+	}
+	p.done = append(p.done, row)
+	return false, nil
 }
 
 // claimSQL claims up to $2 due rows for the lease $3 under the token $4, and

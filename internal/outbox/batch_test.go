@@ -1,0 +1,140 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+)
+
+// batcher is a BatchPublisher that records its calls; fail decides each
+// event's result in a batch (nil: accepted).
+type batcher struct {
+	mu      sync.Mutex
+	batches [][]string // aggregate:type of each event, per PublishBatch call
+	singles int        // Publish calls
+	fail    func(e outbox.Event) error
+}
+
+func (b *batcher) Publish(_ context.Context, e outbox.Event) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.singles++
+	if b.fail != nil {
+		return b.fail(e)
+	}
+	return nil
+}
+
+func (b *batcher) PublishBatch(_ context.Context, events []outbox.Event) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batches = append(b.batches, ids(events))
+	errs := make([]error, len(events))
+	for i, e := range events {
+		if b.fail != nil {
+			errs[i] = b.fail(e)
+		}
+	}
+	return errs
+}
+
+// A pass hands all its rows to a BatchPublisher in one call, in seq order,
+// and marks each one it accepted; the per-payment order still holds (a
+// payment's next event goes out in a later pass).
+func TestPassPublishesItsRowsInOneBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated", "pay_a:PaymentSucceeded")
+	b := &batcher{}
+	r := e.relay(b, outbox.RelayConfig{})
+	mustRunOnce(t, r, 3)
+	mustRunOnce(t, r, 1)
+	mustRunOnce(t, r, 0)
+	if got := fmt.Sprint(b.batches); got != "[[pay_a:PaymentCreated pay_b:PaymentCreated pay_c:PaymentCreated]]" || b.singles != 1 {
+		t.Errorf("batches %s and %d single publishes, want the first pass's three rows in one batch, then the last row alone", got, b.singles)
+	}
+	for _, ev := range events {
+		if row := e.row(ev.ID); !row.published || row.attempts != 1 {
+			t.Errorf("event %s: %+v", ev.ID, row)
+		}
+	}
+}
+
+// Each result of a batch is booked as a single publish's would be: an
+// event that failed backs off (its attempt counted) while the others of the
+// batch are marked; from the first one the broker could not take, the rest
+// of the batch goes back uncounted and the relay pauses.
+func TestEachResultOfABatchIsBookedOnItsRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated", "pay_c:PaymentCreated", "pay_d:PaymentCreated")
+	b := &batcher{fail: func(ev outbox.Event) error {
+		switch ev.AggregateID {
+		case "pay_b":
+			return errors.New("rejected: too large")
+		case "pay_c":
+			return fmt.Errorf("%w: no stream", outbox.ErrBrokerUnavailable)
+		}
+		return nil // pay_d is accepted, but comes after the outage
+	}}
+	r := e.relay(b, outbox.RelayConfig{})
+	n, err := r.RunOnce(context.Background())
+	if !errors.Is(err, outbox.ErrBrokerUnavailable) || n != 1 {
+		t.Fatalf("RunOnce = %d, %v; want 1 published and the outage", n, err)
+	}
+	a, bRow, c, d := e.row(events[0].ID), e.row(events[1].ID), e.row(events[2].ID), e.row(events[3].ID)
+	switch {
+	case !a.published || a.attempts != 1:
+		t.Errorf("accepted event: %+v, want published", a)
+	case bRow.published || bRow.attempts != 1 || !strings.Contains(bRow.lastError, "too large") || !bRow.nextAttemptAt.After(t0):
+		t.Errorf("failed event: %+v, want one attempt, backing off", bRow)
+	case c.published || c.claimed || c.attempts != 0, d.published || d.claimed || d.attempts != 0:
+		t.Errorf("events after the outage: %+v %+v, want handed back uncounted", c, d)
+	}
+}
+
+// The log publisher writes a whole batch with one Write, one line per
+// event, in order; a failed write fails every event as the broker's fault.
+func TestLogPublisherWritesABatchAtOnce(t *testing.T) {
+	t.Parallel()
+	var w countingWriter
+	p := outbox.NewLogPublisher(&w)
+	var events []outbox.Event
+	for _, id := range []string{"pay_a", "pay_b", "pay_c"} {
+		ev, err := outbox.NewEvent(outbox.TypePaymentCreated, "payment", id, map[string]string{"paymentId": id}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, ev)
+	}
+	for i, err := range p.PublishBatch(context.Background(), events) {
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(w.buf.String(), "\n"), "\n")
+	if w.writes != 1 || len(lines) != 3 || !strings.Contains(lines[0], `"pay_a"`) || !strings.Contains(lines[2], `"pay_c"`) {
+		t.Errorf("%d writes of %q, want one write of three lines in order", w.writes, w.buf.String())
+	}
+	for i, err := range outbox.NewLogPublisher(brokenWriter{}).PublishBatch(context.Background(), events) {
+		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+			t.Errorf("event %d on a broken writer: %v, want ErrBrokerUnavailable", i, err)
+		}
+	}
+}
+
+type countingWriter struct {
+	buf    bytes.Buffer
+	writes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.buf.Write(p)
+}
