@@ -166,7 +166,7 @@ type Publisher struct {
 	ensured bool
 }
 
-var _ outbox.Publisher = (*Publisher)(nil)
+var _ outbox.BatchPublisher = (*Publisher)(nil)
 
 // NewPublisher returns a Publisher to the stream of cfg.
 func NewPublisher(js jetstream.JetStream, cfg StreamConfig, log *slog.Logger) *Publisher {
@@ -209,6 +209,62 @@ func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.
 		p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", ack.Stream, "seq", ack.Sequence)
 	}
 	return ack, nil
+}
+
+// PublishBatch publishes events without waiting for each acknowledgement in
+// turn: every message is sent at once (JetStream's asynchronous publish),
+// then the acknowledgements are awaited, in order, until ctx ends. So a
+// relay's pass costs about one round trip to the broker instead of one per
+// event. Each result has Publish's meaning; an event whose acknowledgement
+// did not come before ctx ended failed as the broker's fault (it may still
+// be stored, and is then dropped as a repeat when published again).
+func (p *Publisher) PublishBatch(ctx context.Context, events []outbox.Event) []error {
+	errs := make([]error, len(events))
+	failAll := func(err func(e outbox.Event) error) []error {
+		for i, e := range events {
+			errs[i] = err(e)
+		}
+		return errs
+	}
+	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
+		return failAll(func(e outbox.Event) error {
+			return fmt.Errorf("publish event %s: %w: NATS connection %s", e.ID, outbox.ErrBrokerUnavailable, nc.Status())
+		})
+	}
+	if err := p.ensure(ctx); err != nil {
+		return failAll(func(outbox.Event) error { return classify(err) })
+	}
+	acks := make([]jetstream.PubAckFuture, len(events))
+	for i, e := range events {
+		m, err := Message(p.cfg.SubjectPrefix, e)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if acks[i], err = p.js.PublishMsgAsync(m, jetstream.WithExpectStream(p.cfg.Name)); err != nil {
+			errs[i] = classify(fmt.Errorf("publish event %s to %s: %w", e.ID, m.Subject, err))
+		}
+	}
+	for i, ack := range acks {
+		if ack == nil {
+			continue
+		}
+		e := events[i]
+		select {
+		case a := <-ack.Ok():
+			if a.Duplicate {
+				p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", a.Stream, "seq", a.Sequence)
+			}
+		case err := <-ack.Err():
+			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				p.forget()
+			}
+			errs[i] = classify(fmt.Errorf("publish event %s to %s: %w", e.ID, ack.Msg().Subject, err))
+		case <-ctx.Done():
+			errs[i] = classify(fmt.Errorf("publish event %s: no acknowledgement: %w", e.ID, ctx.Err()))
+		}
+	}
+	return errs
 }
 
 func (p *Publisher) ensure(ctx context.Context) error {

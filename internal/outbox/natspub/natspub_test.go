@@ -159,6 +159,16 @@ func TestPublishFailsWithoutServer(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Publish took %s to fail: it waited for its context", d)
 	}
+	start = time.Now()
+	events := []outbox.Event{testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now()), testEvent(t, outbox.TypePaymentCreated, "pay_2", time.Now())}
+	for i, err := range natspub.NewPublisher(js, natspub.StreamConfig{}, nil).PublishBatch(ctx, events) {
+		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+			t.Errorf("PublishBatch without a server, event %d: %v, want ErrBrokerUnavailable", i, err)
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("PublishBatch took %s to fail: it waited for its context", d)
+	}
 }
 
 // TestStreamGoneIsBrokerUnavailable: a stream deleted under the publisher
@@ -293,4 +303,44 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
+}
+
+// TestPublishBatchThroughBroker: a batch is sent at once and each event gets
+// its own result: the ones the stream stored, and an event the broker can
+// never take failing alone, as its own fault. Sent again, the stored ones
+// are acknowledged as repeats and not stored twice; with the stream gone,
+// every event of a batch fails as the broker's fault.
+func TestPublishBatchThroughBroker(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	_, js := natstest.Connect(t, natstest.Start(t))
+	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
+	now := time.Now().UTC()
+	huge := testEvent(t, outbox.TypePaymentCreated, "pay_2", now)
+	huge.Payload = json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
+	events := []outbox.Event{
+		testEvent(t, outbox.TypePaymentCreated, "pay_1", now),
+		huge,
+		testEvent(t, outbox.TypePaymentCreated, "pay_3", now),
+		testEvent(t, outbox.TypePaymentSucceeded, "pay_4", now),
+	}
+	for round := range 2 {
+		errs := pub.PublishBatch(ctx, events)
+		for i, err := range errs {
+			if bad := i == 1; (err != nil) != bad || errors.Is(err, outbox.ErrBrokerUnavailable) {
+				t.Errorf("round %d, event %d: %v", round, i, err)
+			}
+		}
+	}
+	if _, info := defaultStream(t, js); info.State.Msgs != 3 {
+		t.Errorf("stream holds %d messages, want the 3 the broker could take, once", info.State.Msgs)
+	}
+	if err := js.DeleteStream(ctx, natspub.DefaultStream); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range pub.PublishBatch(ctx, events[2:]) {
+		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+			t.Errorf("event %d to a deleted stream: %v, want ErrBrokerUnavailable", i, err)
+		}
+	}
 }
