@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -43,6 +44,19 @@ func (r *roundTrips) add(s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = append(r.sent, strings.Join(strings.Fields(s), " "))
+}
+
+// seen reports whether a statement starting with prefix was sent since the
+// last take.
+func (r *roundTrips) seen(prefix string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.sent {
+		if strings.HasPrefix(s, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // take returns what was sent since the last take.
@@ -115,6 +129,15 @@ func TestEachStepIsOneRoundTrip(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	e.url, _, _ = startInstance(t, pool, e.prov, e.clock, e.cfg, e.limit)
+	// The instance's listener connects with the pool's configuration, so
+	// its round trips are counted too: wait until it listens, or its LISTEN
+	// would be counted against whichever request it happened beside.
+	for deadline := time.Now().Add(30 * time.Second); !trips.seen("query: LISTEN "); {
+		if time.Now().After(deadline) {
+			t.Fatal("the instance's listener did not LISTEN within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// expect checks what the last request sent: n round trips, as the
 	// tracer sees them and on the wire.
