@@ -260,7 +260,10 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 		if err != nil {
 			return nil, nil, err
 		}
-		js, err := jetstream.New(nc)
+		// An asynchronous publish (a relay's batch) whose acknowledgement
+		// never comes is given up after as long as a batch may wait, so that
+		// abandoned acknowledgements do not pile up in the client.
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(natspub.DefaultBatchTimeout))
 		if err != nil {
 			nc.Close()
 			return nil, nil, fmt.Errorf("JetStream: %w", err)

@@ -66,10 +66,11 @@ func TestPassPublishesItsRowsInOneBatch(t *testing.T) {
 	}
 }
 
-// Each result of a batch is booked as a single publish's would be: an
-// event that failed backs off (its attempt counted) while the others of the
-// batch are marked; from the first one the broker could not take, the rest
-// of the batch goes back uncounted and the relay pauses.
+// Every event of a batch was sent, so each result is booked on its own row,
+// whatever the others': an event that failed through its own fault backs
+// off (its attempt counted), one the broker could not take goes back
+// uncounted, an accepted one is marked even after an outage earlier in the
+// batch, and the outage pauses the relay.
 func TestEachResultOfABatchIsBookedOnItsRow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -81,21 +82,58 @@ func TestEachResultOfABatchIsBookedOnItsRow(t *testing.T) {
 		case "pay_c":
 			return fmt.Errorf("%w: no stream", outbox.ErrBrokerUnavailable)
 		}
-		return nil // pay_d is accepted, but comes after the outage
+		return nil
 	}}
 	r := e.relay(b, outbox.RelayConfig{})
 	n, err := r.RunOnce(context.Background())
-	if !errors.Is(err, outbox.ErrBrokerUnavailable) || n != 1 {
-		t.Fatalf("RunOnce = %d, %v; want 1 published and the outage", n, err)
+	if !errors.Is(err, outbox.ErrBrokerUnavailable) || n != 2 {
+		t.Fatalf("RunOnce = %d, %v; want 2 published and the outage", n, err)
+	}
+	if len(b.batches) != 1 || b.singles != 0 {
+		t.Fatalf("batches %v and %d single publishes, want one batch", b.batches, b.singles)
 	}
 	a, bRow, c, d := e.row(events[0].ID), e.row(events[1].ID), e.row(events[2].ID), e.row(events[3].ID)
-	switch {
-	case !a.published || a.attempts != 1:
-		t.Errorf("accepted event: %+v, want published", a)
-	case bRow.published || bRow.attempts != 1 || !strings.Contains(bRow.lastError, "too large") || !bRow.nextAttemptAt.After(t0):
+	if !a.published || a.attempts != 1 || !d.published || d.attempts != 1 {
+		t.Errorf("accepted events: %+v %+v, want published", a, d)
+	}
+	if bRow.published || bRow.attempts != 1 || !strings.Contains(bRow.lastError, "too large") || !bRow.nextAttemptAt.After(t0) {
 		t.Errorf("failed event: %+v, want one attempt, backing off", bRow)
-	case c.published || c.claimed || c.attempts != 0, d.published || d.claimed || d.attempts != 0:
-		t.Errorf("events after the outage: %+v %+v, want handed back uncounted", c, d)
+	}
+	if c.published || c.claimed || c.attempts != 0 {
+		t.Errorf("event the broker could not take: %+v, want handed back uncounted", c)
+	}
+	if _, err := r.RunOnce(context.Background()); !errors.Is(err, outbox.ErrBrokerUnavailable) {
+		t.Errorf("the pass after the outage: %v, want the relay pausing", err)
+	}
+}
+
+// wrongCount is a BatchPublisher with a defect: one result for any batch.
+type wrongCount struct{ batcher }
+
+func (w *wrongCount) PublishBatch(ctx context.Context, events []outbox.Event) []error {
+	return w.batcher.PublishBatch(ctx, events)[:1]
+}
+
+// A publisher that answers a batch with the wrong number of results says
+// nothing about which events it took: the relay hands them all back
+// uncounted and pauses as for an outage, rather than sending the batch
+// again on every pass.
+func TestABatchAnsweredWithTheWrongCountIsAnOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	events := e.add("pay_a:PaymentCreated", "pay_b:PaymentCreated")
+	w := &wrongCount{}
+	r := e.relay(w, outbox.RelayConfig{})
+	if n, err := r.RunOnce(context.Background()); !errors.Is(err, outbox.ErrBrokerUnavailable) || n != 0 {
+		t.Fatalf("RunOnce = %d, %v; want nothing published and an outage", n, err)
+	}
+	for _, ev := range events {
+		if row := e.row(ev.ID); row.published || row.claimed || row.attempts != 0 {
+			t.Errorf("event %s: %+v, want handed back uncounted", ev.AggregateID, row)
+		}
+	}
+	if _, err := r.RunOnce(context.Background()); !errors.Is(err, outbox.ErrBrokerUnavailable) || len(w.batches) != 1 {
+		t.Errorf("the next pass: %v after %d batches, want the relay pausing, not sending again", err, len(w.batches))
 	}
 }
 

@@ -379,8 +379,13 @@ func (r *Relay) mayStart(ctx context.Context, p *pass) bool {
 }
 
 // publishBatch publishes todo with one PublishBatch call, one publish start
-// bounded by PublishTimeout like any other, and books each row's result in
-// seq order as publishAll books a single publish's.
+// bounded by PublishTimeout like any other. Every event of the batch was
+// sent, so each result is booked on its own row, whatever the others': an
+// accepted row is marked at the end of the pass, a row that failed through
+// its own fault backs off (its attempt counted), and a row the broker could
+// not take, or whose answer shutdown cut short, is handed back uncounted.
+// Then, if any row met an outage, the relay pauses as after a single
+// publish that did.
 func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, todo []claimedRow) error {
 	if !r.mayStart(ctx, p) {
 		p.back = append(p.back, todo...)
@@ -395,21 +400,76 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, to
 	cancel()
 	if len(errs) != len(todo) {
 		// A defect of the publisher: nothing says which events it took.
-		// Hand them all back, uncounted; any it did publish go out again.
+		// Treated as an outage, so that the relay backs off instead of
+		// sending the batch again every pass; whatever it did publish
+		// goes out again.
+		outage := fmt.Errorf("%w: the publisher answered %d results for a batch of %d events", ErrBrokerUnavailable, len(errs), len(todo))
 		p.back = append(p.back, todo...)
-		return fmt.Errorf("outbox publisher answered %d results for a batch of %d events", len(errs), len(todo))
+		r.brokerDown(ctx, outage)
+		return fmt.Errorf("outbox relay stopped its pass: %w", outage)
 	}
-	for i, pubErr := range errs {
-		if stop, err := r.published(ctx, p, todo, i, pubErr); stop {
-			return err
+	var (
+		outage, bookErr error
+		accepted        bool
+	)
+	for i, row := range todo {
+		pubErr := errs[i]
+		switch {
+		case pubErr == nil:
+			accepted = true
+			if err := r.accepted(ctx, p, row); err != nil {
+				return err // a hook said stop: write nothing more
+			}
+		case ctx.Err() != nil:
+			p.back = append(p.back, row) // may have been published; not the row's fault
+		case errors.Is(pubErr, ErrBrokerUnavailable):
+			p.back = append(p.back, row)
+			if outage == nil {
+				outage = pubErr
+			}
+		case bookErr != nil:
+			p.back = append(p.back, row) // the database failed booking an earlier row
+		default:
+			if err := r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false); err != nil {
+				bookErr = err
+				p.back = append(p.back, row)
+			}
 		}
+	}
+	switch {
+	case outage != nil:
+		r.brokerDown(ctx, outage)
+	case accepted:
+		r.brokerUp(ctx)
+	}
+	switch {
+	case bookErr != nil:
+		return bookErr
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case outage != nil:
+		return fmt.Errorf("outbox relay stopped its pass: %w", outage)
 	}
 	return nil
 }
 
-// published books the outcome pubErr of the publish of todo[i] in p. stop
-// says that the pass must stop there (with err, which may be nil), the rows
-// after i handed back or, after a hook's stop, left as a crash leaves them.
+// accepted books a row the broker acknowledged: marked at the end of the
+// pass, never handed back. A hook's error stops the pass as a crash would.
+func (r *Relay) accepted(ctx context.Context, p *pass, row claimedRow) error {
+	if h := r.cfg.Hooks.AfterPublish; h != nil {
+		if err := h(ctx, row.event); err != nil {
+			p.crashed = true
+			return fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
+		}
+	}
+	p.done = append(p.done, row)
+	return nil
+}
+
+// published books the outcome pubErr of the single publish of todo[i] in
+// p. stop says that the pass must stop there (with err, which may be nil),
+// the rows after i, not started, handed back or, after a hook's stop, left
+// as a crash leaves them.
 func (r *Relay) published(ctx context.Context, p *pass, todo []claimedRow, i int, pubErr error) (stop bool, err error) {
 	row := todo[i]
 	if pubErr != nil {
@@ -434,13 +494,9 @@ func (r *Relay) published(ctx context.Context, p *pass, todo []claimedRow, i int
 	}
 	r.brokerUp(ctx)
 	// Published: from here on, the row is never handed back.
-	if h := r.cfg.Hooks.AfterPublish; h != nil {
-		if err := h(ctx, row.event); err != nil {
-			p.crashed = true
-			return true, fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
-		}
+	if err := r.accepted(ctx, p, row); err != nil {
+		return true, err
 	}
-	p.done = append(p.done, row)
 	return false, nil
 }
 

@@ -211,13 +211,20 @@ func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.
 	return ack, nil
 }
 
+// DefaultBatchTimeout bounds a PublishBatch whose context has no deadline
+// (the relay's always has one: its publish timeout), as JetStream bounds a
+// single publish.
+const DefaultBatchTimeout = 10 * time.Second
+
 // PublishBatch publishes events without waiting for each acknowledgement in
 // turn: every message is sent at once (JetStream's asynchronous publish),
 // then the acknowledgements are awaited, in order, until ctx ends. So a
 // relay's pass costs about one round trip to the broker instead of one per
-// event. Each result has Publish's meaning; an event whose acknowledgement
-// did not come before ctx ended failed as the broker's fault (it may still
-// be stored, and is then dropped as a repeat when published again).
+// event. Each result has Publish's meaning. An event whose acknowledgement
+// did not come before ctx ended, or that ctx's end kept from being sent,
+// failed as the broker's fault (it may still be stored, and is then
+// dropped as a repeat when published again), and so does one the client
+// refused to send because too many acknowledgements are outstanding.
 func (p *Publisher) PublishBatch(ctx context.Context, events []outbox.Event) []error {
 	errs := make([]error, len(events))
 	failAll := func(err func(e outbox.Event) error) []error {
@@ -231,11 +238,20 @@ func (p *Publisher) PublishBatch(ctx context.Context, events []outbox.Event) []e
 			return fmt.Errorf("publish event %s: %w: NATS connection %s", e.ID, outbox.ErrBrokerUnavailable, nc.Status())
 		})
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultBatchTimeout)
+		defer cancel()
+	}
 	if err := p.ensure(ctx); err != nil {
 		return failAll(func(outbox.Event) error { return classify(err) })
 	}
 	acks := make([]jetstream.PubAckFuture, len(events))
 	for i, e := range events {
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("publish event %s: not sent: %w: %w", e.ID, outbox.ErrBrokerUnavailable, err)
+			continue
+		}
 		m, err := Message(p.cfg.SubjectPrefix, e)
 		if err != nil {
 			errs[i] = err
@@ -246,25 +262,43 @@ func (p *Publisher) PublishBatch(ctx context.Context, events []outbox.Event) []e
 		}
 	}
 	for i, ack := range acks {
-		if ack == nil {
-			continue
-		}
-		e := events[i]
-		select {
-		case a := <-ack.Ok():
-			if a.Duplicate {
-				p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", a.Stream, "seq", a.Sequence)
-			}
-		case err := <-ack.Err():
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
-				p.forget()
-			}
-			errs[i] = classify(fmt.Errorf("publish event %s to %s: %w", e.ID, ack.Msg().Subject, err))
-		case <-ctx.Done():
-			errs[i] = classify(fmt.Errorf("publish event %s: no acknowledgement: %w", e.ID, ctx.Err()))
+		if ack != nil {
+			errs[i] = p.awaitAck(ctx, events[i], ack)
 		}
 	}
 	return errs
+}
+
+// awaitAck waits for the stream's answer to the asynchronous publish of e.
+// An answer that is there already counts, even once ctx has ended.
+func (p *Publisher) awaitAck(ctx context.Context, e outbox.Event, ack jetstream.PubAckFuture) error {
+	answered := func(a *jetstream.PubAck, err error) error {
+		if err != nil {
+			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				p.forget()
+			}
+			return classify(fmt.Errorf("publish event %s to %s: %w", e.ID, ack.Msg().Subject, err))
+		}
+		if a.Duplicate {
+			p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", a.Stream, "seq", a.Sequence)
+		}
+		return nil
+	}
+	select {
+	case a := <-ack.Ok():
+		return answered(a, nil)
+	case err := <-ack.Err():
+		return answered(nil, err)
+	default:
+	}
+	select {
+	case a := <-ack.Ok():
+		return answered(a, nil)
+	case err := <-ack.Err():
+		return answered(nil, err)
+	case <-ctx.Done():
+		return fmt.Errorf("publish event %s: no acknowledgement: %w: %w", e.ID, outbox.ErrBrokerUnavailable, ctx.Err())
+	}
 }
 
 func (p *Publisher) ensure(ctx context.Context) error {
@@ -288,9 +322,12 @@ func (p *Publisher) forget() {
 
 // BrokerUnavailable reports whether err, an error of a JetStream publish or
 // stream lookup, is a failure of the broker as a whole rather than of the
-// message: a timeout (the broker did not answer in time), no responders (no
-// JetStream, or no stream, behind the subject), a connection that is down,
-// closed or draining, or a JetStream API error with status 503.
+// message: a timeout (the broker did not answer in time, an asynchronous
+// publish's acknowledgement included), no responders (no JetStream, or no
+// stream, behind the subject), a connection that is down, closed or
+// draining or whose outbound buffer is full, too many asynchronous
+// publishes waiting for their acknowledgements, or a JetStream API error
+// with status 503.
 func BrokerUnavailable(err error) bool {
 	if err == nil {
 		return false
@@ -302,7 +339,8 @@ func BrokerUnavailable(err error) bool {
 		jetstream.ErrJetStreamNotEnabled, jetstream.ErrJetStreamNotEnabledForAccount,
 		nats.ErrDisconnected, nats.ErrConnectionClosed, nats.ErrConnectionDraining,
 		nats.ErrConnectionReconnecting, nats.ErrNoServers, nats.ErrStaleConnection,
-		nats.ErrInvalidConnection,
+		nats.ErrInvalidConnection, nats.ErrReconnectBufExceeded,
+		jetstream.ErrAsyncPublishTimeout, jetstream.ErrTooManyStalledMsgs,
 	} {
 		if errors.Is(err, target) {
 			return true

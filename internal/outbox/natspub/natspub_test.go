@@ -225,6 +225,9 @@ func TestBrokerUnavailableClassifiesErrors(t *testing.T) {
 		{nats.ErrConnectionDraining, true},
 		{nats.ErrConnectionReconnecting, true},
 		{nats.ErrNoServers, true},
+		{nats.ErrReconnectBufExceeded, true},
+		{jetstream.ErrAsyncPublishTimeout, true},
+		{fmt.Errorf("publish event x: %w", jetstream.ErrTooManyStalledMsgs), true},
 		{fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
 		{nil, false},
 		{context.Canceled, false}, // shutdown: the relay sees it on its own context
@@ -334,6 +337,15 @@ func TestPublishBatchThroughBroker(t *testing.T) {
 	}
 	if _, info := defaultStream(t, js); info.State.Msgs != 3 {
 		t.Errorf("stream holds %d messages, want the 3 the broker could take, once", info.State.Msgs)
+	}
+	// A batch whose time ran out before it could be sent fails as the
+	// broker's fault (the relay hands it back uncounted), not the events'.
+	late, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	for i, err := range pub.PublishBatch(late, events[2:]) {
+		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+			t.Errorf("event %d of a batch out of time: %v, want ErrBrokerUnavailable", i, err)
+		}
 	}
 	if err := js.DeleteStream(ctx, natspub.DefaultStream); err != nil {
 		t.Fatal(err)
