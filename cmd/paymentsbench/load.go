@@ -168,6 +168,14 @@ func newPayments(name, prefix string, conns int, d time.Duration) workload {
 	}
 }
 
+// floorPayments is newPayments through the floor: its phases are reported,
+// and judged, apart from the API's.
+func floorPayments(name, prefix string, conns int, d time.Duration) workload {
+	w := newPayments(name, prefix, conns, d)
+	w.Kind = kindFloor
+	return w
+}
+
 // replays is the workload of retries of payments already made (keys
 // prefix-0 … prefix-(n-1)): each answered 201 from the stored answer.
 func replays(name, prefix string, n, conns int, d time.Duration) workload {

@@ -135,9 +135,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 type service struct {
 	Name     string // in messages: "the API"
 	Database string
-	Proc     *apiProcess
-	DB       *pgx.Conn // to its database: the outbox's backlog
-	Client   *apiClient
+	// NoRelay: the service publishes nothing (the floor), so a phase does
+	// not wait for its outbox to drain.
+	NoRelay bool
+	Proc    *apiProcess
+	DB      *pgx.Conn // to its database: the outbox's backlog
+	Client  *apiClient
 }
 
 // benchRun is one run: what it started, and how to reach it.
@@ -245,6 +248,7 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 		if b.floor, err = b.startService(ctx, "the floor", b.cfg.FloorBin, floorDatabase, dataDir, settings); err != nil {
 			return fmt.Errorf("%w (-floor-bin '' runs the bench without it)", err)
 		}
+		b.floor.NoRelay = true
 	}
 	return nil
 }
@@ -291,9 +295,8 @@ func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
 		b.progress("round %d/%d: pgbench flow %.0f/s", r, b.cfg.Rounds, ref.rate())
 		phases = append(phases, ref)
 		if b.floor != nil {
-			w := newPayments(fmt.Sprintf("Go floor, round %d", r), fmt.Sprintf("floor-r%d", r), b.cfg.Connections, b.cfg.Duration)
-			w.Kind = kindFloor
-			floor, err := b.servicePhase(ctx, b.floor, w)
+			floor, err := b.servicePhase(ctx, b.floor, floorPayments(fmt.Sprintf("Go floor, round %d", r), fmt.Sprintf("floor-r%d", r),
+				b.cfg.Connections, b.cfg.Duration))
 			if err != nil {
 				return nil, summary{}, err
 			}
@@ -413,8 +416,9 @@ func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
 }
 
 // servicePhase runs w through svc. Its counters and CPU run from the first
-// request until the relay has published every event: the relay's work is
-// part of a payment's cost.
+// request until the relay has published every event (the relay's work is
+// part of a payment's cost), or, for a service without one, until the last
+// answer.
 func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (phase, error) {
 	if err := b.mon.checkpoint(ctx); err != nil {
 		return phase{}, err
@@ -428,13 +432,15 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 		return phase{}, err
 	}
 	p := w.run(ctx, svc.Client)
-	drain, left, err := waitOutboxDrained(ctx, svc.DB, drainTimeout)
-	if err != nil {
-		return phase{}, err
-	}
-	p.Drain = drain
-	if left > 0 {
-		b.progress("%s: %d outbox events still unpublished after %s: the counters miss their relay work", w.Name, left, drainTimeout)
+	if !svc.NoRelay {
+		drain, left, err := waitOutboxDrained(ctx, svc.DB, drainTimeout)
+		if err != nil {
+			return phase{}, err
+		}
+		p.Drain = drain
+		if left > 0 {
+			b.progress("%s: %d outbox events still unpublished after %s: the counters miss their relay work", w.Name, left, drainTimeout)
+		}
 	}
 	pg1, api1, err := b.cpu(svc)
 	if err != nil {

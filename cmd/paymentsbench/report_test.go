@@ -175,6 +175,13 @@ func TestTheFloorHasAColumnOfItsOwn(t *testing.T) {
 	}
 }
 
+// The floor's phases are of their own kind, never the API's new payments.
+func TestFloorPaymentsAreTheFloors(t *testing.T) {
+	if w := floorPayments("Go floor, round 1", "floor-r1", 16, time.Second); w.Kind != kindFloor {
+		t.Errorf("floor workload of kind %v, want kindFloor", w.Kind)
+	}
+}
+
 func TestTargetsAreMetAtTheirBounds(t *testing.T) {
 	s := summarize([]phase{
 		{Kind: kindReference, Ops: 1000, Elapsed: time.Second},
