@@ -181,9 +181,11 @@ type RelayDeps struct {
 //
 // Broker outages. A publish error wrapping ErrBrokerUnavailable is the
 // broker's fault, not the row's: the pass stops, hands its row and the rest
-// of its batch back with no attempt counted, and the relay pauses (RunOnce
-// claims nothing) for OutageBackoff, doubling up to MaxOutageBackoff while
-// the probes keep failing, until a publish succeeds. An outage of any length
+// of its batch back with no attempt counted (with a BatchPublisher, which
+// was sent every event of the pass at once, only the rows the broker could
+// not take go back; each other result is booked on its row), and the relay
+// pauses (RunOnce claims nothing) for OutageBackoff, doubling up to
+// MaxOutageBackoff while the probes keep failing, until a publish succeeds. An outage of any length
 // therefore parks nothing; it is logged once when it starts and once when it
 // ends, and shows in the metrics as paymentsapi_outbox_broker_unavailable and
 // a growing oldest-pending age.
