@@ -24,6 +24,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -87,7 +88,7 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("POST /payments", s.createPayment)
 
-	ln, err := net.Listen("tcp", cmpOr(getenv("HTTP_ADDR"), "127.0.0.1:0"))
+	ln, err := net.Listen("tcp", cmp.Or(getenv("HTTP_ADDR"), "127.0.0.1:0"))
 	if err != nil {
 		return err
 	}
@@ -103,13 +104,6 @@ func run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	return nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 type server struct {
@@ -137,20 +131,28 @@ type event struct {
 }
 
 func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
+	if err := s.pay(w, r); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// pay answers r; an error is a failure of the database or of encoding, for
+// createPayment to answer with a 500.
+func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 	if r.Header.Get("Authorization") != s.auth {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
+		return nil
 	}
 	key := r.Header.Get("Idempotency-Key")
 	var c command
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&c); err != nil || key == "" {
 		http.Error(w, "bad request", http.StatusBadRequest)
-		return
+		return nil
 	}
 	amountMinor, err := money.Parse(c.Amount, c.Currency)
 	if err != nil {
 		http.Error(w, "bad amount", http.StatusBadRequest)
-		return
+		return nil
 	}
 	ctx := r.Context()
 	now := time.Now().UTC()
@@ -161,8 +163,7 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 	}
 	created, err := json.Marshal(event{p, s.tenant})
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	fingerprint := sha256.Sum256(created)
 
@@ -208,14 +209,13 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 		c.MerchantReference, c.PaymentMethod, c.Description, ids.NewEventID(now), created,
 	).QueryRow(func(row pgx.Row) error { return row.Scan(&keyID) })
 	if err := s.db.SendBatch(ctx, &b).Close(); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	if keyID == 0 {
 		if storedStatus == nil {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "in flight", http.StatusConflict)
-			return
+			return nil
 		}
 		for k, v := range storedHeaders {
 			w.Header().Set(k, v)
@@ -223,7 +223,7 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Idempotent-Replayed", "true")
 		w.WriteHeader(*storedStatus)
 		_, _ = w.Write(stored)
-		return
+		return nil
 	}
 
 	// 2. The key held and due for recovery, the payment sent, in one
@@ -238,8 +238,7 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 		)
 		UPDATE payments p SET state = 'PROVIDER_REQUEST_SENT', updated_at = $2
 		FROM held WHERE p.id = held.resource_id AND p.state = 'RECEIVED'`, keyID, time.Now().UTC()); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 
 	charge, err := s.provider.Charge(ctx, provider.ChargeRequest{
@@ -248,7 +247,7 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil || charge.Status != provider.StatusSucceeded {
 		http.Error(w, fmt.Sprintf("provider: %v %s", err, charge.Status), http.StatusBadGateway)
-		return
+		return nil
 	}
 
 	// 3. The stored answer, the payment completed and its second event, in
@@ -257,13 +256,11 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 	p.Status, p.UpdatedAt, p.ProviderReference = payments.StatusSucceeded, done, charge.ID
 	body, err := json.Marshal(p)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	succeeded, err := json.Marshal(event{p, s.tenant})
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	headers := map[string]string{"Location": "/payments/" + p.PaymentID, "Content-Type": "application/json"}
 	b = pgx.Batch{}
@@ -280,12 +277,12 @@ func (s *server) createPayment(w http.ResponseWriter, r *http.Request) {
 		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
 		VALUES ($1, 'payment', $2, 'PaymentSucceeded', $3, $4, $4)`, ids.NewEventID(done), p.PaymentID, succeeded, done)
 	if err := s.db.SendBatch(ctx, &b).Close(); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	for k, v := range headers {
 		w.Header().Set(k, v)
 	}
 	w.WriteHeader(http.StatusCreated)
 	_, _ = w.Write(body)
+	return nil
 }

@@ -367,7 +367,9 @@ func (r *Relay) publishAll(ctx context.Context, p *pass, rows []claimedRow) erro
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 		pubErr := r.pub.Publish(pctx, row.event)
 		cancel()
-		if stop, err := r.published(ctx, p, todo, i, pubErr); stop {
+		if stop, err := r.bookSent(ctx, p, todo[i:i+1], []error{pubErr}); stop {
+			// The rows after it were not started: hand them back.
+			p.back = append(p.back, todo[i+1:]...)
 			return err
 		}
 	}
@@ -382,12 +384,7 @@ func (r *Relay) mayStart(ctx context.Context, p *pass) bool {
 
 // publishBatch publishes todo with one PublishBatch call, one publish start
 // bounded by PublishTimeout like any other. Every event of the batch was
-// sent, so each result is booked on its own row, whatever the others': an
-// accepted row is marked at the end of the pass, a row that failed through
-// its own fault backs off (its attempt counted), and a row the broker could
-// not take, or whose answer shutdown cut short, is handed back uncounted.
-// Then, if any row met an outage, the relay pauses as after a single
-// publish that did.
+// sent, so each result is booked on its own row (bookSent).
 func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, todo []claimedRow) error {
 	if !r.mayStart(ctx, p) {
 		p.back = append(p.back, todo...)
@@ -402,40 +399,57 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, to
 	cancel()
 	if len(errs) != len(todo) {
 		// A defect of the publisher: nothing says which events it took.
-		// Treated as an outage, so that the relay backs off instead of
-		// sending the batch again every pass; whatever it did publish
-		// goes out again.
-		outage := fmt.Errorf("%w: the publisher answered %d results for a batch of %d events", ErrBrokerUnavailable, len(errs), len(todo))
-		p.back = append(p.back, todo...)
-		r.brokerDown(ctx, outage)
-		return fmt.Errorf("outbox relay stopped its pass: %w", outage)
+		// Booked as an outage on every row, so that the relay backs off
+		// instead of sending the batch again every pass; whatever it did
+		// publish goes out again.
+		defect := fmt.Errorf("%w: the publisher answered %d results for a batch of %d events", ErrBrokerUnavailable, len(errs), len(todo))
+		errs = slices.Repeat([]error{defect}, len(todo))
 	}
+	_, err := r.bookSent(ctx, p, todo, errs)
+	return err
+}
+
+// bookSent books the results of publishes the pass started, errs[i] the
+// result of sent[i], each on its own row, whatever the others': an
+// accepted row is marked at the end of the pass (never handed back); a row
+// that failed through its own fault backs off, its attempt counted; a row
+// the broker could not take, or whose answer shutdown cut short, is handed
+// back uncounted. If booking a failure fails (the database), the failed
+// rows after it are left to their lease, their attempts counted, as a
+// crash leaves them. Then the relay pauses if any row met an outage. stop
+// says that the pass must go no further (with err, nil after a clean
+// stop): a hook said stop (write nothing more), the database failed,
+// shutdown, or an outage.
+func (r *Relay) bookSent(ctx context.Context, p *pass, sent []claimedRow, errs []error) (stop bool, err error) {
 	var (
 		outage, bookErr error
 		accepted        bool
 	)
-	for i, row := range todo {
-		pubErr := errs[i]
-		switch {
+	for i, row := range sent {
+		switch pubErr := errs[i]; {
 		case pubErr == nil:
 			accepted = true
-			if err := r.accepted(ctx, p, row); err != nil {
-				return err // a hook said stop: write nothing more
+			if h := r.cfg.Hooks.AfterPublish; h != nil {
+				if outage == nil {
+					r.brokerUp(ctx)
+				}
+				if err := h(ctx, row.event); err != nil {
+					p.crashed = true
+					return true, fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
+				}
 			}
+			p.done = append(p.done, row)
 		case ctx.Err() != nil:
-			p.back = append(p.back, row) // may have been published; not the row's fault
+			p.back = append(p.back, row) // it may even have been published; not the row's fault
 		case errors.Is(pubErr, ErrBrokerUnavailable):
 			p.back = append(p.back, row)
 			if outage == nil {
 				outage = pubErr
 			}
 		case bookErr != nil:
-			p.back = append(p.back, row) // the database failed booking an earlier row
+			// Left to its lease, as a crash would leave it.
 		default:
-			if err := r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false); err != nil {
-				bookErr = err
-				p.back = append(p.back, row)
-			}
+			bookErr = r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false)
 		}
 	}
 	switch {
@@ -446,58 +460,11 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, to
 	}
 	switch {
 	case bookErr != nil:
-		return bookErr
+		return true, bookErr
 	case ctx.Err() != nil:
-		return ctx.Err()
+		return true, ctx.Err()
 	case outage != nil:
-		return fmt.Errorf("outbox relay stopped its pass: %w", outage)
-	}
-	return nil
-}
-
-// accepted books a row the broker acknowledged: marked at the end of the
-// pass, never handed back. A hook's error stops the pass as a crash would.
-func (r *Relay) accepted(ctx context.Context, p *pass, row claimedRow) error {
-	if h := r.cfg.Hooks.AfterPublish; h != nil {
-		if err := h(ctx, row.event); err != nil {
-			p.crashed = true
-			return fmt.Errorf("outbox relay stopped after publishing event %s: %w", row.event.ID, err)
-		}
-	}
-	p.done = append(p.done, row)
-	return nil
-}
-
-// published books the outcome pubErr of the single publish of todo[i] in
-// p. stop says that the pass must stop there (with err, which may be nil),
-// the rows after i, not started, handed back or, after a hook's stop, left
-// as a crash leaves them.
-func (r *Relay) published(ctx context.Context, p *pass, todo []claimedRow, i int, pubErr error) (stop bool, err error) {
-	row := todo[i]
-	if pubErr != nil {
-		if ctx.Err() != nil {
-			// Shutting down: not the row's fault; it may even have
-			// been published. Hand it back, attempt uncounted.
-			p.back = append(p.back, todo[i:]...)
-			return true, ctx.Err()
-		}
-		if errors.Is(pubErr, ErrBrokerUnavailable) {
-			// Not the row's fault either, nor the next one's: hand the
-			// batch back, attempt uncounted, and pause.
-			p.back = append(p.back, todo[i:]...)
-			r.brokerDown(ctx, pubErr)
-			return true, fmt.Errorf("outbox relay stopped its pass: %w", pubErr)
-		}
-		if err := r.fail(ctx, row, p.token, pubErr, row.attempts >= r.cfg.MaxAttempts, false); err != nil {
-			p.back = append(p.back, todo[i+1:]...)
-			return true, err
-		}
-		return false, nil
-	}
-	r.brokerUp(ctx)
-	// Published: from here on, the row is never handed back.
-	if err := r.accepted(ctx, p, row); err != nil {
-		return true, err
+		return true, fmt.Errorf("outbox relay stopped its pass: %w", outage)
 	}
 	return false, nil
 }

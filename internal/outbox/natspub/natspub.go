@@ -186,10 +186,8 @@ func (p *Publisher) Publish(ctx context.Context, e outbox.Event) error {
 // PublishAck is Publish that also returns the stream's acknowledgement, whose
 // Duplicate field tells whether the stream dropped the message as a repeat.
 func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.PubAck, error) {
-	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
-		// Reconnecting (or closed): the request would only wait in the
-		// reconnect buffer until ctx ends.
-		return nil, fmt.Errorf("publish event %s: %w: NATS connection %s", e.ID, outbox.ErrBrokerUnavailable, nc.Status())
+	if err := p.disconnected(e); err != nil {
+		return nil, err
 	}
 	if err := p.ensure(ctx); err != nil {
 		return nil, classify(err)
@@ -199,16 +197,33 @@ func (p *Publisher) PublishAck(ctx context.Context, e outbox.Event) (*jetstream.
 		return nil, err
 	}
 	ack, err := p.js.PublishMsg(ctx, m, jetstream.WithExpectStream(p.cfg.Name))
+	return ack, p.answered(ctx, e, m.Subject, ack, err)
+}
+
+// disconnected is the error of publishing e while the connection is not up
+// (reconnecting, or closed): the request would only wait in the reconnect
+// buffer until its context ends. Nil when connected.
+func (p *Publisher) disconnected(e outbox.Event) error {
+	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
+		return fmt.Errorf("publish event %s: %w: NATS connection %s", e.ID, outbox.ErrBrokerUnavailable, nc.Status())
+	}
+	return nil
+}
+
+// answered books the stream's answer to the publish of e to subject: an
+// error, classified (and, if no stream answered, the stream is created
+// again next time), or an acknowledgement, logged if it was a repeat.
+func (p *Publisher) answered(ctx context.Context, e outbox.Event, subject string, ack *jetstream.PubAck, err error) error {
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
 			p.forget()
 		}
-		return nil, classify(fmt.Errorf("publish event %s to %s: %w", e.ID, m.Subject, err))
+		return classify(fmt.Errorf("publish event %s to %s: %w", e.ID, subject, err))
 	}
 	if ack.Duplicate {
 		p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", ack.Stream, "seq", ack.Sequence)
 	}
-	return ack, nil
+	return nil
 }
 
 // DefaultBatchTimeout bounds a PublishBatch whose context has no deadline
@@ -233,10 +248,11 @@ func (p *Publisher) PublishBatch(ctx context.Context, events []outbox.Event) []e
 		}
 		return errs
 	}
-	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
-		return failAll(func(e outbox.Event) error {
-			return fmt.Errorf("publish event %s: %w: NATS connection %s", e.ID, outbox.ErrBrokerUnavailable, nc.Status())
-		})
+	if len(events) == 0 {
+		return errs
+	}
+	if p.disconnected(events[0]) != nil {
+		return failAll(p.disconnected)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -272,30 +288,19 @@ func (p *Publisher) PublishBatch(ctx context.Context, events []outbox.Event) []e
 // awaitAck waits for the stream's answer to the asynchronous publish of e.
 // An answer that is there already counts, even once ctx has ended.
 func (p *Publisher) awaitAck(ctx context.Context, e outbox.Event, ack jetstream.PubAckFuture) error {
-	answered := func(a *jetstream.PubAck, err error) error {
-		if err != nil {
-			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) {
-				p.forget()
-			}
-			return classify(fmt.Errorf("publish event %s to %s: %w", e.ID, ack.Msg().Subject, err))
-		}
-		if a.Duplicate {
-			p.log.DebugContext(ctx, "stream dropped a repeated event", "event_id", e.ID, "stream", a.Stream, "seq", a.Sequence)
-		}
-		return nil
-	}
+	subject := ack.Msg().Subject
 	select {
 	case a := <-ack.Ok():
-		return answered(a, nil)
+		return p.answered(ctx, e, subject, a, nil)
 	case err := <-ack.Err():
-		return answered(nil, err)
+		return p.answered(ctx, e, subject, nil, err)
 	default:
 	}
 	select {
 	case a := <-ack.Ok():
-		return answered(a, nil)
+		return p.answered(ctx, e, subject, a, nil)
 	case err := <-ack.Err():
-		return answered(nil, err)
+		return p.answered(ctx, e, subject, nil, err)
 	case <-ctx.Done():
 		return fmt.Errorf("publish event %s: no acknowledgement: %w: %w", e.ID, outbox.ErrBrokerUnavailable, ctx.Err())
 	}

@@ -339,13 +339,23 @@ func TestPublishBatchThroughBroker(t *testing.T) {
 		t.Errorf("stream holds %d messages, want the 3 the broker could take, once", info.State.Msgs)
 	}
 	// A batch whose time ran out before it could be sent fails as the
-	// broker's fault (the relay hands it back uncounted), not the events'.
+	// broker's fault (the relay hands it back uncounted), not the events',
+	// and is not sent: the relay's claim may be running out.
 	late, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
-	for i, err := range pub.PublishBatch(late, events[2:]) {
+	unsent := []outbox.Event{testEvent(t, outbox.TypePaymentCreated, "pay_5", now), testEvent(t, outbox.TypePaymentCreated, "pay_6", now)}
+	for i, err := range pub.PublishBatch(late, unsent) {
 		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 			t.Errorf("event %d of a batch out of time: %v, want ErrBrokerUnavailable", i, err)
 		}
+	}
+	// A publish on the same connection after it: the server has seen
+	// whatever the late batch sent by the time this one is acknowledged.
+	if err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_7", now)); err != nil {
+		t.Fatal(err)
+	}
+	if _, info := defaultStream(t, js); info.State.Msgs != 4 {
+		t.Errorf("stream holds %d messages after a batch out of time, want 4: the late batch was sent", info.State.Msgs)
 	}
 	if err := js.DeleteStream(ctx, natspub.DefaultStream); err != nil {
 		t.Fatal(err)
