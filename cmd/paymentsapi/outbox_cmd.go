@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/config"
+	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
@@ -39,19 +39,19 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		return errUsage
 	}
 	sub, args := args[0], args[1:]
-	all, ids, rest, help := false, []string(nil), args[:0:0], false
+	all, eventIDs, rest, help := false, []string(nil), args[:0:0], false
 	for _, a := range args {
 		switch {
 		case sub == "unpark" && (a == "-all" || a == "--all"):
 			all = true
-		case sub == "unpark" && isUUID(a):
-			ids = append(ids, strings.ToLower(a))
+		case sub == "unpark" && ids.IsUUID(a):
+			eventIDs = append(eventIDs, strings.ToLower(a))
 		default:
 			help = help || a == "-h" || a == "-help" || a == "--help"
 			rest = append(rest, a)
 		}
 	}
-	if sub == "unpark" && !help && all == (len(ids) > 0) {
+	if sub == "unpark" && !help && all == (len(eventIDs) > 0) {
 		fmt.Fprint(stderr, outboxUsage)
 		if all {
 			return errors.New("outbox unpark: give either -all or event ids, not both")
@@ -99,7 +99,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		return out.Encode(map[string]any{"unparked": n})
 	default:
 		unparked, notParked := 0, []string{}
-		for _, id := range ids {
+		for _, id := range eventIDs {
 			err := outbox.Unpark(ctx, a.pool, id, now)
 			switch {
 			case errors.Is(err, outbox.ErrNotParked):
@@ -116,17 +116,8 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		if len(notParked) > 0 {
 			return fmt.Errorf("outbox unpark: %d of %d events were not parked (unknown, published, or not parked): %s",
-				len(notParked), len(ids), strings.Join(notParked, ", "))
+				len(notParked), len(eventIDs), strings.Join(notParked, ", "))
 		}
 		return nil
 	}
-}
-
-// isUUID reports whether s is a UUID in its text form (an event id).
-func isUUID(s string) bool {
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return false
-	}
-	_, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	return err == nil
 }

@@ -6,7 +6,9 @@ import (
 	"crypto/sha1" // UUIDv5 is defined with SHA-1; no security rests on it
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -55,4 +57,14 @@ func formatUUID(b [16]byte, version byte) string {
 	b[6] = b[6]&0x0f | version<<4
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// IsUUID reports whether s is a UUID in its text form (an event id), in
+// either case.
+func IsUUID(s string) bool {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
+	_, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	return err == nil
 }

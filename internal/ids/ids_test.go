@@ -41,3 +41,18 @@ func TestNameBasedUUIDIsRFC9562s(t *testing.T) {
 		t.Errorf("UUIDv5 of www.example.com: %s", got)
 	}
 }
+
+func TestIsUUID(t *testing.T) {
+	for s, want := range map[string]bool{
+		NewEventID(time.Unix(0, 0)):            true,
+		"0199E2F0-7A1B-7C3D-8E4F-A0B1C2D3E4F5": true,
+		"0199e2f0-7a1b-7c3d-8e4f-a0b1c2d3e4f":  false, // one digit short
+		"0199e2f07a1b-7c3d-8e4f-a0b1c2d3e4f5a": false, // a dash misplaced
+		"0199e2f0-7a1b-7c3d-8e4f-a0b1c2d3e4fg": false,
+		"":                                     false,
+	} {
+		if got := IsUUID(s); got != want {
+			t.Errorf("IsUUID(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -74,7 +74,6 @@ type Service struct {
 	clock    clock.Clock
 	cfg      Config
 	log      *slog.Logger
-	metrics  *metrics.Metrics
 	flow     *providerflow.Flow[State]
 }
 
@@ -84,7 +83,7 @@ var _ idempotency.Operation = (*Service)(nil)
 // longer than the provider timeout) are checked once, at start-up, by
 // package config.
 func NewService(d Deps, cfg Config) *Service {
-	s := &Service{db: d.DB, engine: d.Engine, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log, metrics: d.Metrics}
+	s := &Service{db: d.DB, engine: d.Engine, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log}
 	s.flow = &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{

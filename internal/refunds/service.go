@@ -37,7 +37,6 @@ type Deps struct {
 // Operation it takes a refund whose key it owns to an answer.
 type Service struct {
 	d    Deps
-	cfg  Config
 	flow *providerflow.Flow[State]
 }
 
@@ -45,7 +44,7 @@ var _ idempotency.Operation = (*Service)(nil)
 
 // NewService returns a Service.
 func NewService(d Deps, cfg Config) *Service {
-	return &Service{d: d, cfg: cfg, flow: &providerflow.Flow[State]{
+	return &Service{d: d, flow: &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateSucceeded, Declined: StateDeclined,

@@ -11,7 +11,6 @@ package natspub
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
@@ -131,7 +131,7 @@ func Decode(data []byte) (outbox.Event, error) {
 		return outbox.Event{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	switch {
-	case !isUUID(e.ID):
+	case !ids.IsUUID(e.ID):
 		return outbox.Event{}, fmt.Errorf("%w: eventId %q is not a UUID", ErrMalformed, e.ID)
 	case e.Type == "" || strings.ContainsAny(e.Type, ". *>"):
 		return outbox.Event{}, fmt.Errorf("%w: bad type %q", ErrMalformed, e.Type)
@@ -140,14 +140,6 @@ func Decode(data []byte) (outbox.Event, error) {
 	}
 	e.ID = strings.ToLower(e.ID)
 	return e, nil
-}
-
-func isUUID(s string) bool {
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return false
-	}
-	_, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	return err == nil
 }
 
 // Publisher is the outbox.Publisher for NATS JetStream. It creates the
