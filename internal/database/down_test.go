@@ -42,11 +42,29 @@ func TestMigrationsSinceIssue8GoDownAndUpAgain(t *testing.T) {
 	if up := schema(t, pool); !slices.Equal(up, fresh) {
 		t.Fatalf("up from %d differs from a new database:\n%s", schemaVersionBeforeIssue8, diff(fresh, up))
 	}
-	if _, err := p.DownTo(ctx, schemaVersionBeforeIssue8); err != nil {
-		t.Fatalf("down: %v", err)
-	}
-	if down := schema(t, pool); !slices.Equal(down, before) {
-		t.Fatalf("down to %d differs from the schema at %d:\n%s", schemaVersionBeforeIssue8, schemaVersionBeforeIssue8, diff(before, down))
+	// One migration at a time, each compared with a database migrated up
+	// to the version it lands on: a later Down that drops what an earlier
+	// one should have (00014's drops refuse, whatever 00016's did) must not
+	// hide a wrong Down.
+	for {
+		res, err := p.Down(ctx)
+		if err != nil {
+			t.Fatalf("down: %v", err)
+		}
+		at, err := p.GetDBVersion(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := before
+		if at != schemaVersionBeforeIssue8 {
+			want = schema(t, pgtest.NewPoolAt(t, at))
+		}
+		if down := schema(t, pool); !slices.Equal(down, want) {
+			t.Fatalf("down from %d differs from the schema at %d:\n%s", res.Source.Version, at, diff(want, down))
+		}
+		if at == schemaVersionBeforeIssue8 {
+			break
+		}
 	}
 	if _, err := p.Up(ctx); err != nil {
 		t.Fatalf("up again: %v", err)
