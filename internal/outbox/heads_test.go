@@ -257,6 +257,21 @@ func TestReplayingSeveralEventsOfAPaymentKeepsTheirOrder(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `UPDATE outbox_events SET published_at = $1`, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
+	// The replay below reads the table in its physical order. Put the
+	// PaymentCreated's live version after the PaymentSucceeded's, so that
+	// the later event is sent round first: a trigger that decided each
+	// row's head as its row was updated (a BEFORE trigger, as before
+	// 00015) would see no earlier unpublished event and leave two heads.
+	if _, err := e.pool.Exec(ctx, `UPDATE outbox_events SET last_error = 'moved' WHERE aggregate_id = 'pay_a' AND event_type = 'PaymentCreated'`); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	if err := e.pool.QueryRow(ctx, `SELECT event_type FROM outbox_events WHERE aggregate_id = 'pay_a' ORDER BY ctid LIMIT 1`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	if first != "PaymentSucceeded" {
+		t.Fatalf("the PaymentCreated did not move after the PaymentSucceeded (%s first): the test proves nothing", first)
+	}
 	_, err := e.pool.Exec(ctx, `UPDATE outbox_events SET published_at = NULL, attempts = 0, next_attempt_at = $1 WHERE aggregate_id = 'pay_a'`,
 		e.clock.Now())
 	if err != nil {
