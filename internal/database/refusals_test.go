@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,7 +37,7 @@ func TestRefusalsStayOutOfTheServerLog(t *testing.T) {
 	if _, err := conn.Exec(context.Background(), `SELECT 1 / 0 AS `+pgx.Identifier{loud}.Sanitize()); err == nil {
 		t.Fatal("1 / 0 did not fail")
 	}
-	log := serverLog(t, admin)
+	log := serverLog(t)
 	if !strings.Contains(log, loud) {
 		t.Fatalf("the server log lacks the division by zero (%s): not the log of this server?", loud)
 	}
@@ -58,7 +57,7 @@ func TestARoleThatMayNotQuietRefusalsStillRefuses(t *testing.T) {
 
 	loud := marker(t)
 	assertRefuses(t, conn, loud)
-	if log := serverLog(t, admin); !strings.Contains(log, loud) {
+	if log := serverLog(t); !strings.Contains(log, loud) {
 		t.Errorf("the refusal %s is not in the server log", loud)
 	}
 }
@@ -169,18 +168,17 @@ func assertRefuses(t *testing.T, conn *pgx.Conn, message string) {
 	}
 }
 
-// serverLog reads the log of a server that package pgembed started (the
-// tests' throwaway cluster, whose log this process created), or skips the
-// test.
-func serverLog(t *testing.T, admin *pgx.Conn) string {
+// serverLog reads the log of the tests' throwaway cluster, or skips the
+// test on a server it did not start.
+func serverLog(t *testing.T) string {
 	t.Helper()
-	var dir string
-	if err := admin.QueryRow(context.Background(), `SHOW data_directory`).Scan(&dir); err != nil {
-		t.Fatal(err)
+	path := pgtest.ServerLog()
+	if path == "" {
+		t.Skip("not the tests' throwaway cluster: its log is not ours to read")
 	}
-	log, err := os.ReadFile(filepath.Join(dir, "pgembed.log"))
+	log, err := os.ReadFile(path)
 	if err != nil {
-		t.Skipf("cannot read the server's log (not a pgembed cluster?): %v", err)
+		t.Fatal(err)
 	}
 	return string(log)
 }

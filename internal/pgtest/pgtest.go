@@ -48,6 +48,16 @@ import (
 // set.
 const EnvURL = "TEST_DATABASE_URL"
 
+// envServerLog is where Main publishes its throwaway cluster's log file
+// (ServerLog), as it publishes the cluster's URL in EnvURL.
+const envServerLog = "PGTEST_SERVER_LOG"
+
+// ServerLog is the log file of the throwaway cluster Main started for this
+// test binary, whose test role (createTestRole) may set log_min_messages;
+// "" when the tests use a server named by TEST_DATABASE_URL or
+// DATABASE_URL, which the tests do not own.
+func ServerLog() string { return os.Getenv(envServerLog) }
+
 // Main runs the tests of a package (m.Run) against a PostgreSQL server and
 // returns the exit code for os.Exit. If TEST_DATABASE_URL or DATABASE_URL is
 // set, it uses that server; otherwise it starts an ephemeral pgembed cluster
@@ -57,6 +67,12 @@ const EnvURL = "TEST_DATABASE_URL"
 func Main(m *testing.M) int {
 	if os.Getenv(EnvURL) != "" {
 		return m.Run()
+	}
+	// Whatever the environment says, a server this binary did not start
+	// has no log of ours.
+	if err := os.Unsetenv(envServerLog); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
 	}
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		if err := os.Setenv(EnvURL, u); err != nil {
@@ -98,6 +114,10 @@ func Main(m *testing.M) int {
 		}
 	}()
 	if err := os.Setenv(EnvURL, cluster.URL("postgres")); err != nil {
+		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+		return 1
+	}
+	if err := os.Setenv(envServerLog, cluster.LogPath()); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		return 1
 	}

@@ -1,10 +1,8 @@
 package pgtest
 
 import (
-	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -155,17 +153,8 @@ func (f *fatalRecorder) Fatalf(string, ...any) {
 // that refuse rather than the fallback.
 func TestTheSuiteRunsQuietRefusals(t *testing.T) {
 	t.Parallel()
-	admin, err := pgx.Connect(t.Context(), os.Getenv(EnvURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	var dir string
-	if err := admin.QueryRow(t.Context(), "SHOW data_directory").Scan(&dir); err != nil {
-		t.Skipf("not the throwaway cluster's administrator: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "pgembed.log")); err != nil {
-		t.Skipf("not a throwaway cluster (%v)", err)
+	if ServerLog() == "" {
+		t.Skip("not the throwaway cluster: a server named by " + EnvURL + " or DATABASE_URL")
 	}
 	var quiet bool
 	if err := NewPool(t).QueryRow(t.Context(),
