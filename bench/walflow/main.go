@@ -57,6 +57,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/bench"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
@@ -164,7 +165,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if o.reference && (o.warmup%o.workers != 0 || o.count%o.workers != 0) {
 		return errors.New("-reference: -warmup and -payments must be multiples of -workers (each pgbench client runs as many flows)")
 	}
-	pool, err := pgxpool.New(ctx, dbURL)
+	// The service's own pool: its isolation level and its size (pgxpool's
+	// default, 4 here, would cap -workers).
+	pool, err := database.Open(ctx, dbURL)
 	if err != nil {
 		return err
 	}
