@@ -212,12 +212,11 @@ var errUngated = errors.New("idempotency: a statement queued by Request.Create d
 // (the key's record as the claim found it) if it has it. While the original
 // is in flight it waits, up to req.Wait, for a notification that the key
 // changed, then answers as a retry would.
-func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, seen *Record) (Reply, error) {
+func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, seen *Record) (reply Reply, err error) {
 	var (
-		waitCtx  context.Context // nil: do not wait
-		changed  <-chan struct{}
-		lost     int  // takeover races lost
-		finished bool // the key holds its final answer
+		waitCtx context.Context // nil: do not wait
+		changed <-chan struct{}
+		lost    int // takeover races lost
 	)
 	if wait := min(req.Wait, MaxWait); wait > 0 && e.waiter != nil {
 		var cancel context.CancelFunc
@@ -243,7 +242,6 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
-			finished = true
 			e.metrics.IdempotencyReplays.Inc()
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
@@ -263,8 +261,9 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 					return Reply{}, err
 				}
 				defer func() {
-					if finished {
-						// A finished key never notifies again: uncounting
+					if reply.Replayed {
+						// A stored answer: the key is finished, and a
+						// finished key never notifies again. Uncounting
 						// would only be one more commit on a row that a
 						// storm of retries is queueing for.
 						return
