@@ -171,6 +171,8 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 		RetryAfter:        time.Second,
 		ProviderTimeout:   cfg.ProviderTimeout,
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
+		ProviderLookupLag: cfg.ProviderLookupLag,
+		RefusalRecheck:    cfg.RefusalRecheck,
 		Recovery: idempotency.RecoveryPolicy{
 			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,

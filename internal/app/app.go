@@ -30,6 +30,11 @@ type Config struct {
 	RetryAfter        time.Duration // advice on 409 in use, 202, 503
 	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
+	// ProviderLookupLag is how long after a create a lookup may still miss
+	// it (PROVIDER_LOOKUP_LAG): the service uses the longer of it and what
+	// the provider declares (LookupLag, when it has the method).
+	ProviderLookupLag time.Duration
+	RefusalRecheck    time.Duration // REFUSAL_RECHECK; default one minute
 	Recovery          idempotency.RecoveryPolicy
 	PaymentHooks      payments.Hooks // failpoints, for tests
 	// StripeWebhookSecret verifies POST /webhooks/stripe (STRIPE_WEBHOOK_SECRET);
@@ -69,15 +74,22 @@ func New(d Deps, cfg Config) *Core {
 		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter,
 		Render: httpapi.NewRenderer(cfg.RetryAfter),
 	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
+	lag := cfg.ProviderLookupLag
+	if p, ok := d.Provider.(interface{ LookupLag() time.Duration }); ok {
+		lag = max(lag, p.LookupLag())
+	}
 	pay := payments.NewService(payments.Deps{
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
 	}, payments.Config{
 		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow, Hooks: cfg.PaymentHooks,
-		AbandonAfter: cfg.ReplayTTL,
+		ProviderLookupLag: lag, RefusalRecheck: cfg.RefusalRecheck, AbandonAfter: cfg.ReplayTTL,
 	})
 	ref := refunds.NewService(refunds.Deps{
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
-	}, refunds.Config{ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow})
+	}, refunds.Config{
+		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
+		ProviderLookupLag: lag, RefusalRecheck: cfg.RefusalRecheck,
+	})
 	c := &Core{
 		Engine:     engine,
 		Payments:   pay,

@@ -15,14 +15,21 @@ import (
 
 // Config is every setting of the paymentsapi process.
 type Config struct {
-	DatabaseURL            string
-	DataDir                string // dev mode: where the embedded PostgreSQL keeps its data
-	HTTPAddr               string
-	APIKeys                string
-	Provider               string // "sim" or "stripe"
-	ProviderURL            string
-	ProviderTimeout        time.Duration
-	ProviderKeyTTL         time.Duration
+	DatabaseURL     string
+	DataDir         string // dev mode: where the embedded PostgreSQL keeps its data
+	HTTPAddr        string
+	APIKeys         string
+	Provider        string // "sim" or "stripe"
+	ProviderURL     string
+	ProviderTimeout time.Duration
+	ProviderKeyTTL  time.Duration
+	// ProviderLookupLag is how long after a create the provider's lookup
+	// may still miss it, as the operator knows it (PROVIDER_LOOKUP_LAG);
+	// the service uses the longer of it and the provider's own declaration.
+	ProviderLookupLag time.Duration
+	// RefusalRecheck is how long after a refusal the reconciler looks the
+	// resource up anyway (REFUSAL_RECHECK); never before the lookup lag.
+	RefusalRecheck         time.Duration
 	StripeAPIKey           string
 	StripeAPIBase          string
 	StripeWebhookSecret    string
@@ -94,6 +101,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")
 	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
+	dur(&c.ProviderLookupLag, "provider-lookup-lag", "PROVIDER_LOOKUP_LAG", "0s", "how long a provider's lookup may miss a new object; the longer of this and the provider's own declaration is used")
+	dur(&c.RefusalRecheck, "refusal-recheck", "REFUSAL_RECHECK", "1m", "how long after a refusal the reconciler looks it up anyway (at least the lookup lag)")
 	secret(&c.StripeAPIKey, "stripe-api-key", "STRIPE_API_KEY", "Stripe secret key")
 	secret(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "Stripe webhook signing secret (whsec_...); empty: no POST /webhooks/stripe")
 	fs.StringVar(&c.StripeAPIBase, "stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL, e.g. a stripe-mock (STRIPE_API_BASE)")
@@ -168,10 +177,14 @@ func (c Config) validate() error {
 		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
 		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention,
+		"REFUSAL_RECHECK": c.RefusalRecheck,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
 		}
+	}
+	if c.ProviderLookupLag < 0 {
+		errs = append(errs, fmt.Errorf("PROVIDER_LOOKUP_LAG must be 0 or more, not %s", c.ProviderLookupLag))
 	}
 	if !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 0) {
 		errs = append(errs, fmt.Errorf("RATE_LIMIT must be a finite number of requests per second, 0 (off) or more, not %v", c.RateLimit))

@@ -17,11 +17,12 @@ import (
 // order; an entry "forward" passes the call to the simulator, "forward+refuse"
 // passes it and then reports a refusal (the processed request whose answer
 // was a 429 to a resend), "refuse" and "lost" answer without calling it, and
-// "ambiguous" is a lookup that found two objects. Past the script: forward.
+// "ambiguous" is a lookup that found two objects. Refunds follow their own
+// script (refuse, forward+refuse). Past the script: forward.
 type scriptedProvider struct {
 	provider.Provider
-	mu              sync.Mutex
-	charges, lookup []string
+	mu                       sync.Mutex
+	charges, lookup, refunds []string
 }
 
 func (s *scriptedProvider) next(script *[]string) string {
@@ -59,6 +60,20 @@ func (s *scriptedProvider) Lookup(ctx context.Context, key string) (provider.Cha
 		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrAmbiguous)
 	default:
 		return s.Provider.Lookup(ctx, key)
+	}
+}
+
+func (s *scriptedProvider) Refund(ctx context.Context, req provider.RefundRequest) (provider.Refund, error) {
+	switch step := s.next(&s.refunds); step {
+	case "refuse":
+		return provider.Refund{}, fmt.Errorf("scripted: %w", provider.ErrUnavailable)
+	case "forward+refuse":
+		if _, err := s.Provider.Refund(ctx, req); err != nil {
+			return provider.Refund{}, err
+		}
+		return provider.Refund{}, fmt.Errorf("scripted 429 to a resend: %w", provider.ErrUnavailable)
+	default:
+		return s.Provider.Refund(ctx, req)
 	}
 }
 
@@ -102,9 +117,9 @@ func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 	}
 	id := e.onlyPaymentID()
 	e.clock.Advance(2 * time.Minute)
-	// The look confirms the refusal: the operation answers "unavailable",
-	// which the reconciler counts as an error of that attempt.
-	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotency.OutcomeError] != 1 || len(stats) != 1 {
+	// The look confirms the refusal: a resolved pass (the payment waits for
+	// its client, and the count of attempts starts again).
+	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
 	if s := e.state(id); s != payments.StateFailedRetryable {

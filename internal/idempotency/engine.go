@@ -311,7 +311,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 // token, scope and times.
 func (e *Engine) ownerOf(rec Record) *Owner {
 	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
-		FirstSentAt: rec.FirstSentAt, AbandonAt: rec.AbandonAt}
+		FirstSentAt: rec.FirstSentAt, LastSentAt: rec.LastSentAt, AbandonAt: rec.AbandonAt}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran
@@ -324,7 +324,7 @@ func (e *Engine) takeOverKey(ctx context.Context, rec Record, now time.Time) (ow
 		return nil, false, err
 	}
 	e.metrics.IdempotencyTakeovers.Inc()
-	rec.FencingToken, rec.FirstSentAt, rec.AbandonAt = won.token, won.firstSentAt, won.abandonAt
+	rec.FencingToken, rec.FirstSentAt, rec.LastSentAt, rec.AbandonAt = won.token, won.firstSentAt, won.lastSentAt, won.abandonAt
 	return e.ownerOf(rec), true, nil
 }
 

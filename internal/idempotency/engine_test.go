@@ -55,6 +55,21 @@ func claimKey(ctx context.Context, q interface {
 	return id, id != 0, nil
 }
 
+// claimWidget claims the key "k" of a widget at now, and returns its row.
+func claimWidget(t *testing.T, pool *pgxpool.Pool, now time.Time) int64 {
+	t.Helper()
+	var id int64
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) (err error) {
+		id, _, err = claimKey(context.Background(), tx, Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, []byte{1},
+			Resource{Type: "widget", ID: "w_1"}, now, time.Minute, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // An owner whose key was taken over (its token is no longer current) can
 // neither hold, release nor finish the key; the new owner can. The writes
 // address the row by id and token only: no resource table is involved.
@@ -82,8 +97,8 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 	}
 
 	for name, queue := range map[string]func(*pgx.Batch){
-		"hold":    func(b *pgx.Batch) { old.QueueHold(b, true) },
-		"release": func(b *pgx.Batch) { old.QueueRelease(b, 0) },
+		"hold":    func(b *pgx.Batch) { old.QueueHold(b, LookSoon()) },
+		"release": func(b *pgx.Batch) { old.QueueRelease(b, LookSoon()) },
 		"finish": func(b *pgx.Batch) {
 			if err := old.QueueFinish(b, done{}); err != nil {
 				t.Fatal(err)
@@ -138,15 +153,7 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	t.Parallel()
 	e, pool, clk := testEngine(t)
 	ctx := context.Background()
-	var id int64
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
-		id, _, err = claimKey(ctx, tx, Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, []byte{1},
-			Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := claimWidget(t, pool, clk.Now())
 	own := &Owner{e: e, KeyID: id, Token: 1}
 	due := func() *time.Time {
 		var at *time.Time
@@ -162,14 +169,14 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	commit(func(b *pgx.Batch) { own.QueueHold(b, false) })
+	commit(func(b *pgx.Batch) { own.QueueHold(b, LookNever()) })
 	if due() != nil {
 		t.Fatal("a resource that needs no recovery is scheduled")
 	}
 	first := clk.Now()
-	commit(func(b *pgx.Batch) { own.QueueHold(b, true) })
+	commit(func(b *pgx.Batch) { own.QueueHold(b, LookSoon()) })
 	clk.Advance(time.Second)
-	commit(func(b *pgx.Batch) { own.QueueRelease(b, 0) })
+	commit(func(b *pgx.Batch) { own.QueueRelease(b, LookSoon()) })
 	if at := due(); at == nil || !at.Equal(first) {
 		t.Fatalf("recovery due %v, want %v (kept from the first hold)", at, first)
 	}
@@ -436,4 +443,61 @@ func TestCreateMustTestClaimed(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('widgets')::text`).Scan(&table); err != nil || table != nil {
 		t.Fatalf("widgets = %v (%v), want nothing sent", table, err)
 	}
+}
+
+// The schedule of a key (Look): a decided look replaces what was booked and
+// restarts the count of attempts; an owner that may only look up (a
+// webhook's) never moves a booked look later, never clears it, and never
+// restarts the count; LookSoon keeps what was booked.
+func TestLooksBookedByOwners(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	ctx := context.Background()
+	id := claimWidget(t, pool, clk.Now())
+	booked := func() (at *time.Time, attempts int) {
+		if err := pool.QueryRow(ctx, `SELECT recovery_next_at, recovery_attempts FROM idempotency_keys WHERE id = $1`, id).
+			Scan(&at, &attempts); err != nil {
+			t.Fatal(err)
+		}
+		return at, attempts
+	}
+	release := func(lookupOnly bool, look Look) {
+		t.Helper()
+		own := &Owner{e: e, KeyID: id, Token: 1, LookupOnly: lookupOnly}
+		b := &pgx.Batch{}
+		own.QueueRelease(b, look)
+		if err := own.Commit(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET recovery_attempts = 7 WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	soon, later := clk.Now().Add(time.Minute), clk.Now().Add(24*time.Hour)
+	check := func(step string, want *time.Time, wantAttempts int) {
+		t.Helper()
+		at, attempts := booked()
+		if (at == nil) != (want == nil) || (at != nil && !at.Equal(*want)) || attempts != wantAttempts {
+			t.Errorf("%s: booked %v after %d attempts, want %v after %d", step, at, attempts, want, wantAttempts)
+		}
+		if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET recovery_attempts = 7 WHERE id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release(false, LookAt(soon))
+	check("a decided look", &soon, 0)
+	release(true, LookAt(later))
+	check("a later look by a look-up-only owner", &soon, 7)
+	release(true, LookNever())
+	check("no look by a look-up-only owner", &soon, 7)
+	release(false, LookSoon())
+	check("look soon", &soon, 7)
+	release(false, LookAt(later))
+	check("a later decided look", &later, 0)
+	release(true, LookAt(soon))
+	check("an earlier look by a look-up-only owner", &soon, 7)
+	release(false, LookNever())
+	check("never", nil, 0)
+	release(true, LookAt(later))
+	check("a look by a look-up-only owner when none is booked", &later, 7)
 }

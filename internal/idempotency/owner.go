@@ -41,12 +41,21 @@ type Owner struct {
 	// no money (nil: never); see Abandoned.
 	AbandonAt *time.Time
 
-	pending      *Response // rendered by QueueFinish, stored if Commit succeeds
-	answer       *Response // the final answer this owner committed
-	sending      bool      // QueueSending is in the batch being committed
-	refused      bool      // QueueRefused is in the batch being committed
-	releasing    bool      // a release is in the batch being committed
-	ended        bool      // the last commit finished or released the key
+	// LastSentAt is when the latest request for the resource left for the
+	// provider, refused or not (nil: never, as far as the key knows). A
+	// lookup's "not found" is certain only once the provider's lookup lag
+	// has passed since then.
+	LastSentAt *time.Time
+
+	pending      *Response  // rendered by QueueFinish, stored if Commit succeeds
+	answer       *Response  // the final answer this owner committed
+	sending      bool       // QueueSending is in the batch being committed
+	refused      bool       // QueueRefused is in the batch being committed
+	releasing    bool       // a release is in the batch being committed
+	ended        bool       // the last commit finished or released the key
+	assumedSent  *time.Time // AssumeSentNow, for the next hold
+	rescheduling bool       // a decided look (LookAt, LookNever) is in the batch being committed
+	rescheduled  bool       // a committed hold or release booked a decided look
 	markedReview bool
 }
 
@@ -70,56 +79,104 @@ func (o *Owner) QueueFinish(b *pgx.Batch, r Result) error {
 	return nil
 }
 
+// Look says when the reconciler next looks at a key nobody finished: the
+// one schedule of every key, booked by its owner with each hold or release.
+// The zero value is LookSoon.
+type Look struct {
+	kind lookKind
+	at   time.Time
+}
+
+type lookKind string
+
+const (
+	lookSoon  lookKind = "soon"
+	lookAt    lookKind = "at"
+	lookNever lookKind = "never"
+)
+
+// LookSoon: the resource's outcome is not known; the reconciler looks as
+// soon as its backoff allows. A look already booked is kept (the
+// reconciler books each attempt's successor when it claims the key), and
+// the attempt counts towards RecoveryPolicy.MaxAttempts.
+func LookSoon() Look { return Look{kind: lookSoon} }
+
+// LookAt: the operation decided, from what it knows for certain, when the
+// key must be looked at next: at t. It replaces what was booked, and the
+// count of the reconciler's attempts starts again: a decided look is a
+// resolved pass, not a failed one.
+func LookAt(t time.Time) Look { return Look{kind: lookAt, at: t} }
+
+// LookNever: the operation decided that nothing the reconciler could do
+// would change the key's resource; it waits for its client. Like LookAt, a
+// resolved pass.
+func LookNever() Look { return Look{kind: lookNever} }
+
+// decided reports whether the operation chose the look (LookAt,
+// LookNever) rather than leaving it to the reconciler's backoff.
+func (l Look) decided() bool { return l.kind == lookAt || l.kind == lookNever }
+
+// Whatever the Look, an owner that may only look up (LookupOnly) never
+// moves a booked look later, nor restarts the count: it was prompted from
+// outside (a provider's webhook), and the schedule it found was booked by
+// an owner that knew more about the key's history than one lookup says.
+
 // QueueHold adds to b the renewal of the caller's lease, for one more step
 // that may take up to a provider call (renewed before each call, so that a
-// lookup followed by a send never outlives it). recover says whether the
-// resource will be in a state the reconciler must resolve if the caller
-// dies: a request may have reached the provider.
-func (o *Owner) QueueHold(b *pgx.Batch, recover bool) {
+// lookup followed by a send never outlives it), and books look.
+func (o *Owner) QueueHold(b *pgx.Batch, look Look) {
 	now := o.e.clock.Now()
 	until := now.Add(o.e.cfg.Lease)
-	queueHold(b, o.KeyID, o.Token, &until, recoverAt(recover, now), false, false, now)
+	o.queueHold(b, hold{until: &until, look: look, now: now})
 }
 
 // QueueSending is QueueHold before a request leaves for the provider: the
-// reconciler must resolve the resource if the caller dies, and the first
-// such hold starts the provider's key window (FirstSentAt).
+// reconciler must resolve the resource if the caller dies (the first such
+// hold makes the key due at once: its lease still guards it), the first
+// one starts the provider's key window (FirstSentAt), and each one is the
+// latest request that may have reached the provider (LastSentAt).
 func (o *Owner) QueueSending(b *pgx.Batch) {
 	now := o.e.clock.Now()
 	until := now.Add(o.e.cfg.Lease)
-	queueHold(b, o.KeyID, o.Token, &until, &now, true, false, now)
+	o.queueHold(b, hold{until: &until, look: LookSoon(), sent: true, now: now})
 	o.sending = true
 }
 
-// NoRecovery, as QueueRelease's recoverAfter: the resource moved no money;
-// the reconciler looks at it only once the key is abandoned.
-const NoRecovery time.Duration = -1
-
 // QueueRelease adds to b the end of the caller's lease without a final
-// answer, so that the next retry may take the key over at once; the
-// reconciler looks at the resource recoverAfter from now (NoRecovery:
-// never). An unknown outcome is looked at at once; a refusal, which proves
-// nothing moved only as far as the provider can be trusted, after a grace.
-func (o *Owner) QueueRelease(b *pgx.Batch, recoverAfter time.Duration) {
-	o.queueRelease(b, recoverAfter, false)
+// answer, so that the next retry may take the key over at once, and books
+// look.
+func (o *Owner) QueueRelease(b *pgx.Batch, look Look) {
+	o.queueHold(b, hold{look: look, now: o.e.clock.Now()})
+	o.releasing = true
 }
 
 // QueueRefused is QueueRelease after the provider refused the one request
 // that could have reached it: its key window has not started (FirstSentAt
-// is forgotten), and the reconciler only looks after recoverAfter.
-func (o *Owner) QueueRefused(b *pgx.Batch, recoverAfter time.Duration) {
-	o.queueRelease(b, recoverAfter, true)
+// is forgotten; LastSentAt is kept: a refusal may hide a processed
+// request).
+func (o *Owner) QueueRefused(b *pgx.Batch, look Look) {
+	o.queueHold(b, hold{look: look, refused: true, now: o.e.clock.Now()})
+	o.releasing = true
 	o.refused = true
 }
 
-func (o *Owner) queueRelease(b *pgx.Batch, recoverAfter time.Duration, refused bool) {
+// AssumeSentNow makes the next hold or release this owner queues record,
+// if the key knows of no request that left for the provider, that one may
+// have left by now (LastSentAt): the bound an operation uses when its
+// resource's state says a request was sent but the key has no record of it
+// (a key written by a release that did not record sends).
+func (o *Owner) AssumeSentNow() {
 	now := o.e.clock.Now()
-	var at *time.Time
-	if recoverAfter >= 0 {
-		at = recoverAt(true, now.Add(recoverAfter))
+	o.assumedSent = &now
+}
+
+func (o *Owner) queueHold(b *pgx.Batch, h hold) {
+	h.lookupOnly = o.LookupOnly
+	h.assumeSent, o.assumedSent = o.assumedSent, nil
+	queueHold(b, o.KeyID, o.Token, h)
+	if h.look.decided() && !h.lookupOnly {
+		o.rescheduling = true
 	}
-	queueHold(b, o.KeyID, o.Token, nil, at, false, refused, now)
-	o.releasing = true
 }
 
 // letGoAfter hands the key back after the owner's work failed with err,
@@ -135,13 +192,6 @@ func (o *Owner) letGoAfter(ctx context.Context, err error) {
 		o.e.log.WarnContext(ctx, "could not hand back a key after a failure; its lease will run out",
 			"resource", o.Resource.ID, "error", letErr)
 	}
-}
-
-func recoverAt(recover bool, at time.Time) *time.Time {
-	if !recover {
-		return nil
-	}
-	return &at
 }
 
 // MarkForReview records that a person must resolve the key's resource (the
@@ -170,8 +220,8 @@ const stepTimeout = 10 * time.Second
 func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	pending, sending, refused := o.pending, o.sending, o.refused
-	o.pending, o.sending, o.refused = nil, false, false
+	pending, sending, refused, rescheduling := o.pending, o.sending, o.refused, o.rescheduling
+	o.pending, o.sending, o.refused, o.rescheduling = nil, false, false, false
 	defer func() { o.releasing = false }()
 	err := o.e.db.SendBatch(ctx, b).Close()
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
@@ -184,15 +234,19 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 		return err
 	}
 	o.ended = pending != nil || o.releasing
+	o.rescheduled = o.rescheduled || rescheduling
 	if pending != nil {
 		o.answer = pending
 	}
 	if refused {
 		o.FirstSentAt = nil
 	}
-	if sending && o.FirstSentAt == nil {
+	if sending {
 		now := o.e.clock.Now()
-		o.FirstSentAt = &now
+		if o.FirstSentAt == nil {
+			o.FirstSentAt = &now
+		}
+		o.LastSentAt = &now
 	}
 	return nil
 }

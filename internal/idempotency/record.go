@@ -39,6 +39,7 @@ type Record struct {
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	FirstSentAt    *time.Time // when a request for the resource first left for the provider
+	LastSentAt     *time.Time // when the latest request for it left (refused or not)
 	AbandonAt      *time.Time // when an unfinished key whose resource moved no money is ended
 	ManualReviewAt *time.Time // when the key was left for a person to resolve (nil: it is not)
 }

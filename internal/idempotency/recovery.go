@@ -34,6 +34,10 @@ func (p RecoveryPolicy) withDefaults() RecoveryPolicy {
 // Reconciler outcomes that are not an operation's own (those come from
 // Result.Outcome of a resolved key: succeeded, declined, ...).
 const (
+	// OutcomeRescheduled: the operation looked, found nothing to settle,
+	// and decided itself when to look next, or never (LookAt, LookNever):
+	// a resolved pass, which restarts the count of attempts.
+	OutcomeRescheduled  = "rescheduled"
 	OutcomeUnresolved   = "unresolved"
 	OutcomeManualReview = "manual_review"
 	OutcomeError        = "error"
@@ -164,6 +168,8 @@ func (r *Reconciler) resolve(ctx context.Context, operation string, own *Owner) 
 		return OutcomeManualReview, nil
 	case err == nil && own.Finished():
 		return res.Outcome(), nil
+	case err == nil && own.rescheduled:
+		return OutcomeRescheduled, nil
 	}
 	return OutcomeUnresolved, err
 }

@@ -62,7 +62,7 @@ func TestResolveNowResumesOnlyWhatNobodyHolds(t *testing.T) {
 	}
 
 	released, own := claim("released") // its outcome is unknown: released for recovery
-	commit(own, func(b *pgx.Batch) { own.QueueRelease(b, 0) })
+	commit(own, func(b *pgx.Batch) { own.QueueRelease(b, LookSoon()) })
 	held, _ := claim("held") // its owner's lease is live
 	final, own := claim("final")
 	commit(own, func(b *pgx.Batch) {

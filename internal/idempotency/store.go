@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,7 +79,7 @@ func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Re
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at, first_sent_at, abandon_at, manual_review_at
+	       created_at, completed_at, first_sent_at, last_sent_at, abandon_at, manual_review_at
 	FROM idempotency_keys`
 
 const selectByScope = selectRecord + ` WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
@@ -126,7 +125,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.AbandonAt, &r.ManualReviewAt)
+		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.LastSentAt, &r.AbandonAt, &r.ManualReviewAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -158,8 +157,8 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // times as the winning statement found them (the record the taker saw may
 // be older).
 type taken struct {
-	token                  int64
-	firstSentAt, abandonAt *time.Time
+	token                              int64
+	firstSentAt, lastSentAt, abandonAt *time.Time
 }
 
 // takeOver is TakeOver, returning what the new owner starts from.
@@ -170,8 +169,8 @@ func takeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 		WHERE id = $1 AND fencing_token = $2
 		  AND response_status IS NULL AND completed_at IS NULL
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= $4)
-		RETURNING fencing_token, first_sent_at, abandon_at`,
-		id, seen, now.Add(lease), now).Scan(&t.token, &t.firstSentAt, &t.abandonAt)
+		RETURNING fencing_token, first_sent_at, last_sent_at, abandon_at`,
+		id, seen, now.Add(lease), now).Scan(&t.token, &t.firstSentAt, &t.lastSentAt, &t.abandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return taken{}, false, nil
 	}
@@ -188,44 +187,68 @@ func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers, _ := json.Marshal(resp.Headers) // map[string]string always marshals
 	b.Queue(notifyingWaiters(`
 		UPDATE idempotency_keys
-		SET response_status = $3, response_headers = $4, response_body = $5,
-		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		SET response_status = @status, response_headers = @headers, response_body = @body,
+		    completed_at = @now, lease_expires_at = NULL, recovery_next_at = NULL
+		WHERE id = @id AND fencing_token = @token AND response_status IS NULL
 		RETURNING id, waiters`, true),
-		id, token, resp.Status, headers, resp.Body, now, NotifyChannel)
+		pgx.NamedArgs{"id": id, "token": token, "status": resp.Status, "headers": headers, "body": resp.Body,
+			"now": now, "channel": NotifyChannel})
 }
 
-// queueHold adds to b the statement by which an owner that goes on working
-// keeps its key: the lease runs until `until` (nil: released, anyone may
-// take the key over), and recoverAt says when the reconciler must look at
-// the key's resource if nobody finishes it (nil: it moved no money, so only
-// when the key is abandoned). The first send makes the key due at once (its
-// lease still guards it); later holds keep the schedule the reconciler
-// booked.
-// A schedule the reconciler already booked is kept. sent records that a
-// request for the resource is about to leave for the provider (the first
-// time starts the provider's key window). Fenced like every owner write.
-// refused forgets the first send (the provider refused it before
-// processing, so its key window has not started) and replaces the schedule
-// with recoverAt.
-func queueHold(b *pgx.Batch, id, token int64, until, recoverAt *time.Time, sent, refused bool, now time.Time) {
+// hold is one hold or release of a key by its owner.
+type hold struct {
+	// until is when the lease runs out; nil: released, anyone may take the
+	// key over (waiters are told).
+	until *time.Time
+	// look books the reconciler's next look at the key (see Look).
+	look Look
+	// lookupOnly: the owner may only look up; it never books a look later
+	// than the one booked, nor restarts the count of attempts.
+	lookupOnly bool
+	// sent: a request for the resource is about to leave for the provider.
+	// The first one starts the provider's key window (first_sent_at) and
+	// makes the key due at once; each one is the latest that may reach the
+	// provider (last_sent_at).
+	sent bool
+	// refused: the provider refused the one request that could have
+	// reached it: its key window has not started (first_sent_at forgotten).
+	refused bool
+	// assumeSent, if set, is recorded as the latest request that may have
+	// reached the provider when the key records none.
+	assumeSent *time.Time
+	now        time.Time
+}
+
+// queueHold adds to b the statement by which an owner holds or releases its
+// key (see hold). Fenced like every owner write.
+func queueHold(b *pgx.Batch, id, token int64, h hold) {
 	sql := `
 		UPDATE idempotency_keys
-		SET lease_expires_at = $3,
-		    recovery_next_at = CASE WHEN $4::timestamptz IS NULL THEN abandon_at
-		                            WHEN $7 THEN $4
-		                            WHEN $5 AND first_sent_at IS NULL THEN $4
-		                            ELSE COALESCE(recovery_next_at, $4) END,
-		    first_sent_at = CASE WHEN $5 THEN COALESCE(first_sent_at, $6) WHEN $7 THEN NULL ELSE first_sent_at END
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL`
-	if until != nil {
-		b.Queue(`WITH changed AS (`+sql+` RETURNING id) SELECT `+fencedUnless("EXISTS (SELECT FROM changed)"),
-			id, token, until, recoverAt, sent, now, refused)
+		SET lease_expires_at = @until,
+		    recovery_next_at = CASE @look::text
+		        WHEN 'at' THEN CASE WHEN @lookup_only THEN LEAST(recovery_next_at, @at) ELSE @at END
+		        WHEN 'never' THEN CASE WHEN @lookup_only THEN recovery_next_at END
+		        ELSE CASE WHEN @sent AND first_sent_at IS NULL THEN @now
+		                  ELSE COALESCE(recovery_next_at, @now) END
+		    END,
+		    recovery_attempts = CASE WHEN @look IN ('at', 'never') AND NOT @lookup_only THEN 0 ELSE recovery_attempts END,
+		    first_sent_at = CASE WHEN @sent THEN COALESCE(first_sent_at, @now)
+		                         WHEN @refused THEN NULL ELSE first_sent_at END,
+		    last_sent_at = CASE WHEN @sent THEN @now ELSE COALESCE(last_sent_at, @assume_sent) END
+		WHERE id = @id AND fencing_token = @token AND response_status IS NULL`
+	kind := h.look.kind
+	if kind == "" {
+		kind = lookSoon
+	}
+	args := pgx.NamedArgs{"id": id, "token": token, "until": h.until, "look": string(kind), "at": h.look.at,
+		"lookup_only": h.lookupOnly, "sent": h.sent, "refused": h.refused, "assume_sent": h.assumeSent, "now": h.now}
+	if h.until != nil {
+		b.Queue(`WITH changed AS (`+sql+` RETURNING id) SELECT `+fencedUnless("EXISTS (SELECT FROM changed)"), args)
 		return
 	}
 	// Released: a waiter may take the key over now.
-	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`, true),
-		id, token, until, recoverAt, sent, now, refused, NotifyChannel)
+	args["channel"] = NotifyChannel
+	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`, true), args)
 }
 
 // letGo ends the lease of key row id held with token, and nothing else: an
@@ -235,8 +258,8 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 	var n, woken int
 	err := q.QueryRow(ctx, notifyingWaiters(`
 		UPDATE idempotency_keys SET lease_expires_at = NULL
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
-		RETURNING id, waiters`, false), id, token, NotifyChannel).Scan(&n, &woken)
+		WHERE id = @id AND fencing_token = @token AND response_status IS NULL
+		RETURNING id, waiters`, false), pgx.NamedArgs{"id": id, "token": token, "channel": NotifyChannel}).Scan(&n, &woken)
 	if err != nil {
 		return fmt.Errorf("let go of idempotency key: %w", err)
 	}
@@ -244,20 +267,20 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 }
 
 // notifyingWaiters wraps update, an UPDATE of one key row ... RETURNING id,
-// waiters whose last parameter is the channel, so that the same statement
-// tells waiting requests, on every instance, that the key changed, but
-// only if some request waits for it (PostgreSQL delivers the notification
-// only if the transaction commits). It answers (rows updated, notified).
-// With fence, a statement that updated no row (the key is no longer the
-// writer's) refuses with refuse.Fenced, undoing its batch.
+// waiters, run with named arguments of which @channel is the channel, so
+// that the same statement tells waiting requests, on every instance, that
+// the key changed, but only if some request waits for it (PostgreSQL
+// delivers the notification only if the transaction commits). It answers
+// (rows updated, notified). With fence, a statement that updated no row
+// (the key is no longer the writer's) refuses with refuse.Fenced, undoing
+// its batch.
 func notifyingWaiters(update string, fence bool) string {
-	channel := "$" + strconv.Itoa(highestParam(update)+1)
 	check := ""
 	if fence {
 		check = ", " + fencedUnless("EXISTS (SELECT FROM changed)")
 	}
 	return `WITH changed AS (` + update + `),
-		woken AS (SELECT pg_notify(` + channel + `, id::text) FROM changed WHERE waiters > 0)
+		woken AS (SELECT pg_notify(@channel, id::text) FROM changed WHERE waiters > 0)
 		SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM woken)::int` + check
 }
 
@@ -265,22 +288,6 @@ func notifyingWaiters(update string, fence bool) string {
 // write found the key still the writer's), else refuse.Fenced.
 func fencedUnless(cond string) string {
 	return refuse.Unless(cond, refuse.Fenced, "'idempotency key taken over by another owner'", "")
-}
-
-// highestParam is the highest $n in sql.
-func highestParam(sql string) int {
-	highest := 0
-	for i := 0; i < len(sql); i++ {
-		if sql[i] != '$' {
-			continue
-		}
-		n := 0
-		for j := i + 1; j < len(sql) && sql[j] >= '0' && sql[j] <= '9'; j++ {
-			n = n*10 + int(sql[j]-'0')
-		}
-		highest = max(highest, n)
-	}
-	return highest
 }
 
 // addWaiter counts (delta 1) or uncounts (delta -1) a request waiting for
@@ -328,10 +335,10 @@ func claimDue(ctx context.Context, q Querier, operations []string, now time.Time
 		                            * interval '1 microsecond'
 		FROM due WHERE k.id = due.id
 		RETURNING k.id, k.tenant_id, k.operation, k.idempotency_key, k.resource_type, k.resource_id,
-		          k.fencing_token, k.recovery_attempts, k.first_sent_at, k.abandon_at`,
+		          k.fencing_token, k.recovery_attempts, k.first_sent_at, k.last_sent_at, k.abandon_at`,
 		now, now.Add(lease), operations, schedule,
 	).Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Resource.Type, &r.Resource.ID,
-		&r.FencingToken, &attempts, &r.FirstSentAt, &r.AbandonAt)
+		&r.FencingToken, &attempts, &r.FirstSentAt, &r.LastSentAt, &r.AbandonAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, 0, false, nil
 	}

@@ -26,6 +26,13 @@ type Config struct {
 	// ProviderKeyWindow is how long the provider remembers its idempotency
 	// keys. Past it, a payment is only ever looked up, never sent again.
 	ProviderKeyWindow time.Duration
+	// ProviderLookupLag is how long after a create the provider's lookup
+	// may still miss it: a "not found" is certain only that long after the
+	// latest request that may have reached the provider.
+	ProviderLookupLag time.Duration
+	// RefusalRecheck is how long after a refusal the reconciler looks the
+	// payment up anyway (default one minute, at least ProviderLookupLag).
+	RefusalRecheck time.Duration
 	// AbandonAfter is how long after its claim a payment that moved no
 	// money (never sent, or refused) waits for its client's retry before
 	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
@@ -92,6 +99,7 @@ func NewService(d Deps, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
 	}
 	return s

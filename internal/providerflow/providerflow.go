@@ -13,6 +13,12 @@
 //   - a resource is sent again only when the provider is certain it never
 //     saw the key, and still remembers keys as old as the resource, and
 //     never by an owner that may only look up (idempotency.Owner.LookupOnly);
+//   - a lookup's "not found" is certain only once the provider's lookup lag
+//     (Flow.LookupLag) has passed since the latest request that may have
+//     reached it (idempotency.Owner.LastSentAt, refused requests included):
+//     before that, nothing is decided on it (a refused resource is neither
+//     canceled nor left alone), and the next look is booked for when it
+//     will be certain;
 //   - anything else (timeout, lost answer, a pending answer, a provider that
 //     cannot say) is an unknown outcome, for a retry or the reconciler.
 //
@@ -80,8 +86,12 @@ type Flow[S State] struct {
 	// RefusalGrace is how long after a refusal the reconciler looks the
 	// resource up anyway (never sends it): a refusal proves nothing moved
 	// only as far as the provider and the HTTP stack can be trusted, and a
-	// lookup is always safe. Default one minute.
+	// lookup is always safe (REFUSAL_RECHECK). Default one minute; never
+	// less than LookupLag, so that the look can be certain.
 	RefusalGrace time.Duration
+	// LookupLag is how long after a create the provider's lookup may still
+	// miss it (the provider port declares it; PROVIDER_LOOKUP_LAG).
+	LookupLag time.Duration
 	// Timeout bounds one provider call (PROVIDER_TIMEOUT).
 	Timeout time.Duration
 	// Metrics measures the calls (paymentsapi_provider_call_duration_seconds), labelled
@@ -131,7 +141,7 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 	case own.Recovering:
 		// Never sent, not yet abandoned: only its client may send it.
 		b := &pgx.Batch{}
-		own.QueueRelease(b, idempotency.NoRecovery)
+		own.QueueRelease(b, f.idle(own))
 		return nil, own.Commit(ctx, b)
 	default:
 		if s.State.Final() {
@@ -212,46 +222,101 @@ func (f *Flow[S]) insideKeyWindow(own *idempotency.Owner) bool {
 }
 
 // checkRefusal is the reconciler's look at a resource the provider refused:
-// if the provider holds it after all, it is settled; otherwise it stays
-// retryable and the reconciler stops looking (or tries later, when the
-// provider could not say).
+// if the provider holds it after all, it is settled. If the provider is
+// certain it holds nothing, the resource stays retryable and waits for its
+// client (the reconciler looks again only to abandon it); if its "not
+// found" may still lag, the look is booked again for when it cannot. If
+// the provider could not say, the reconciler's backoff applies.
 func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	a, err := f.call(ctx, f.LookupOp, s.Lookup)
-	if err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined) {
+	switch {
+	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
+	case errors.Is(err, provider.ErrNotFound):
+		look := f.idle(own)
+		if certain, at := f.notFoundCertain(own); !certain {
+			look = idempotency.LookAt(at)
+		}
+		return nil, f.release(ctx, own, look)
+	default:
+		if err := f.release(ctx, own, idempotency.LookSoon()); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("look up refused %s %s: %w", f.Machine.Name(), s.ID, undecided(a, err))
 	}
-	after := idempotency.NoRecovery // the provider is certain: nothing moved
-	if !errors.Is(err, provider.ErrNotFound) {
-		after = 0 // it could not say: the reconciler's backoff applies
-	}
-	b := &pgx.Batch{}
-	own.QueueRelease(b, after)
-	if err := own.Commit(ctx, b); err != nil {
-		return nil, err
-	}
-	return nil, f.ErrUnavailable
 }
 
 // abandon ends a resource whose key nobody finished in time and that moved
 // no money: never sent, or refused. If a request ever left for it (or was
 // refused, which may hide a processed request), the provider is asked
-// first: what it holds is settled; only what it never saw is canceled.
+// first: what it holds is settled; only what it surely never saw (its
+// "not found" past the lookup lag) is canceled.
 func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	if own.FirstSentAt != nil || s.State == f.States.Retryable {
+	if own.LastSentAt != nil || own.FirstSentAt != nil || s.State == f.States.Retryable {
 		a, err := f.call(ctx, f.LookupOp, s.Lookup)
 		switch {
 		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 			return f.settleFrom(ctx, own, s, f.States.Sent, a)
-		case !errors.Is(err, provider.ErrNotFound):
-			b := &pgx.Batch{}
-			own.QueueRelease(b, 0) // the provider could not say: the reconciler's backoff applies
-			if cerr := own.Commit(ctx, b); cerr != nil {
-				return nil, cerr
+		case errors.Is(err, provider.ErrNotFound):
+			if certain, at := f.notFoundCertain(own); !certain {
+				return nil, f.release(ctx, own, idempotency.LookAt(at))
 			}
-			return nil, fmt.Errorf("abandoned %s %s: lookup: %w", f.Machine.Name(), s.ID, err)
+		default:
+			if rerr := f.release(ctx, own, idempotency.LookSoon()); rerr != nil {
+				return nil, rerr
+			}
+			return nil, fmt.Errorf("abandoned %s %s: lookup: %w", f.Machine.Name(), s.ID, undecided(a, err))
 		}
 	}
 	return f.commit(ctx, own, s, f.States.Canceled, "abandoned: no request moved money, nobody finished it", Answer{})
+}
+
+// notFoundCertain reports whether a lookup's "not found" is certain now:
+// the provider's lookup lag has passed since the latest request that may
+// have reached it. If not, at is when it will be.
+func (f *Flow[S]) notFoundCertain(own *idempotency.Owner) (certain bool, at time.Time) {
+	now := f.Clock.Now()
+	if f.LookupLag <= 0 {
+		return true, now
+	}
+	last := own.LastSentAt
+	if last == nil {
+		last = own.FirstSentAt
+	}
+	if last == nil {
+		// The resource's state says a request left (it was refused), but
+		// the key has no record of when: one may have left just now.
+		own.AssumeSentNow()
+		return false, now.Add(f.LookupLag)
+	}
+	at = last.Add(f.LookupLag)
+	return !now.Before(at), at
+}
+
+// idle is when the reconciler looks at a resource that moved no money and
+// waits for its client: when its key is abandoned, if the operation can
+// end such a resource (States.Canceled); otherwise never.
+func (f *Flow[S]) idle(own *idempotency.Owner) idempotency.Look {
+	if f.States.Canceled == "" || own.AbandonAt == nil {
+		return idempotency.LookNever()
+	}
+	return idempotency.LookAt(*own.AbandonAt)
+}
+
+// release ends own's lease without a final answer, booking look.
+func (f *Flow[S]) release(ctx context.Context, own *idempotency.Owner, look idempotency.Look) error {
+	b := &pgx.Batch{}
+	own.QueueRelease(b, look)
+	return own.Commit(ctx, b)
+}
+
+// undecided is the error of a lookup that settled nothing: its own, or
+// the status the provider has not decided on.
+func undecided(a Answer, err error) error {
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("provider has not decided: %s", a.Status)
 }
 
 // settleFrom settles a refused resource the provider turned out to hold:
@@ -315,11 +380,11 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 			return nil, err
 		}
 	case to == f.States.Retryable:
-		own.QueueRefused(key, f.refusalGrace())
+		own.QueueRefused(key, idempotency.LookAt(now.Add(f.refusalGrace())))
 	case to.NeedsRecovery():
-		own.QueueRelease(key, 0)
+		own.QueueRelease(key, idempotency.LookSoon())
 	default:
-		own.QueueRelease(key, idempotency.NoRecovery)
+		own.QueueRelease(key, f.idle(own))
 	}
 	if to != s.State {
 		if err := f.Machine.QueueMove(key, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
@@ -333,11 +398,14 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 	return res, nil
 }
 
+// refusalGrace is how long after a refusal the reconciler looks: the
+// grace, and never before the lookup can be certain.
 func (f *Flow[S]) refusalGrace() time.Duration {
-	if f.RefusalGrace <= 0 {
-		return time.Minute
+	grace := f.RefusalGrace
+	if grace <= 0 {
+		grace = time.Minute
 	}
-	return f.RefusalGrace
+	return max(grace, f.LookupLag)
 }
 
 // move takes s to `to` in its own transaction, and renews the lease: a
@@ -347,7 +415,7 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 	if to == f.States.Sent {
 		own.QueueSending(b)
 	} else {
-		own.QueueHold(b, to.NeedsRecovery())
+		own.QueueHold(b, idempotency.LookSoon())
 	}
 	if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: f.Clock.Now()}); err != nil {
 		return err

@@ -21,6 +21,8 @@ import (
 type Config struct {
 	ProviderTimeout   time.Duration // bound of one provider call
 	ProviderKeyWindow time.Duration // past it, a refund is only looked up, never sent again
+	ProviderLookupLag time.Duration // how long a lookup may miss a new refund
+	RefusalRecheck    time.Duration // how long after a refusal the reconciler looks anyway
 }
 
 // Deps are the collaborators of a Service.
@@ -52,6 +54,7 @@ func NewService(d Deps, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "refund", LookupOp: "refund_lookup",
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck,
 	}}
 }
 

@@ -1,0 +1,283 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
+)
+
+// Money safety III (issue 17): a provider whose lookups lag its creates,
+// and whose refusals may hide a processed request. Each test below failed
+// before the fix of the defect it names.
+
+// laggingProvider passes every call to the provider it wraps, but a lookup
+// misses an object (provider.ErrNotFound) until lag has passed on the
+// clock since the object was created: Stripe's Search trails its creates
+// by about a minute, longer in incidents.
+type laggingProvider struct {
+	provider.Provider
+	clock *clock.Fake // set once the environment exists, before any call
+	lag   time.Duration
+
+	mu      sync.Mutex
+	created map[string]time.Time // by provider key, charges and refunds alike
+}
+
+func (l *laggingProvider) seen(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.created[key]; !ok {
+		l.created[key] = l.clock.Now()
+	}
+}
+
+func (l *laggingProvider) visible(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.created[key]
+	return ok && !l.clock.Now().Before(at.Add(l.lag))
+}
+
+func (l *laggingProvider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {
+	c, err := l.Provider.Charge(ctx, req)
+	if err == nil {
+		l.seen(req.IdempotencyKey)
+	}
+	return c, err
+}
+
+func (l *laggingProvider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+	c, err := l.Provider.Lookup(ctx, key)
+	if err == nil && !l.visible(key) {
+		return provider.Charge{}, fmt.Errorf("lagging lookup: %w", provider.ErrNotFound)
+	}
+	return c, err
+}
+
+func (l *laggingProvider) Refund(ctx context.Context, req provider.RefundRequest) (provider.Refund, error) {
+	r, err := l.Provider.Refund(ctx, req)
+	if err == nil {
+		l.seen(req.IdempotencyKey)
+	}
+	return r, err
+}
+
+func (l *laggingProvider) LookupRefund(ctx context.Context, req provider.RefundLookup) (provider.Refund, error) {
+	r, err := l.Provider.LookupRefund(ctx, req)
+	if err == nil && !l.visible(req.IdempotencyKey) {
+		return provider.Refund{}, fmt.Errorf("lagging lookup: %w", provider.ErrNotFound)
+	}
+	return r, err
+}
+
+// lagEnv is an environment whose provider lags by lag and follows script
+// (scriptedProvider, outside the lag: "forward+refuse" creates the object,
+// then answers a refusal), with the service told of the lag
+// (PROVIDER_LOOKUP_LAG), as a provider port declares it.
+func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...envOption) *env {
+	t.Helper()
+	lagging := &laggingProvider{lag: lag, created: map[string]time.Time{}}
+	opts = append(opts,
+		withProvider(func(p provider.Provider) provider.Provider {
+			lagging.Provider = p
+			script.Provider = lagging
+			return script
+		}),
+		func(o *envOptions) { o.cfg.ProviderLookupLag = lag })
+	e := newEnv(t, opts...)
+	lagging.clock = e.clock
+	return e
+}
+
+// refusedButCharged is a payment whose one send the provider processed and
+// answered with a refusal (503), on a provider whose lookups lag by lag.
+func refusedButCharged(t *testing.T, lag time.Duration) (*env, string) {
+	t.Helper()
+	e := lagEnv(t, lag, &scriptedProvider{charges: []string{"forward+refuse"}})
+	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("send: %d %s", r.Status, r.Body)
+	}
+	return e, e.onlyPaymentID()
+}
+
+// reconcile runs one reconciler pass and returns what it did.
+func (e *env) reconcile() idempotency.RecoveryStats {
+	e.t.Helper()
+	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return stats
+}
+
+// Defect 1: a payment refused, retried by its client just before its
+// abandon time, charged by the provider under a refusal. The look after
+// the refusal comes after the abandon time, while the provider's lookup
+// still misses the charge: the payment was canceled (its invoice freed for
+// a second charge). Now "not found" counts only once the lag has passed
+// since the last send, so the look finds the charge.
+func TestAbandonNeverCancelsAChargeTheLookupMisses(t *testing.T) {
+	t.Parallel()
+	lag := 5 * time.Minute
+	script := &scriptedProvider{charges: []string{"refuse", "forward+refuse"}}
+	e := lagEnv(t, lag, script)
+	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first send: %d %s", r.Status, r.Body)
+	}
+	id := e.onlyPaymentID()
+	e.clock.Advance(e.cfg.ReplayTTL - 30*time.Second) // just before its abandon time
+	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("the retry: %d %s", r.Status, r.Body)
+	}
+	// Past the abandon time, inside the lag, then past the lag.
+	for _, step := range []time.Duration{time.Minute, 2 * time.Minute, lag} {
+		e.clock.Advance(step)
+		e.reconcile()
+		if s := e.state(id); s == payments.StateCanceled {
+			t.Fatalf("at %s: a charged payment was canceled", e.clock.Now())
+		}
+	}
+	e.assertChargedOnce(id)
+	if r := e.post("k-other", body()); r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
+		t.Errorf("the invoice of the charged payment: %d %s", r.Status, r.Body)
+	}
+}
+
+// Defect 2: the provider's webhook about a refused-but-processed payment
+// arrives seconds after the refusal; its look (lookup only) misses the
+// charge and used to push the booked re-check to the abandon time, a day
+// later. A look-up-only owner never moves a booked look later.
+func TestAWebhookNeverPostponesTheRefusalsRecheck(t *testing.T) {
+	t.Parallel()
+	lag := 90 * time.Second
+	e, id := refusedButCharged(t, lag)
+	e.clock.Advance(5 * time.Second)
+	// (Whatever the look answers: it cannot see the charge yet.)
+	got, err := e.core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: payments.ResourceType, ID: id})
+	t.Logf("the webhook's look inside the lag: %q %v", got, err)
+	e.clock.Advance(lag)
+	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
+		t.Fatalf("the re-check after the lag: %v, want the payment succeeded", stats)
+	}
+	e.assertChargedOnce(id)
+}
+
+// Defect 7: the lookup lags a little longer than the one-minute re-check.
+// The re-check used to take its "not found" for certain and leave the
+// charged payment FAILED until its abandon time; the re-check now comes
+// after the lag, and a look inside the lag books another.
+func TestTheRefusalsRecheckWaitsOutTheLookupLag(t *testing.T) {
+	t.Parallel()
+	e, id := refusedButCharged(t, 90*time.Second)
+	e.clock.Advance(time.Minute)
+	e.reconcile()
+	e.clock.Advance(time.Minute)
+	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
+		t.Fatalf("two minutes after the refusal: %v, want the payment succeeded", stats)
+	}
+	e.assertChargedOnce(id)
+}
+
+// Defect 3: a client that retries a truly refused payment (the provider
+// never holds it) made the reconciler's look after each refusal an error
+// of an attempt that never reset; the 20th marked the key for manual
+// review, so the payment was never abandoned and its invoice held for
+// good. A certain answer is a resolved pass.
+func TestManyTrueRefusalsNeverHoldTheInvoiceForGood(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withRecovery(idempotency.RecoveryPolicy{MaxAttempts: 3}))
+	refused := body("paymentMethod", `"`+sim.MethodUnavailable+`"`)
+	for i := range 6 {
+		if r := e.post("k-1", refused); r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("send %d: %d %s", i, r.Status, r.Body)
+		}
+		e.clock.Advance(2 * time.Minute)
+		stats := e.reconcile()
+		if stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
+			t.Fatalf("the look after refusal %d: %v, want one resolved pass", i, stats)
+		}
+	}
+	if n := e.count(`idempotency_keys WHERE manual_review_at IS NOT NULL`); n != 0 {
+		t.Fatalf("%d keys marked for manual review", n)
+	}
+	e.clock.Advance(e.cfg.ReplayTTL)
+	if stats := e.reconcile(); stats[payments.OutcomeCanceled] != 1 {
+		t.Fatalf("after the abandon time: %v, want the payment canceled", stats)
+	}
+	if r := e.post("k-2", body()); r.Status != http.StatusCreated {
+		t.Errorf("the invoice after the cancellation: %d %s", r.Status, r.Body)
+	}
+}
+
+// Defect 6: a refund refused but processed, whose lookup lags past the
+// one-minute re-check: the "not found" stopped every further look (refund
+// keys have no abandon time), the refund stayed FAILED while the provider
+// held it, and a new key could refund the same amount again.
+func TestARefusedButProcessedRefundIsFoundAfterTheLag(t *testing.T) {
+	t.Parallel()
+	lag := 90 * time.Second
+	script := &scriptedProvider{refunds: []string{"forward+refuse"}}
+	e := lagEnv(t, lag, script)
+	pay := e.pay("pm_card_visa", "inv-1")
+	if r := e.refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("refund: %d %s", r.Status, r.Body)
+	}
+	e.clock.Advance(5 * time.Second) // and the webhook looks inside the lag
+	var refundID string
+	if err := e.pool.QueryRow(context.Background(), `SELECT id FROM refunds`).Scan(&refundID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: refunds.ResourceType, ID: refundID})
+	t.Logf("the webhook's look inside the lag: %q %v", got, err)
+	e.clock.Advance(time.Minute)
+	e.reconcile()
+	e.clock.Advance(time.Minute)
+	e.reconcile()
+	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "10.00" {
+		t.Fatalf("payment after the lag: refundedAmount %v, want 10.00", g["refundedAmount"])
+	}
+	if r := e.refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusConflict {
+		t.Errorf("a second refund of the whole amount: %d %s", r.Status, r.Body)
+	}
+	if n := len(e.providerRefunds(e.chargeOf(pay))); n != 1 {
+		t.Errorf("provider refunds: %d, want 1", n)
+	}
+}
+
+// Defect 5: a refund has no canceled end, so its key's abandon time means
+// nothing; a refund key that had one (given by migration 00009) made every
+// release re-queue it at once, and the reconciler looked it up again and
+// again in one pass. Now an operation without a canceled end never books
+// a look at its abandon time, and migration 00017 clears those times.
+func TestARefundKeysAbandonTimeIsIgnored(t *testing.T) {
+	t.Parallel()
+	script := &scriptedProvider{refunds: []string{"refuse"}}
+	e := lagEnv(t, 0, script)
+	pay := e.pay("pm_card_visa", "inv-1")
+	if r := e.refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("refund: %d %s", r.Status, r.Body)
+	}
+	// As 00009 left an unfinished refund key: an abandon time, long past.
+	if _, err := e.pool.Exec(context.Background(), `
+		UPDATE idempotency_keys SET abandon_at = created_at WHERE operation = $1`, refunds.OperationCreate); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	if stats := e.reconcile(); stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
+		t.Errorf("the look after the refusal: %v, want one resolved pass", stats)
+	}
+	e.clock.Advance(time.Hour)
+	if stats := e.reconcile(); len(stats) != 0 {
+		t.Errorf("the reconciler keeps looking at a refund waiting for its client: %v", stats)
+	}
+}
