@@ -276,7 +276,7 @@ func TestStripeMockWireFormat(t *testing.T) {
 			ch.AmountMinor != 1234 || ch.Currency != "EUR" || ch.IdempotencyKey != req.IdempotencyKey {
 			t.Errorf("Charge = %+v, want stripe-mock's fixture: a declined pi_... of 1234 EUR", ch)
 		}
-		_, err = p.Lookup(ctx, req.IdempotencyKey)
+		_, err = p.Lookup(ctx, providertest.ChargeLookup(req.IdempotencyKey))
 		providertest.WantOnly(t, "Lookup (the fixture's metadata has no key)", err, provider.ErrUnknownOutcome)
 
 		reqs := rec.requests()
@@ -329,7 +329,7 @@ func TestStripeMockWireFormat(t *testing.T) {
 			t.Errorf("Charge = %+v, want a succeeded pi_... of 1234 EUR", ch)
 		}
 
-		found, err := p.Lookup(ctx, req.IdempotencyKey)
+		found, err := p.Lookup(ctx, providertest.ChargeLookup(req.IdempotencyKey))
 		want := provider.Charge{ID: "pi_fixturesucceeded", IdempotencyKey: req.IdempotencyKey, Status: provider.StatusSucceeded, AmountMinor: 1, Currency: "USD"}
 		if err != nil || found != want {
 			t.Errorf("Lookup = %+v, %v; want %+v", found, err, want)

@@ -114,7 +114,8 @@
 // Stripe answers the second create with the first one's stored answer, or a
 // 409 while the first is still executing, and never charges twice. A caller
 // that would act on ErrNotFound in any other way (mark the payment failed,
-// say) must not do so before the search delay has surely passed.
+// say) must not do so before the search delay has surely passed, which
+// LookupLag declares: an hour.
 //
 // # Refund
 //
@@ -166,6 +167,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	stripe "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/paymentintent"
@@ -183,6 +185,11 @@ const (
 // searchLimit is how many search results Lookup reads; more than one result
 // for a key is already an anomaly.
 const searchLimit = 10
+
+// searchLag is how long the search index may trail a new PaymentIntent.
+// Stripe documents about a minute in normal operation and more during an
+// incident, without a bound; an hour is the allowance made here.
+const searchLag = time.Hour
 
 // maxKeyLen is Stripe's limit on an Idempotency-Key.
 const maxKeyLen = 255
@@ -301,10 +308,11 @@ func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (prov
 	return ch, nil
 }
 
-// Lookup finds the PaymentIntent created with key through the Search API and
-// retrieves it. See the package documentation for what ErrNotFound means
-// here, and for errors.
-func (p *Provider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+// Lookup finds the PaymentIntent created with l.IdempotencyKey through the
+// Search API and retrieves it; it has no use for l.NotBefore. See the package
+// documentation for what ErrNotFound means here, and for errors.
+func (p *Provider) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
+	key := l.IdempotencyKey
 	if err := checkKey(key); err != nil {
 		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup: %w", err)
 	}
@@ -328,6 +336,10 @@ func (p *Provider) Lookup(ctx context.Context, key string) (provider.Charge, err
 	}
 	return ch, nil
 }
+
+// LookupLag is searchLag: Lookup searches, and the search index trails
+// writes. LookupRefund lists, which does not lag.
+func (p *Provider) LookupLag() time.Duration { return searchLag }
 
 // search returns the ids of the PaymentIntents whose metadata carries key,
 // as the search index lists them.

@@ -570,7 +570,7 @@ func TestRedialAfterStaleKeepAliveIsUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Lookup(providertest.Context(t, 5*time.Second), testKey)
+	_, err = p.Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 
 	_, err = p.Charge(providertest.Context(t, 5*time.Second), chargeReq())
@@ -608,7 +608,7 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 		_, err := p.Charge(ctx, req)
 		providertest.WantOnly(t, "Charge with "+name, err, nil)
 	}
-	_, err := p.Lookup(ctx, "")
+	_, err := p.Lookup(ctx, providertest.ChargeLookup(""))
 	providertest.WantOnly(t, "Lookup without key", err, nil)
 	if n := len(f.requests()); n != 0 {
 		t.Errorf("%d requests, want none", n)
@@ -653,7 +653,7 @@ func TestLookupFindsAndRetrieves(t *testing.T) {
 	// The search index may hold an older snapshot; the retrieve is current.
 	f.Search = answer(http.StatusOK, searchResult(intent("pi_1", "processing", testKey)))
 	f.Retrieve = retrieveByPath(intent("pi_1", "succeeded", testKey))
-	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
@@ -679,7 +679,7 @@ func TestLookupDeclined(t *testing.T) {
 	pi := withLastPaymentError(intent("pi_1", "requires_payment_method", testKey), "card_declined", "insufficient_funds")
 	f.Search = answer(http.StatusOK, searchResult(pi))
 	f.Retrieve = retrieveByPath(pi)
-	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 	want := provider.Charge{ID: "pi_1", IdempotencyKey: testKey, Status: provider.StatusDeclined, DeclineCode: "insufficient_funds", AmountMinor: 1000, Currency: "EUR"}
 	if err != nil || got != want {
 		t.Errorf("Lookup = %+v, %v; want %+v", got, err, want)
@@ -687,7 +687,7 @@ func TestLookupDeclined(t *testing.T) {
 	canceled := intent("pi_2", "canceled", testKey)
 	f.Search = answer(http.StatusOK, searchResult(canceled))
 	f.Retrieve = retrieveByPath(canceled)
-	got, err = f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+	got, err = f.provider(t).Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 	if err != nil || got.Status != provider.StatusDeclined || got.DeclineCode != "canceled" {
 		t.Errorf("Lookup of a canceled intent = %+v, %v; want declined", got, err)
 	}
@@ -696,7 +696,7 @@ func TestLookupDeclined(t *testing.T) {
 func TestLookupEmptySearchIsNotFound(t *testing.T) {
 	f := newFake(t)
 	f.Search = answer(http.StatusOK, searchResult())
-	_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+	_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 	if n := len(f.requests()); n != 1 {
 		t.Errorf("%d requests, want the search only", n)
@@ -763,7 +763,7 @@ func TestLookupThatCannotSayIsNeverNotFound(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFake(t)
 			f.Search, f.Retrieve = tc.search, tc.retrieve
-			_, err := f.provider(t).Lookup(providertest.Context(t, 500*time.Millisecond), testKey)
+			_, err := f.provider(t).Lookup(providertest.Context(t, 500*time.Millisecond), providertest.ChargeLookup(testKey))
 			providertest.WantOnly(t, "Lookup", err, tc.want)
 		})
 	}
@@ -781,7 +781,7 @@ func TestLookupSeveralIntentsForOneKeyIsAmbiguous(t *testing.T) {
 			f := newFake(t)
 			f.Search = answer(http.StatusOK, searchResult(intents...))
 			f.Retrieve = retrieveByPath(intents...)
-			_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
+			_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 			providertest.WantOnly(t, "Lookup", err, provider.ErrAmbiguous)
 			if !strings.Contains(err.Error(), "pi_a") || !strings.Contains(err.Error(), "pi_b") {
 				t.Errorf("err = %v, want it to name both PaymentIntents", err)
@@ -803,7 +803,7 @@ func TestLookupEscapesTheKey(t *testing.T) {
 		writeJSON(w, http.StatusOK, searchResult(intent("pi_1", "succeeded", key)))
 	}
 	f.Retrieve = retrieveByPath(intent("pi_1", "succeeded", key))
-	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), key)
+	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(key))
 	if err != nil || got.ID != "pi_1" || got.IdempotencyKey != key {
 		t.Errorf("Lookup = %+v, %v", got, err)
 	}
@@ -820,7 +820,7 @@ func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
 		f.Create, f.CreateRefund = resender.ServeHTTP, resender.ServeHTTP
 	}) {
 		ctx := providertest.Context(t, 5*time.Second)
-		_, err := call.fake.provider(t).Lookup(ctx, testKey)
+		_, err := call.fake.provider(t).Lookup(ctx, providertest.ChargeLookup(testKey))
 		providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 		err = resender.Do(ctx, call.Call)
 		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
