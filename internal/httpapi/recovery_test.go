@@ -528,9 +528,9 @@ type slowLookupProvider struct {
 	remaining []time.Duration
 }
 
-func (p *slowLookupProvider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+func (p *slowLookupProvider) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
 	p.e.clock.Advance(25 * time.Second)
-	return p.Provider.Lookup(ctx, key)
+	return p.Provider.Lookup(ctx, l)
 }
 
 func (p *slowLookupProvider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {

@@ -52,14 +52,14 @@ func (s *scriptedProvider) Charge(ctx context.Context, req provider.ChargeReques
 	}
 }
 
-func (s *scriptedProvider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+func (s *scriptedProvider) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
 	switch s.next(&s.lookup) {
 	case "lost":
 		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrUnknownOutcome)
 	case "ambiguous":
 		return provider.Charge{}, fmt.Errorf("scripted: %w", provider.ErrAmbiguous)
 	default:
-		return s.Provider.Lookup(ctx, key)
+		return s.Provider.Lookup(ctx, l)
 	}
 }
 

@@ -389,9 +389,9 @@ type slowLookups struct {
 	delay time.Duration
 }
 
-func (p *slowLookups) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+func (p *slowLookups) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
 	time.Sleep(p.delay)
-	return p.Provider.Lookup(ctx, key)
+	return p.Provider.Lookup(ctx, l)
 }
 
 // A webhook and the reconciler resolve the same unknown payment at the

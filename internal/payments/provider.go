@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
@@ -20,9 +21,24 @@ func (s *Service) charge(ctx context.Context, p Payment) (providerflow.Answer, e
 	return answer(c), err
 }
 
+// clockSkewMargin is how long before the payment's CreatedAt a lookup asks
+// the provider to look from (ChargeLookup.NotBefore). CreatedAt is read from
+// our clock before the first charge request is sent, but the provider dates
+// the charge on its own clock (Stripe to the whole second, rounded down): if
+// our clock runs ahead of the provider's by d, the charge can look up to d
+// older than the payment. A charge dated before NotBefore could be missed and
+// reported as not found, which is the one wrong answer; a wider margin only
+// makes a provider that lists charges by creation time read more of them
+// (and, past its page limit, answer "unknown", never "not found"). An hour is
+// far beyond the skew of any host whose clock is kept by NTP.
+const clockSkewMargin = time.Hour
+
 // lookup asks the provider what became of p's key.
 func (s *Service) lookup(ctx context.Context, p Payment) (providerflow.Answer, error) {
-	c, err := s.provider.Lookup(ctx, ProviderKey(p.ID))
+	c, err := s.provider.Lookup(ctx, provider.ChargeLookup{
+		IdempotencyKey: ProviderKey(p.ID),
+		NotBefore:      p.CreatedAt.Add(-clockSkewMargin),
+	})
 	return answer(c), err
 }
 

@@ -9,17 +9,37 @@
 //   - ErrUnknownOutcome: the request may have been processed but the answer was
 //     lost (timeout, reset connection, malformed answer). The caller must not
 //     treat this as a failure; it must find out, by Lookup with the same key.
-//   - ErrNotFound (Lookup only): the provider is certain it never saw the key.
+//   - ErrNotFound (Lookup only): the provider holds nothing for the key. That
+//     is certain of every request that reached it at least LookupLag before
+//     the lookup (see "Lookup lag" below).
 //   - ErrAmbiguous (Lookup only): the provider holds more than one object for
 //     the key. Money may have moved twice; only a person can sort it out.
 //
 // Refunds follow the same rules as charges: a key derived from the refund,
 // the same errors, and LookupRefund to resolve an unknown outcome.
+//
+// # Lookup lag
+//
+// A provider may show a new object to a lookup by key only some time after
+// creating it (Stripe's Search API trails by about a minute, more during an
+// incident). LookupLag declares that time for a Provider: how long after a
+// create a lookup by key may still miss it. A not-found is certain only once
+// this much time has passed since the last request that may have reached the
+// provider; before that, an ErrNotFound may yet be contradicted by a charge
+// or refund that an earlier request made. The lag is the provider's
+// visibility delay alone: the caller measures it on its own clock, so clock
+// skew between caller and provider plays no part in it. A provider whose
+// lookups read what was written (read-after-write) declares zero.
+//
+// Lookup also takes a lower bound on the creation time of the charge
+// (ChargeLookup.NotBefore), for providers that can only find a charge by
+// listing the charges created in a window.
 package provider
 
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Errors returned by a Provider. Implementations wrap them with detail;
@@ -77,6 +97,16 @@ type RefundRequest struct {
 	RefundID       string // our refund id, for the provider's metadata
 }
 
+// ChargeLookup names a charge to look up: its key, and a time the provider
+// cannot have created it before (some providers find a charge by listing
+// those created since a time). NotBefore must be early enough for any clock
+// skew between the caller's clock and the provider's: a charge the provider
+// dates before NotBefore may be missed, and reported as not found.
+type ChargeLookup struct {
+	IdempotencyKey string
+	NotBefore      time.Time
+}
+
 // RefundLookup names a refund to look up: its key, and the charge it
 // belongs to (some providers list refunds per charge only).
 type RefundLookup struct {
@@ -100,9 +130,10 @@ type Provider interface {
 	// Charge creates a charge, or returns the existing one for the key.
 	// A decline is a Charge with StatusDeclined and a nil error.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
-	// Lookup returns the charge created with key, ErrNotFound when the
-	// provider is certain there is none, or another error when it cannot say.
-	Lookup(ctx context.Context, key string) (Charge, error)
+	// Lookup returns the charge created with l.IdempotencyKey, ErrNotFound
+	// when the provider is certain there is none (see LookupLag), or another
+	// error when it cannot say.
+	Lookup(ctx context.Context, l ChargeLookup) (Charge, error)
 	// Refund creates a refund of a charge, or returns the existing one for
 	// the key. A refused refund (the provider declined it, or the charge
 	// cannot be refunded by that much) is a Refund with StatusDeclined and
@@ -112,6 +143,11 @@ type Provider interface {
 	// when the provider is certain there is none, or another error when it
 	// cannot say.
 	LookupRefund(ctx context.Context, l RefundLookup) (Refund, error)
+	// LookupLag is how long after a create a lookup by key (Lookup or
+	// LookupRefund) may still miss it: a not-found is certain only once this
+	// much time has passed since the last request that may have reached the
+	// provider. Zero means lookups are read-after-write.
+	LookupLag() time.Duration
 }
 
 // Outcome names the outcome of one provider call for metrics: the status

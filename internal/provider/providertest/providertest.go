@@ -44,6 +44,12 @@ func RefundRequest(key, chargeID string, amount int64) provider.RefundRequest {
 	}
 }
 
+// ChargeLookup returns a lookup of the charge created with key, no earlier
+// than an hour ago.
+func ChargeLookup(key string) provider.ChargeLookup {
+	return provider.ChargeLookup{IdempotencyKey: key, NotBefore: time.Now().Add(-time.Hour)}
+}
+
 // Context returns a context that ends after d, or when the test ends.
 func Context(t testing.TB, d time.Duration) context.Context {
 	t.Helper()
@@ -114,8 +120,8 @@ type Call struct {
 }
 
 // Calls returns p's four methods, called with ChargeRequest(key,
-// "pm_card_visa"), key, RefundRequest(key, chargeID, 300) and a
-// RefundLookup of key and chargeID.
+// "pm_card_visa"), ChargeLookup(key), RefundRequest(key, chargeID, 300) and
+// a RefundLookup of key and chargeID.
 func Calls(p provider.Provider, key, chargeID string) []Call {
 	return []Call{
 		{"Charge", false, func(ctx context.Context) error {
@@ -123,7 +129,7 @@ func Calls(p provider.Provider, key, chargeID string) []Call {
 			return err
 		}},
 		{"Lookup", true, func(ctx context.Context) error {
-			_, err := p.Lookup(ctx, key)
+			_, err := p.Lookup(ctx, ChargeLookup(key))
 			return err
 		}},
 		{"Refund", false, func(ctx context.Context) error {

@@ -35,6 +35,11 @@
 //   - Every other failure is not ErrNotFound: 503 and dial failures wrap
 //     ErrUnavailable, timeouts and the rest wrap ErrUnknownOutcome.
 //
+// The simulator looks charges and refunds up by key in the memory it writes
+// them to: a lookup sees every create that came before it, so LookupLag is
+// zero, and Lookup has no use for ChargeLookup.NotBefore (it sends only the
+// key).
+//
 // Sentinels are wrapped together with the underlying error, so
 // errors.Is(err, context.DeadlineExceeded) also works. The caller bounds each
 // call with its context; the client adds no timeout of its own.
@@ -60,6 +65,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
@@ -154,9 +160,11 @@ func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provid
 	return provider.Charge{}, fmt.Errorf("simclient: charge with key %q: %w", req.IdempotencyKey, err)
 }
 
-// Lookup returns the newest charge the simulator created with key. See the
-// package documentation for errors.
-func (c *Client) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+// Lookup returns the newest charge the simulator created with
+// l.IdempotencyKey; l.NotBefore is not needed. See the package documentation
+// for errors.
+func (c *Client) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
+	key := l.IdempotencyKey
 	if key == "" {
 		return provider.Charge{}, errors.New("simclient: lookup: empty idempotency key")
 	}
@@ -217,6 +225,10 @@ func (c *Client) LookupRefund(ctx context.Context, l provider.RefundLookup) (pro
 	}
 	return provider.Refund{}, fmt.Errorf("simclient: refund lookup of key %q: %w", l.IdempotencyKey, err)
 }
+
+// LookupLag is zero: the simulator's lookups read the memory its creates
+// write.
+func (c *Client) LookupLag() time.Duration { return 0 }
 
 // post sends v as JSON to path with the idempotency key, and returns the
 // body of a 200 answer or a classified error.

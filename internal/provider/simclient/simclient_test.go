@@ -67,7 +67,7 @@ func TestChargeSucceedsAndDeclines(t *testing.T) {
 		t.Errorf("Charges() = %+v, want 2 charges, the first requested twice", recs)
 	}
 
-	got, err := c.Lookup(ctx, "k-no")
+	got, err := c.Lookup(ctx, providertest.ChargeLookup("k-no"))
 	if err != nil || got != declined {
 		t.Errorf("Lookup = %+v, %v; want %+v", got, err, declined)
 	}
@@ -112,7 +112,7 @@ func TestTimeoutIsUnknownOutcomeAndTheChargeExists(t *testing.T) {
 
 	// Recovery: the lookup finds it, and a retry returns it without a second charge.
 	ctx := providertest.Context(t, 5*time.Second)
-	got, err := c.Lookup(ctx, "k")
+	got, err := c.Lookup(ctx, providertest.ChargeLookup("k"))
 	if err != nil || got.ID != recs[0].ID || got.Status != provider.StatusSucceeded {
 		t.Errorf("Lookup = %+v, %v; want charge %s", got, err, recs[0].ID)
 	}
@@ -194,7 +194,7 @@ func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
 		if call.Lookup {
 			continue
 		}
-		_, err := c.Lookup(ctx, "k")
+		_, err := c.Lookup(ctx, providertest.ChargeLookup("k"))
 		providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 		providertest.WantOnly(t, call.Name, resender.Do(ctx, call), provider.ErrUnknownOutcome)
 	}
@@ -218,7 +218,7 @@ func TestUnavailableIs503(t *testing.T) {
 	if n := len(s.Charges()); n != 0 {
 		t.Errorf("%d charges, want 0", n)
 	}
-	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "k")
+	_, err = c.Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup("k"))
 	providertest.WantOnly(t, "Lookup after 503", err, provider.ErrNotFound)
 }
 
@@ -296,13 +296,13 @@ func TestInvalidRequestIsAPlainError(t *testing.T) {
 	}
 	_, err = c.Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("", sim.MethodVisa))
 	providertest.WantOnly(t, "Charge without key", err, nil)
-	_, err = c.Lookup(providertest.Context(t, 5*time.Second), "")
+	_, err = c.Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(""))
 	providertest.WantOnly(t, "Lookup without key", err, nil)
 }
 
 func TestLookupNotFound(t *testing.T) {
 	_, c := newSim(t, sim.Options{})
-	_, err := c.Lookup(providertest.Context(t, 5*time.Second), "never seen")
+	_, err := c.Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup("never seen"))
 	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 }
 
@@ -326,13 +326,13 @@ func TestLookupFlaky(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		_, err := c.Lookup(ctx, "k")
+		_, err := c.Lookup(ctx, providertest.ChargeLookup("k"))
 		providertest.WantOnly(t, "flaky Lookup", err, provider.ErrUnavailable)
 		if errors.Is(err, provider.ErrNotFound) {
 			t.Fatalf("lookup %d: a flaky lookup must never say not found", i+1)
 		}
 	}
-	got, err := c.Lookup(ctx, "k")
+	got, err := c.Lookup(ctx, providertest.ChargeLookup("k"))
 	if err != nil || got != created {
 		t.Errorf("third Lookup = %+v, %v; want %+v", got, err, created)
 	}
@@ -362,7 +362,7 @@ func TestLookupEscapesTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Lookup(ctx, key)
+	got, err := c.Lookup(ctx, providertest.ChargeLookup(key))
 	if err != nil || got != created {
 		t.Errorf("Lookup = %+v, %v; want %+v", got, err, created)
 	}
@@ -387,4 +387,25 @@ func TestAgainstStartedServer(t *testing.T) {
 	// before the dial that failed: see TestTransportErrorAfterAConnection.)
 	_, err = simclient.New(srv.URL(), &http.Client{Transport: &http.Transport{}}).Charge(providertest.Context(t, 5*time.Second), providertest.ChargeRequest("k3", sim.MethodVisa))
 	providertest.WantOnly(t, "Charge with a fresh client after Close", err, provider.ErrUnavailable)
+}
+
+// The simulator's lookups read what its creates wrote: LookupLag is zero,
+// and a lookup right after a create finds it, whatever NotBefore says (the
+// simulator looks up by key alone).
+func TestLookupIsReadAfterWrite(t *testing.T) {
+	_, c := newSim(t, sim.Options{})
+	if lag := c.LookupLag(); lag != 0 {
+		t.Errorf("LookupLag = %v, want 0", lag)
+	}
+	ctx := providertest.Context(t, 5*time.Second)
+	created, err := c.Charge(ctx, providertest.ChargeRequest("k", "pm_card_visa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, notBefore := range []time.Time{{}, time.Now().Add(time.Hour)} {
+		got, err := c.Lookup(ctx, provider.ChargeLookup{IdempotencyKey: "k", NotBefore: notBefore})
+		if err != nil || got != created {
+			t.Errorf("Lookup with NotBefore %v = %+v, %v; want %+v", notBefore, got, err, created)
+		}
+	}
 }

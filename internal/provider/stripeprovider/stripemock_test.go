@@ -233,20 +233,6 @@ func checkCreateWireFormat(t *testing.T, r request, req provider.ChargeRequest) 
 	}
 }
 
-// checkSearchWireFormat asserts what Lookup's search put on the wire.
-func checkSearchWireFormat(t *testing.T, r request, key string) {
-	t.Helper()
-	if r.Method != http.MethodGet || r.Path != "/v1/payment_intents/search" {
-		t.Errorf("request = %s %s, want GET /v1/payment_intents/search", r.Method, r.Path)
-	}
-	if got, want := r.Query.Get("query"), "metadata['idempotency_key']:'"+key+"'"; got != want {
-		t.Errorf("query = %q, want %q", got, want)
-	}
-	if got := r.Query.Get("limit"); got != "10" {
-		t.Errorf("limit = %q, want 10", got)
-	}
-}
-
 // TestStripeMockWireFormat runs the Provider against a real stripe-mock.
 // stripe-mock validates requests against Stripe's OpenAPI spec but is
 // stateless and ignores idempotency keys, so this checks the wire format and
@@ -261,7 +247,9 @@ func TestStripeMockWireFormat(t *testing.T) {
 	// "idempotency_error"} and empty metadata, whatever was sent: it
 	// reflects amount, currency and description from the request and makes
 	// up an id, but not metadata or status. So a confirmed create decodes
-	// as a decline without a code, and its search result carries no key.
+	// as a decline without a code, and the listing (of that one fixture,
+	// has_more false) carries no key: a complete listing without the key,
+	// which is ErrNotFound.
 	bundled := startStripeMock(t, bin, "")
 	t.Run("bundled fixtures", func(t *testing.T) {
 		p, rec := stripeMockProvider(t, bundled)
@@ -276,21 +264,21 @@ func TestStripeMockWireFormat(t *testing.T) {
 			ch.AmountMinor != 1234 || ch.Currency != "EUR" || ch.IdempotencyKey != req.IdempotencyKey {
 			t.Errorf("Charge = %+v, want stripe-mock's fixture: a declined pi_... of 1234 EUR", ch)
 		}
-		_, err = p.Lookup(ctx, req.IdempotencyKey)
-		providertest.WantOnly(t, "Lookup (the fixture's metadata has no key)", err, provider.ErrUnknownOutcome)
+		lookup := provider.ChargeLookup{IdempotencyKey: req.IdempotencyKey, NotBefore: time.Now().Add(-time.Hour)}
+		_, err = p.Lookup(ctx, lookup)
+		providertest.WantOnly(t, "Lookup (the fixture's metadata has no key)", err, provider.ErrNotFound)
 
 		reqs := rec.requests()
 		if len(reqs) != 2 {
-			t.Fatalf("%d requests, want a create and a search", len(reqs))
+			t.Fatalf("%d requests, want a create and a listing", len(reqs))
 		}
 		checkCreateWireFormat(t, reqs[0], req)
-		checkSearchWireFormat(t, reqs[1], req.IdempotencyKey)
+		checkListWireFormat(t, reqs[1], lookup.NotBefore, "")
 	})
 
 	// With a fixture of a succeeded PaymentIntent that carries the key,
 	// stripe-mock answers the create with it (id made up, amount and
-	// currency reflected), the search with the fixture itself, and the
-	// retrieve with the fixture under the requested id. The same
+	// currency reflected) and lists the fixture itself. The same
 	// stripe-mock holds a refund fixture for the refund subtest. (A fixtures
 	// file without a PaymentIntent would break the readiness probe.)
 	fixtures := startStripeMock(t, bin, writeFixtures(t, map[string]any{
@@ -329,21 +317,19 @@ func TestStripeMockWireFormat(t *testing.T) {
 			t.Errorf("Charge = %+v, want a succeeded pi_... of 1234 EUR", ch)
 		}
 
-		found, err := p.Lookup(ctx, req.IdempotencyKey)
+		lookup := provider.ChargeLookup{IdempotencyKey: req.IdempotencyKey, NotBefore: time.Now().Add(-time.Hour)}
+		found, err := p.Lookup(ctx, lookup)
 		want := provider.Charge{ID: "pi_fixturesucceeded", IdempotencyKey: req.IdempotencyKey, Status: provider.StatusSucceeded, AmountMinor: 1, Currency: "USD"}
 		if err != nil || found != want {
 			t.Errorf("Lookup = %+v, %v; want %+v", found, err, want)
 		}
 
 		reqs := rec.requests()
-		if len(reqs) != 3 {
-			t.Fatalf("%d requests, want a create, a search and a retrieve", len(reqs))
+		if len(reqs) != 2 {
+			t.Fatalf("%d requests, want a create and a listing (no retrieve)", len(reqs))
 		}
 		checkCreateWireFormat(t, reqs[0], req)
-		checkSearchWireFormat(t, reqs[1], req.IdempotencyKey)
-		if r := reqs[2]; r.Method != http.MethodGet || r.Path != "/v1/payment_intents/pi_fixturesucceeded" {
-			t.Errorf("retrieve = %s %s", r.Method, r.Path)
-		}
+		checkListWireFormat(t, reqs[1], lookup.NotBefore, "")
 	})
 
 	// Refunds with the bundled fixtures: stripe-mock reflects amount,

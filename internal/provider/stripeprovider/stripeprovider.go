@@ -80,41 +80,41 @@
 //
 // # Lookup
 //
-// Stripe has no lookup by idempotency key. Lookup searches PaymentIntents for
-// metadata['idempotency_key']:'KEY' (the Search API; backslashes and single
-// quotes in the key are escaped), keeps the results whose metadata carries
-// exactly that key, and then retrieves each of them by id (GET
-// /v1/payment_intents/ID, which is consistent, unlike the search index) and
-// maps it as Charge does. Should more than one PaymentIntent carry the key
-// (Stripe forgot the key after 24 hours and someone charged again), money may
-// have moved twice: Lookup retrieves none of them, logs a warning, and
-// returns an error wrapping provider.ErrAmbiguous that names them. Only a
-// person can sort that out.
+// Stripe has no lookup by idempotency key. Lookup lists the PaymentIntents
+// created since the lookup's NotBefore (GET
+// /v1/payment_intents?created[gte]=UNIX&limit=100, NotBefore rounded down to
+// the second as Stripe dates objects, then the next pages with
+// starting_after=<the last id read>, at most 20 pages), keeps those whose
+// metadata carries exactly the key (compared here, byte for byte, not by
+// Stripe), and maps the one it finds as Charge maps its answer: a listed
+// PaymentIntent is as current as a retrieve, so none is made. Should more
+// than one PaymentIntent carry the key (Stripe forgot the key after 24 hours
+// and someone charged again), money may have moved twice: Lookup logs a
+// warning and returns an error wrapping provider.ErrAmbiguous that names
+// them. Only a person can sort that out. A ChargeLookup without a NotBefore
+// (or one before 1970) is a plain error, and nothing is sent: the caller must
+// say when the payment was created, less a margin for clock skew.
 //
-// Search has limits, and they shape what Lookup may claim:
+// Lookup lists rather than searches because listing is read-after-write:
+// Stripe documents that the Search API trails writes by about a minute, and
+// more during an incident, and points read-after-write flows to the list
+// endpoints. So LookupLag is zero, and Lookup returns provider.ErrNotFound
+// when every answer was HTTP 200 with a well-formed list, the last saying it
+// has no more, and no PaymentIntent in them carries the key. A failed,
+// partial or unreadable listing (an answer that is not a list, an entry
+// without an id, a page that says there are more but lists none, more pages
+// than Lookup reads) is never ErrNotFound. The cost is that Lookup reads
+// every PaymentIntent of the account created since NotBefore, which grows
+// with the payment's age and the account's traffic: past 2,000 of them (or
+// the caller's deadline) the answer is provider.ErrUnknownOutcome, never
+// ErrNotFound.
 //
-//   - It is eventually consistent: Stripe documents that new data becomes
-//     searchable within about a minute under normal operation, later during
-//     an incident. A PaymentIntent created seconds ago may be missing.
-//   - It is rate limited (20 reads per second for all search endpoints of an
-//     account); a 429 is provider.ErrUnavailable.
-//   - It is not available to accounts in India, and needs API version
-//     2020-08-27 or later (stripe-go v76 sends 2023-10-16).
-//
-// Lookup returns provider.ErrNotFound only when the search answered HTTP 200
-// with a well-formed search_result that lists no PaymentIntent at all. A
-// failed, partial or unreadable search, or one that lists only PaymentIntents
-// of other keys, is never ErrNotFound. Because of the indexing delay even an
-// empty search is not certainty, and ErrNotFound could lead the caller to send
-// the charge again. That is still safe, for as long as the caller sends again
-// only with the same idempotency key and only within Stripe's key window (at
-// least 24 hours from the first request), which is what the payments service
-// does (its ProviderKeyWindow must therefore be at most 24h with Stripe;
-// package config refuses a longer PROVIDER_KEY_TTL with PROVIDER=stripe):
-// Stripe answers the second create with the first one's stored answer, or a
-// 409 while the first is still executing, and never charges twice. A caller
-// that would act on ErrNotFound in any other way (mark the payment failed,
-// say) must not do so before the search delay has surely passed.
+// ErrNotFound speaks of the requests that reached Stripe before the listing;
+// one still under way is the caller's to wait for. Sending the charge again
+// after ErrNotFound is safe with the same idempotency key within Stripe's
+// key window (at least 24 hours from the first request), which is why
+// package config refuses a PROVIDER_KEY_TTL longer than 24h with
+// PROVIDER=stripe.
 //
 // # Refund
 //
@@ -146,11 +146,11 @@
 // Stripe has no refund search and no lookup by idempotency key, so
 // LookupRefund lists the refunds of the PaymentIntent (GET
 // /v1/refunds?payment_intent=ID, 100 a page, at most 10 pages) and keeps
-// those whose metadata carries exactly the key. Listing, unlike search, is
-// consistent, so an answer that lists every refund of the PaymentIntent and
-// none with the key is provider.ErrNotFound. Two or more with the key is an
-// error wrapping provider.ErrAmbiguous, naming them (and a warning is
-// logged). One is mapped as Refund maps its answer. A failed, partial or
+// those whose metadata carries exactly the key. Listing is read-after-write
+// (LookupLag is zero for refunds too), so an answer that lists every refund
+// of the PaymentIntent and none with the key is provider.ErrNotFound. Two or
+// more with the key is an error wrapping provider.ErrAmbiguous, naming them
+// (and a warning is logged). One is mapped as Refund maps its answer. A failed, partial or
 // unreadable listing (an answer that is not a list, more pages than it
 // reads) is never ErrNotFound. The RefundLookup must name the charge: without
 // it LookupRefund returns a plain error and sends nothing.
@@ -166,6 +166,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	stripe "github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/paymentintent"
@@ -180,9 +181,13 @@ const (
 	MetadataPaymentID      = "payment_id"
 )
 
-// searchLimit is how many search results Lookup reads; more than one result
-// for a key is already an anomaly.
-const searchLimit = 10
+// Lookup reads the PaymentIntents created since ChargeLookup.NotBefore
+// intentPageSize at a time, at most maxIntentPages pages: each page is a
+// request, and about this many fit in a provider call's usual few seconds.
+const (
+	intentPageSize = 100
+	maxIntentPages = 20
+)
 
 // maxKeyLen is Stripe's limit on an Idempotency-Key.
 const maxKeyLen = 255
@@ -301,76 +306,100 @@ func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (prov
 	return ch, nil
 }
 
-// Lookup finds the PaymentIntent created with key through the Search API and
-// retrieves it. See the package documentation for what ErrNotFound means
-// here, and for errors.
-func (p *Provider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
+// Lookup lists the PaymentIntents created since l.NotBefore and returns the
+// one whose metadata carries l.IdempotencyKey. See the package documentation
+// for what it sends and for errors.
+func (p *Provider) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
+	key := l.IdempotencyKey
 	if err := checkKey(key); err != nil {
 		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup: %w", err)
+	}
+	if l.NotBefore.Unix() <= 0 {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: Stripe lists PaymentIntents by creation time, and NotBefore (%v) is not a time after 1970", key, l.NotBefore)
 	}
 	if err := ctx.Err(); err != nil {
 		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w: not sent: %w", key, provider.ErrUnavailable, err)
 	}
-	ids, err := p.search(ctx, key)
+	found, err := p.intentsWithKey(ctx, l)
 	if err != nil {
-		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: search: %w", key, err)
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: list the PaymentIntents created since %s: %w", key, since(l), err)
 	}
-	if len(ids) == 0 {
-		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: the search lists no PaymentIntent (it may lag a fresh one by about a minute): %w", key, provider.ErrNotFound)
+	switch len(found) {
+	case 0:
+		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: no PaymentIntent created since %s carries the key: %w", key, since(l), provider.ErrNotFound)
+	case 1:
+		ch, err := chargeFromIntent(found[0], key)
+		if err != nil {
+			return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w", key, err)
+		}
+		return ch, nil
 	}
-	if len(ids) > 1 {
-		p.log.WarnContext(ctx, "several Stripe PaymentIntents carry one idempotency key", "idempotency_key", key, "payment_intents", ids)
-		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w: PaymentIntents %s", key, provider.ErrAmbiguous, strings.Join(ids, ", "))
+	ids := make([]string, len(found))
+	for i, pi := range found {
+		ids[i] = pi.ID
 	}
-	ch, err := p.retrieve(ctx, ids[0], key)
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w", key, err)
-	}
-	return ch, nil
+	p.log.WarnContext(ctx, "several Stripe PaymentIntents carry one idempotency key", "idempotency_key", key, "payment_intents", ids)
+	return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w: PaymentIntents %s", key, provider.ErrAmbiguous, strings.Join(ids, ", "))
 }
 
-// search returns the ids of the PaymentIntents whose metadata carries key,
-// as the search index lists them.
-func (p *Provider) search(ctx context.Context, key string) ([]string, error) {
-	ctx, trace := withCallTrace(ctx)
-	params := &stripe.PaymentIntentSearchParams{SearchParams: stripe.SearchParams{
-		Context: ctx,
-		Query:   searchQuery(key),
-		Limit:   stripe.Int64(searchLimit),
-		Single:  true,
-	}}
-	it := p.intents.Search(params)
-	var ids, others []string
-	for it.Next() {
-		pi := it.PaymentIntent()
-		if pi.Metadata[MetadataIdempotencyKey] == key && pi.ID != "" {
-			ids = append(ids, pi.ID)
-		} else {
-			others = append(others, pi.ID)
+// LookupLag is zero: Lookup and LookupRefund list, and Stripe's list
+// endpoints are read-after-write. See the package documentation.
+func (p *Provider) LookupLag() time.Duration { return 0 }
+
+// since renders l.NotBefore as the created[gte] that Lookup sends.
+func since(l provider.ChargeLookup) string {
+	return time.Unix(l.NotBefore.Unix(), 0).UTC().Format(time.RFC3339)
+}
+
+// intentsWithKey lists every PaymentIntent created since l.NotBefore (to the
+// second, rounded down, as Stripe dates them), page by page, and returns
+// those whose metadata carries l.IdempotencyKey.
+func (p *Provider) intentsWithKey(ctx context.Context, l provider.ChargeLookup) ([]*stripe.PaymentIntent, error) {
+	var found []*stripe.PaymentIntent
+	after := ""
+	for range maxIntentPages {
+		ctx, trace := withCallTrace(ctx)
+		params := &stripe.PaymentIntentListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: l.NotBefore.Unix()}}
+		params.Context = ctx
+		params.Limit = stripe.Int64(intentPageSize)
+		params.Single = true
+		if after != "" {
+			params.StartingAfter = stripe.String(after)
+		}
+		it := p.intents.List(params)
+		read := 0
+		for it.Next() {
+			pi := it.PaymentIntent()
+			read++
+			if pi == nil || pi.ID == "" {
+				// A page is read whole before Next returns; there is no
+				// request to abandon.
+				return nil, fmt.Errorf("%w: the listing holds an entry without an id", provider.ErrUnknownOutcome)
+			}
+			after = pi.ID
+			if pi.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
+				found = append(found, pi)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, classify(err, trace)
+		}
+		if err := checkListAnswer(it.PaymentIntentList().LastResponse, "list"); err != nil {
+			return nil, err
+		}
+		switch {
+		case !it.Meta().HasMore:
+			return found, nil
+		case read == 0:
+			return nil, fmt.Errorf("%w: a page says there are more PaymentIntents but lists none", provider.ErrUnknownOutcome)
 		}
 	}
-	if err := it.Err(); err != nil {
-		return nil, classify(err, trace)
-	}
-	if err := checkListAnswer(it.PaymentIntentSearchResult().LastResponse, "search_result"); err != nil {
-		return nil, err
-	}
-	switch {
-	case len(others) > 0 && len(ids) == 0:
-		return nil, fmt.Errorf("%w: the search lists only PaymentIntents of other keys: %v", provider.ErrUnknownOutcome, others)
-	case len(others) > 0:
-		p.log.WarnContext(ctx, "Stripe search listed PaymentIntents of other keys", "idempotency_key", key, "others", others)
-	}
-	if it.Meta().HasMore {
-		p.log.WarnContext(ctx, "Stripe search lists more PaymentIntents for one key than Lookup reads", "idempotency_key", key, "read", searchLimit)
-	}
-	return ids, nil
+	return nil, fmt.Errorf("%w: more than %d PaymentIntents, not all read", provider.ErrUnknownOutcome, maxIntentPages*intentPageSize)
 }
 
-// checkListAnswer accepts a search or list answer only if it says it is an
-// object of that kind ("search_result", "list") with a data array, so that
-// an empty answer from something else (a proxy answering 200 {}) never
-// reads as "nothing there".
+// checkListAnswer accepts a list answer only if it says it is an object of
+// that kind ("list") with a data array, so that an empty answer from
+// something else (a proxy answering 200 {}) never reads as "nothing there".
 func checkListAnswer(resp *stripe.APIResponse, object string) error {
 	if resp == nil {
 		return fmt.Errorf("%w: no %s answer", provider.ErrUnknownOutcome, object)
@@ -383,32 +412,6 @@ func checkListAnswer(resp *stripe.APIResponse, object string) error {
 		return fmt.Errorf("%w: HTTP %d answer is not a %s", provider.ErrUnknownOutcome, resp.StatusCode, object)
 	}
 	return nil
-}
-
-// retrieve gets PaymentIntent id and maps it.
-func (p *Provider) retrieve(ctx context.Context, id, key string) (provider.Charge, error) {
-	ctx, trace := withCallTrace(ctx)
-	params := &stripe.PaymentIntentParams{}
-	params.Context = ctx
-	pi, err := p.intents.Get(id, params)
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("retrieve %s: %w", id, classify(err, trace))
-	}
-	if pi.ID != id {
-		return provider.Charge{}, fmt.Errorf("retrieve %s: %w: the answer is PaymentIntent %q", id, provider.ErrUnknownOutcome, pi.ID)
-	}
-	ch, err := chargeFromIntent(pi, key)
-	if err != nil {
-		return provider.Charge{}, fmt.Errorf("retrieve %s: %w", id, err)
-	}
-	return ch, nil
-}
-
-// searchQuery is the search for PaymentIntents whose metadata carries key.
-// Stripe's query language escapes a quote inside quotes with a backslash.
-func searchQuery(key string) string {
-	esc := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(key)
-	return "metadata['" + MetadataIdempotencyKey + "']:'" + esc + "'"
 }
 
 // chargeFromIntent maps a PaymentIntent to a Charge, or to
@@ -486,7 +489,7 @@ func checkChargeRequest(req provider.ChargeRequest) error {
 
 // checkKey refuses keys that Stripe or stripe-go would not carry unchanged:
 // stripe-go trims the Idempotency-Key header, which would then differ from
-// the metadata that Lookup searches.
+// the metadata that Lookup matches.
 func checkKey(key string) error {
 	switch {
 	case key == "":

@@ -44,7 +44,7 @@ type request struct {
 // fakeStripe is an httptest server that answers like Stripe would, through
 // per-endpoint handlers, and records every request.
 type fakeStripe struct {
-	Create, Search, Retrieve  http.HandlerFunc
+	Create, List              http.HandlerFunc
 	CreateRefund, ListRefunds http.HandlerFunc
 
 	mu   sync.Mutex
@@ -71,10 +71,8 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		h = f.Create
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
-		h = f.Search
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
-		h = f.Retrieve
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+		h = f.List
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
 		h = f.CreateRefund
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
@@ -151,10 +149,11 @@ func withLastPaymentError(pi map[string]any, code, declineCode string) map[strin
 	return pi
 }
 
-func searchResult(intents ...map[string]any) map[string]any {
+// intentList is one page of PaymentIntents as Stripe lists them.
+func intentList(hasMore bool, intents ...map[string]any) map[string]any {
 	data := make([]map[string]any, 0, len(intents))
 	data = append(data, intents...)
-	return map[string]any{"object": "search_result", "data": data, "has_more": false, "url": "/v1/payment_intents/search"}
+	return map[string]any{"object": "list", "data": data, "has_more": hasMore, "url": "/v1/payment_intents"}
 }
 
 func answer(status int, v any) http.HandlerFunc {
@@ -166,20 +165,6 @@ func answerRaw(status int, contentType, body string) http.HandlerFunc {
 		w.Header().Set("Content-Type", contentType)
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, body)
-	}
-}
-
-// retrieveByPath answers GET /v1/payment_intents/{id} from intents.
-func retrieveByPath(intents ...map[string]any) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		id := strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/")
-		for _, pi := range intents {
-			if pi["id"] == id {
-				writeJSON(w, http.StatusOK, pi)
-				return
-			}
-		}
-		writeJSON(w, http.StatusNotFound, stripeError("invalid_request_error", "resource_missing", "", "No such payment_intent: "+id))
 	}
 }
 
@@ -539,14 +524,14 @@ func TestRedialAfterStaleKeepAliveIsUnknownOutcome(t *testing.T) {
 		}
 		defer conn.Close()
 		br := bufio.NewReader(conn)
-		// First request (a search): answer it and keep the connection.
+		// First request (a listing): answer it and keep the connection.
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			t.Errorf("read first request: %v", err)
 			return
 		}
 		got <- req.Method + " " + req.URL.Path
-		body, _ := json.Marshal(searchResult())
+		body, _ := json.Marshal(intentList(false))
 		fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		// Second request (the charge): read it whole, then stop
 		// listening and hang up without answering.
@@ -570,7 +555,7 @@ func TestRedialAfterStaleKeepAliveIsUnknownOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Lookup(providertest.Context(t, 5*time.Second), testKey)
+	_, err = p.Lookup(providertest.Context(t, 5*time.Second), providertest.ChargeLookup(testKey))
 	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 
 	_, err = p.Charge(providertest.Context(t, 5*time.Second), chargeReq())
@@ -585,7 +570,7 @@ func TestRedialAfterStaleKeepAliveIsUnknownOutcome(t *testing.T) {
 	for s := range got {
 		seen = append(seen, s)
 	}
-	if want := "GET /v1/payment_intents/search,POST /v1/payment_intents"; strings.Join(seen, ",") != want {
+	if want := "GET /v1/payment_intents,POST /v1/payment_intents"; strings.Join(seen, ",") != want {
 		t.Errorf("server saw %v, want %s", seen, want)
 	}
 }
@@ -608,8 +593,15 @@ func TestInvalidRequestsAreNotSent(t *testing.T) {
 		_, err := p.Charge(ctx, req)
 		providertest.WantOnly(t, "Charge with "+name, err, nil)
 	}
-	_, err := p.Lookup(ctx, "")
-	providertest.WantOnly(t, "Lookup without key", err, nil)
+	for name, l := range map[string]provider.ChargeLookup{
+		"no key":         {NotBefore: time.Now()},
+		"key too long":   {IdempotencyKey: strings.Repeat("k", 256), NotBefore: time.Now()},
+		"no NotBefore":   {IdempotencyKey: testKey},
+		"NotBefore 1970": {IdempotencyKey: testKey, NotBefore: time.Unix(0, 0)},
+	} {
+		_, err := p.Lookup(ctx, l)
+		providertest.WantOnly(t, "Lookup with "+name, err, nil)
+	}
 	if n := len(f.requests()); n != 0 {
 		t.Errorf("%d requests, want none", n)
 	}
@@ -648,167 +640,6 @@ func TestErrorsAndLogsHideClientSecrets(t *testing.T) {
 	}
 }
 
-func TestLookupFindsAndRetrieves(t *testing.T) {
-	f := newFake(t)
-	// The search index may hold an older snapshot; the retrieve is current.
-	f.Search = answer(http.StatusOK, searchResult(intent("pi_1", "processing", testKey)))
-	f.Retrieve = retrieveByPath(intent("pi_1", "succeeded", testKey))
-	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
-	if err != nil {
-		t.Fatalf("Lookup: %v", err)
-	}
-	want := provider.Charge{ID: "pi_1", IdempotencyKey: testKey, Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR"}
-	if got != want {
-		t.Errorf("Lookup = %+v, want %+v", got, want)
-	}
-	reqs := f.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("requests = %+v, want a search and a retrieve", reqs)
-	}
-	q := reqs[0].Query
-	if q.Get("query") != `metadata['idempotency_key']:'paymentsapi:pay_1'` || q.Get("limit") != "10" {
-		t.Errorf("search query = %v", q)
-	}
-	if reqs[1].Path != "/v1/payment_intents/pi_1" {
-		t.Errorf("retrieve path = %s", reqs[1].Path)
-	}
-}
-
-func TestLookupDeclined(t *testing.T) {
-	f := newFake(t)
-	pi := withLastPaymentError(intent("pi_1", "requires_payment_method", testKey), "card_declined", "insufficient_funds")
-	f.Search = answer(http.StatusOK, searchResult(pi))
-	f.Retrieve = retrieveByPath(pi)
-	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
-	want := provider.Charge{ID: "pi_1", IdempotencyKey: testKey, Status: provider.StatusDeclined, DeclineCode: "insufficient_funds", AmountMinor: 1000, Currency: "EUR"}
-	if err != nil || got != want {
-		t.Errorf("Lookup = %+v, %v; want %+v", got, err, want)
-	}
-	canceled := intent("pi_2", "canceled", testKey)
-	f.Search = answer(http.StatusOK, searchResult(canceled))
-	f.Retrieve = retrieveByPath(canceled)
-	got, err = f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
-	if err != nil || got.Status != provider.StatusDeclined || got.DeclineCode != "canceled" {
-		t.Errorf("Lookup of a canceled intent = %+v, %v; want declined", got, err)
-	}
-}
-
-func TestLookupEmptySearchIsNotFound(t *testing.T) {
-	f := newFake(t)
-	f.Search = answer(http.StatusOK, searchResult())
-	_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
-	providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
-	if n := len(f.requests()); n != 1 {
-		t.Errorf("%d requests, want the search only", n)
-	}
-}
-
-func TestLookupThatCannotSayIsNeverNotFound(t *testing.T) {
-	for name, tc := range map[string]struct {
-		search, retrieve http.HandlerFunc
-		want             error
-	}{
-		"search 429": {
-			search: answer(http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests")),
-			want:   provider.ErrUnavailable,
-		},
-		"search 500": {
-			search: answer(http.StatusInternalServerError, stripeError("api_error", "", "", "boom")),
-			want:   provider.ErrUnknownOutcome,
-		},
-		"search 400 (say, search unavailable to the account)": {
-			search: answer(http.StatusBadRequest, stripeError("invalid_request_error", "", "", "Search is not available")),
-			want:   nil,
-		},
-		"search 404 HTML from a wrong base URL": {
-			search: answerRaw(http.StatusNotFound, "text/html", "<html>not found</html>"),
-			want:   nil,
-		},
-		"search 200 {}": {
-			search: answerRaw(http.StatusOK, "application/json", `{}`),
-			want:   provider.ErrUnknownOutcome,
-		},
-		"search 200 a list, not a search_result": {
-			search: answerRaw(http.StatusOK, "application/json", `{"object":"list","data":[]}`),
-			want:   provider.ErrUnknownOutcome,
-		},
-		"search 200 not JSON": {
-			search: answerRaw(http.StatusOK, "text/html", "<html>ok</html>"),
-			want:   provider.ErrUnknownOutcome,
-		},
-		"search lists only intents of other keys": {
-			search: answer(http.StatusOK, searchResult(intent("pi_other", "succeeded", "paymentsapi:PAY_1"))),
-			want:   provider.ErrUnknownOutcome,
-		},
-		"retrieve 500": {
-			search:   answer(http.StatusOK, searchResult(intent("pi_1", "succeeded", testKey))),
-			retrieve: answer(http.StatusInternalServerError, stripeError("api_error", "", "", "boom")),
-			want:     provider.ErrUnknownOutcome,
-		},
-		"retrieve answers another intent": {
-			search:   answer(http.StatusOK, searchResult(intent("pi_1", "succeeded", testKey))),
-			retrieve: answer(http.StatusOK, intent("pi_2", "succeeded", testKey)),
-			want:     provider.ErrUnknownOutcome,
-		},
-		"retrieve finds it processing": {
-			search:   answer(http.StatusOK, searchResult(intent("pi_1", "succeeded", testKey))),
-			retrieve: retrieveByPath(intent("pi_1", "processing", testKey)),
-			want:     provider.ErrUnknownOutcome,
-		},
-		"search hangs past the deadline": {
-			search: func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
-			want:   provider.ErrUnknownOutcome,
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := newFake(t)
-			f.Search, f.Retrieve = tc.search, tc.retrieve
-			_, err := f.provider(t).Lookup(providertest.Context(t, 500*time.Millisecond), testKey)
-			providertest.WantOnly(t, "Lookup", err, tc.want)
-		})
-	}
-}
-
-func TestLookupSeveralIntentsForOneKeyIsAmbiguous(t *testing.T) {
-	declined := withLastPaymentError(intent("pi_a", "requires_payment_method", testKey), "card_declined", "generic_decline")
-	for name, intents := range map[string][]map[string]any{
-		"declined and succeeded":  {declined, intent("pi_b", "succeeded", testKey)},
-		"declined and processing": {declined, intent("pi_b", "processing", testKey)},
-		"both declined":           {declined, intent("pi_b", "canceled", testKey)},
-		"both succeeded":          {intent("pi_a", "succeeded", testKey), intent("pi_b", "succeeded", testKey)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := newFake(t)
-			f.Search = answer(http.StatusOK, searchResult(intents...))
-			f.Retrieve = retrieveByPath(intents...)
-			_, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), testKey)
-			providertest.WantOnly(t, "Lookup", err, provider.ErrAmbiguous)
-			if !strings.Contains(err.Error(), "pi_a") || !strings.Contains(err.Error(), "pi_b") {
-				t.Errorf("err = %v, want it to name both PaymentIntents", err)
-			}
-			if !strings.Contains(f.logs.String(), "several Stripe PaymentIntents carry one idempotency key") {
-				t.Errorf("no warning logged; logs:\n%s", f.logs.String())
-			}
-		})
-	}
-}
-
-func TestLookupEscapesTheKey(t *testing.T) {
-	const key = `pay_1'x\y"z`
-	f := newFake(t)
-	f.Search = func(w http.ResponseWriter, r *http.Request) {
-		if q, want := r.URL.Query().Get("query"), `metadata['idempotency_key']:'pay_1\'x\\y"z'`; q != want {
-			t.Errorf("query = %s, want %s", q, want)
-		}
-		writeJSON(w, http.StatusOK, searchResult(intent("pi_1", "succeeded", key)))
-	}
-	f.Retrieve = retrieveByPath(intent("pi_1", "succeeded", key))
-	got, err := f.provider(t).Lookup(providertest.Context(t, 5*time.Second), key)
-	if err != nil || got.ID != "pi_1" || got.IdempotencyKey != key {
-		t.Errorf("Lookup = %+v, %v", got, err)
-	}
-}
-
 // TestRefusalOfAResendIsUnknownOutcome covers issue 9 item 1: net/http
 // resends a POST that carries an Idempotency-Key on a new connection when
 // the kept-alive one it used dies before answering. Stripe may have
@@ -816,11 +647,11 @@ func TestLookupEscapesTheKey(t *testing.T) {
 func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
 	resender := providertest.NewResender(t, answer(http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests")))
 	for _, call := range creates(t, func(f *fakeStripe) {
-		f.Search = answer(http.StatusOK, searchResult()) // leaves a kept-alive connection
+		f.List = answer(http.StatusOK, intentList(false)) // leaves a kept-alive connection
 		f.Create, f.CreateRefund = resender.ServeHTTP, resender.ServeHTTP
 	}) {
 		ctx := providertest.Context(t, 5*time.Second)
-		_, err := call.fake.provider(t).Lookup(ctx, testKey)
+		_, err := call.fake.provider(t).Lookup(ctx, providertest.ChargeLookup(testKey))
 		providertest.WantOnly(t, "Lookup", err, provider.ErrNotFound)
 		err = resender.Do(ctx, call.Call)
 		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
