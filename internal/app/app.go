@@ -32,7 +32,7 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	// ProviderLookupLag is how long after a create a lookup may still miss
 	// it (PROVIDER_LOOKUP_LAG): the service uses the longer of it and what
-	// the provider declares (LookupLag, when it has the method).
+	// the provider declares (provider.Provider.LookupLag).
 	ProviderLookupLag time.Duration
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK; default one minute
 	Recovery          idempotency.RecoveryPolicy
@@ -74,10 +74,7 @@ func New(d Deps, cfg Config) *Core {
 		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter,
 		Render: httpapi.NewRenderer(cfg.RetryAfter),
 	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
-	lag := cfg.ProviderLookupLag
-	if p, ok := d.Provider.(interface{ LookupLag() time.Duration }); ok {
-		lag = max(lag, p.LookupLag())
-	}
+	lag := max(cfg.ProviderLookupLag, d.Provider.LookupLag())
 	pay := payments.NewService(payments.Deps{
 		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
 	}, payments.Config{

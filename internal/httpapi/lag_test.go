@@ -23,7 +23,7 @@ import (
 // laggingProvider passes every call to the provider it wraps, but a lookup
 // misses an object (provider.ErrNotFound) until lag has passed on the
 // clock since the object was created: Stripe's Search trails its creates
-// by about a minute, longer in incidents.
+// by about a minute, longer in incidents. It declares its lag.
 type laggingProvider struct {
 	provider.Provider
 	clock *clock.Fake // set once the environment exists, before any call
@@ -32,6 +32,8 @@ type laggingProvider struct {
 	mu      sync.Mutex
 	created map[string]time.Time // by provider key, charges and refunds alike
 }
+
+func (l *laggingProvider) LookupLag() time.Duration { return l.lag }
 
 func (l *laggingProvider) seen(key string) {
 	l.mu.Lock()
@@ -56,9 +58,9 @@ func (l *laggingProvider) Charge(ctx context.Context, req provider.ChargeRequest
 	return c, err
 }
 
-func (l *laggingProvider) Lookup(ctx context.Context, key string) (provider.Charge, error) {
-	c, err := l.Provider.Lookup(ctx, key)
-	if err == nil && !l.visible(key) {
+func (l *laggingProvider) Lookup(ctx context.Context, req provider.ChargeLookup) (provider.Charge, error) {
+	c, err := l.Provider.Lookup(ctx, req)
+	if err == nil && !l.visible(req.IdempotencyKey) {
 		return provider.Charge{}, fmt.Errorf("lagging lookup: %w", provider.ErrNotFound)
 	}
 	return c, err
@@ -82,8 +84,8 @@ func (l *laggingProvider) LookupRefund(ctx context.Context, req provider.RefundL
 
 // lagEnv is an environment whose provider lags by lag and follows script
 // (scriptedProvider, outside the lag: "forward+refuse" creates the object,
-// then answers a refusal), with the service told of the lag
-// (PROVIDER_LOOKUP_LAG), as a provider port declares it.
+// then answers a refusal), and declares its lag (the script passes the
+// declaration on).
 func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...envOption) *env {
 	t.Helper()
 	lagging := &laggingProvider{lag: lag, created: map[string]time.Time{}}
@@ -92,8 +94,7 @@ func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...e
 			lagging.Provider = p
 			script.Provider = lagging
 			return script
-		}),
-		func(o *envOptions) { o.cfg.ProviderLookupLag = lag })
+		}))
 	e := newEnv(t, opts...)
 	lagging.clock = e.clock
 	return e
