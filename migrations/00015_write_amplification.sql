@@ -174,8 +174,21 @@ ALTER TABLE payments SET (fillfactor = 90);
 ALTER TABLE refunds SET (fillfactor = 90);
 ALTER TABLE idempotency_keys SET (fillfactor = 90);
 
--- Last, once its replacement is built (1.).
-DROP INDEX CONCURRENTLY IF EXISTS payments_merchant_reference_key;
+-- payments_merchant_reference_key stays (expand/contract, README
+-- "Migrations"): the release before this one names its predicate in
+-- insertPayment's ON CONFLICT (tenant_id, account_id, merchant_reference)
+-- WHERE state NOT IN ('DECLINED', 'CANCELED'), and during a rolling upgrade
+-- its instances run against this schema; without the index every one of
+-- their POST /payments fails with 42P10 (no unique index matches the ON
+-- CONFLICT). It is dropped one release later, by the contract step
+-- migrations/pending/drop_payments_merchant_reference_key.sql. Until then
+-- its predicate on state makes the payments' moves non-HOT again (one
+-- entry in each of the table's five indexes per move; docs/INDEXES.md).
+--
+-- This migration dropped the index here when it was first released. A
+-- database that ran it then has no such index and runs code that does not
+-- need it; goose records only the version, so it does not run this again,
+-- and the contract step's DROP ... IF EXISTS finds nothing to do there.
 
 -- +goose Down
 CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS payments_merchant_reference_key

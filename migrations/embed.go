@@ -8,3 +8,12 @@ import "embed"
 //
 //go:embed *.sql
 var FS embed.FS
+
+// Pending holds the contract steps written but not released yet
+// (pending/*.sql, README "Migrations"): each drops what the previous release
+// still uses, and becomes a migration of FS one release later. Nothing
+// applies them but tests of the schema they lead to
+// (pgtest.NewContractedPool).
+//
+//go:embed pending
+var Pending embed.FS

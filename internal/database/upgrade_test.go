@@ -199,3 +199,41 @@ func ptr[T any](v T) *T { return &v }
 
 // neverDue is the old default of payments.recovery_next_at.
 var neverDue = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
+
+// The release before 00015 runs beside the current one during a rolling
+// upgrade, on the schema the current one migrated: its insert of a payment
+// (insertPayment at the parent of the commit that added 00015, verbatim)
+// must still find the unique index its ON CONFLICT names. 00015 dropped it
+// when first released, and every POST /payments of that release failed with
+// 42P10 (issue 17). TestRollingUpgrade in cmd/paymentsapi runs that
+// release's binary; this is the statement alone, in a second.
+func TestTheReleaseBefore00015StillInsertsPayments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	const holdsReference = "state NOT IN ('DECLINED', 'CANCELED')"
+	insert := func(id, ref string) (inserted bool, holder string, err error) {
+		err = pool.QueryRow(ctx, `
+		WITH ins AS (
+		    INSERT INTO payments
+		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
+		         payment_method, channel, description, state, created_at, updated_at)
+		    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+		    ON CONFLICT (tenant_id, account_id, merchant_reference) WHERE `+holdsReference+` DO NOTHING
+		    RETURNING id
+		)
+		SELECT true, id FROM ins
+		UNION ALL
+		SELECT false, COALESCE((SELECT id FROM payments
+		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')
+		WHERE NOT EXISTS (SELECT FROM ins)`,
+			id, "tenant_a", "acc_1", 1000, "EUR", ref, "pm_card_visa", "web", "", "RECEIVED", time.Now()).Scan(&inserted, &holder)
+		return inserted, holder, err
+	}
+	if inserted, _, err := insert("pay_old_1", "inv-1"); err != nil || !inserted {
+		t.Fatalf("the previous release's insert of a payment: inserted %v, %v", inserted, err)
+	}
+	if inserted, holder, err := insert("pay_old_2", "inv-1"); err != nil || inserted || holder != "pay_old_1" {
+		t.Errorf("the previous release's insert of a held reference: inserted %v, holder %q, %v; want the holder", inserted, holder, err)
+	}
+}

@@ -2,12 +2,17 @@ package payments
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
@@ -57,11 +62,37 @@ func TestHoldsReferenceFollowsTheState(t *testing.T) {
 
 // A payment's moves that keep its merchant reference (its whole happy path)
 // change no indexed column, so they are HOT updates: no index entry is
-// written for them (issue 8). The counts are those of the test's own
-// transaction (pg_stat_get_xact_*), which is alone on its page.
+// written for them (issue 8). That holds once the contract step of 00015
+// has dropped payments_merchant_reference_key (migrations/pending): until
+// then the index the release before 00015 needs is partial on state, and
+// every move writes an entry in each index, as docs/INDEXES.md says. When
+// the step ships as a migration, the transitional case fails here: delete
+// it. The counts are those of the test's own transaction
+// (pg_stat_get_xact_*), which is alone on its page.
 func TestMovesThatKeepTheReferenceAreHOTUpdates(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
+	for _, tc := range []struct {
+		name    string
+		pool    func(testing.TB) *pgxpool.Pool
+		wantHOT int
+	}{
+		{"contracted", pgtest.NewContractedPool, 2},
+		{"transitional, with payments_merchant_reference_key", pgtest.NewPool, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if updated, hot := happyPathMoves(t, tc.pool(t)); updated != 2 || hot != tc.wantHOT {
+				t.Errorf("the happy path's moves: %d updates, %d of them HOT; want 2 and %d", updated, hot, tc.wantHOT)
+			}
+		})
+	}
+}
+
+// happyPathMoves moves a new payment RECEIVED -> PROVIDER_REQUEST_SENT ->
+// COMPLETED with the state machine's statements and counts the updates of
+// payments, and the HOT ones among them.
+func happyPathMoves(t *testing.T, pool *pgxpool.Pool) (updated, hot int) {
+	t.Helper()
 	ctx := context.Background()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		id, err := insertRaw(ctx, tx, StateReceived)
@@ -81,18 +112,60 @@ func TestMovesThatKeepTheReferenceAreHOTUpdates(t *testing.T) {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		var updated, hot int
-		err = tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated('payments'::regclass),
-		                               pg_stat_get_xact_tuples_hot_updated('payments'::regclass)`).Scan(&updated, &hot)
-		if err != nil {
-			return err
-		}
-		if updated != 2 || hot != 2 {
-			t.Errorf("the happy path's moves: %d updates, %d of them HOT; want 2 and 2", updated, hot)
-		}
-		return nil
+		return tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated('payments'::regclass),
+		                            pg_stat_get_xact_tuples_hot_updated('payments'::regclass)`).Scan(&updated, &hot)
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	return updated, hot
+}
+
+// Two inserts of one merchant reference by different claims, at the same
+// moment: one payment, and the other statement refuses
+// (refuseReferenceHeld), never with a unique violation. While the release before
+// 00015 may still run, payments has two unique indexes on the reference
+// (00015, README "Migrations"); an insert whose ON CONFLICT named only one
+// of them got a unique violation (a 500) from the other in about one race
+// in ten (issue 17). Each batch is what the claim sends: one implicit
+// transaction, with the claim's setting on.
+func TestSimultaneousInsertsOfOneReference(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	insert := func(id, ref string) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT set_config('paymentsapi.claimed', 'on', true)`)
+		queueInsertPayment(b, Payment{ID: id, TenantID: "tenant_a", State: StateReceived, CreatedAt: t0, UpdatedAt: t0,
+			Command: Command{AccountID: "acc_1", AmountMinor: 1000, Currency: "EUR", MerchantReference: ref,
+				PaymentMethod: "pm_card_visa", Channel: "web"}})
+		return pool.SendBatch(ctx, b).Close()
+	}
+	for i := range 200 {
+		ref := fmt.Sprintf("inv-race-%d", i)
+		var errs [4]error
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j := range errs {
+			wg.Go(func() {
+				<-start
+				errs[j] = insert(fmt.Sprintf("pay_race_%d_%d", i, j), ref)
+			})
+		}
+		close(start)
+		wg.Wait()
+		// One inserts; each other refuses, naming the holder, or no one
+		// when the statement's snapshot predates the holder's commit (it
+		// waited for it): Create then tries again, and that claim sees it.
+		won := slices.IndexFunc(errs[:], func(err error) bool { return err == nil })
+		for j, err := range errs {
+			if j == won {
+				continue
+			}
+			holder, held := refuse.Is(err, refuseReferenceHeld)
+			if won < 0 || !held || (holder != fmt.Sprintf("pay_race_%d_%d", i, won) && holder != "") {
+				t.Fatalf("round %d: %v; want one insert and refusals", i, errs)
+			}
+		}
 	}
 }

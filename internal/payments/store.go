@@ -39,6 +39,17 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // so a concurrent claim of the same reference waits for the first and then
 // sees it. Queued after a claim, it neither inserts nor refuses unless the
 // claim took its key (idempotency.Claimed).
+//
+// ON CONFLICT names no index: every unique index of payments is an arbiter.
+// While the release before 00015 may still run, the schema has two unique
+// indexes on the reference (payments_merchant_reference_key, which that
+// release names, and payments_held_reference_key), both holding the same
+// rows. Naming one would leave the other to raise a unique violation (a
+// 500) when two claims of one reference insert at the same moment: the
+// named index lets the second wait and do nothing, the other checks it
+// first with an error. The only other unique index is the primary key, on a
+// random id: a conflict there is as good as impossible, and would be tried
+// again like a holder that went away.
 func queueInsertPayment(b *pgx.Batch, p Payment) {
 	c := p.Command
 	b.Queue(`
@@ -48,7 +59,7 @@ func queueInsertPayment(b *pgx.Batch, p Payment) {
 		         payment_method, channel, description, state, created_at, updated_at)
 		    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11
 		    WHERE `+idempotency.Claimed+`
-		    ON CONFLICT (tenant_id, account_id, merchant_reference) WHERE `+holdsReference+` DO NOTHING
+		    ON CONFLICT DO NOTHING
 		    RETURNING id
 		)
 		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM ins)"), refuseReferenceHeld,
@@ -64,7 +75,9 @@ func queueInsertPayment(b *pgx.Batch, p Payment) {
 // keeps their merchant reference (State.HoldsReference). A trigger derives
 // the column from the state, so that the moves of a payment that keep its
 // reference (its whole happy path) change no indexed column and can be HOT
-// updates. ON CONFLICT must name the predicate as written there.
+// updates (once the contract step drops payments_merchant_reference_key,
+// whose predicate is on state). The look for the holder names it as written
+// there, to read through that index.
 const holdsReference = "holds_reference"
 
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,

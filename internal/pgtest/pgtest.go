@@ -22,13 +22,16 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -176,6 +179,55 @@ func newURL(t testing.TB, migrator pgtestdb.Migrator) string {
 		t.Fatalf("pgtest: %s: %v", EnvURL, err)
 	}
 	return pgtestdb.Custom(t, conf, migrator).URL()
+}
+
+// NewContractedPool is NewPool on the schema of the next release: every
+// migration, then every contract step still pending (migrations.Pending,
+// README "Migrations"), numbered after the newest migration in name order.
+// A test of what a contract step buys (a HOT update an old index prevents)
+// runs here; with no step pending it is NewPool's schema.
+func NewContractedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	fsys, err := contractedMigrations()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return poolOn(t, newURL(t, goosemigrator.New(".", goosemigrator.WithFS(fsys))))
+}
+
+// contractedMigrations is migrations.FS plus migrations.Pending's steps,
+// each given the next version number.
+func contractedMigrations() (fs.FS, error) {
+	out := fstest.MapFS{}
+	var newest int64
+	current, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range current {
+		b, err := fs.ReadFile(migrations.FS, name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = &fstest.MapFile{Data: b}
+		v, err := goose.NumericComponent(name)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", name, err)
+		}
+		newest = max(newest, v)
+	}
+	pending, err := fs.Glob(migrations.Pending, "pending/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	for i, name := range pending { // fs.Glob sorts
+		b, err := fs.ReadFile(migrations.Pending, name)
+		if err != nil {
+			return nil, err
+		}
+		out[fmt.Sprintf("%05d_%s", newest+int64(i)+1, path.Base(name))] = &fstest.MapFile{Data: b}
+	}
+	return out, nil
 }
 
 // NewEmptyURL is NewURL without migrations: an empty database, for tests
