@@ -16,11 +16,11 @@ import (
 )
 
 // Result is what one run of an operation came to: a domain value (a
-// resource such as an order or a refund) that the engine's Renderer turns
+// resource such as an order or a booking) that the engine's Renderer turns
 // into an answer.
 type Result interface {
 	// Outcome names the result in metrics and logs, from a small fixed set
-	// of the operation's (succeeded, declined, processing, ...).
+	// of the operation's (succeeded, failed, processing, ...).
 	Outcome() string
 }
 
@@ -129,11 +129,10 @@ type Request struct {
 	// Wait is how long a duplicate may wait for an in-flight original
 	// (Prefer: wait), at most MaxWait.
 	Wait time.Duration
-	// AbandonAfter: if nobody finished the key this long after its claim
-	// and its resource moved no money (never sent, or refused), the
-	// reconciler takes it over so the operation can end the resource
-	// (Owner.Abandoned). Zero: never.
-	AbandonAfter time.Duration
+	// FirstLook: if nobody finished the key, the reconciler first looks at
+	// it this long after its claim (an owner's hold or release books the
+	// next look; see Look). Zero: not until an owner books one.
+	FirstLook time.Duration
 }
 
 // Reply is the answer to a request: what to send, whether it is a replay of
@@ -158,8 +157,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.DebugContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created,
-				AbandonAt: abandonAt(e.clock.Now(), req.AbandonAfter)}
+			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created}
 			return e.resume(ctx, op, own)
 		}
 		reply, err := e.answerRetry(ctx, op, req, seen)
@@ -184,7 +182,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 	now := e.clock.Now()
 	b := &pgx.Batch{}
 	queueLoad(b, &seen, req.Scope)
-	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, abandonAt(now, req.AbandonAfter))
+	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, lookAfter(now, req.FirstLook))
 	if req.Create != nil {
 		claim := len(b.QueuedQueries)
 		req.Create(b)
@@ -308,27 +306,25 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 }
 
 // ownerOf is an owner of rec's key as rec says it stands: its row, fencing
-// token, scope and times.
+// token, scope and resource.
 func (e *Engine) ownerOf(rec Record) *Owner {
-	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource,
-		FirstSentAt: rec.FirstSentAt, LastSentAt: rec.LastSentAt, AbandonAt: rec.AbandonAt}
+	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran
 // out (or that let go), with the next fencing token; ok is false, without
-// error, when someone moved first. The new owner starts from the key's
-// times as the takeover found them, not as rec (perhaps older) says.
+// error, when someone moved first.
 func (e *Engine) takeOverKey(ctx context.Context, rec Record, now time.Time) (own *Owner, ok bool, err error) {
-	won, ok, err := takeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
+	token, ok, err := TakeOver(ctx, e.db, rec.ID, rec.FencingToken, now, e.cfg.Lease)
 	if err != nil || !ok {
 		return nil, false, err
 	}
 	e.metrics.IdempotencyTakeovers.Inc()
-	rec.FencingToken, rec.FirstSentAt, rec.LastSentAt, rec.AbandonAt = won.token, won.firstSentAt, won.lastSentAt, won.abandonAt
+	rec.FencingToken = token
 	return e.ownerOf(rec), true, nil
 }
 
-func abandonAt(now time.Time, after time.Duration) *time.Time {
+func lookAfter(now time.Time, after time.Duration) *time.Time {
 	if after <= 0 {
 		return nil
 	}

@@ -27,43 +27,22 @@ type Owner struct {
 	// Created is, for the First owner, the resource as the claim wrote it
 	// (Request.Created); nil otherwise.
 	Created Result
-	// Recovering: the reconciler took the key over.
+	// Recovering: the reconciler took the key over (or ResolveNow did).
 	Recovering bool
-	// LookupOnly: the owner may ask the provider what became of the
-	// resource but never send a request for it (Reconciler.ResolveNow,
-	// prompted by the provider's webhook). What a lookup cannot settle is
-	// left to the reconciler.
+	// LookupOnly: the owner may look at what became of the resource
+	// elsewhere, and settle what it finds, but never act on the resource's
+	// behalf (Reconciler.ResolveNow, prompted from outside). What a look
+	// cannot settle is left to the reconciler; its looks never postpone the
+	// reconciler's (see Look).
 	LookupOnly bool
-	// FirstSentAt is when a request for the resource first left for the
-	// provider (nil: never yet). The provider's key window runs from here.
-	FirstSentAt *time.Time
-	// AbandonAt is when the key counts as abandoned if its resource moved
-	// no money (nil: never); see Abandoned.
-	AbandonAt *time.Time
 
-	// LastSentAt is when the latest request for the resource left for the
-	// provider, refused or not (nil: never, as far as the key knows). A
-	// lookup's "not found" is certain only once the provider's lookup lag
-	// has passed since then.
-	LastSentAt *time.Time
-
-	pending      *Response  // rendered by QueueFinish, stored if Commit succeeds
-	answer       *Response  // the final answer this owner committed
-	sending      bool       // QueueSending is in the batch being committed
-	refused      bool       // QueueRefused is in the batch being committed
-	releasing    bool       // a release is in the batch being committed
-	ended        bool       // the last commit finished or released the key
-	assumedSent  *time.Time // AssumeSentNow, for the next hold
-	rescheduling bool       // a decided look (LookAt, LookNever) is in the batch being committed
-	rescheduled  bool       // a committed hold or release booked a decided look
+	pending      *Response // rendered by QueueFinish, stored if Commit succeeds
+	answer       *Response // the final answer this owner committed
+	releasing    bool      // a release is in the batch being committed
+	ended        bool      // the last commit finished or released the key
+	rescheduling bool      // a decided look (LookAt, LookNever) is in the batch being committed
+	rescheduled  bool      // a committed hold or release booked a decided look
 	markedReview bool
-}
-
-// Abandoned reports whether the reconciler holds the key past its
-// abandonment time: the operation should end a resource that moved no
-// money (after asking the provider, if a request ever left for it).
-func (o *Owner) Abandoned() bool {
-	return o.Recovering && o.AbandonAt != nil && !o.e.clock.Now().Before(*o.AbandonAt)
 }
 
 // QueueFinish adds to b the statement that stores r, rendered, as the key's
@@ -82,6 +61,11 @@ func (o *Owner) QueueFinish(b *pgx.Batch, r Result) error {
 // Look says when the reconciler next looks at a key nobody finished: the
 // one schedule of every key, booked by its owner with each hold or release.
 // The zero value is LookSoon.
+//
+// Whatever the Look, an owner that may only look up (LookupOnly) never
+// moves a booked look later, never clears it, and never restarts the count
+// of attempts: it was prompted from outside, and the schedule it found was
+// booked by an owner that knew more of the key's history than one look.
 type Look struct {
 	kind lookKind
 	at   time.Time
@@ -92,6 +76,7 @@ type lookKind string
 const (
 	lookSoon  lookKind = "soon"
 	lookAt    lookKind = "at"
+	lookBy    lookKind = "by"
 	lookNever lookKind = "never"
 )
 
@@ -107,6 +92,11 @@ func LookSoon() Look { return Look{kind: lookSoon} }
 // resolved pass, not a failed one.
 func LookAt(t time.Time) Look { return Look{kind: lookAt, at: t} }
 
+// LookBy: the key must be looked at no later than t (kept if booked
+// earlier), should its owner die: for a step whose outcome only a look can
+// tell. The count of attempts goes on.
+func LookBy(t time.Time) Look { return Look{kind: lookBy, at: t} }
+
 // LookNever: the operation decided that nothing the reconciler could do
 // would change the key's resource; it waits for its client. Like LookAt, a
 // resolved pass.
@@ -116,30 +106,13 @@ func LookNever() Look { return Look{kind: lookNever} }
 // LookNever) rather than leaving it to the reconciler's backoff.
 func (l Look) decided() bool { return l.kind == lookAt || l.kind == lookNever }
 
-// Whatever the Look, an owner that may only look up (LookupOnly) never
-// moves a booked look later, nor restarts the count: it was prompted from
-// outside (a provider's webhook), and the schedule it found was booked by
-// an owner that knew more about the key's history than one lookup says.
-
 // QueueHold adds to b the renewal of the caller's lease, for one more step
-// that may take up to a provider call (renewed before each call, so that a
-// lookup followed by a send never outlives it), and books look.
+// that may take up to an outside call (renewed before each call, so that a
+// look followed by an action never outlives it), and books look.
 func (o *Owner) QueueHold(b *pgx.Batch, look Look) {
 	now := o.e.clock.Now()
 	until := now.Add(o.e.cfg.Lease)
 	o.queueHold(b, hold{until: &until, look: look, now: now})
-}
-
-// QueueSending is QueueHold before a request leaves for the provider: the
-// reconciler must resolve the resource if the caller dies (the first such
-// hold makes the key due at once: its lease still guards it), the first
-// one starts the provider's key window (FirstSentAt), and each one is the
-// latest request that may have reached the provider (LastSentAt).
-func (o *Owner) QueueSending(b *pgx.Batch) {
-	now := o.e.clock.Now()
-	until := now.Add(o.e.cfg.Lease)
-	o.queueHold(b, hold{until: &until, look: LookSoon(), sent: true, now: now})
-	o.sending = true
 }
 
 // QueueRelease adds to b the end of the caller's lease without a final
@@ -150,29 +123,8 @@ func (o *Owner) QueueRelease(b *pgx.Batch, look Look) {
 	o.releasing = true
 }
 
-// QueueRefused is QueueRelease after the provider refused the one request
-// that could have reached it: its key window has not started (FirstSentAt
-// is forgotten; LastSentAt is kept: a refusal may hide a processed
-// request).
-func (o *Owner) QueueRefused(b *pgx.Batch, look Look) {
-	o.queueHold(b, hold{look: look, refused: true, now: o.e.clock.Now()})
-	o.releasing = true
-	o.refused = true
-}
-
-// AssumeSentNow makes the next hold or release this owner queues record,
-// if the key knows of no request that left for the provider, that one may
-// have left by now (LastSentAt): the bound an operation uses when its
-// resource's state says a request was sent but the key has no record of it
-// (a key written by a release that did not record sends).
-func (o *Owner) AssumeSentNow() {
-	now := o.e.clock.Now()
-	o.assumedSent = &now
-}
-
 func (o *Owner) queueHold(b *pgx.Batch, h hold) {
 	h.lookupOnly = o.LookupOnly
-	h.assumeSent, o.assumedSent = o.assumedSent, nil
 	queueHold(b, o.KeyID, o.Token, h)
 	if h.look.decided() && !h.lookupOnly {
 		o.rescheduling = true
@@ -194,8 +146,8 @@ func (o *Owner) letGoAfter(ctx context.Context, err error) {
 	}
 }
 
-// MarkForReview records that a person must resolve the key's resource (the
-// provider's answer cannot be trusted to decide it): the reconciler stops
+// MarkForReview records that a person must resolve the key's resource (no
+// answer the operation can get would decide it): the reconciler stops
 // looking at it, and the manual-review gauges count it. Fenced.
 func (o *Owner) MarkForReview(ctx context.Context, reason string) error {
 	if err := markForReview(ctx, o.e.db, o.KeyID, o.Token, o.e.clock.Now(), reason); err != nil {
@@ -220,8 +172,8 @@ const stepTimeout = 10 * time.Second
 func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	pending, sending, refused, rescheduling := o.pending, o.sending, o.refused, o.rescheduling
-	o.pending, o.sending, o.refused, o.rescheduling = nil, false, false, false
+	pending, rescheduling := o.pending, o.rescheduling
+	o.pending, o.rescheduling = nil, false
 	defer func() { o.releasing = false }()
 	err := o.e.db.SendBatch(ctx, b).Close()
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
@@ -237,16 +189,6 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.rescheduled = o.rescheduled || rescheduling
 	if pending != nil {
 		o.answer = pending
-	}
-	if refused {
-		o.FirstSentAt = nil
-	}
-	if sending {
-		now := o.e.clock.Now()
-		if o.FirstSentAt == nil {
-			o.FirstSentAt = &now
-		}
-		o.LastSentAt = &now
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ type Response struct {
 }
 
 // Resource names what a key's first request created: any operation's
-// resource, by its type (such as "refund") and id.
+// resource, by its type (such as "order") and id.
 type Resource struct {
 	Type string
 	ID   string
@@ -38,9 +38,6 @@ type Record struct {
 	Response       *Response  // nil until a final answer is stored
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
-	FirstSentAt    *time.Time // when a request for the resource first left for the provider
-	LastSentAt     *time.Time // when the latest request for it left (refused or not)
-	AbandonAt      *time.Time // when an unfinished key whose resource moved no money is ended
 	ManualReviewAt *time.Time // when the key was left for a person to resolve (nil: it is not)
 }
 

@@ -32,7 +32,7 @@ func (p RecoveryPolicy) withDefaults() RecoveryPolicy {
 }
 
 // Reconciler outcomes that are not an operation's own (those come from
-// Result.Outcome of a resolved key: succeeded, declined, ...).
+// Result.Outcome of a resolved key: succeeded, failed, ...).
 const (
 	// OutcomeRescheduled: the operation looked, found nothing to settle,
 	// and decided itself when to look next, or never (LookAt, LookNever):
@@ -47,13 +47,13 @@ const (
 type RecoveryStats map[string]int
 
 // Reconciler is the one recovery loop of every operation. It claims keys
-// that are due (their resource is in a state where a request may have
-// reached the provider, nobody holds the key, and the key's backoff has
-// passed) with FOR UPDATE SKIP LOCKED, takes each over like a retry would (a
-// new fencing token), and asks its operation to resume it. The operation
-// brings its own lookup and its own provider key window; the reconciler
-// never deletes and never guesses: after RecoveryPolicy.MaxAttempts it marks
-// the key for manual review and leaves it.
+// that are due (nobody finished them, nobody holds them, and the look their
+// owner booked has come: see Look) with FOR UPDATE SKIP LOCKED, takes each
+// over like a retry would (a new fencing token), and asks its operation to
+// resume it. The operation brings its own way of finding out what became
+// of its resource; the reconciler never deletes and never guesses: after
+// RecoveryPolicy.MaxAttempts unresolved attempts it marks the key for
+// manual review and leaves it.
 type Reconciler struct {
 	e      *Engine
 	policy RecoveryPolicy
@@ -134,7 +134,7 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 		log.InfoContext(ctx, "reconciler resolved a key", "outcome", outcome)
 		return outcome
 	}
-	reason := "provider could not say"
+	reason := "the operation could not resolve it"
 	if err != nil {
 		reason = err.Error()
 	}
@@ -154,8 +154,8 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 }
 
 // resolve runs the operation of own's key, which the caller just took over,
-// as the reconciler: a recovering owner, which never sends a resource
-// nobody sent (and with own.LookupOnly never sends at all). It answers the
+// as the reconciler: a recovering owner, which never starts what nobody
+// started (and with own.LookupOnly never acts at all). It answers the
 // operation's outcome if the key was finished, OutcomeManualReview if the
 // operation left it for a person, else OutcomeUnresolved with the
 // operation's error, if any. operation is one of r.ops.
@@ -186,16 +186,16 @@ const (
 // ResolveNow resolves the unfinished key that created res now, rather than
 // when the reconciler's backoff says, in the one way the reconciler does:
 // it takes the key over with a new fencing token (TakeOver) and resumes the
-// resource as a recovering owner. It only ever asks the provider (the
-// owner is LookupOnly): whatever prompted it, such as a provider's webhook,
-// can make it settle only what the provider holds, never send a request.
+// resource as a recovering owner that may only look (LookupOnly): whatever
+// prompted it, such as a webhook from outside, can make it settle only
+// what it finds, never act.
 // It is not one of the reconciler's attempts, and what it leaves
 // unresolved stays on the reconciler's schedule.
 //
 // A key with a final answer (OutcomeFinal), one a live owner holds
 // (OutcomeInFlight) and one left for a person (OutcomeManualReview) are
 // left as they are. An unknown resource is ErrNotFound. The error of an
-// attempt that failed (the database, a provider that refused) comes back
+// attempt that failed (the database, an outside service) comes back
 // with OutcomeUnresolved.
 func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, error) {
 	rec, err := LoadByResource(ctx, r.e.db, res)

@@ -58,28 +58,28 @@ func ClaimedImplies(cond string) string { return "NOT (" + Claimed + ") OR (" + 
 // the statements after it in the batch. A concurrent claim of the same
 // scope waits for the first transaction to end.
 //
-// abandonAt (nil: never) is when the reconciler takes the key over if
-// nobody finished it and its resource moved no money, to end it.
-func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, abandonAt *time.Time) {
+// firstLook (nil: none) is when the reconciler first looks at the key if
+// nobody finished it.
+func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, firstLook *time.Time) {
 	b.Queue(`
 		WITH claimed AS (
 		    INSERT INTO idempotency_keys
 		        (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-		         fencing_token, lease_expires_at, created_at, abandon_at, recovery_next_at)
-		    VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $9)
+		         fencing_token, lease_expires_at, created_at, recovery_next_at)
+		    VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9)
 		    ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 		    RETURNING id
 		)
 		SELECT COALESCE((SELECT id FROM claimed), 0),
 		       CASE WHEN EXISTS (SELECT FROM claimed) THEN set_config('paymentsapi.claimed', 'on', true) END`,
-		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, abandonAt,
+		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, firstLook,
 	).QueryRow(func(row pgx.Row) error { return row.Scan(id, nil) }) // nil: set_config's echo
 }
 
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at, first_sent_at, last_sent_at, abandon_at, manual_review_at
+	       created_at, completed_at, manual_review_at
 	FROM idempotency_keys`
 
 const selectByScope = selectRecord + ` WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
@@ -125,7 +125,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt, &r.FirstSentAt, &r.LastSentAt, &r.AbandonAt, &r.ManualReviewAt)
+		&r.CreatedAt, &r.CompletedAt, &r.ManualReviewAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -149,35 +149,21 @@ func scanRecord(row pgx.Row) (Record, error) {
 // first (or the original finished): exactly one of any number of concurrent
 // takers wins.
 func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lease time.Duration) (token int64, ok bool, err error) {
-	t, ok, err := takeOver(ctx, q, id, seen, now, lease)
-	return t.token, ok, err
-}
-
-// taken is what a takeover wins: the new fencing token, and the key's
-// times as the winning statement found them (the record the taker saw may
-// be older).
-type taken struct {
-	token                              int64
-	firstSentAt, lastSentAt, abandonAt *time.Time
-}
-
-// takeOver is TakeOver, returning what the new owner starts from.
-func takeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lease time.Duration) (t taken, ok bool, err error) {
 	err = q.QueryRow(ctx, `
 		UPDATE idempotency_keys
 		SET fencing_token = fencing_token + 1, lease_expires_at = $3
 		WHERE id = $1 AND fencing_token = $2
 		  AND response_status IS NULL AND completed_at IS NULL
 		  AND (lease_expires_at IS NULL OR lease_expires_at <= $4)
-		RETURNING fencing_token, first_sent_at, last_sent_at, abandon_at`,
-		id, seen, now.Add(lease), now).Scan(&t.token, &t.firstSentAt, &t.lastSentAt, &t.abandonAt)
+		RETURNING fencing_token`,
+		id, seen, now.Add(lease), now).Scan(&token)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return taken{}, false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return taken{}, false, fmt.Errorf("take over idempotency key: %w", err)
+		return 0, false, fmt.Errorf("take over idempotency key: %w", err)
 	}
-	return t, true, nil
+	return token, true, nil
 }
 
 // queueFinish adds to b the statement that stores resp as the key's final
@@ -202,20 +188,9 @@ type hold struct {
 	until *time.Time
 	// look books the reconciler's next look at the key (see Look).
 	look Look
-	// lookupOnly: the owner may only look up; it never books a look later
-	// than the one booked, nor restarts the count of attempts.
+	// lookupOnly: the owner may only look; it never books a look later
+	// than the one booked, nor clears it, nor restarts the count.
 	lookupOnly bool
-	// sent: a request for the resource is about to leave for the provider.
-	// The first one starts the provider's key window (first_sent_at) and
-	// makes the key due at once; each one is the latest that may reach the
-	// provider (last_sent_at).
-	sent bool
-	// refused: the provider refused the one request that could have
-	// reached it: its key window has not started (first_sent_at forgotten).
-	refused bool
-	// assumeSent, if set, is recorded as the latest request that may have
-	// reached the provider when the key records none.
-	assumeSent *time.Time
 	now        time.Time
 }
 
@@ -227,21 +202,18 @@ func queueHold(b *pgx.Batch, id, token int64, h hold) {
 		SET lease_expires_at = @until,
 		    recovery_next_at = CASE @look::text
 		        WHEN 'at' THEN CASE WHEN @lookup_only THEN LEAST(recovery_next_at, @at) ELSE @at END
+		        WHEN 'by' THEN LEAST(recovery_next_at, @at)
 		        WHEN 'never' THEN CASE WHEN @lookup_only THEN recovery_next_at END
-		        ELSE CASE WHEN @sent AND first_sent_at IS NULL THEN @now
-		                  ELSE COALESCE(recovery_next_at, @now) END
+		        ELSE COALESCE(recovery_next_at, @now)
 		    END,
-		    recovery_attempts = CASE WHEN @look IN ('at', 'never') AND NOT @lookup_only THEN 0 ELSE recovery_attempts END,
-		    first_sent_at = CASE WHEN @sent THEN COALESCE(first_sent_at, @now)
-		                         WHEN @refused THEN NULL ELSE first_sent_at END,
-		    last_sent_at = CASE WHEN @sent THEN @now ELSE COALESCE(last_sent_at, @assume_sent) END
+		    recovery_attempts = CASE WHEN @look IN ('at', 'never') AND NOT @lookup_only THEN 0 ELSE recovery_attempts END
 		WHERE id = @id AND fencing_token = @token AND response_status IS NULL`
 	kind := h.look.kind
 	if kind == "" {
 		kind = lookSoon
 	}
 	args := pgx.NamedArgs{"id": id, "token": token, "until": h.until, "look": string(kind), "at": h.look.at,
-		"lookup_only": h.lookupOnly, "sent": h.sent, "refused": h.refused, "assume_sent": h.assumeSent, "now": h.now}
+		"lookup_only": h.lookupOnly, "now": h.now}
 	if h.until != nil {
 		b.Queue(`WITH changed AS (`+sql+` RETURNING id) SELECT `+fencedUnless("EXISTS (SELECT FROM changed)"), args)
 		return
@@ -335,10 +307,10 @@ func claimDue(ctx context.Context, q Querier, operations []string, now time.Time
 		                            * interval '1 microsecond'
 		FROM due WHERE k.id = due.id
 		RETURNING k.id, k.tenant_id, k.operation, k.idempotency_key, k.resource_type, k.resource_id,
-		          k.fencing_token, k.recovery_attempts, k.first_sent_at, k.last_sent_at, k.abandon_at`,
+		          k.fencing_token, k.recovery_attempts`,
 		now, now.Add(lease), operations, schedule,
 	).Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Resource.Type, &r.Resource.ID,
-		&r.FencingToken, &attempts, &r.FirstSentAt, &r.LastSentAt, &r.AbandonAt)
+		&r.FencingToken, &attempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, 0, false, nil
 	}

@@ -107,36 +107,3 @@ func TestAWaiterUncountsItselfOnlyWithoutTheFinalAnswer(t *testing.T) {
 		}
 	}
 }
-
-// A takeover starts from the key as the takeover found it, not from the
-// (perhaps older) record that decided it: here a send was recorded after
-// that record was read, and the new owner must know its provider key
-// window has started.
-func TestATakeoverStartsFromTheKeyItTookOver(t *testing.T) {
-	t.Parallel()
-	e, pool, clk := testEngine(t)
-	ctx := context.Background()
-	scope := Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}
-	id, ok, err := claimKey(ctx, pool, scope, []byte{1}, Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
-	if err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
-	}
-	stale, err := Load(ctx, pool, scope)
-	if err != nil || stale.FirstSentAt != nil {
-		t.Fatalf("load: %+v %v", stale, err)
-	}
-	first := &Owner{e: e, KeyID: id, Token: 1}
-	b := &pgx.Batch{}
-	first.QueueSending(b)
-	if err := first.Commit(ctx, b); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(2 * time.Minute) // the first owner's lease ran out
-	own, ok, err := e.takeOverKey(ctx, stale, clk.Now())
-	if err != nil || !ok {
-		t.Fatalf("take over: %v %v", ok, err)
-	}
-	if own.Token != 2 || own.FirstSentAt == nil {
-		t.Errorf("new owner: token %d, first sent at %v; want 2 and the recorded send", own.Token, own.FirstSentAt)
-	}
-}

@@ -26,6 +26,9 @@ type Payment struct {
 	RefundedMinor     int64 // sum of the refunds that succeeded
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// FirstSentAt and LastSentAt are the payment's provider history
+	// (providerflow.Columns).
+	FirstSentAt, LastSentAt *time.Time
 }
 
 var _ idempotency.Result = Payment{}

@@ -99,7 +99,7 @@ func NewService(d Deps, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
-		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck,
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
 	}
 	return s
@@ -136,9 +136,9 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 				machine.QueueCreated(b, p.ID, "request accepted", p.CreatedAt, idempotency.Claimed)
 				outbox.QueueIf(b, event, idempotency.Claimed)
 			},
-			Created:      p,
-			Wait:         wait,
-			AbandonAfter: s.cfg.AbandonAfter,
+			Created:   p,
+			Wait:      wait,
+			FirstLook: s.flow.FirstLook(),
 		})
 		if holder, held := refuse.Is(err, refuseReferenceHeld); held {
 			if holder == "" {
@@ -171,7 +171,8 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: p.ID, State: p.State,
+		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt,
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
 		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {

@@ -15,12 +15,21 @@
 //     never by an owner that may only look up (idempotency.Owner.LookupOnly);
 //   - a lookup's "not found" is certain only once the provider's lookup lag
 //     (Flow.LookupLag) has passed since the latest request that may have
-//     reached it (idempotency.Owner.LastSentAt, refused requests included):
-//     before that, nothing is decided on it (a refused resource is neither
+//     reached it (Subject.LastSentAt, refused requests included): before
+//     that, nothing is decided on it (a refused resource is neither
 //     canceled nor left alone), and the next look is booked for when it
 //     will be certain;
+//   - a resource that moved no money (never sent, or refused and surely
+//     unknown to the provider) ends, if its operation has such an end
+//     (States.Canceled), once nobody finished it for Flow.AbandonAfter;
 //   - anything else (timeout, lost answer, a pending answer, a provider that
 //     cannot say) is an unknown outcome, for a retry or the reconciler.
+//
+// The resource's provider history lives on its own row (Columns): when a
+// request for it first left (the provider's key window runs from there;
+// forgotten on a refusal, which proves that request never counted) and
+// when the latest one left (never forgotten: a refusal may hide a
+// processed request). The flow writes them with the moves it makes.
 //
 // Every write goes through the caller's idempotency.Owner, fenced.
 package providerflow
@@ -54,9 +63,24 @@ type States[S State] struct {
 	Declined  S // the provider declined
 	Retryable S // the provider refused before processing: nothing moved
 	Unknown   S // money may have moved; find out by asking
-	// Canceled ends a resource that moved no money once its key is
-	// abandoned (Owner.Abandoned). Empty: the operation has no such end.
+	// Canceled ends a resource that moved no money once nobody finished
+	// it for Flow.AbandonAfter. Empty: the operation has no such end.
 	Canceled S
+}
+
+// Columns names the columns of the resource's table that the flow writes
+// with its moves (see DefaultColumns).
+type Columns struct {
+	ProviderReference string // the provider's id of the object
+	DeclineCode       string // why the provider declined
+	FirstSentAt       string // when a request first left (nil: none, or refused)
+	LastSentAt        string // when the latest request left, refused or not
+}
+
+// DefaultColumns are the columns every operation of this service uses.
+var DefaultColumns = Columns{
+	ProviderReference: "provider_reference", DeclineCode: "decline_code",
+	FirstSentAt: "first_sent_at", LastSentAt: "last_sent_at",
 }
 
 // Answer is what the provider said about a resource.
@@ -76,6 +100,7 @@ type Hooks struct {
 type Flow[S State] struct {
 	Machine *statemachine.Machine[S]
 	States  States[S]
+	Columns Columns // DefaultColumns when zero
 	Clock   clock.Clock
 	// KeyWindow is how long the provider remembers its keys: past it, a
 	// resource is only looked up, never sent again.
@@ -92,6 +117,10 @@ type Flow[S State] struct {
 	// LookupLag is how long after a create the provider's lookup may still
 	// miss it (the provider port declares it; PROVIDER_LOOKUP_LAG).
 	LookupLag time.Duration
+	// AbandonAfter is how long after its creation a resource that moved no
+	// money waits for its client before it is canceled (States.Canceled;
+	// IDEMPOTENCY_TTL for payments). Zero: never.
+	AbandonAfter time.Duration
 	// Timeout bounds one provider call (PROVIDER_TIMEOUT).
 	Timeout time.Duration
 	// Metrics measures the calls (paymentsapi_provider_call_duration_seconds), labelled
@@ -105,6 +134,12 @@ type Flow[S State] struct {
 type Subject[S State] struct {
 	ID    string
 	State S
+	// CreatedAt and UpdatedAt are the resource's, as its row says (the
+	// time of its last move).
+	CreatedAt, UpdatedAt time.Time
+	// FirstSentAt and LastSentAt are its provider history, as its row says
+	// (Columns).
+	FirstSentAt, LastSentAt *time.Time
 	// Send asks the provider to act, with the key derived from the resource.
 	// The flow bounds and measures each call (Flow.Timeout, Flow.Metrics).
 	Send func(ctx context.Context) (Answer, error)
@@ -113,7 +148,7 @@ type Subject[S State] struct {
 	// Settle queues what the operation writes with the move to `to` (its
 	// event, ...) and returns the result: rendered and stored by the engine
 	// when `to` is final. The move itself records the provider's reference
-	// and decline code (columns provider_reference, decline_code).
+	// and decline code (Columns).
 	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, error)
 }
 
@@ -132,7 +167,7 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 	switch {
 	case s.State == f.States.Sent, s.State == f.States.Unknown:
 		return f.recoverOutcome(ctx, own, s)
-	case own.Recovering && !s.State.Final() && own.Abandoned() && f.States.Canceled != "":
+	case own.Recovering && !s.State.Final() && f.abandoned(s):
 		return f.abandon(ctx, own, s)
 	case s.State == f.States.Retryable && own.Recovering:
 		// The client was told to retry; only the client sends it again.
@@ -141,7 +176,7 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 	case own.Recovering:
 		// Never sent, not yet abandoned: only its client may send it.
 		b := &pgx.Batch{}
-		own.QueueRelease(b, f.idle(own))
+		own.QueueRelease(b, f.idle(s))
 		return nil, own.Commit(ctx, b)
 	default:
 		if s.State.Final() {
@@ -193,15 +228,8 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 			return nil, err
 		}
 		return res, nil
-	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(own) && !own.LookupOnly:
-		if s.State == f.States.Unknown {
-			err = f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again")
-		} else {
-			b := &pgx.Batch{}
-			own.QueueSending(b) // a second call follows: renew the lease
-			err = own.Commit(ctx, b)
-		}
-		if err != nil {
+	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(s) && !own.LookupOnly:
+		if err := f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again"); err != nil {
 			return nil, err
 		}
 		return f.sendAndSettle(ctx, own, s, false)
@@ -213,12 +241,34 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 }
 
 // insideKeyWindow reports whether the provider still remembers the key of
-// own's resource: its window runs from the first request that left for it.
-func (f *Flow[S]) insideKeyWindow(own *idempotency.Owner) bool {
-	if own.FirstSentAt == nil {
+// s: its window runs from the first request that left for it.
+func (f *Flow[S]) insideKeyWindow(s Subject[S]) bool {
+	first := f.firstSent(s)
+	if first == nil {
 		return true // never sent: nothing the provider could have forgotten
 	}
-	return f.Clock.Now().Sub(*own.FirstSentAt) < f.KeyWindow
+	return f.Clock.Now().Sub(*first) < f.KeyWindow
+}
+
+// firstSent is when the first request for s that counts left: its row's
+// record, or, for a resource whose state says a request left but whose row
+// has none (written by a release that kept it on the key), its creation:
+// the window closes early rather than late.
+func (f *Flow[S]) firstSent(s Subject[S]) *time.Time {
+	if s.FirstSentAt == nil && (s.State == f.States.Sent || s.State == f.States.Unknown) {
+		return &s.CreatedAt
+	}
+	return s.FirstSentAt
+}
+
+// lastSent is when the latest request for s left, refused or not: its
+// row's record or, for a resource that left its initial state without one
+// (see firstSent), its last move, which came after any request.
+func (f *Flow[S]) lastSent(s Subject[S]) *time.Time {
+	if s.LastSentAt == nil && s.State != f.Machine.Initial() {
+		return &s.UpdatedAt
+	}
+	return s.LastSentAt
 }
 
 // checkRefusal is the reconciler's look at a resource the provider refused:
@@ -233,8 +283,8 @@ func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Su
 	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
 	case errors.Is(err, provider.ErrNotFound):
-		look := f.idle(own)
-		if certain, at := f.notFoundCertain(own); !certain {
+		look := f.idle(s)
+		if certain, at := f.notFoundCertain(s); !certain {
 			look = idempotency.LookAt(at)
 		}
 		return nil, f.release(ctx, own, look)
@@ -252,13 +302,13 @@ func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Su
 // first: what it holds is settled; only what it surely never saw (its
 // "not found" past the lookup lag) is canceled.
 func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	if own.LastSentAt != nil || own.FirstSentAt != nil || s.State == f.States.Retryable {
+	if f.lastSent(s) != nil {
 		a, err := f.call(ctx, f.LookupOp, s.Lookup)
 		switch {
 		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 			return f.settleFrom(ctx, own, s, f.States.Sent, a)
 		case errors.Is(err, provider.ErrNotFound):
-			if certain, at := f.notFoundCertain(own); !certain {
+			if certain, at := f.notFoundCertain(s); !certain {
 				return nil, f.release(ctx, own, idempotency.LookAt(at))
 			}
 		default:
@@ -274,33 +324,39 @@ func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject
 // notFoundCertain reports whether a lookup's "not found" is certain now:
 // the provider's lookup lag has passed since the latest request that may
 // have reached it. If not, at is when it will be.
-func (f *Flow[S]) notFoundCertain(own *idempotency.Owner) (certain bool, at time.Time) {
+func (f *Flow[S]) notFoundCertain(s Subject[S]) (certain bool, at time.Time) {
 	now := f.Clock.Now()
-	if f.LookupLag <= 0 {
+	last := f.lastSent(s)
+	if last == nil || f.LookupLag <= 0 {
 		return true, now
-	}
-	last := own.LastSentAt
-	if last == nil {
-		last = own.FirstSentAt
-	}
-	if last == nil {
-		// The resource's state says a request left (it was refused), but
-		// the key has no record of when: one may have left just now.
-		own.AssumeSentNow()
-		return false, now.Add(f.LookupLag)
 	}
 	at = last.Add(f.LookupLag)
 	return !now.Before(at), at
 }
 
+// abandoned reports whether s moved no money for long enough to be
+// canceled, if its operation has that end.
+func (f *Flow[S]) abandoned(s Subject[S]) bool {
+	return f.States.Canceled != "" && f.AbandonAfter > 0 && !f.Clock.Now().Before(s.CreatedAt.Add(f.AbandonAfter))
+}
+
 // idle is when the reconciler looks at a resource that moved no money and
-// waits for its client: when its key is abandoned, if the operation can
-// end such a resource (States.Canceled); otherwise never.
-func (f *Flow[S]) idle(own *idempotency.Owner) idempotency.Look {
-	if f.States.Canceled == "" || own.AbandonAt == nil {
+// waits for its client: when it is abandoned, if the operation can end
+// such a resource (States.Canceled); otherwise never.
+func (f *Flow[S]) idle(s Subject[S]) idempotency.Look {
+	if f.States.Canceled == "" || f.AbandonAfter <= 0 {
 		return idempotency.LookNever()
 	}
-	return idempotency.LookAt(*own.AbandonAt)
+	return idempotency.LookAt(s.CreatedAt.Add(f.AbandonAfter))
+}
+
+// FirstLook is when the reconciler first looks at a new resource if nobody
+// finishes it (idempotency.Request.FirstLook): when it is abandoned.
+func (f *Flow[S]) FirstLook() time.Duration {
+	if f.States.Canceled == "" {
+		return 0
+	}
+	return f.AbandonAfter
 }
 
 // release ends own's lease without a final answer, booking look.
@@ -367,24 +423,28 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 	if err != nil {
 		return nil, err
 	}
+	cols := f.columns()
 	var set []statemachine.Column
-	if to == f.States.Succeeded || to == f.States.Declined {
-		set = statemachine.NonEmpty(
-			statemachine.Column{Name: "provider_reference", Value: a.ID},
-			statemachine.Column{Name: "decline_code", Value: a.DeclineCode})
-	}
 	key := &pgx.Batch{}
 	switch {
 	case to.Final():
 		if err := own.QueueFinish(key, res); err != nil {
 			return nil, err
 		}
+		if to == f.States.Succeeded || to == f.States.Declined {
+			set = statemachine.NonEmpty(
+				statemachine.Column{Name: cols.ProviderReference, Value: a.ID},
+				statemachine.Column{Name: cols.DeclineCode, Value: a.DeclineCode})
+		}
 	case to == f.States.Retryable:
-		own.QueueRefused(key, idempotency.LookAt(now.Add(f.refusalGrace())))
+		// The refused request never counted: the key window starts with the
+		// next send. When it was sent stays: it may have been processed.
+		own.QueueRelease(key, idempotency.LookAt(now.Add(f.refusalGrace())))
+		set = []statemachine.Column{{Name: cols.FirstSentAt, Value: nil}}
 	case to.NeedsRecovery():
 		own.QueueRelease(key, idempotency.LookSoon())
 	default:
-		own.QueueRelease(key, f.idle(own))
+		own.QueueRelease(key, f.idle(s))
 	}
 	if to != s.State {
 		if err := f.Machine.QueueMove(key, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
@@ -398,6 +458,13 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 	return res, nil
 }
 
+func (f *Flow[S]) columns() Columns {
+	if f.Columns == (Columns{}) {
+		return DefaultColumns
+	}
+	return f.Columns
+}
+
 // refusalGrace is how long after a refusal the reconciler looks: the
 // grace, and never before the lookup can be certain.
 func (f *Flow[S]) refusalGrace() time.Duration {
@@ -408,22 +475,33 @@ func (f *Flow[S]) refusalGrace() time.Duration {
 	return max(grace, f.LookupLag)
 }
 
-// move takes s to `to` in its own transaction, and renews the lease: a
-// provider call follows.
+// move takes s to the sent state (or keeps it there) in its own
+// transaction, before a request leaves for the provider: it records the
+// send on the resource's row (the first one that counts starts the key
+// window; each one is the latest), and renews the lease, with a look booked
+// no later than now should the owner die: only a lookup can then tell.
 func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S], to S, reason string) error {
-	b := &pgx.Batch{}
-	if to == f.States.Sent {
-		own.QueueSending(b)
-	} else {
-		own.QueueHold(b, idempotency.LookSoon())
+	now := f.Clock.Now()
+	first := f.firstSent(*s)
+	if first == nil {
+		first = &now
 	}
-	if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: f.Clock.Now()}); err != nil {
+	cols := f.columns()
+	set := []statemachine.Column{{Name: cols.FirstSentAt, Value: *first}, {Name: cols.LastSentAt, Value: now}}
+	b := &pgx.Batch{}
+	own.QueueHold(b, idempotency.LookBy(now))
+	if s.State == to {
+		f.Machine.QueueSet(b, s.ID, s.State, set)
+	} else if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
 		return err
 	}
 	if err := own.Commit(ctx, b); err != nil {
 		return err
 	}
-	s.State = to
+	if s.State != to {
+		s.UpdatedAt = now
+	}
+	s.State, s.FirstSentAt, s.LastSentAt = to, first, &now
 	return nil
 }
 

@@ -90,6 +90,9 @@ type Refund struct {
 	DeclineCode       string
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
+	// FirstSentAt and LastSentAt are the refund's provider history
+	// (providerflow.Columns).
+	FirstSentAt, LastSentAt *time.Time
 }
 
 var _ idempotency.Result = Refund{}

@@ -114,7 +114,8 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		return nil, err
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: r.ID, State: r.State,
+		ID: r.ID, State: r.State, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		FirstSentAt: r.FirstSentAt, LastSentAt: r.LastSentAt,
 		Send: func(ctx context.Context) (providerflow.Answer, error) {
 			return answer(s.d.Provider.Refund(ctx, provider.RefundRequest{
 				IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference, AmountMinor: r.AmountMinor,

@@ -119,12 +119,13 @@ func queueRefunded(b *pgx.Batch, r Refund) {
 }
 
 const refundColumns = `r.id, r.tenant_id, r.payment_id, p.account_id, r.amount_minor, r.currency, r.reason, r.state,
-	COALESCE(r.provider_reference, ''), COALESCE(r.decline_code, ''), r.created_at, r.updated_at`
+	COALESCE(r.provider_reference, ''), COALESCE(r.decline_code, ''), r.created_at, r.updated_at,
+	r.first_sent_at, r.last_sent_at`
 
 func scanRefund(row pgx.Row) (Refund, error) {
 	var r Refund
 	err := row.Scan(&r.ID, &r.TenantID, &r.PaymentID, &r.AccountID, &r.AmountMinor, &r.Currency, &r.Reason, &r.State,
-		&r.ProviderReference, &r.DeclineCode, &r.CreatedAt, &r.UpdatedAt)
+		&r.ProviderReference, &r.DeclineCode, &r.CreatedAt, &r.UpdatedAt, &r.FirstSentAt, &r.LastSentAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Refund{}, ErrNotFound
 	}

@@ -186,6 +186,29 @@ func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
 		args...)
 }
 
+// QueueSet adds to b a guarded write of cols on row id that stays in state
+// in: no move, no audit record, and updated_at unchanged (it dates the last
+// move); it refuses like a move (refuse.StaleState) if the row is no longer
+// in that state.
+func (m *Machine[S]) QueueSet(b *pgx.Batch, id string, in S, cols []Column) {
+	args := []any{id, string(in)}
+	set := make([]string, 0, len(cols))
+	for _, c := range cols {
+		args = append(args, c.Value)
+		set = append(set, fmt.Sprintf("%s = $%d", c.Name, len(args)))
+	}
+	t := m.table
+	b.Queue(`
+		WITH written AS (
+		    UPDATE `+t.Name+` SET `+strings.Join(set, ", ")+`
+		    WHERE id = $1 AND state = $2
+		    RETURNING id
+		)
+		SELECT `+refuse.Unless("EXISTS (SELECT FROM written)", refuse.StaleState,
+		"format('%s %s: not in %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text)", ""),
+		args...)
+}
+
 // QueueCreated adds to b the audit record of a row created (by the caller's
 // INSERT, queued before) in the initial state, written only if cond (an SQL
 // condition: idempotency.Claimed, after a claim) holds when it runs.
