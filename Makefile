@@ -33,8 +33,8 @@ test-short: ## the tests without the race detector (faster while editing)
 # time; the seed corpora (testdata/fuzz/...) also run as plain tests in `make test`.
 FUZZ_TARGETS := \
 	./internal/idempotency/:FuzzParseKey \
-	./internal/httpapi/:FuzzDecodeCreatePayment \
-	./internal/httpapi/:FuzzDecodeCreateRefund \
+	./internal/payments/:FuzzDecodeCreatePayment \
+	./internal/refunds/:FuzzDecodeCreateRefund \
 	./internal/payments/:FuzzFingerprintPairs \
 	./internal/refunds/:FuzzFingerprintPairs
 # A count of executions, not a duration: go1.26's fuzz coordinator can

@@ -157,7 +157,7 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	now := time.Now().UTC()
 	p := payments.View{
-		PaymentID: ids.NewPaymentID(), Status: payments.StatusProcessing, AccountID: c.AccountID, Amount: c.Amount,
+		PaymentID: payments.NewID(), Status: payments.StatusProcessing, AccountID: c.AccountID, Amount: c.Amount,
 		Currency: c.Currency, MerchantReference: c.MerchantReference, PaymentMethod: c.PaymentMethod,
 		Channel: "web", Description: c.Description, RefundedAmount: "0.00", CreatedAt: now, UpdatedAt: now,
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/ledger"
@@ -137,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	proj := ledger.NewProjector(ledger.Deps{DB: pool, Clock: clock.System{}, Log: log, Registerer: reg}, cfg.consumer)
+	proj := ledger.NewProjector(ledger.Deps{DB: pool, Clock: clock.System{}, Log: log, Registerer: reg, Modules: app.Modules(app.Config{})}, cfg.consumer)
 
 	if cfg.metricsAddr != "" {
 		stopMetrics, err := serveMetrics(cfg.metricsAddr, reg, stdout)

@@ -28,7 +28,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
@@ -107,12 +106,12 @@ func Start(t testing.TB, opts Options) *Server {
 	return &Server{URL: srv.URL, Secret: Secret, Sim: simSrv.Simulator()}
 }
 
-// Charges returns the simulator's charges for a payment: the ones made
-// under the provider key the API derives from it.
+// Charges returns the simulator's charges for a payment: the ones whose
+// request named it.
 func (s *Server) Charges(paymentID string) []sim.ChargeRecord {
 	var out []sim.ChargeRecord
 	for _, c := range s.Sim.Charges() {
-		if c.IdempotencyKey == payments.ProviderKey(paymentID) {
+		if c.PaymentID == paymentID {
 			out = append(out, c)
 		}
 	}

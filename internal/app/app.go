@@ -17,6 +17,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
@@ -54,9 +55,25 @@ type Deps struct {
 	Waiter idempotency.Waiter
 }
 
+// Modules are the service's operations, in the order they are built: an
+// operation that acts on another's resource comes after it. Adding an
+// operation is one package and one line here.
+func Modules(cfg Config) []operation.Module {
+	return []operation.Module{
+		payments.Module(cfg.PaymentHooks),
+		refunds.Module(),
+	}
+}
+
 // Core is the assembled service.
 type Core struct {
-	Engine     *idempotency.Engine
+	Engine *idempotency.Engine
+	// Modules and Operations are the registered operations, and the same
+	// built on the core's collaborators, in one order.
+	Modules    []operation.Module
+	Operations []operation.Instance
+	// Payments and Refunds are two of Operations, typed, for the commands
+	// and tests that drive them directly.
 	Payments   *payments.Service
 	Refunds    *refunds.Service
 	Reconciler *idempotency.Reconciler
@@ -72,30 +89,39 @@ func New(d Deps, cfg Config) *Core {
 	}
 	engine := idempotency.NewEngine(idempotency.Deps{
 		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter,
-		Render: httpapi.NewRenderer(cfg.RetryAfter),
 	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
-	lag := max(cfg.ProviderLookupLag, d.Provider.LookupLag())
-	pay := payments.NewService(payments.Deps{
-		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
-	}, payments.Config{
-		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow, Hooks: cfg.PaymentHooks,
-		ProviderLookupLag: lag, RefusalRecheck: cfg.RefusalRecheck, AbandonAfter: cfg.ReplayTTL,
+	mods := Modules(cfg)
+	ops, err := operation.Build(mods, operation.Env{
+		DB: d.DB, Engine: engine, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Provider: d.Provider,
+		Config: operation.Config{
+			ReplayTTL: cfg.ReplayTTL, ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
+			ProviderLookupLag: max(cfg.ProviderLookupLag, d.Provider.LookupLag()), RefusalRecheck: cfg.RefusalRecheck,
+		},
 	})
-	ref := refunds.NewService(refunds.Deps{
-		DB: d.DB, Engine: engine, Provider: d.Provider, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics,
-	}, refunds.Config{
-		ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
-		ProviderLookupLag: lag, RefusalRecheck: cfg.RefusalRecheck,
-	})
+	if err != nil {
+		panic(err) // the list above is the code's: a mistake in it is a programming error
+	}
+	engineOps := make([]idempotency.Operation, len(ops))
+	for i, op := range ops {
+		engineOps[i] = op
+	}
 	c := &Core{
 		Engine:     engine,
-		Payments:   pay,
-		Refunds:    ref,
-		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, pay, ref),
+		Modules:    mods,
+		Operations: ops,
+		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, engineOps...),
+	}
+	for _, op := range ops {
+		switch op := op.(type) {
+		case *payments.Service:
+			c.Payments = op
+		case *refunds.Service:
+			c.Refunds = op
+		}
 	}
 	if cfg.StripeWebhookSecret != "" {
 		c.StripeWebhooks = webhooks.Stripe(webhooks.Deps{
-			DB: d.DB, Reconciler: c.Reconciler, Clock: d.Clock, Log: d.Log.With("component", "stripe-webhooks"),
+			DB: d.DB, Reconciler: c.Reconciler, Modules: mods, Clock: d.Clock, Log: d.Log.With("component", "stripe-webhooks"),
 		}, cfg.StripeWebhookSecret)
 	}
 	return c
@@ -111,8 +137,8 @@ func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock
 
 // HTTPDeps returns the part of the HTTP API's dependencies the core provides.
 func (c *Core) HTTPDeps(d httpapi.Deps) httpapi.Deps {
-	d.Payments = c.Payments
-	d.Refunds = c.Refunds
+	d.Modules = c.Modules
+	d.Operations = c.Operations
 	d.RetryAfter = c.Engine.RetryAfter()
 	d.StripeWebhooks = c.StripeWebhooks
 	return d

@@ -7,25 +7,33 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/money"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
-	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // errorWriter answers errors as problems. Its write is the one map from
-// the errors of the engine and the domains to HTTP.
+// errors to HTTP: the engine's, validation's, the database's and the
+// provider's here, and each operation's own through its Problem.
 type errorWriter struct {
 	retryAfter time.Duration // the service's one advice to come back later
+	operations []operation.Instance
+	idFields   map[string]string // a resource type's id member (paymentId)
+}
+
+func newErrorWriter(retryAfter time.Duration, mods []operation.Module, ops []operation.Instance) errorWriter {
+	ew := errorWriter{retryAfter: retryAfter, operations: ops, idFields: map[string]string{}}
+	for _, m := range mods {
+		ew.idFields[m.Resource.Type] = m.Resource.IDField
+	}
+	return ew
 }
 
 func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 	var (
 		inUse   *idempotency.KeyInUseError
 		expired *idempotency.KeyExpiredError
-		dup     *payments.DuplicateReferenceError
-		exceeds *refunds.ExceedsRefundableError
 		invalid *validate.Error
 	)
 	switch {
@@ -36,41 +44,35 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused, err.Error()).Write(w)
 	case errors.As(err, &expired):
 		p := problem.New(http.StatusConflict, problem.IdempotencyKeyExpired, err.Error())
-		p.SetResource(expired.Resource.Type, expired.Resource.ID)
+		p.Set(ew.idFields[expired.Resource.Type], expired.Resource.ID)
 		p.Write(w)
 	case errors.As(err, &invalid):
 		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
 		p.Errors = invalid.Fields
 		p.Write(w)
-	case errors.As(err, &dup):
-		p := problem.New(http.StatusConflict, problem.DuplicateMerchantReference, err.Error())
-		p.PaymentID = dup.PaymentID
-		p.Write(w)
-	case errors.Is(err, refunds.ErrNotRefundable):
-		problem.New(http.StatusConflict, problem.PaymentNotRefundable, err.Error()).Write(w)
-	case errors.As(err, &exceeds):
-		p := problem.New(http.StatusConflict, problem.RefundExceedsRefundable, err.Error())
-		p.RefundableAmount = money.Format(exceeds.RefundableMinor, exceeds.Currency)
-		p.Write(w)
-	case errors.Is(err, payments.ErrProviderUnavailable), errors.Is(err, refunds.ErrProviderUnavailable):
-		w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
-		problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).Write(w)
-	case errors.Is(err, payments.ErrNotFound), errors.Is(err, refunds.ErrPaymentNotFound):
-		problem.New(http.StatusNotFound, problem.NotFound, "No such payment.").Write(w)
-	case errors.Is(err, refunds.ErrNotFound):
-		problem.New(http.StatusNotFound, problem.NotFound, "No such refund.").Write(w)
-	case errors.Is(err, payments.ErrInvalidCursor):
-		invalidParameter(w, "cursor", "is not a cursor from this API")
-	case errors.Is(err, payments.ErrReferenceContended):
-		w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
-		problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable, err.Error()).Write(w)
+	case errors.Is(err, providerflow.ErrUnavailable):
+		ew.problem(w, problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).WithRetryAfter())
 	case database.Unavailable(err):
 		logFrom(r).WarnContext(r.Context(), "database unavailable", "error", err)
 		ew.unavailable(w)
 	default:
+		for _, op := range ew.operations {
+			if p := op.Problem(err); p != nil {
+				ew.problem(w, p)
+				return
+			}
+		}
 		logFrom(r).ErrorContext(r.Context(), "request failed", "error", err)
 		problem.New(http.StatusInternalServerError, problem.Internal, "An unexpected error occurred.").Write(w)
 	}
+}
+
+// problem writes p, with the service's Retry-After when p asks for it.
+func (ew errorWriter) problem(w http.ResponseWriter, p *problem.Problem) {
+	if p.RetryAfter {
+		w.Header().Set("Retry-After", retryAfterValue(ew.retryAfter))
+	}
+	p.Write(w)
 }
 
 // unavailable is the 503 for a database that cannot be reached.

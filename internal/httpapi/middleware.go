@@ -16,9 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
-	"github.com/paymentsapi/paymentsapi/internal/refunds"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
@@ -137,9 +135,9 @@ func unauthorized(w http.ResponseWriter, detail string) {
 }
 
 // rejectUnstorableIDs answers 404 for a path id that PostgreSQL text cannot
-// hold (invalid UTF-8, or a NUL): no payment or refund has such an id, and
-// the query would fail with a 500. It runs after routing, so it sees the
-// route's parameters.
+// hold (invalid UTF-8, or a NUL): no resource has such an id, and the query
+// would fail with a 500. It runs after routing, so it sees the route's
+// parameters ({paymentId}: "No such payment.").
 func rejectUnstorableIDs(errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -148,11 +146,7 @@ func rejectUnstorableIDs(errs errorWriter) func(http.Handler) http.Handler {
 					if validate.StorableText(rc.URLParams.Values[i]) {
 						continue
 					}
-					err := payments.ErrNotFound
-					if name == "refundId" {
-						err = refunds.ErrNotFound
-					}
-					errs.write(w, r, err)
+					problem.New(http.StatusNotFound, problem.NotFound, "No such "+strings.TrimSuffix(name, "Id")+".").Write(w)
 					return
 				}
 			}

@@ -10,7 +10,7 @@ import (
 
 // addRoutes maps the whole API surface.
 func addRoutes(r chi.Router, d Deps) {
-	errs := errorWriter{retryAfter: d.RetryAfter}
+	errs := newErrorWriter(d.RetryAfter, d.Modules, d.Operations)
 	r.Use(requestContext(d.Log), recoverPanics(d.Log), observe(d.Log, d.Metrics))
 	r.NotFound(handleNotFound())
 	r.MethodNotAllowed(handleMethodNotAllowed())
@@ -27,11 +27,8 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Group(func(r chi.Router) {
 		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.clock(), d.APIKeyCacheTTL), errs), limitRate(newLimiter(d.RateLimit, d.clock())),
 			rejectUnstorableIDs(errs))
-		r.Post("/payments", handleCreatePayment(d.Payments, errs))
-		r.Get("/payments", handleListPayments(d.Payments, errs))
-		r.Get("/payments/{paymentId}", handleGetPayment(d.Payments, errs))
-		r.Post("/payments/{paymentId}/refunds", handleCreateRefund(d.Refunds, errs))
-		r.Get("/payments/{paymentId}/refunds", handleListRefunds(d.Refunds, errs))
-		r.Get("/payments/{paymentId}/refunds/{refundId}", handleGetRefund(d.Refunds, errs))
+		for _, op := range d.Operations {
+			op.Routes(r, api{errs: errs})
+		}
 	})
 }

@@ -1,6 +1,8 @@
 // Package httpapi is the HTTP adapter of the service: routing, middleware,
-// request decoding and problem+json answers. Handlers are thin: they decode,
-// call the payments service, and write what it answers.
+// request decoding and problem+json answers. It names no operation: each
+// registered operation adds its own routes (operation.Instance.Routes),
+// handled with the one API this package offers them (operation.HTTP), and
+// renders its own results with ResourceResponse and ProblemResponse.
 package httpapi
 
 import (
@@ -15,19 +17,20 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
-	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 )
 
 // Deps is what the HTTP API needs.
 type Deps struct {
-	Payments *payments.Service
-	Refunds  *refunds.Service
-	DB       *pgxpool.Pool
-	Log      *slog.Logger
-	Metrics  *metrics.Metrics
-	Gatherer prometheus.Gatherer
-	OpenAPI  []byte
+	// Modules and Operations are the registered operations and their
+	// built instances, in one order (internal/app).
+	Modules    []operation.Module
+	Operations []operation.Instance
+	DB         *pgxpool.Pool
+	Log        *slog.Logger
+	Metrics    *metrics.Metrics
+	Gatherer   prometheus.Gatherer
+	OpenAPI    []byte
 	// Ready reports whether the database is reachable and migrated.
 	Ready func(ctx context.Context) error
 	// RetryAfter is the service's one advice to come back later (the

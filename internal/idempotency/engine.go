@@ -16,32 +16,31 @@ import (
 )
 
 // Result is what one run of an operation came to: a domain value (a
-// resource such as an order or a booking) that the engine's Renderer turns
-// into an answer.
+// resource such as an order or a booking) that its Operation renders as an
+// answer.
 type Result interface {
 	// Outcome names the result in metrics and logs, from a small fixed set
 	// of the operation's (succeeded, failed, processing, ...).
 	Outcome() string
 }
 
-// Renderer turns a Result into the answer a client gets. It is the HTTP
-// adapter's (internal/httpapi), so that no operation knows about HTTP.
-//
-// The engine renders a final result once, when the final state change is
-// committed, and stores those bytes in the same transaction; a retry gets
-// the stored bytes, never a fresh rendering. So an answer is replayed byte
-// for byte even after the rendering changes in a later version.
-type Renderer func(Result) (Response, error)
-
 // Operation is what an idempotent operation plugs into the engine: its name
-// (part of every key's scope) and how an owner of one of its keys takes the
-// key's resource from its recorded state to a result. Resume serves the
-// request that claimed the key, a retry that took it over from a dead owner,
-// and the reconciler alike; it writes only through the Owner (fenced) and
-// ends by finishing (a final answer) or releasing the key.
+// (part of every key's scope), how an owner of one of its keys takes the
+// key's resource from its recorded state to a result, and how a result is
+// answered. Resume serves the request that claimed the key, a retry that
+// took it over from a dead owner, and the reconciler alike; it writes only
+// through the Owner (fenced) and ends by finishing (a final answer) or
+// releasing the key.
+//
+// Render turns a result into the answer a client gets. The engine renders
+// a final result once, when the final state change is committed, and stores
+// those bytes in the same transaction; a retry gets the stored bytes, never
+// a fresh rendering. So an answer is replayed byte for byte even after the
+// rendering changes in a later version.
 type Operation interface {
 	Name() string
 	Resume(ctx context.Context, own *Owner) (Result, error)
+	Render(Result) (Response, error)
 }
 
 // Waiter tells a request when a key changes, on any instance (Listener).
@@ -67,7 +66,6 @@ type Deps struct {
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
-	Render  Renderer
 	// Waiter lets duplicates wait for the original (Prefer: wait). Nil:
 	// duplicates never wait.
 	Waiter Waiter
@@ -82,7 +80,6 @@ type Engine struct {
 	clock   clock.Clock
 	log     *slog.Logger
 	metrics *metrics.Metrics
-	render  Renderer
 	waiter  Waiter
 	cfg     Config
 }
@@ -92,7 +89,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, render: d.Render, waiter: d.Waiter, cfg: cfg}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, cfg: cfg}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -342,6 +339,7 @@ func (e *Engine) inUse() error {
 func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, error) {
 	// The client going away must not stop an operation halfway; every step
 	// of it is bounded by its own timeout.
+	own.op = op
 	res, err := op.Resume(context.WithoutCancel(ctx), own)
 	own.letGoAfter(ctx, err)
 	if err != nil {
@@ -353,7 +351,7 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 	if own.answer != nil {
 		return Reply{Response: *own.answer, Resource: own.Resource}, nil
 	}
-	resp, err := e.render(res)
+	resp, err := op.Render(res)
 	if err != nil {
 		return Reply{}, fmt.Errorf("render %s result: %w", own.Resource.Type, err)
 	}

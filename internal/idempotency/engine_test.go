@@ -28,6 +28,14 @@ type done struct{}
 
 func (done) Outcome() string { return "done" }
 
+// renders answers every result with a 201: the Render of the tests'
+// operations.
+type renders struct{}
+
+func (renders) Render(Result) (Response, error) {
+	return Response{Status: 201, Body: []byte(`{}`), Headers: map[string]string{"Content-Type": "application/json"}}, nil
+}
+
 func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {
 	t.Helper()
 	pool := pgtest.NewPool(t)
@@ -35,9 +43,6 @@ func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {
 	e := NewEngine(Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(prometheus.NewRegistry()),
-		Render: func(Result) (Response, error) {
-			return Response{Status: 201, Body: []byte(`{}`), Headers: map[string]string{"Content-Type": "application/json"}}, nil
-		},
 	}, Config{ReplayTTL: time.Hour, Lease: time.Minute})
 	return e, pool, clk
 }
@@ -86,7 +91,7 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := &Owner{e: e, KeyID: id, Token: 1, Resource: Resource{Type: "widget", ID: "w_1"}}
+	old := &Owner{e: e, op: failingOp{}, KeyID: id, Token: 1, Resource: Resource{Type: "widget", ID: "w_1"}}
 	clk.Advance(2 * time.Minute) // the old owner's lease ran out
 	token, ok, err := TakeOver(ctx, pool, id, 1, clk.Now(), time.Minute)
 	if err != nil || !ok || token != 2 {
@@ -133,7 +138,7 @@ func TestFencedOutOwnerCannotWrite(t *testing.T) {
 		t.Fatalf("the old owner changed the key: %+v", rec)
 	}
 
-	current := &Owner{e: e, KeyID: id, Token: 2, Resource: rec.Resource}
+	current := &Owner{e: e, op: failingOp{}, KeyID: id, Token: 2, Resource: rec.Resource}
 	b := &pgx.Batch{}
 	if err := current.QueueFinish(b, done{}); err != nil {
 		t.Fatal(err)
@@ -154,7 +159,7 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 	e, pool, clk := testEngine(t)
 	ctx := context.Background()
 	id := claimWidget(t, pool, clk.Now())
-	own := &Owner{e: e, KeyID: id, Token: 1}
+	own := &Owner{e: e, op: failingOp{}, KeyID: id, Token: 1}
 	due := func() *time.Time {
 		var at *time.Time
 		if err := pool.QueryRow(ctx, `SELECT recovery_next_at FROM idempotency_keys WHERE id = $1`, id).Scan(&at); err != nil {
@@ -191,7 +196,10 @@ func TestHoldSchedulesRecoveryOnce(t *testing.T) {
 }
 
 // failingOp fails every Resume with err, after the key was claimed.
-type failingOp struct{ err error }
+type failingOp struct {
+	renders
+	err error
+}
 
 func (failingOp) Name() string { return "widgets.create" }
 func (o failingOp) Resume(context.Context, *Owner) (Result, error) {
@@ -216,7 +224,7 @@ func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
 			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: fmt.Sprint("k", i)}, Fingerprint: []byte{1},
 			Resource: Resource{Type: "widget", ID: fmt.Sprint("w", i)},
 		}
-		if _, err := e.Do(ctx, failingOp{c.err}, req); !errors.Is(err, c.err) {
+		if _, err := e.Do(ctx, failingOp{err: c.err}, req); !errors.Is(err, c.err) {
 			t.Fatalf("%v: Do returned %v", c.err, err)
 		}
 		rec, err := Load(ctx, pool, req.Scope)
@@ -260,7 +268,7 @@ func TestOnlyAWatchedKeyNotifies(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		own := &Owner{e: e, KeyID: id, Token: 1}
+		own := &Owner{e: e, op: failingOp{}, KeyID: id, Token: 1}
 		b := &pgx.Batch{}
 		if err := own.QueueFinish(b, done{}); err != nil {
 			t.Fatal(err)
@@ -463,7 +471,7 @@ func TestLooksBookedByOwners(t *testing.T) {
 	}
 	release := func(lookupOnly bool, look Look) {
 		t.Helper()
-		own := &Owner{e: e, KeyID: id, Token: 1, LookupOnly: lookupOnly}
+		own := &Owner{e: e, op: failingOp{}, KeyID: id, Token: 1, LookupOnly: lookupOnly}
 		b := &pgx.Batch{}
 		own.QueueRelease(b, look)
 		if err := own.Commit(ctx, b); err != nil {

@@ -6,7 +6,7 @@ import (
 )
 
 // The answers of the protocol that are not an operation's result. None is
-// stored; the HTTP adapter renders each (internal/httpapi).
+// stored; the HTTP adapter answers each (internal/httpapi).
 var (
 	// ErrKeyReused: the key was used with a different command (422).
 	ErrKeyReused = errors.New("this Idempotency-Key was already used with a different request")

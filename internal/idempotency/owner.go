@@ -18,6 +18,7 @@ import (
 // by Commit, so it happens only while the caller still owns the key.
 type Owner struct {
 	e        *Engine
+	op       Operation // whose Resume runs as this owner
 	KeyID    int64
 	Token    int64
 	Tenant   string
@@ -49,7 +50,7 @@ type Owner struct {
 // final answer and ends the lease. It commits with the final state change
 // queued beside it, or not at all.
 func (o *Owner) QueueFinish(b *pgx.Batch, r Result) error {
-	resp, err := o.e.render(r)
+	resp, err := o.op.Render(r)
 	if err != nil {
 		return fmt.Errorf("render %s result: %w", o.Resource.Type, err)
 	}

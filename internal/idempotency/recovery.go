@@ -161,7 +161,8 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 // operation's error, if any. operation is one of r.ops.
 func (r *Reconciler) resolve(ctx context.Context, operation string, own *Owner) (string, error) {
 	own.Recovering = true
-	res, err := r.ops[operation].Resume(context.WithoutCancel(ctx), own)
+	own.op = r.ops[operation]
+	res, err := own.op.Resume(context.WithoutCancel(ctx), own)
 	own.letGoAfter(ctx, err)
 	switch {
 	case own.markedReview:

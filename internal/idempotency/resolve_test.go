@@ -13,6 +13,7 @@ import (
 // recordingOp finishes every key it resumes, and remembers how it was
 // asked: the owner's token and flags.
 type recordingOp struct {
+	renders
 	mu     sync.Mutex
 	owners []Owner
 }
@@ -51,7 +52,7 @@ func TestResolveNowResumesOnlyWhatNobodyHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res, &Owner{e: e, KeyID: id, Token: 1, Resource: res}
+		return res, &Owner{e: e, op: failingOp{}, KeyID: id, Token: 1, Resource: res}
 	}
 	commit := func(own *Owner, q func(*pgx.Batch)) {
 		b := &pgx.Batch{}

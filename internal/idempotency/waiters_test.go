@@ -13,7 +13,10 @@ import (
 
 // heldOp is an operation whose first owner holds its key until release is
 // closed, then finishes it.
-type heldOp struct{ release chan struct{} }
+type heldOp struct {
+	renders
+	release chan struct{}
+}
 
 func (heldOp) Name() string { return "widgets.create" }
 func (o heldOp) Resume(ctx context.Context, own *Owner) (Result, error) {

@@ -14,15 +14,9 @@ import (
 
 var lowerBase32 = base32.NewEncoding("0123456789abcdefghjkmnpqrstvwxyz").WithPadding(base32.NoPadding)
 
-// NewPaymentID returns a random, unguessable payment id such as
-// "pay_5k3x...": 128 random bits, Crockford base32.
-func NewPaymentID() string { return random("pay_") }
-
-// NewRefundID returns a random, unguessable refund id such as "re_5k3x...".
-func NewRefundID() string { return random("re_") }
-
-// random is prefix and 128 random bits, Crockford base32.
-func random(prefix string) string {
+// New returns a random, unguessable id with the prefix of its resource
+// type, such as "pay_5k3x...": 128 random bits, Crockford base32.
+func New(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ panics instead)
 	return prefix + lowerBase32.EncodeToString(b[:])

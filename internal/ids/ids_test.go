@@ -6,16 +6,16 @@ import (
 	"time"
 )
 
-func TestNewPaymentID(t *testing.T) {
+func TestNewIsPrefixedRandomAndUnique(t *testing.T) {
 	re := regexp.MustCompile(`^pay_[0-9a-z]{26}$`)
 	seen := map[string]bool{}
 	for range 1000 {
-		id := NewPaymentID()
+		id := New("pay_")
 		if !re.MatchString(id) {
-			t.Fatalf("malformed payment id %q", id)
+			t.Fatalf("malformed id %q", id)
 		}
 		if seen[id] {
-			t.Fatalf("duplicate payment id %q", id)
+			t.Fatalf("duplicate id %q", id)
 		}
 		seen[id] = true
 	}

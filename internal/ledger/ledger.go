@@ -1,14 +1,17 @@
-// Package ledger is a small projector of payment events: it consumes them
-// from NATS JetStream and books exactly one ledger entry per succeeded
-// payment, however often an event is published or delivered.
+// Package ledger is a small projector of the operations' events: it consumes
+// them from NATS JetStream and books exactly one ledger entry per event that
+// moved money (a succeeded payment, a succeeded refund), however often an
+// event is published or delivered. Which events book what is each
+// registered operation's to say (operation.Event.Ledger).
 //
 // Exactly once rests on two keys, both written in the transaction that
 // books the entry, and on acknowledging only after it commits:
 //
 //   - the inbox, primary key (consumer, event_id): a redelivered or
 //     republished event finds its row and changes nothing;
-//   - the entry's natural key, unique (payment_id, entry_type): a second
-//     event announcing the same success (another event id) books nothing.
+//   - the entry's natural key, unique (payment_id, entry_type, line): a
+//     second event announcing the same success (another event id) books
+//     nothing.
 //
 // A crash before the commit books nothing and the broker redelivers; a
 // crash between the commit and the acknowledgement redelivers an event the
@@ -50,10 +53,9 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -63,7 +65,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
-	"github.com/paymentsapi/paymentsapi/internal/money"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 )
@@ -71,18 +73,6 @@ import (
 // DefaultConsumer is the inbox's consumer name and the JetStream durable
 // consumer's name.
 const DefaultConsumer = "ledger"
-
-// The entry types: one per succeeded payment, one per succeeded refund.
-const (
-	EntryPaymentSucceeded = "PAYMENT_SUCCEEDED"
-	EntryRefundSucceeded  = "REFUND_SUCCEEDED"
-)
-
-// entryTypes maps the events the ledger books to their entry type.
-var entryTypes = map[string]string{
-	outbox.TypePaymentSucceeded: EntryPaymentSucceeded,
-	outbox.TypeRefundSucceeded:  EntryRefundSucceeded,
-}
 
 // Outcome is what handling one event did.
 type Outcome string
@@ -124,6 +114,9 @@ type Deps struct {
 	Log   *slog.Logger
 	// Registerer gets the projector's metric; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Modules are the registered operations: the events they declare with
+	// a Ledger are the ones booked.
+	Modules []operation.Module
 }
 
 // Projector books ledger entries from payment events.
@@ -133,6 +126,8 @@ type Projector struct {
 	log      *slog.Logger
 	consumer string
 	events   *prometheus.CounterVec
+	// books maps each event type booked to how its entry is read.
+	books map[string]func(outbox.Event) (operation.LedgerEntry, error)
 }
 
 // NewProjector returns a Projector recording its inbox rows as consumer
@@ -156,58 +151,15 @@ func NewProjector(d Deps, consumer string) *Projector {
 	if d.Registerer != nil {
 		d.Registerer.MustRegister(events)
 	}
-	return &Projector{db: d.DB, clock: d.Clock, log: log, consumer: consumer, events: events}
-}
-
-// paymentPayload is what the ledger reads of a payment event's payload (the
-// payment's JSON view).
-type paymentPayload struct {
-	RefundID          string `json:"refundId"` // refund events only
-	PaymentID         string `json:"paymentId"`
-	TenantID          string `json:"tenantId"` // in every payload the payments service writes; older events may lack it (booked NULL)
-	Status            string `json:"status"`
-	AccountID         string `json:"accountId"`
-	Amount            string `json:"amount"`
-	Currency          string `json:"currency"`
-	ProviderReference string `json:"providerReference"`
-}
-
-// entry is a ledger entry to book.
-type entry struct {
-	entryType, paymentID, refundID, tenantID, accountID, currency, providerReference string
-	amountMinor                                                                      int64
-}
-
-// entryOf reads the entry a PaymentSucceeded event books.
-func entryOf(e outbox.Event) (entry, error) {
-	var p paymentPayload
-	if err := json.Unmarshal(e.Payload, &p); err != nil {
-		return entry{}, fmt.Errorf("payload is not a payment: %w", err)
+	books := map[string]func(outbox.Event) (operation.LedgerEntry, error){}
+	for _, m := range d.Modules {
+		for _, e := range m.Events {
+			if e.Ledger != nil {
+				books[e.Type] = e.Ledger
+			}
+		}
 	}
-	subject := p.PaymentID
-	if e.Type == outbox.TypeRefundSucceeded {
-		subject = p.RefundID
-	}
-	switch {
-	case subject != e.AggregateID:
-		return entry{}, fmt.Errorf("payload id %q differs from the event's aggregateId %q", subject, e.AggregateID)
-	case p.PaymentID == "":
-		return entry{}, errors.New("no paymentId")
-	case p.Status != "SUCCEEDED":
-		return entry{}, fmt.Errorf("status %q in a %s event", p.Status, e.Type)
-	case p.AccountID == "":
-		return entry{}, errors.New("no accountId")
-	}
-	currency, err := money.NormalizeCurrency(p.Currency)
-	if err != nil {
-		return entry{}, err
-	}
-	minor, err := money.Parse(p.Amount, currency)
-	if err != nil {
-		return entry{}, err
-	}
-	return entry{entryType: entryTypes[e.Type], paymentID: p.PaymentID, refundID: p.RefundID, tenantID: p.TenantID, accountID: p.AccountID, currency: currency,
-		providerReference: p.ProviderReference, amountMinor: minor}, nil
+	return &Projector{db: d.DB, clock: d.Clock, log: log, consumer: consumer, events: events, books: books}
 }
 
 // Apply handles one event in one transaction: it records the event in the
@@ -215,9 +167,9 @@ func entryOf(e outbox.Event) (entry, error) {
 // error means nothing was written and the event should be delivered again.
 func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) {
 	outcome, reason := OutcomeIgnored, ""
-	var ent *entry
-	if entryTypes[e.Type] != "" {
-		en, err := entryOf(e)
+	var ent *operation.LedgerEntry
+	if read := p.books[e.Type]; read != nil {
+		en, err := read(e)
 		if err != nil {
 			outcome, reason = OutcomeRejected, err.Error()
 		} else {
@@ -241,22 +193,24 @@ func (p *Projector) Apply(ctx context.Context, e outbox.Event) (Outcome, error) 
 			return nil
 		}
 		var tenant, providerRef *string
-		if ent.tenantID != "" {
-			tenant = &ent.tenantID
+		if ent.TenantID != "" {
+			tenant = &ent.TenantID
 		}
-		if ent.providerReference != "" {
-			providerRef = &ent.providerReference
+		if ent.ProviderReference != "" {
+			providerRef = &ent.ProviderReference
 		}
 		tag, err := tx.Exec(ctx, `
+			-- refund_id is the entry's line (operation.LedgerEntry.Line);
+			-- the column keeps the name migration 00007 gave it.
 			INSERT INTO ledger_entries
 			    (payment_id, entry_type, refund_id, tenant_id, account_id, amount_minor, currency, provider_reference,
 			     event_id, occurred_at, created_at)
 			VALUES ($1, $2, $11, $3, $4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT (payment_id, entry_type, refund_id) DO NOTHING`,
-			ent.paymentID, ent.entryType, tenant, ent.accountID, ent.amountMinor, ent.currency, providerRef,
-			e.ID, e.OccurredAt, now, ent.refundID)
+			ent.PaymentID, ent.Type, tenant, ent.AccountID, ent.AmountMinor, ent.Currency, providerRef,
+			e.ID, e.OccurredAt, now, ent.Line)
 		if err != nil {
-			return fmt.Errorf("book ledger entry of payment %s: %w", ent.paymentID, err)
+			return fmt.Errorf("book ledger entry of payment %s: %w", ent.PaymentID, err)
 		}
 		if tag.RowsAffected() == 0 {
 			outcome = OutcomeDuplicateEntry
@@ -384,21 +338,28 @@ func (p *Projector) ensureConsumer(ctx context.Context, js jetstream.JetStream, 
 		return nil, err
 	}
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       p.consumer,
-		Description:   "Ledger projector: one entry per succeeded payment and per succeeded refund.",
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    -1, // never give up on an event: a database outage must not lose entries
-		FilterSubjects: []string{
-			natspub.Subject(cfg.Stream.SubjectPrefix, outbox.TypePaymentSucceeded),
-			natspub.Subject(cfg.Stream.SubjectPrefix, outbox.TypeRefundSucceeded),
-		},
+		Durable:        p.consumer,
+		Description:    "Ledger projector: one entry per event that moved money.",
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        cfg.AckWait,
+		MaxDeliver:     -1, // never give up on an event: a database outage must not lose entries
+		FilterSubjects: p.subjects(cfg.Stream.SubjectPrefix),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create consumer %s on %s: %w", p.consumer, cfg.Stream.Name, err)
 	}
 	return cons, nil
+}
+
+// subjects are the subjects of the event types booked, in a stable order.
+func (p *Projector) subjects(prefix string) []string {
+	out := make([]string, 0, len(p.books))
+	for t := range p.books {
+		out = append(out, natspub.Subject(prefix, t))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // handle applies one message and acknowledges it after the commit.

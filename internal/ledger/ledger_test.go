@@ -35,6 +35,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// modules are the service's operations: what the ledger books is theirs to
+// say.
+var modules = app.Modules(app.Config{})
+
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
 // env is a database, a fake clock, a projector and its metrics.
@@ -49,13 +53,13 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, pool: pgtest.NewPool(t), clock: clock.NewFake(t0), reg: prometheus.NewRegistry()}
-	e.proj = ledger.NewProjector(ledger.Deps{DB: e.pool, Clock: e.clock, Registerer: e.reg}, "")
+	e.proj = ledger.NewProjector(ledger.Deps{DB: e.pool, Clock: e.clock, Registerer: e.reg, Modules: modules}, "")
 	return e
 }
 
 func succeeded(t *testing.T, paymentID, amount string, at time.Time) outbox.Event {
 	t.Helper()
-	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "payment", paymentID, payments.View{
+	ev, err := outbox.NewEvent("PaymentSucceeded", "payment", paymentID, payments.View{
 		PaymentID: paymentID, Status: payments.StatusSucceeded, AccountID: "acc_1", Amount: amount, Currency: "EUR",
 		MerchantReference: "inv-" + paymentID, PaymentMethod: "pm_card_visa", Channel: "web",
 		CreatedAt: at, UpdatedAt: at, ProviderReference: "ch_" + paymentID,
@@ -134,7 +138,7 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 	e.apply(ev, ledger.OutcomeDuplicateEvent)
 	e.apply(succeeded(t, "pay_a", "10.50", t0.Add(time.Second)), ledger.OutcomeDuplicateEntry)
 
-	created, err := outbox.NewEvent(outbox.TypePaymentCreated, "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
+	created, err := outbox.NewEvent("PaymentCreated", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +204,7 @@ func TestRedeliveryAfterInboxRetentionBooksNothing(t *testing.T) {
 func TestApplyBooksTenantWhenTheEventCarriesIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ev, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "payment", "pay_a", map[string]string{
+	ev, err := outbox.NewEvent("PaymentSucceeded", "payment", "pay_a", map[string]string{
 		"paymentId": "pay_a", "tenantId": "tenant_a", "status": "SUCCEEDED", "accountId": "acc_1", "amount": "500", "currency": "jpy",
 	}, t0)
 	if err != nil {
@@ -345,7 +349,7 @@ func (b *broker) storedSucceeded() uint64 {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	info, err := s.Info(b.t.Context(), jetstream.WithSubjectFilter(natspub.Subject(b.stream.SubjectPrefix, outbox.TypePaymentSucceeded)))
+	info, err := s.Info(b.t.Context(), jetstream.WithSubjectFilter(natspub.Subject(b.stream.SubjectPrefix, "PaymentSucceeded")))
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -502,7 +506,7 @@ func TestKillRelayBetweenPublishAndMark(t *testing.T) {
 
 	var crashed atomic.Bool
 	dying := e.relay(pub, outbox.RelayHooks{AfterPublish: func(_ context.Context, ev outbox.Event) error {
-		if ev.Type == outbox.TypePaymentSucceeded {
+		if ev.Type == "PaymentSucceeded" {
 			crashed.Store(true)
 			return errors.New("killed between publish and mark")
 		}
@@ -558,7 +562,7 @@ func TestConsumerAcknowledgesOnlyAfterCommit(t *testing.T) {
 	db := &flakyDB{Pool: e.pool}
 	db.failures.Store(1)
 	e.reg = prometheus.NewRegistry()
-	e.proj = ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock, Registerer: e.reg}, "")
+	e.proj = ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock, Registerer: e.reg, Modules: modules}, "")
 	b := newBroker(t, natspub.StreamConfig{})
 	ev := succeeded(t, "pay_a", "3.00", t0)
 	if err := natspub.NewPublisher(b.js, b.stream, nil).Publish(t.Context(), ev); err != nil {
@@ -576,7 +580,7 @@ func TestMalformedMessageIsTerminated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	b := newBroker(t, natspub.StreamConfig{})
-	if _, err := b.js.Publish(t.Context(), natspub.Subject(b.stream.SubjectPrefix, outbox.TypePaymentSucceeded), []byte(`{"oops":true}`)); err != nil {
+	if _, err := b.js.Publish(t.Context(), natspub.Subject(b.stream.SubjectPrefix, "PaymentSucceeded"), []byte(`{"oops":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	good := succeeded(t, "pay_a", "1.00", t0)
@@ -584,7 +588,7 @@ func TestMalformedMessageIsTerminated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.js.Publish(t.Context(), natspub.Subject(b.stream.SubjectPrefix, outbox.TypePaymentSucceeded), data); err != nil {
+	if _, err := b.js.Publish(t.Context(), natspub.Subject(b.stream.SubjectPrefix, "PaymentSucceeded"), data); err != nil {
 		t.Fatal(err)
 	}
 	b.consume(e.proj)
@@ -638,7 +642,7 @@ func TestConsumerPrefetchesLittleAndStopsAfterItsHandler(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	db := newGatedDB(e.pool)
-	proj := ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock}, "")
+	proj := ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock, Modules: modules}, "")
 	b := newBroker(t, natspub.StreamConfig{})
 	pub := natspub.NewPublisher(b.js, b.stream, nil)
 	const published = 60
@@ -691,7 +695,7 @@ func TestSlowHandlingIsNotRedelivered(t *testing.T) {
 	e := newEnv(t)
 	db := newGatedDB(e.pool)
 	reg := prometheus.NewRegistry()
-	proj := ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock, Registerer: reg}, "")
+	proj := ledger.NewProjector(ledger.Deps{DB: db, Clock: e.clock, Registerer: reg, Modules: modules}, "")
 	e.reg = reg
 	b := newBroker(t, natspub.StreamConfig{})
 	if err := natspub.NewPublisher(b.js, b.stream, nil).Publish(t.Context(), succeeded(t, "pay_a", "1.00", t0)); err != nil {
@@ -718,7 +722,7 @@ func TestSlowHandlingIsNotRedelivered(t *testing.T) {
 
 func refundSucceeded(t *testing.T, refundID, paymentID, amount string, at time.Time) outbox.Event {
 	t.Helper()
-	ev, err := outbox.NewEvent(outbox.TypeRefundSucceeded, "refund", refundID, map[string]string{
+	ev, err := outbox.NewEvent("RefundSucceeded", "refund", refundID, map[string]string{
 		"refundId": refundID, "paymentId": paymentID, "status": "SUCCEEDED", "amount": amount, "currency": "EUR",
 		"accountId": "acc_1", "tenantId": "tenant_a", "providerReference": "re_" + refundID,
 	}, at)

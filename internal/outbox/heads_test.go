@@ -94,7 +94,7 @@ func TestEventWrittenBeforeItsPredecessorIsMarkedIsPublished(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.add("pay_a:PaymentCreated")
-	succeeded, err := outbox.NewEvent(outbox.TypePaymentSucceeded, "payment", "pay_a", map[string]string{}, e.clock.Now())
+	succeeded, err := outbox.NewEvent("PaymentSucceeded", "payment", "pay_a", map[string]string{}, e.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

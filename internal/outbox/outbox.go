@@ -13,16 +13,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 )
 
-// Event types written by the service's operations.
-const (
-	TypePaymentCreated   = "PaymentCreated"
-	TypePaymentSucceeded = "PaymentSucceeded"
-	TypePaymentDeclined  = "PaymentDeclined"
-	TypeRefundCreated    = "RefundCreated"
-	TypeRefundSucceeded  = "RefundSucceeded"
-	TypeRefundDeclined   = "RefundDeclined"
-)
-
 // Event is one message to publish. ID is the message id downstream.
 type Event struct {
 	ID            string          `json:"eventId"`

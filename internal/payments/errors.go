@@ -1,6 +1,10 @@
 package payments
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
+)
 
 // Errors of the payments domain. None is stored for replay; the HTTP
 // adapter renders each.
@@ -9,7 +13,7 @@ var (
 	ErrNotFound = errors.New("payment not found")
 	// ErrProviderUnavailable: the provider refused before processing (503).
 	// No money moved; a retry with the same key resumes the same payment.
-	ErrProviderUnavailable = errors.New("the payment provider is unavailable; no money moved, retry with the same Idempotency-Key")
+	ErrProviderUnavailable = providerflow.ErrUnavailable
 	// ErrReferenceContended: the payment holding the merchant reference
 	// kept changing while the claim looked (declined and replaced, again and
 	// again). Nothing was written; a retry with the same key is safe (503).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 )
 
@@ -55,6 +56,9 @@ var outcomes = map[Status]string{
 func (p Payment) Resource() idempotency.Resource {
 	return idempotency.Resource{Type: ResourceType, ID: p.ID}
 }
+
+// NewID returns a new payment's id, such as "pay_5k3x...".
+func NewID() string { return ids.New("pay_") }
 
 // ProviderKey is the idempotency key sent to the provider for payment id. It
 // is derived from the payment, never from the client's key, so it is the same

@@ -11,7 +11,6 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
@@ -97,7 +96,7 @@ func NewService(d Deps, cfg Config) *Service {
 			Sent: StateProviderRequestSent, Succeeded: StateCompleted, Declined: StateDeclined,
 			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
 		},
-		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
+		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
 		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
@@ -120,10 +119,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	for range 3 {
 		now := s.clock.Now()
 		p := Payment{
-			ID: ids.NewPaymentID(), TenantID: tenant, Command: cmd,
+			ID: NewID(), TenantID: tenant, Command: cmd,
 			State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 		}
-		event, err := outbox.NewEvent(outbox.TypePaymentCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
+		event, err := outbox.NewEvent(EventCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
@@ -192,9 +191,9 @@ func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answe
 	var eventType string
 	switch to {
 	case StateCompleted:
-		p.ProviderReference, eventType = a.ID, outbox.TypePaymentSucceeded
+		p.ProviderReference, eventType = a.ID, EventSucceeded
 	case StateDeclined:
-		p.ProviderReference, p.DeclineCode, eventType = a.ID, a.DeclineCode, outbox.TypePaymentDeclined
+		p.ProviderReference, p.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
 	}
 	if eventType != "" {
 		event, err := outbox.NewEvent(eventType, ResourceType, p.ID, p.eventPayload(), now)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine/statemachinetest"
@@ -22,7 +21,7 @@ var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 // insertRaw stores a payment in state with plain SQL, bypassing this
 // package, as a careless script would.
 func insertRaw(ctx context.Context, tx pgx.Tx, state State) (string, error) {
-	id := ids.NewPaymentID()
+	id := NewID()
 	_, err := tx.Exec(ctx, `
 		INSERT INTO payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 		    payment_method, channel, state, created_at, updated_at)

@@ -1,8 +1,14 @@
 // Package problem renders errors as RFC 9457 problem details
 // (application/problem+json), each with a stable machine-readable code.
+//
+// It holds the codes every operation shares (the idempotency protocol,
+// validation, authentication, the provider and the database being
+// unavailable); an operation declares its own codes and titles in its
+// package (Titled) and names its resources in extension members (Set).
 package problem
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -17,103 +23,209 @@ const ContentType = "application/problem+json"
 // never changes meaning.
 type Code string
 
-// The codes the API answers with.
+// The codes every operation may answer with.
 const (
-	IdempotencyKeyMissing      Code = "IDEMPOTENCY_KEY_MISSING"
-	IdempotencyKeyInvalid      Code = "IDEMPOTENCY_KEY_INVALID"
-	IdempotencyKeyInUse        Code = "IDEMPOTENCY_KEY_IN_USE"
-	IdempotencyKeyReused       Code = "IDEMPOTENCY_KEY_REUSED"
-	IdempotencyKeyExpired      Code = "IDEMPOTENCY_KEY_EXPIRED"
-	DuplicateMerchantReference Code = "DUPLICATE_MERCHANT_REFERENCE"
-	PaymentDeclined            Code = "PAYMENT_DECLINED"
-	RefundDeclined             Code = "REFUND_DECLINED"
-	PaymentCanceled            Code = "PAYMENT_CANCELED"
-	PaymentNotRefundable       Code = "PAYMENT_NOT_REFUNDABLE"
-	RefundExceedsRefundable    Code = "REFUND_EXCEEDS_REFUNDABLE"
-	RateLimited                Code = "RATE_LIMITED"
-	ProviderUnavailable        Code = "PROVIDER_UNAVAILABLE"
-	ServiceUnavailable         Code = "SERVICE_UNAVAILABLE"
-	MalformedJSON              Code = "MALFORMED_JSON"
-	ValidationFailed           Code = "VALIDATION_FAILED"
-	PayloadTooLarge            Code = "PAYLOAD_TOO_LARGE"
-	UnsupportedMediaType       Code = "UNSUPPORTED_MEDIA_TYPE"
-	Unauthorized               Code = "UNAUTHORIZED"
-	NotFound                   Code = "NOT_FOUND"
-	MethodNotAllowed           Code = "METHOD_NOT_ALLOWED"
-	WebhookSignatureInvalid    Code = "WEBHOOK_SIGNATURE_INVALID"
-	Internal                   Code = "INTERNAL"
+	IdempotencyKeyMissing   Code = "IDEMPOTENCY_KEY_MISSING"
+	IdempotencyKeyInvalid   Code = "IDEMPOTENCY_KEY_INVALID"
+	IdempotencyKeyInUse     Code = "IDEMPOTENCY_KEY_IN_USE"
+	IdempotencyKeyReused    Code = "IDEMPOTENCY_KEY_REUSED"
+	IdempotencyKeyExpired   Code = "IDEMPOTENCY_KEY_EXPIRED"
+	RateLimited             Code = "RATE_LIMITED"
+	ProviderUnavailable     Code = "PROVIDER_UNAVAILABLE"
+	ServiceUnavailable      Code = "SERVICE_UNAVAILABLE"
+	MalformedJSON           Code = "MALFORMED_JSON"
+	ValidationFailed        Code = "VALIDATION_FAILED"
+	PayloadTooLarge         Code = "PAYLOAD_TOO_LARGE"
+	UnsupportedMediaType    Code = "UNSUPPORTED_MEDIA_TYPE"
+	Unauthorized            Code = "UNAUTHORIZED"
+	NotFound                Code = "NOT_FOUND"
+	MethodNotAllowed        Code = "METHOD_NOT_ALLOWED"
+	WebhookSignatureInvalid Code = "WEBHOOK_SIGNATURE_INVALID"
+	Internal                Code = "INTERNAL"
 )
 
-// titles is the one short, human title of each code.
-var titles = map[Code]string{
-	IdempotencyKeyMissing:      "Idempotency key missing",
-	IdempotencyKeyInvalid:      "Idempotency key invalid",
-	IdempotencyKeyInUse:        "Idempotency key in use",
-	IdempotencyKeyReused:       "Idempotency key reused for a different request",
-	IdempotencyKeyExpired:      "Idempotency key expired",
-	DuplicateMerchantReference: "Duplicate merchant reference",
-	PaymentDeclined:            "Payment declined",
-	RefundDeclined:             "Refund declined",
-	PaymentCanceled:            "Payment canceled",
-	PaymentNotRefundable:       "Payment not refundable",
-	RefundExceedsRefundable:    "Refund exceeds the refundable amount",
-	RateLimited:                "Rate limited",
-	ProviderUnavailable:        "Payment provider unavailable",
-	ServiceUnavailable:         "Service unavailable",
-	MalformedJSON:              "Malformed JSON",
-	ValidationFailed:           "Validation failed",
-	PayloadTooLarge:            "Payload too large",
-	UnsupportedMediaType:       "Unsupported media type",
-	Unauthorized:               "Unauthorized",
-	NotFound:                   "Not found",
-	MethodNotAllowed:           "Method not allowed",
-	WebhookSignatureInvalid:    "Webhook signature invalid",
-	Internal:                   "Internal server error",
+// title is the one short, human title of each shared code.
+func title(code Code) string {
+	switch code {
+	case IdempotencyKeyMissing:
+		return "Idempotency key missing"
+	case IdempotencyKeyInvalid:
+		return "Idempotency key invalid"
+	case IdempotencyKeyInUse:
+		return "Idempotency key in use"
+	case IdempotencyKeyReused:
+		return "Idempotency key reused for a different request"
+	case IdempotencyKeyExpired:
+		return "Idempotency key expired"
+	case RateLimited:
+		return "Rate limited"
+	case ProviderUnavailable:
+		return "Payment provider unavailable"
+	case ServiceUnavailable:
+		return "Service unavailable"
+	case MalformedJSON:
+		return "Malformed JSON"
+	case ValidationFailed:
+		return "Validation failed"
+	case PayloadTooLarge:
+		return "Payload too large"
+	case UnsupportedMediaType:
+		return "Unsupported media type"
+	case Unauthorized:
+		return "Unauthorized"
+	case NotFound:
+		return "Not found"
+	case MethodNotAllowed:
+		return "Method not allowed"
+	case WebhookSignatureInvalid:
+		return "Webhook signature invalid"
+	default:
+		return "Internal server error"
+	}
 }
 
 // FieldError names one invalid request field.
 type FieldError = validate.FieldError
 
-// Problem is an RFC 9457 problem document with this API's extensions.
+// Problem is an RFC 9457 problem document with this API's extensions: a
+// stable code, the resource it is about, and the invalid fields.
 type Problem struct {
-	Type      string `json:"type"`
-	Title     string `json:"title"`
-	Status    int    `json:"status"`
-	Detail    string `json:"detail"`
-	Code      Code   `json:"code"`
-	PaymentID string `json:"paymentId,omitempty"`
-	RefundID  string `json:"refundId,omitempty"`
-	// RefundableAmount is what is left to refund, a decimal string.
-	RefundableAmount string       `json:"refundableAmount,omitempty"`
-	DeclineCode      string       `json:"declineCode,omitempty"`
-	Errors           []FieldError `json:"errors,omitempty"`
+	Type   string
+	Title  string
+	Status int
+	Detail string
+	Code   Code
+	Errors []FieldError
+	// RetryAfter: the problem is answered with the service's one advice to
+	// come back later (a Retry-After header).
+	RetryAfter bool
+
+	members []member // extension members, in the order they were set
 }
 
-// New returns the problem for code with HTTP status and a detail message.
+type member struct {
+	name  string
+	value string
+}
+
+// New returns the problem for a shared code with HTTP status and a detail
+// message.
 func New(status int, code Code, detail string) *Problem {
+	return Titled(status, code, title(code), detail)
+}
+
+// Titled returns the problem for an operation's own code, with its title.
+func Titled(status int, code Code, title, detail string) *Problem {
 	return &Problem{
 		Type:   "https://paymentsapi.dev/problems/" + strings.ReplaceAll(strings.ToLower(string(code)), "_", "-"),
-		Title:  titles[code],
+		Title:  title,
 		Status: status,
 		Detail: detail,
 		Code:   code,
 	}
 }
 
-// SetResource names the resource a problem is about, in the field its
-// type has: paymentId for a payment, refundId for a refund.
-func (p *Problem) SetResource(resourceType, id string) {
-	switch resourceType {
-	case "refund":
-		p.RefundID = id
-	default:
-		p.PaymentID = id
+// Set sets the extension member name (paymentId, declineCode, ...) to a
+// string value; an empty value sets nothing. Members are written in the
+// order they were first set, after the standard ones.
+func (p *Problem) Set(name, value string) *Problem {
+	if value == "" {
+		return p
 	}
+	for i := range p.members {
+		if p.members[i].name == name {
+			p.members[i].value = value
+			return p
+		}
+	}
+	p.members = append(p.members, member{name, value})
+	return p
+}
+
+// WithRetryAfter marks p to be answered with the service's Retry-After.
+func (p *Problem) WithRetryAfter() *Problem {
+	p.RetryAfter = true
+	return p
+}
+
+// Get returns the extension member name, or "".
+func (p *Problem) Get(name string) string {
+	for _, m := range p.members {
+		if m.name == name {
+			return m.value
+		}
+	}
+	return ""
+}
+
+// MarshalJSON writes the document: type, title, status, detail, code, the
+// extension members as set, and errors.
+func (p *Problem) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	field := func(name string, v any) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(name)
+		val, _ := json.Marshal(v) // strings, ints and field errors only
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(val)
+	}
+	field("type", p.Type)
+	field("title", p.Title)
+	field("status", p.Status)
+	field("detail", p.Detail)
+	field("code", p.Code)
+	for _, m := range p.members {
+		field(m.name, m.value)
+	}
+	if len(p.Errors) > 0 {
+		field("errors", p.Errors)
+	}
+	return append(append([]byte{'{'}, b.Bytes()...), '}'), nil
+}
+
+// UnmarshalJSON reads a document written by MarshalJSON: every member that
+// is not a standard one and holds a string is an extension member.
+func (p *Problem) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	var q Problem
+	for name, v := range raw {
+		var err error
+		switch name {
+		case "type":
+			err = json.Unmarshal(v, &q.Type)
+		case "title":
+			err = json.Unmarshal(v, &q.Title)
+		case "status":
+			err = json.Unmarshal(v, &q.Status)
+		case "detail":
+			err = json.Unmarshal(v, &q.Detail)
+		case "code":
+			err = json.Unmarshal(v, &q.Code)
+		case "errors":
+			err = json.Unmarshal(v, &q.Errors)
+		default:
+			var s string
+			if json.Unmarshal(v, &s) == nil {
+				q.Set(name, s)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	*p = q
+	return nil
 }
 
 // JSON renders the problem document.
 func (p *Problem) JSON() []byte {
-	b, _ := json.Marshal(p) // only strings, ints and slices of them
+	b, _ := p.MarshalJSON()
 	return b
 }
 

@@ -27,9 +27,11 @@
 //
 // The resource's provider history lives on its own row (Columns): when a
 // request for it first left (the provider's key window runs from there;
-// forgotten on a refusal, which proves that request never counted) and
-// when the latest one left (never forgotten: a refusal may hide a
-// processed request). The flow writes them with the moves it makes.
+// forgotten only once a certain "not found" proves that no refused request
+// counted) and when the latest one left (never forgotten). A refusal may
+// hide a processed request, so a refused resource whose first request is
+// older than the key window is looked up before it is sent again. The flow
+// writes both times with the moves it makes.
 //
 // Every write goes through the caller's idempotency.Owner, fenced.
 package providerflow
@@ -48,6 +50,11 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
+
+// ErrUnavailable is every flow's answer to a refusal that proves no money
+// moved: a 503 PROVIDER_UNAVAILABLE to the client, whose retry with the
+// same key resumes the same resource (nothing is stored).
+var ErrUnavailable = errors.New("the payment provider is unavailable; no money moved, retry with the same Idempotency-Key")
 
 // State is what a resource's states must tell the flow.
 type State interface {
@@ -105,9 +112,6 @@ type Flow[S State] struct {
 	// KeyWindow is how long the provider remembers its keys: past it, a
 	// resource is only looked up, never sent again.
 	KeyWindow time.Duration
-	// ErrUnavailable is the operation's answer to a refusal that proves no
-	// money moved (a 503 to the client).
-	ErrUnavailable error
 	// RefusalGrace is how long after a refusal the reconciler looks the
 	// resource up anyway (never sends it): a refusal proves nothing moved
 	// only as far as the provider and the HTTP stack can be trusted, and a
@@ -184,6 +188,12 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 			// so a key without an answer never points at a final resource.
 			return nil, fmt.Errorf("%s %s is %s but its key has no stored answer", f.Machine.Name(), s.ID, s.State)
 		}
+		if s.State == f.States.Retryable && !f.insideKeyWindow(s) {
+			// A refused request may have been processed, and the provider
+			// may have forgotten its key since: sent again, it could be
+			// processed twice. Ask first.
+			return f.lookBeforeSending(ctx, own, s)
+		}
 		if err := f.move(ctx, own, &s, f.States.Sent, "sending to provider"); err != nil {
 			return nil, err
 		}
@@ -191,6 +201,30 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 		// this owner the only caller: a refusal means no money moved.
 		return f.sendAndSettle(ctx, own, s, true)
 	}
+}
+
+// lookBeforeSending sends a refused resource again whose first request
+// left longer ago than the provider remembers keys, once the provider is
+// certain it holds nothing for it; what it holds is settled.
+func (f *Flow[S]) lookBeforeSending(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	a, err := f.call(ctx, f.LookupOp, s.Lookup)
+	switch {
+	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+		return f.settleFrom(ctx, own, s, f.States.Sent, a)
+	case errors.Is(err, provider.ErrNotFound):
+		if certain, _ := f.notFoundCertain(s); certain {
+			s.FirstSentAt = nil // no request of the resource counted: the window starts anew
+			if err := f.move(ctx, own, &s, f.States.Sent, "provider holds nothing of the refused requests: sending again"); err != nil {
+				return nil, err
+			}
+			return f.sendAndSettle(ctx, own, s, true)
+		}
+	}
+	// Nothing sent: the client may retry.
+	if rerr := f.release(ctx, own, idempotency.LookSoon()); rerr != nil {
+		return nil, rerr
+	}
+	return nil, fmt.Errorf("%w (looking up the earlier request first: %v)", ErrUnavailable, undecided(a, err)) //nolint:errorlint
 }
 
 func (f *Flow[S]) sendAndSettle(ctx context.Context, own *idempotency.Owner, s Subject[S], soleCall bool) (idempotency.Result, error) {
@@ -283,11 +317,16 @@ func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Su
 	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
 	case errors.Is(err, provider.ErrNotFound):
-		look := f.idle(s)
-		if certain, at := f.notFoundCertain(s); !certain {
-			look = idempotency.LookAt(at)
+		certain, at := f.notFoundCertain(s)
+		if !certain {
+			return nil, f.release(ctx, own, idempotency.LookAt(at))
 		}
-		return nil, f.release(ctx, own, look)
+		// The refused requests were not processed: none of them counts, and
+		// the provider's key window starts with the next send.
+		b := &pgx.Batch{}
+		own.QueueRelease(b, f.idle(s))
+		f.Machine.QueueSet(b, s.ID, s.State, []statemachine.Column{{Name: f.columns().FirstSentAt, Value: nil}})
+		return nil, own.Commit(ctx, b)
 	default:
 		if err := f.release(ctx, own, idempotency.LookSoon()); err != nil {
 			return nil, err
@@ -398,7 +437,7 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 	case callErr == nil && a.Status == provider.StatusDeclined:
 		to, reason = f.States.Declined, "provider declined: "+a.DeclineCode
 	case errors.Is(callErr, provider.ErrUnavailable):
-		to, reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), f.ErrUnavailable
+		to, reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), ErrUnavailable
 	case callErr == nil:
 		to, reason = f.States.Unknown, "provider has not decided: "+string(a.Status)
 	default:
@@ -437,10 +476,10 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 				statemachine.Column{Name: cols.DeclineCode, Value: a.DeclineCode})
 		}
 	case to == f.States.Retryable:
-		// The refused request never counted: the key window starts with the
-		// next send. When it was sent stays: it may have been processed.
+		// The refused request may have been processed all the same: when
+		// the first request left stays (the provider's key window runs from
+		// it) until a certain "not found" proves none counted (checkRefusal).
 		own.QueueRelease(key, idempotency.LookAt(now.Add(f.refusalGrace())))
-		set = []statemachine.Column{{Name: cols.FirstSentAt, Value: nil}}
 	case to.NeedsRecovery():
 		own.QueueRelease(key, idempotency.LookSoon())
 	default:

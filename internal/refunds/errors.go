@@ -1,6 +1,10 @@
 package refunds
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
+)
 
 // Errors of the refunds domain; none is stored for replay.
 var (
@@ -12,7 +16,7 @@ var (
 	ErrNotRefundable = errors.New("only a payment that succeeded can be refunded")
 	// ErrProviderUnavailable: the provider refused before processing (503);
 	// no money moved, and a retry with the same key resumes the same refund.
-	ErrProviderUnavailable = errors.New("the payment provider is unavailable; no money moved, retry with the same Idempotency-Key")
+	ErrProviderUnavailable = providerflow.ErrUnavailable
 )
 
 // ExceedsRefundableError: the amount is more than the payment's amount less

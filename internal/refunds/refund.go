@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
@@ -100,6 +101,9 @@ var _ idempotency.Result = Refund{}
 // Outcome names the refund's status for metrics: succeeded, declined,
 // failed or processing.
 func (r Refund) Outcome() string { return strings.ToLower(r.State.Status()) }
+
+// NewID returns a new refund's id, such as "re_5k3x...".
+func NewID() string { return ids.New("re_") }
 
 // ProviderKey is the idempotency key sent to the provider for refund id:
 // derived from the refund, never from the client's key.

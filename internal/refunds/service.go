@@ -2,6 +2,7 @@ package refunds
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -10,9 +11,9 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 )
@@ -38,21 +39,22 @@ type Deps struct {
 // Service creates refunds idempotently and reads them back; as the engine's
 // Operation it takes a refund whose key it owns to an answer.
 type Service struct {
-	d    Deps
-	flow *providerflow.Flow[State]
+	d        Deps
+	payments payments.Port
+	flow     *providerflow.Flow[State]
 }
 
 var _ idempotency.Operation = (*Service)(nil)
 
-// NewService returns a Service.
-func NewService(d Deps, cfg Config) *Service {
-	return &Service{d: d, flow: &providerflow.Flow[State]{
+// NewService returns a Service acting on the payments through pay.
+func NewService(d Deps, pay payments.Port, cfg Config) *Service {
+	return &Service{d: d, payments: pay, flow: &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateSucceeded, Declined: StateDeclined,
 			Retryable: StateFailedRetryable, Unknown: StateUnknown,
 		},
-		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, ErrUnavailable: ErrProviderUnavailable,
+		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "refund", LookupOp: "refund_lookup",
 		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck,
 	}}
@@ -64,12 +66,12 @@ func (s *Service) Name() string { return OperationCreate }
 // Prepare reads the tenant's payment and validates req against it: the
 // amount is in the payment's currency.
 func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req CreateRequest) (Command, error) {
-	p, err := readPayment(ctx, s.d.DB, tenant, paymentID)
+	p, err := s.payment(ctx, tenant, paymentID)
 	if err != nil {
 		return Command{}, err
 	}
-	cmd, err := req.Validate(p.ID, p.Currency)
-	cmd.AccountID = p.AccountID
+	cmd, err := req.Validate(p.ID, p.Command.Currency)
+	cmd.AccountID = p.Command.AccountID
 	return cmd, err
 }
 
@@ -80,11 +82,11 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	now := s.d.Clock.Now()
 	r := Refund{
-		ID: ids.NewRefundID(), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
+		ID: NewID(), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
-	event, err := outbox.NewEvent(outbox.TypeRefundCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
+	event, err := outbox.NewEvent(EventCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -93,7 +95,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Fingerprint: cmd.Fingerprint(),
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *pgx.Batch) {
-			queueInsert(b, r)
+			queueInsert(b, s.payments, r)
 			machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt, idempotency.Claimed)
 			outbox.QueueIf(b, event, idempotency.Claimed)
 		},
@@ -109,7 +111,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	if err != nil {
 		return nil, err
 	}
-	p, err := readPayment(ctx, s.d.DB, own.Tenant, r.PaymentID)
+	p, err := s.payment(ctx, own.Tenant, r.PaymentID)
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +147,10 @@ func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer
 	var eventType string
 	switch to {
 	case StateSucceeded:
-		r.ProviderReference, eventType = a.ID, outbox.TypeRefundSucceeded
-		queueRefunded(b, r)
+		r.ProviderReference, eventType = a.ID, EventSucceeded
+		s.payments.QueueRefunded(b, r.PaymentID, r.AmountMinor)
 	case StateDeclined:
-		r.ProviderReference, r.DeclineCode, eventType = a.ID, a.DeclineCode, outbox.TypeRefundDeclined
+		r.ProviderReference, r.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
 	}
 	if eventType != "" {
 		event, err := outbox.NewEvent(eventType, ResourceType, r.ID, r.eventPayload(), now)
@@ -171,8 +173,17 @@ func (s *Service) Get(ctx context.Context, tenant, paymentID, id string) (Refund
 
 // List returns the refunds of the tenant's payment, oldest first.
 func (s *Service) List(ctx context.Context, tenant, paymentID string) ([]Refund, error) {
-	if _, err := readPayment(ctx, s.d.DB, tenant, paymentID); err != nil {
+	if _, err := s.payment(ctx, tenant, paymentID); err != nil {
 		return nil, err
 	}
 	return listRefunds(ctx, s.d.DB, tenant, paymentID)
+}
+
+// payment returns the tenant's payment id, or ErrPaymentNotFound.
+func (s *Service) payment(ctx context.Context, tenant, id string) (payments.Payment, error) {
+	p, err := s.payments.Get(ctx, tenant, id)
+	if errors.Is(err, payments.ErrNotFound) {
+		return payments.Payment{}, ErrPaymentNotFound
+	}
+	return p, err
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
-// This file holds every statement of this package: on refunds, and those it
-// makes on payments (the read, the lock that serialises a payment's refunds,
-// and the refunded sum).
+// This file holds every statement on refunds (and their reads of their
+// payments; what a refund writes of its payment, the payments package
+// queues through its Port).
 
 // Querier is what the store needs from a pool or a transaction.
 type Querier interface {
@@ -25,34 +25,8 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// payment is what a refund needs to know of its payment.
-type payment struct {
-	ID, AccountID, Currency, ProviderReference string
-	State                                      payments.State
-	AmountMinor                                int64
-}
-
-// readPayment returns the tenant's payment id.
-func readPayment(ctx context.Context, q Querier, tenant, id string) (payment, error) {
-	sql := `SELECT id, account_id, currency, COALESCE(provider_reference, ''), state, amount_minor
-		FROM payments WHERE id = $1 AND tenant_id = $2`
-	var p payment
-	err := q.QueryRow(ctx, sql, id, tenant).Scan(&p.ID, &p.AccountID, &p.Currency, &p.ProviderReference, &p.State, &p.AmountMinor)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return payment{}, ErrPaymentNotFound
-	}
-	if err != nil {
-		return payment{}, fmt.Errorf("read payment: %w", err)
-	}
-	return p, nil
-}
-
-// The refusals of queueInsert, mapped back by refusal.
-const (
-	refusePaymentNotFound refuse.Code = "PA110"
-	refuseNotRefundable   refuse.Code = "PA111"
-	refuseExceeds         refuse.Code = "PA112" // detail: what is left to refund, in minor units
-)
+// The refusal of queueInsert, mapped back by refusal.
+const refuseExceeds refuse.Code = "PA112" // detail: what is left to refund, in minor units
 
 // queueInsert adds to b the insert of r, in its initial state, if its
 // payment may be refunded by that much; otherwise the batch refuses (see
@@ -60,9 +34,9 @@ const (
 // one after the other and those succeeded and in flight never exceed the
 // payment:
 //
-//  1. the payment's row is locked (it must exist and have succeeded); a
-//     concurrent refund of the same payment waits here for the other's
-//     transaction to end;
+//  1. the payment's row is locked (it must exist and have succeeded),
+//     by the payments' own statement (payments.Port); a concurrent refund
+//     of the same payment waits here for the other's transaction to end;
 //  2. the refunds already holding part of the payment are summed and the
 //     refund is inserted only if it fits. Under READ COMMITTED each
 //     statement sees what was committed when it started, so this one,
@@ -71,13 +45,8 @@ const (
 //
 // Queued after a claim, neither statement locks, writes or refuses unless
 // the claim took its key (idempotency.Claimed).
-func queueInsert(b *pgx.Batch, r Refund) {
-	b.Queue(`
-		WITH p AS (SELECT state FROM payments WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
-		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM p)"), refusePaymentNotFound, "'payment not found'", "")+`,
-		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseNotRefundable,
-		"'payment not refundable'", ""),
-		r.PaymentID, r.TenantID, payments.StateCompleted)
+func queueInsert(b *pgx.Batch, pay payments.Port, r Refund) {
+	pay.QueueLockSucceeded(b, r.TenantID, r.PaymentID)
 	b.Queue(`
 		WITH left_minor AS (
 		    SELECT p.amount_minor - COALESCE((SELECT sum(amount_minor) FROM refunds
@@ -96,10 +65,10 @@ func queueInsert(b *pgx.Batch, r Refund) {
 // refusal translates queueInsert's refusals, for a refund in currency, into
 // the package's errors; any other error is returned as it is.
 func refusal(err error, currency string) error {
-	if _, ok := refuse.Is(err, refusePaymentNotFound); ok {
+	switch refused := payments.LockRefusal(err); {
+	case errors.Is(refused, payments.ErrNotFound):
 		return ErrPaymentNotFound
-	}
-	if _, ok := refuse.Is(err, refuseNotRefundable); ok {
+	case errors.Is(refused, payments.ErrNotSucceeded):
 		return ErrNotRefundable
 	}
 	if detail, ok := refuse.Is(err, refuseExceeds); ok {
@@ -110,12 +79,6 @@ func refusal(err error, currency string) error {
 		return &ExceedsRefundableError{RefundableMinor: left, Currency: currency}
 	}
 	return err
-}
-
-// queueRefunded adds to b the statement that counts a succeeded refund in
-// its payment's refunded amount (never above the payment: a CHECK).
-func queueRefunded(b *pgx.Batch, r Refund) {
-	b.Queue(`UPDATE payments SET refunded_minor = refunded_minor + $2 WHERE id = $1`, r.PaymentID, r.AmountMinor)
 }
 
 const refundColumns = `r.id, r.tenant_id, r.payment_id, p.account_id, r.amount_minor, r.currency, r.reason, r.state,

@@ -1,6 +1,7 @@
 // Package webhooks receives Stripe's webhooks (POST /webhooks/stripe) and
-// turns the ones about our payments and refunds into a prompt to resolve
-// them now, the way the reconciler would.
+// turns the ones about our resources into a prompt to resolve them now, the
+// way the reconciler would. Which events name which resource is each
+// registered operation's to say (operation.Module.ProviderEvents).
 //
 // What it trusts, and what it does not:
 //   - The Stripe-Signature header is verified with stripe-go's webhook
@@ -9,8 +10,8 @@
 //     signature, or a stale one, is answered 400 and nothing is written.
 //   - A verified event is still not taken as the truth about money: it only
 //     names a resource (from the object's metadata, which our Stripe
-//     adapter writes: payment_id or refund_id, else idempotency_key) and
-//     says "look now". The resource is resolved by
+//     adapter writes: the resource's id under the key its operation names,
+//     else its idempotency key) and says "look now". The resource is resolved by
 //     idempotency.Reconciler.ResolveNow: the same takeover with a new
 //     fencing token and the same Resume as the reconciler, by an owner that
 //     only asks the provider and never sends. So the event's own status,
@@ -19,12 +20,11 @@
 //   - Each event id is handled once: it is recorded in the inbox (consumer
 //     Consumer). A repeated delivery answers 200 and changes nothing.
 //
-// Events acted on: payment_intent.succeeded, payment_intent.payment_failed
-// and payment_intent.canceled (a PaymentIntent); refund.created,
-// refund.updated and charge.refund.updated (a Refund). charge.refunded is
-// not: its object is the Charge, which (API version 2023-10-16) does not
-// list its refunds, so it names none of ours; the refund events do. Every
-// other type is answered 200 and recorded as ignored.
+// Events acted on: those the registered operations declare (for payments,
+// payment_intent.succeeded, payment_intent.payment_failed and
+// payment_intent.canceled; for refunds, refund.created, refund.updated and
+// charge.refund.updated). Every other type is answered 200 and recorded as
+// ignored.
 package webhooks
 
 import (
@@ -35,7 +35,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,10 +45,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
-	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 )
 
 // Consumer is the inbox's consumer name of Stripe's events.
@@ -79,15 +78,18 @@ const (
 )
 
 // ResolutionUnknownResource is the Resolution of an event that names a
-// payment or refund this service does not have (any more).
+// resource this service does not have (any more).
 const ResolutionUnknownResource = "unknown_resource"
 
 // Deps are the handler's collaborators.
 type Deps struct {
 	DB         *pgxpool.Pool
 	Reconciler *idempotency.Reconciler
-	Clock      clock.Clock
-	Log        *slog.Logger
+	// Modules are the registered operations: their ProviderEvents say
+	// which events name which resource.
+	Modules []operation.Module
+	Clock   clock.Clock
+	Log     *slog.Logger
 }
 
 // Answer is the body of a 200: what became of the event.
@@ -103,6 +105,7 @@ type Answer struct {
 // Stripe returns the handler of POST /webhooks/stripe, verifying signatures
 // with secret (STRIPE_WEBHOOK_SECRET).
 func Stripe(d Deps, secret string) http.Handler {
+	kinds := kindsOf(d.Modules)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		payload, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 		if err != nil {
@@ -126,7 +129,7 @@ func Stripe(d Deps, secret string) http.Handler {
 				"The Stripe-Signature header is missing, invalid, or older than the tolerance.").Write(w)
 			return
 		}
-		answer, err := handle(r.Context(), d, event)
+		answer, err := handle(r.Context(), d, kinds, event)
 		if err != nil {
 			// Nothing recorded: Stripe delivers the event again later, and
 			// the resource is looked at again (the reconciler does too).
@@ -164,10 +167,10 @@ func construct(payload []byte, header, secret string, now time.Time) (stripe.Eve
 
 // handle acts on a verified event once. An error means nothing was
 // recorded, so that the event is delivered again.
-func handle(ctx context.Context, d Deps, e stripe.Event) (Answer, error) {
+func handle(ctx context.Context, d Deps, kinds map[stripe.EventType]kind, e stripe.Event) (Answer, error) {
 	answer := Answer{EventID: e.ID, Outcome: OutcomeIgnored}
 	log := d.Log.With("event_id", e.ID, "event_type", e.Type)
-	res, objectID, err := target(e)
+	res, objectID, err := target(kinds, e)
 	var reason string
 	switch {
 	case err != nil:
@@ -189,7 +192,7 @@ func handle(ctx context.Context, d Deps, e stripe.Event) (Answer, error) {
 		switch {
 		case errors.Is(err, idempotency.ErrNotFound):
 			resolution = ResolutionUnknownResource
-		case errors.Is(err, payments.ErrProviderUnavailable), errors.Is(err, refunds.ErrProviderUnavailable):
+		case errors.Is(err, providerflow.ErrUnavailable):
 			// The provider refused to say, or holds nothing for a resource
 			// it had refused: it stays as it was, for its client's retry
 			// and the reconciler. The prompt was acted on.
@@ -230,55 +233,49 @@ type object struct {
 	Metadata map[string]string `json:"metadata"`
 }
 
-// kinds are the event types acted on: the object each carries, and how it
-// names our resource.
-var kinds = map[stripe.EventType]struct {
-	object, resourceType, idKey string
-	providerKey                 func(string) string
-}{
-	stripe.EventTypePaymentIntentSucceeded:     {"payment_intent", payments.ResourceType, stripeprovider.MetadataPaymentID, payments.ProviderKey},
-	stripe.EventTypePaymentIntentPaymentFailed: {"payment_intent", payments.ResourceType, stripeprovider.MetadataPaymentID, payments.ProviderKey},
-	stripe.EventTypePaymentIntentCanceled:      {"payment_intent", payments.ResourceType, stripeprovider.MetadataPaymentID, payments.ProviderKey},
-	stripe.EventTypeRefundCreated:              {"refund", refunds.ResourceType, stripeprovider.MetadataRefundID, refunds.ProviderKey},
-	stripe.EventTypeRefundUpdated:              {"refund", refunds.ResourceType, stripeprovider.MetadataRefundID, refunds.ProviderKey},
-	stripe.EventTypeChargeRefundUpdated:        {"refund", refunds.ResourceType, stripeprovider.MetadataRefundID, refunds.ProviderKey},
+// kind is how an event type acted on names our resource.
+type kind struct {
+	event    operation.ProviderEvent
+	resource operation.Resource
+}
+
+// kindsOf are the event types acted on, from the registered operations.
+func kindsOf(mods []operation.Module) map[stripe.EventType]kind {
+	kinds := map[stripe.EventType]kind{}
+	for _, m := range mods {
+		for _, e := range m.ProviderEvents {
+			kinds[stripe.EventType(e.Type)] = kind{event: e, resource: m.Resource}
+		}
+	}
+	return kinds
 }
 
 // target returns the resource of ours that e names (nil: none, or a type we
 // do not act on) and the id of e's object. An error says the object of a
 // type we act on cannot be read.
-func target(e stripe.Event) (*idempotency.Resource, string, error) {
+func target(kinds map[stripe.EventType]kind, e stripe.Event) (*idempotency.Resource, string, error) {
 	var obj object
 	readErr := errors.New("the event has no data.object")
 	if e.Data != nil {
 		readErr = json.Unmarshal(e.Data.Raw, &obj)
 	}
-	kind, ok := kinds[e.Type]
+	k, ok := kinds[e.Type]
 	switch {
 	case !ok:
 		return nil, obj.ID, nil
 	case readErr != nil:
 		return nil, obj.ID, fmt.Errorf("data.object: %w", readErr)
-	case obj.Object != kind.object || obj.ID == "":
-		return nil, obj.ID, fmt.Errorf("data.object is a %q with id %q, want a %s", obj.Object, obj.ID, kind.object)
+	case obj.Object != k.event.Object || obj.ID == "":
+		return nil, obj.ID, fmt.Errorf("data.object is a %q with id %q, want a %s", obj.Object, obj.ID, k.event.Object)
 	}
-	id := obj.Metadata[kind.idKey]
+	id := obj.Metadata[k.event.MetadataID]
 	if id == "" {
-		id = idFromKey(obj.Metadata[stripeprovider.MetadataIdempotencyKey], kind.providerKey)
+		id = k.resource.IDFromProviderKey(obj.Metadata[stripeprovider.MetadataIdempotencyKey])
 	}
 	if id == "" {
 		return nil, obj.ID, nil // not created by this service
 	}
-	return &idempotency.Resource{Type: kind.resourceType, ID: id}, obj.ID, nil
-}
-
-// idFromKey is the id whose provider key (derive) is key, or "".
-func idFromKey(key string, derive func(string) string) string {
-	id, ok := strings.CutPrefix(key, derive(""))
-	if !ok || id == "" || derive(id) != key {
-		return ""
-	}
-	return id
+	return &idempotency.Resource{Type: k.resource.Type, ID: id}, obj.ID, nil
 }
 
 // InboxID is the inbox's event_id (a UUID) of Stripe event eventID: the

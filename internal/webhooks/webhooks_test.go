@@ -10,6 +10,9 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // InboxID is one name-based UUID (ids.NameBasedUUID) per Stripe event.
@@ -76,6 +79,7 @@ func event(t *testing.T, typ stripe.EventType, object string) stripe.Event {
 // An event names our resource by the metadata our Stripe adapter writes:
 // the id, else the provider key derived from it.
 func TestTargetReadsOurMetadata(t *testing.T) {
+	kinds := kindsOf([]operation.Module{payments.Module(payments.Hooks{}), refunds.Module()})
 	for _, c := range []struct {
 		name    string
 		typ     stripe.EventType
@@ -101,7 +105,7 @@ func TestTargetReadsOurMetadata(t *testing.T) {
 		{"wrong object", stripe.EventTypePaymentIntentSucceeded, `{"id":"ch_1","object":"charge","metadata":{"payment_id":"pay_1"}}`, nil, true},
 		{"object without an id", stripe.EventTypeRefundCreated, `{"object":"refund","metadata":{"refund_id":"re_1"}}`, nil, true},
 	} {
-		got, _, err := target(event(t, c.typ, c.object))
+		got, _, err := target(kinds, event(t, c.typ, c.object))
 		if (err != nil) != c.wantErr || (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
 			t.Errorf("%s: %+v, %v; want %+v (error %v)", c.name, got, err, c.want, c.wantErr)
 		}

@@ -53,9 +53,9 @@ func TestPublishThroughBrokerDropsDuplicateIDs(t *testing.T) {
 
 	now := time.Now().UTC()
 	events := []outbox.Event{
-		testEvent(t, outbox.TypePaymentCreated, "pay_1", now),
-		testEvent(t, outbox.TypePaymentSucceeded, "pay_1", now.Add(time.Millisecond)),
-		testEvent(t, outbox.TypePaymentCreated, "pay_2", now.Add(2*time.Millisecond)),
+		testEvent(t, "PaymentCreated", "pay_1", now),
+		testEvent(t, "PaymentSucceeded", "pay_1", now.Add(time.Millisecond)),
+		testEvent(t, "PaymentCreated", "pay_2", now.Add(2*time.Millisecond)),
 	}
 	for round := range 2 { // the second round repeats every id, as a relay that crashed before marking would
 		for _, e := range events {
@@ -111,7 +111,7 @@ func TestRepeatAfterWindowIsStored(t *testing.T) {
 	ctx := t.Context()
 	_, js := natstest.Connect(t, natstest.Start(t))
 	pub := natspub.NewPublisher(js, natspub.StreamConfig{DuplicateWindow: 100 * time.Millisecond}, nil)
-	e := testEvent(t, outbox.TypePaymentSucceeded, "pay_1", time.Now().UTC())
+	e := testEvent(t, "PaymentSucceeded", "pay_1", time.Now().UTC())
 	if err := pub.Publish(ctx, e); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestPublishFailsWithoutServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	err = natspub.NewPublisher(js, natspub.StreamConfig{}, nil).Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now()))
+	err = natspub.NewPublisher(js, natspub.StreamConfig{}, nil).Publish(ctx, testEvent(t, "PaymentCreated", "pay_1", time.Now()))
 	if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 		t.Fatalf("Publish without a server = %v, want ErrBrokerUnavailable", err)
 	}
@@ -160,7 +160,7 @@ func TestPublishFailsWithoutServer(t *testing.T) {
 		t.Errorf("Publish took %s to fail: it waited for its context", d)
 	}
 	start = time.Now()
-	events := []outbox.Event{testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now()), testEvent(t, outbox.TypePaymentCreated, "pay_2", time.Now())}
+	events := []outbox.Event{testEvent(t, "PaymentCreated", "pay_1", time.Now()), testEvent(t, "PaymentCreated", "pay_2", time.Now())}
 	for i, err := range natspub.NewPublisher(js, natspub.StreamConfig{}, nil).PublishBatch(ctx, events) {
 		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 			t.Errorf("PublishBatch without a server, event %d: %v, want ErrBrokerUnavailable", i, err)
@@ -179,17 +179,17 @@ func TestStreamGoneIsBrokerUnavailable(t *testing.T) {
 	ctx := t.Context()
 	_, js := natstest.Connect(t, natstest.Start(t))
 	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
-	if err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now())); err != nil {
+	if err := pub.Publish(ctx, testEvent(t, "PaymentCreated", "pay_1", time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	if err := js.DeleteStream(ctx, natspub.DefaultStream); err != nil {
 		t.Fatal(err)
 	}
-	err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_2", time.Now()))
+	err := pub.Publish(ctx, testEvent(t, "PaymentCreated", "pay_2", time.Now()))
 	if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 		t.Fatalf("Publish to a deleted stream = %v, want ErrBrokerUnavailable", err)
 	}
-	if err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_2", time.Now())); err != nil {
+	if err := pub.Publish(ctx, testEvent(t, "PaymentCreated", "pay_2", time.Now())); err != nil {
 		t.Fatalf("Publish after the stream was deleted: %v (want it created again)", err)
 	}
 }
@@ -201,7 +201,7 @@ func TestOversizedEventIsTheEventsFault(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.Start(t))
 	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
-	e := testEvent(t, outbox.TypePaymentCreated, "pay_1", time.Now())
+	e := testEvent(t, "PaymentCreated", "pay_1", time.Now())
 	e.Payload = json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
 	err := pub.Publish(t.Context(), e)
 	if err == nil || errors.Is(err, outbox.ErrBrokerUnavailable) {
@@ -319,13 +319,13 @@ func TestPublishBatchThroughBroker(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.Start(t))
 	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
 	now := time.Now().UTC()
-	huge := testEvent(t, outbox.TypePaymentCreated, "pay_2", now)
+	huge := testEvent(t, "PaymentCreated", "pay_2", now)
 	huge.Payload = json.RawMessage(`"` + strings.Repeat("x", 2<<20) + `"`)
 	events := []outbox.Event{
-		testEvent(t, outbox.TypePaymentCreated, "pay_1", now),
+		testEvent(t, "PaymentCreated", "pay_1", now),
 		huge,
-		testEvent(t, outbox.TypePaymentCreated, "pay_3", now),
-		testEvent(t, outbox.TypePaymentSucceeded, "pay_4", now),
+		testEvent(t, "PaymentCreated", "pay_3", now),
+		testEvent(t, "PaymentSucceeded", "pay_4", now),
 	}
 	for round := range 2 {
 		errs := pub.PublishBatch(ctx, events)
@@ -343,7 +343,7 @@ func TestPublishBatchThroughBroker(t *testing.T) {
 	// and is not sent: the relay's claim may be running out.
 	late, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
-	unsent := []outbox.Event{testEvent(t, outbox.TypePaymentCreated, "pay_5", now), testEvent(t, outbox.TypePaymentCreated, "pay_6", now)}
+	unsent := []outbox.Event{testEvent(t, "PaymentCreated", "pay_5", now), testEvent(t, "PaymentCreated", "pay_6", now)}
 	for i, err := range pub.PublishBatch(late, unsent) {
 		if !errors.Is(err, outbox.ErrBrokerUnavailable) {
 			t.Errorf("event %d of a batch out of time: %v, want ErrBrokerUnavailable", i, err)
@@ -351,7 +351,7 @@ func TestPublishBatchThroughBroker(t *testing.T) {
 	}
 	// A publish on the same connection after it: the server has seen
 	// whatever the late batch sent by the time this one is acknowledged.
-	if err := pub.Publish(ctx, testEvent(t, outbox.TypePaymentCreated, "pay_7", now)); err != nil {
+	if err := pub.Publish(ctx, testEvent(t, "PaymentCreated", "pay_7", now)); err != nil {
 		t.Fatal(err)
 	}
 	if _, info := defaultStream(t, js); info.State.Msgs != 4 {

@@ -15,13 +15,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/logging"
-	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
-	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // ReplayedHeader marks an answer replayed from the idempotency store.
@@ -39,34 +34,6 @@ func withTenant(ctx context.Context, tenant string) context.Context {
 func tenantOf(ctx context.Context) string {
 	t, _ := ctx.Value(tenantKey{}).(string)
 	return t
-}
-
-// handleCreatePayment is POST /payments.
-func handleCreatePayment(svc *payments.Service, errs errorWriter) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		key, prob := idempotencyKey(r)
-		if prob != nil {
-			prob.Write(w)
-			return
-		}
-		var req payments.CreateRequest
-		if prob := decodeJSON(w, r, &req); prob != nil {
-			prob.Write(w)
-			return
-		}
-		cmd, err := req.Validate()
-		if err != nil {
-			errs.write(w, r, err)
-			return
-		}
-		reply, err := svc.Create(r.Context(), tenantOf(r.Context()), key, cmd, preferWait(r.Header.Values("Prefer")))
-		if err != nil {
-			errs.write(w, r, err)
-			return
-		}
-		logging.Add(r.Context(), "payment_id", reply.Resource.ID)
-		writeReply(w, reply)
-	}
 }
 
 // idempotencyKey reads the Idempotency-Key header of a request.
@@ -223,56 +190,6 @@ func jsonType(kind string) string {
 		return "string"
 	default:
 		return kind
-	}
-}
-
-// handleGetPayment is GET /payments/{paymentId}.
-func handleGetPayment(svc *payments.Service, errs errorWriter) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "paymentId")
-		logging.Add(r.Context(), "payment_id", id)
-		p, err := svc.Get(r.Context(), tenantOf(r.Context()), id)
-		if err != nil {
-			errs.write(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, p.View())
-	}
-}
-
-// listResponse is the body of GET /payments.
-type listResponse struct {
-	Items      []payments.View `json:"items"`
-	NextCursor string          `json:"nextCursor,omitempty"`
-}
-
-// handleListPayments is GET /payments.
-func handleListPayments(svc *payments.Service, errs errorWriter) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		lq := payments.ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
-		if !validate.StorableText(lq.AccountID) {
-			invalidParameter(w, "accountId", "must be valid UTF-8 text without NUL")
-			return
-		}
-		if s := q.Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > 100 {
-				invalidParameter(w, "limit", "must be an integer from 1 to 100")
-				return
-			}
-			lq.Limit = n
-		}
-		page, err := svc.List(r.Context(), tenantOf(r.Context()), lq)
-		if err != nil {
-			errs.write(w, r, err)
-			return
-		}
-		resp := listResponse{Items: make([]payments.View, 0, len(page.Items)), NextCursor: page.NextCursor}
-		for _, p := range page.Items {
-			resp.Items = append(resp.Items, p.View())
-		}
-		writeJSON(w, http.StatusOK, resp)
 	}
 }
 

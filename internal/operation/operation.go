@@ -1,0 +1,230 @@
+// Package operation is the contract between an idempotent operation and the
+// rest of the service. An operation is a module: one package (payments,
+// refunds, ...) that exports one Module value declaring what the service
+// needs from it, and internal/app registers the modules in one list. The
+// engine, the reconciler, the HTTP adapter, the provider's webhooks, the
+// outbox's consumers and the ledger loop over that list: no shared package
+// names an operation.
+//
+// What a Module declares, and who reads it:
+//   - Name: the scope of its idempotency keys (create_payment). The engine
+//     and the reconciler run its keys through its Instance (Resume).
+//   - Resource: the type of what its keys create, the name of that
+//     resource's id in answers and problems, and the key the provider knows
+//     it by: the HTTP adapter names the resource of an expired key; the
+//     provider's webhooks find our resource behind the provider's object.
+//   - Events: the event types it writes to the outbox (their public names:
+//     the NATS subjects) and, for those the ledger books, how.
+//   - ProviderEvents: the provider's webhook events about its resources.
+//   - New: the operation built on the service's collaborators (Env): its
+//     routes, its rendering of results, its problems, its recovery.
+//
+// The state machine, the fingerprint of a command and the provider port an
+// operation calls are its own business: they are checked by its own tests
+// and, for the state machine, by the database (its rows in its migration).
+package operation
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// Module is one idempotent operation, as the rest of the service needs it.
+type Module struct {
+	// Name is the operation's name: the scope of its idempotency keys, one
+	// naming scheme for all (verb_noun: create_payment, create_refund).
+	Name string
+	// Resource is what a key of the operation creates.
+	Resource Resource
+	// Events are the event types the operation writes to the outbox.
+	Events []Event
+	// ProviderEvents are the provider's webhook events about the
+	// operation's resources.
+	ProviderEvents []ProviderEvent
+	// New builds the operation on the service's collaborators.
+	New func(Env) (Instance, error)
+}
+
+// Resource describes the resource an operation's keys create.
+type Resource struct {
+	// Type names it in idempotency keys and outbox events (payment).
+	Type string
+	// IDField is the name of its id in answers and problems (paymentId).
+	IDField string
+	// ProviderKey derives from its id the idempotency key the provider
+	// knows it by (nil: the operation calls no provider). It is also how a
+	// provider's object names our resource when its metadata does not.
+	ProviderKey func(id string) string
+}
+
+// IDFromProviderKey is the id of the resource whose provider key is key, or
+// "" when key is no key of this resource type.
+func (r Resource) IDFromProviderKey(key string) string {
+	if r.ProviderKey == nil {
+		return ""
+	}
+	prefix := r.ProviderKey("")
+	if len(key) <= len(prefix) || key[:len(prefix)] != prefix {
+		return ""
+	}
+	id := key[len(prefix):]
+	if r.ProviderKey(id) != key {
+		return ""
+	}
+	return id
+}
+
+// Event is one event type an operation writes.
+type Event struct {
+	// Type is the event's public name: the outbox's event_type, the NATS
+	// subject's last token, what consumers branch on (PaymentSucceeded).
+	Type string
+	// Ledger, if set, is how the ledger books an event of this type.
+	Ledger func(outbox.Event) (LedgerEntry, error)
+}
+
+// LedgerEntry is what the ledger books for one event: one entry per
+// (payment, entry type, line), whatever how often the event comes.
+type LedgerEntry struct {
+	// Type names the entry (PAYMENT_SUCCEEDED).
+	Type string
+	// PaymentID is the payment the money moved for.
+	PaymentID string
+	// Line tells apart the entries of one type of one payment (a refund's
+	// id); "" when a payment has at most one.
+	Line              string
+	TenantID          string // "" for events written before tenants were in payloads
+	AccountID         string
+	AmountMinor       int64
+	Currency          string
+	ProviderReference string // "" when none
+}
+
+// ProviderEvent is one type of the provider's webhook events that names a
+// resource of the operation.
+type ProviderEvent struct {
+	// Type is the provider's event type (payment_intent.succeeded).
+	Type string
+	// Object is the type of the event's object (payment_intent).
+	Object string
+	// MetadataID is the object's metadata key that holds our resource's id
+	// (payment_id); an object without it is matched by its idempotency key
+	// (Resource.ProviderKey).
+	MetadataID string
+}
+
+// Env is what every operation is built on.
+type Env struct {
+	DB      *pgxpool.Pool
+	Engine  *idempotency.Engine
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	// Provider is the payment provider, for the operations that call it.
+	Provider provider.Provider
+	Config   Config
+	// Built holds the operations built before this one, by name, so that an
+	// operation can act on another's resource through the port that one
+	// exports (a refund through its payment's).
+	Built map[string]Instance
+}
+
+// Config is the service's timing rules, as operations need them.
+type Config struct {
+	ReplayTTL         time.Duration // IDEMPOTENCY_TTL: the replay window
+	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
+	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
+	ProviderLookupLag time.Duration // the provider's and PROVIDER_LOOKUP_LAG, the longer
+	RefusalRecheck    time.Duration // REFUSAL_RECHECK
+}
+
+// Instance is an operation built on its collaborators.
+type Instance interface {
+	// Name, Resume and Render plug it into the engine and the reconciler.
+	idempotency.Operation
+	// Routes adds the operation's routes (its command, and the reads of its
+	// resource) to r, handled with api.
+	Routes(r chi.Router, api HTTP)
+	// Problem is the problem document of err when err is one of the
+	// operation's own errors, else nil.
+	Problem(err error) *problem.Problem
+}
+
+// HTTP is what the HTTP adapter (package httpapi) offers an operation's
+// handlers: the service's one way to read a command and to answer, so that
+// each handler only decodes, calls and writes.
+type HTTP interface {
+	// Tenant is the authenticated tenant of r.
+	Tenant(r *http.Request) string
+	// Command reads r's Idempotency-Key and its JSON body into dst. If
+	// either is missing or malformed it answers the problem and ok is false.
+	Command(w http.ResponseWriter, r *http.Request, dst any) (key string, ok bool)
+	// Wait is how long r may wait for an in-flight original (Prefer: wait).
+	Wait(r *http.Request) time.Duration
+	// Reply writes the engine's answer.
+	Reply(w http.ResponseWriter, r *http.Request, reply idempotency.Reply)
+	// Error answers err: the engine's errors, a validation failure, an
+	// unavailable database, any registered operation's own (Problem), or
+	// a 500.
+	Error(w http.ResponseWriter, r *http.Request, err error)
+	// JSON writes v with status.
+	JSON(w http.ResponseWriter, status int, v any)
+	// InvalidParameter answers 400 VALIDATION_FAILED for a query parameter.
+	InvalidParameter(w http.ResponseWriter, name, message string)
+}
+
+// Lookup returns the built operation called name as a T, the port its
+// package exports.
+func Lookup[T any](env Env, name string) (T, error) {
+	var zero T
+	in, ok := env.Built[name]
+	if !ok {
+		return zero, fmt.Errorf("operation %q is not built yet: register it before the operations that use it", name)
+	}
+	port, ok := in.(T)
+	if !ok {
+		return zero, fmt.Errorf("operation %q does not export a %T", name, zero)
+	}
+	return port, nil
+}
+
+// Build builds mods in order on env, each seeing the ones before it
+// (Env.Built). It refuses two modules of one name or of one resource type.
+func Build(mods []Module, env Env) ([]Instance, error) {
+	env.Built = make(map[string]Instance, len(mods))
+	types := map[string]bool{}
+	out := make([]Instance, 0, len(mods))
+	for _, m := range mods {
+		switch {
+		case m.Name == "" || m.New == nil:
+			return nil, errors.New("operation: a module needs a Name and New")
+		case env.Built[m.Name] != nil:
+			return nil, fmt.Errorf("operation: %q registered twice", m.Name)
+		case types[m.Resource.Type]:
+			return nil, fmt.Errorf("operation: resource type %q registered twice", m.Resource.Type)
+		}
+		in, err := m.New(env)
+		if err != nil {
+			return nil, fmt.Errorf("build %s: %w", m.Name, err)
+		}
+		if in.Name() != m.Name {
+			return nil, fmt.Errorf("operation: module %q builds an operation called %q", m.Name, in.Name())
+		}
+		env.Built[m.Name], types[m.Resource.Type] = in, true
+		out = append(out, in)
+	}
+	return out, nil
+}

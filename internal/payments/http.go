@@ -1,0 +1,137 @@
+package payments
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
+)
+
+// This file is the payments' HTTP surface: routes, the answers a payment's
+// key stores, and the problems of the payments' own errors.
+
+// The problem codes of payments.
+const (
+	CodeDeclined           problem.Code = "PAYMENT_DECLINED"
+	CodeCanceled           problem.Code = "PAYMENT_CANCELED"
+	CodeDuplicateReference problem.Code = "DUPLICATE_MERCHANT_REFERENCE"
+)
+
+// Routes adds POST /payments, GET /payments and GET /payments/{paymentId}.
+func (s *Service) Routes(r chi.Router, api operation.HTTP) {
+	r.Post("/payments", func(w http.ResponseWriter, r *http.Request) {
+		var req CreateRequest
+		key, ok := api.Command(w, r, &req)
+		if !ok {
+			return
+		}
+		cmd, err := req.Validate()
+		if err != nil {
+			api.Error(w, r, err)
+			return
+		}
+		reply, err := s.Create(r.Context(), api.Tenant(r), key, cmd, api.Wait(r))
+		if err != nil {
+			api.Error(w, r, err)
+			return
+		}
+		logging.Add(r.Context(), "payment_id", reply.Resource.ID)
+		api.Reply(w, r, reply)
+	})
+	r.Get("/payments", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		lq := ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
+		if !validate.StorableText(lq.AccountID) {
+			api.InvalidParameter(w, "accountId", "must be valid UTF-8 text without NUL")
+			return
+		}
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 100 {
+				api.InvalidParameter(w, "limit", "must be an integer from 1 to 100")
+				return
+			}
+			lq.Limit = n
+		}
+		page, err := s.List(r.Context(), api.Tenant(r), lq)
+		if err != nil {
+			api.Error(w, r, err)
+			return
+		}
+		resp := struct {
+			Items      []View `json:"items"`
+			NextCursor string `json:"nextCursor,omitempty"`
+		}{Items: make([]View, 0, len(page.Items)), NextCursor: page.NextCursor}
+		for _, p := range page.Items {
+			resp.Items = append(resp.Items, p.View())
+		}
+		api.JSON(w, http.StatusOK, resp)
+	})
+	r.Get("/payments/{paymentId}", func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "paymentId")
+		logging.Add(r.Context(), "payment_id", id)
+		p, err := s.Get(r.Context(), api.Tenant(r), id)
+		if err != nil {
+			api.Error(w, r, err)
+			return
+		}
+		api.JSON(w, http.StatusOK, p.View())
+	})
+}
+
+// Render answers a payment: 201 with the payment when it succeeded, 402
+// with a PAYMENT_DECLINED problem when declined, 409 PAYMENT_CANCELED when
+// canceled, else 202 with the payment and Retry-After (the outcome is not
+// known yet).
+func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
+	p, ok := res.(Payment)
+	if !ok {
+		return idempotency.Response{}, fmt.Errorf("payments: cannot render a %T", res)
+	}
+	switch p.State.Status() {
+	case StatusSucceeded:
+		return httpapi.ResourceResponse(http.StatusCreated, p.View(), Location(p.ID), 0), nil
+	case StatusDeclined:
+		prob := problem.Titled(http.StatusPaymentRequired, CodeDeclined, "Payment declined", "The payment provider declined the payment.")
+		return httpapi.ProblemResponse(prob.Set("paymentId", p.ID).Set("declineCode", p.DeclineCode)), nil
+	case StatusCanceled:
+		prob := problem.Titled(http.StatusConflict, CodeCanceled, "Payment canceled",
+			"This payment was canceled: no money moved and nobody retried it within the replay window. Pay with a new Idempotency-Key.")
+		return httpapi.ProblemResponse(prob.Set("paymentId", p.ID)), nil
+	default:
+		return httpapi.ResourceResponse(http.StatusAccepted, p.View(), Location(p.ID), s.engine.RetryAfter()), nil
+	}
+}
+
+// Location is the URL path of payment id.
+func Location(id string) string { return "/payments/" + id }
+
+// Problem is the problem of one of the payments' own errors, else nil.
+func (s *Service) Problem(err error) *problem.Problem {
+	var dup *DuplicateReferenceError
+	switch {
+	case errors.As(err, &dup):
+		return problem.Titled(http.StatusConflict, CodeDuplicateReference, "Duplicate merchant reference", err.Error()).
+			Set("paymentId", dup.PaymentID)
+	case errors.Is(err, ErrNotFound):
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such payment.")
+	case errors.Is(err, ErrInvalidCursor):
+		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more parameters are invalid.")
+		p.Errors = []problem.FieldError{{Field: "cursor", Message: "is not a cursor from this API"}}
+		return p
+	case errors.Is(err, ErrReferenceContended):
+		return problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable, err.Error()).WithRetryAfter()
+	}
+	return nil
+}
+
+var _ operation.Instance = (*Service)(nil)

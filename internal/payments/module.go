@@ -1,0 +1,89 @@
+package payments
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/paymentsapi/paymentsapi/internal/money"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+)
+
+// The event types a payment's life writes (their public names: the NATS
+// subjects' last token).
+const (
+	EventCreated   = "PaymentCreated"
+	EventSucceeded = "PaymentSucceeded"
+	EventDeclined  = "PaymentDeclined"
+)
+
+// EntrySucceeded is the ledger's entry of a payment that succeeded.
+const EntrySucceeded = "PAYMENT_SUCCEEDED"
+
+// Module is the create-payment operation as the service registers it
+// (internal/app), with failpoints for tests (the zero Hooks do nothing).
+func Module(hooks Hooks) operation.Module {
+	return operation.Module{
+		Name: OperationCreate,
+		Resource: operation.Resource{
+			Type: ResourceType, IDField: "paymentId", ProviderKey: ProviderKey,
+		},
+		Events: []operation.Event{
+			{Type: EventCreated},
+			{Type: EventSucceeded, Ledger: ledgerEntry},
+			{Type: EventDeclined},
+		},
+		ProviderEvents: []operation.ProviderEvent{
+			{Type: "payment_intent.succeeded", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
+			{Type: "payment_intent.payment_failed", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
+			{Type: "payment_intent.canceled", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
+		},
+		New: func(env operation.Env) (operation.Instance, error) {
+			if env.Provider == nil {
+				return nil, errors.New("payments: no provider")
+			}
+			c := env.Config
+			return NewService(Deps{
+				DB: env.DB, Engine: env.Engine, Provider: env.Provider, Clock: env.Clock, Log: env.Log, Metrics: env.Metrics,
+			}, Config{
+				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
+				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,
+				AbandonAfter: c.ReplayTTL, Hooks: hooks,
+			}), nil
+		},
+	}
+}
+
+// ledgerEntry reads the entry a PaymentSucceeded event books: its payload
+// is the payment's view, plus its tenant.
+func ledgerEntry(e outbox.Event) (operation.LedgerEntry, error) {
+	var p struct {
+		View
+		TenantID string `json:"tenantId"` // older events may lack it (booked NULL)
+	}
+	if err := json.Unmarshal(e.Payload, &p); err != nil {
+		return operation.LedgerEntry{}, fmt.Errorf("payload is not a payment: %w", err)
+	}
+	switch {
+	case p.PaymentID != e.AggregateID:
+		return operation.LedgerEntry{}, fmt.Errorf("payload id %q differs from the event's aggregateId %q", p.PaymentID, e.AggregateID)
+	case p.PaymentID == "":
+		return operation.LedgerEntry{}, errors.New("no paymentId")
+	case p.Status != StatusSucceeded:
+		return operation.LedgerEntry{}, fmt.Errorf("status %q in a %s event", p.Status, e.Type)
+	case p.AccountID == "":
+		return operation.LedgerEntry{}, errors.New("no accountId")
+	}
+	currency, err := money.NormalizeCurrency(p.Currency)
+	if err != nil {
+		return operation.LedgerEntry{}, err
+	}
+	minor, err := money.Parse(p.Amount, currency)
+	if err != nil {
+		return operation.LedgerEntry{}, err
+	}
+	return operation.LedgerEntry{Type: EntrySucceeded, PaymentID: p.PaymentID, TenantID: p.TenantID, AccountID: p.AccountID,
+		AmountMinor: minor, Currency: currency, ProviderReference: p.ProviderReference}, nil
+}
