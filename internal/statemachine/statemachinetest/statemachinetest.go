@@ -1,5 +1,8 @@
 // Package statemachinetest proves, against a real database, that a
-// resource's state machine is enforced by the database itself.
+// resource's state machine is enforced by the database itself. It also
+// holds the widget (widget.go), a toy module with a payment's shape of
+// states that the tests of statemachine and providerflow install in their
+// own databases.
 package statemachinetest
 
 import (

@@ -1,0 +1,332 @@
+package statemachine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
+	smt "github.com/paymentsapi/paymentsapi/internal/statemachine/statemachinetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var (
+	t0      = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	machine = smt.WidgetMachine
+)
+
+// The Go table answers what it declares: which moves it allows, which
+// states are final, the shortest way to each state, and every pair.
+func TestMachineTable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		from, to smt.WidgetState
+		can      bool
+	}{
+		{smt.WidgetReceived, smt.WidgetSent, true},
+		{smt.WidgetReceived, smt.WidgetCanceled, true},
+		{smt.WidgetUnknown, smt.WidgetSent, true},
+		{smt.WidgetReceived, smt.WidgetSucceeded, false},
+		{smt.WidgetUnknown, smt.WidgetRetryable, false},
+		{smt.WidgetUnknown, smt.WidgetCanceled, false},
+		{smt.WidgetSucceeded, smt.WidgetDeclined, false},
+		{smt.WidgetSent, smt.WidgetSent, false},
+		{"NOWHERE", smt.WidgetSent, false},
+	} {
+		if got := machine.Can(c.from, c.to); got != c.can {
+			t.Errorf("Can(%s, %s) = %v, want %v", c.from, c.to, got, c.can)
+		}
+	}
+
+	var final []smt.WidgetState
+	for _, s := range smt.WidgetStates() {
+		if machine.Final(s) {
+			final = append(final, s)
+		}
+	}
+	if want := []smt.WidgetState{smt.WidgetSucceeded, smt.WidgetDeclined, smt.WidgetCanceled}; !slices.Equal(final, want) {
+		t.Errorf("final states %v, want %v", final, want)
+	}
+
+	for s, want := range map[smt.WidgetState][]smt.WidgetState{
+		smt.WidgetReceived:  {},
+		smt.WidgetSent:      {smt.WidgetSent},
+		smt.WidgetSucceeded: {smt.WidgetSent, smt.WidgetSucceeded},
+		smt.WidgetUnknown:   {smt.WidgetSent, smt.WidgetUnknown},
+		smt.WidgetCanceled:  {smt.WidgetCanceled},
+		"NOWHERE":           nil,
+	} {
+		got := machine.PathTo(s)
+		if !slices.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Errorf("PathTo(%s) = %#v, want %#v", s, got, want)
+		}
+	}
+
+	pairs := machine.Pairs()
+	slices.Sort(pairs)
+	want := []string{
+		">RECEIVED",
+		"FAILED_RETRYABLE>CANCELED", "FAILED_RETRYABLE>PROVIDER_REQUEST_SENT",
+		"PROVIDER_REQUEST_SENT>DECLINED", "PROVIDER_REQUEST_SENT>FAILED_RETRYABLE",
+		"PROVIDER_REQUEST_SENT>SUCCEEDED", "PROVIDER_REQUEST_SENT>UNKNOWN_REQUIRES_RECOVERY",
+		"RECEIVED>CANCELED", "RECEIVED>PROVIDER_REQUEST_SENT",
+		"UNKNOWN_REQUIRES_RECOVERY>DECLINED", "UNKNOWN_REQUIRES_RECOVERY>PROVIDER_REQUEST_SENT",
+		"UNKNOWN_REQUIRES_RECOVERY>SUCCEEDED",
+	}
+	if !slices.Equal(pairs, want) {
+		t.Errorf("Pairs() = %v\nwant %v", pairs, want)
+	}
+}
+
+// The toy module installs its machine as the migrations install a real
+// one: the database's rows say what the Go table says, and the trigger
+// refuses every other move.
+func TestWidgetMachineIsEnforcedByTheDatabase(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	n := 0
+	smt.CheckEnforced(t, pool, machine, smt.WidgetStates(), func(ctx context.Context, tx pgx.Tx, s smt.WidgetState) (string, error) {
+		n++
+		id := fmt.Sprintf("w_%d", n)
+		return id, smt.InsertWidget(ctx, tx, id, s, t0)
+	})
+}
+
+// widgets is a fresh database with the widget module installed.
+func widgets(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	smt.CreateWidgets(t, pool)
+	return pool
+}
+
+// widgetAt creates widget id in RECEIVED at t0 and walks it to state with
+// plain SQL, its last move at `at`.
+func widgetAt(t *testing.T, pool *pgxpool.Pool, id string, state smt.WidgetState, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if err := smt.InsertWidget(ctx, tx, id, smt.WidgetReceived, t0); err != nil {
+			return err
+		}
+		for _, s := range machine.PathTo(state) {
+			if _, err := tx.Exec(ctx, `UPDATE widgets SET state = $2, updated_at = $3 WHERE id = $1`, id, string(s), at); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// row is what the database holds of a widget.
+type row struct {
+	State       smt.WidgetState
+	Note        string
+	UpdatedAt   time.Time
+	LastSentAt  *time.Time
+	Transitions []transition
+}
+
+type transition struct {
+	From   *string
+	To     string
+	Reason string
+	At     time.Time
+}
+
+func read(t *testing.T, pool *pgxpool.Pool, id string) row {
+	t.Helper()
+	ctx := context.Background()
+	var r row
+	if err := pool.QueryRow(ctx, `SELECT state, note, updated_at, last_sent_at FROM widgets WHERE id = $1`, id).
+		Scan(&r.State, &r.Note, &r.UpdatedAt, &r.LastSentAt); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT from_state, to_state, reason, occurred_at FROM widget_transitions WHERE widget_id = $1 ORDER BY id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Transitions, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (tr transition, err error) {
+		err = row.Scan(&tr.From, &tr.To, &tr.Reason, &tr.At)
+		return tr, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func send(pool *pgxpool.Pool, b *pgx.Batch) error {
+	return pool.SendBatch(context.Background(), b).Close()
+}
+
+// A guarded move takes the row from the state its writer saw to the next,
+// writes its columns and updated_at, and records the move with its reason
+// and time.
+func TestQueueMoveMovesAndRecords(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	widgetAt(t, pool, "w_1", smt.WidgetReceived, t0)
+	t1 := t0.Add(time.Minute)
+	b := &pgx.Batch{}
+	err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{
+		ID: "w_1", From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending to provider", At: t1,
+		Set: []statemachine.Column{{Name: "last_sent_at", Value: t1}, {Name: "note", Value: "moved"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := send(pool, b); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, pool, "w_1")
+	if got.State != smt.WidgetSent || !got.UpdatedAt.Equal(t1) || got.LastSentAt == nil || !got.LastSentAt.Equal(t1) || got.Note != "moved" {
+		t.Errorf("after the move: %+v; want %s, updated and last sent at %v, note written", got, smt.WidgetSent, t1)
+	}
+	if len(got.Transitions) != 1 {
+		t.Fatalf("transitions %+v, want one", got.Transitions)
+	}
+	tr := got.Transitions[0]
+	if tr.From == nil || *tr.From != string(smt.WidgetReceived) || tr.To != string(smt.WidgetSent) ||
+		tr.Reason != "sending to provider" || !tr.At.Equal(t1) {
+		t.Errorf("recorded %+v (from %v), want RECEIVED -> PROVIDER_REQUEST_SENT, its reason, at %v", tr, tr.From, t1)
+	}
+}
+
+// A move from a state the row is no longer in refuses in the database
+// (IsStaleWrite, not an illegal move) and undoes every statement of its
+// batch: the batch runs without BEGIN, as Owner.Commit sends it.
+func TestQueueMoveFromAStaleStateRefusesAndUndoesTheBatch(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	widgetAt(t, pool, "w_1", smt.WidgetSent, t0)
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE widgets SET note = 'written before the move' WHERE id = 'w_1'`)
+	// Legal, but the row is in PROVIDER_REQUEST_SENT, not UNKNOWN.
+	if err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetUnknown, To: smt.WidgetSucceeded, Reason: "late", At: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	err := send(pool, b)
+	if !statemachine.IsStaleWrite(err) || statemachine.IsIllegalMove(err) {
+		t.Fatalf("got %v, want a stale write", err)
+	}
+	got := read(t, pool, "w_1")
+	if got.State != smt.WidgetSent || got.Note != "" || len(got.Transitions) != 0 || !got.UpdatedAt.Equal(t0) {
+		t.Errorf("after the refusal: %+v; want the row untouched and nothing recorded", got)
+	}
+}
+
+// A move the machine does not allow is refused in Go before anything is
+// queued; sent anyway, it is refused by the database's trigger, with
+// nothing written or recorded.
+func TestIllegalMoveIsRefusedInGoAndByTheDatabase(t *testing.T) {
+	t.Parallel()
+	mv := statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetReceived, To: smt.WidgetSucceeded, Reason: "skipping the provider", At: t0.Add(time.Minute)}
+	b := &pgx.Batch{}
+	err := machine.QueueMove(b, mv)
+	var illegal *statemachine.IllegalMoveError
+	if !errors.As(err, &illegal) || b.Len() != 0 {
+		t.Fatalf("QueueMove: %v with %d statements queued, want an IllegalMoveError and none", err, b.Len())
+	}
+	if illegal.Machine != "widget" || illegal.From != string(smt.WidgetReceived) || illegal.To != string(smt.WidgetSucceeded) {
+		t.Errorf("IllegalMoveError %+v, want widget RECEIVED -> SUCCEEDED", illegal)
+	}
+
+	pool := widgets(t)
+	widgetAt(t, pool, "w_1", smt.WidgetReceived, t0)
+	b = &pgx.Batch{}
+	b.Queue(`UPDATE widgets SET note = 'written before the move' WHERE id = 'w_1'`)
+	statemachine.QueueMoveUnchecked(machine, b, mv)
+	err = send(pool, b)
+	if !statemachine.IsIllegalMove(err) || statemachine.IsStaleWrite(err) {
+		t.Fatalf("sent raw: %v, want the database's illegal move", err)
+	}
+	got := read(t, pool, "w_1")
+	if got.State != smt.WidgetReceived || got.Note != "" || len(got.Transitions) != 0 {
+		t.Errorf("after the refusal: %+v; want the row untouched and nothing recorded", got)
+	}
+}
+
+// QueueSet writes columns of a row that stays where it is: no move, no
+// record, updated_at (the time of the last move) unchanged. In another
+// state it refuses like a stale move and undoes its batch.
+func TestQueueSetWritesWithoutAMove(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	t1, t2 := t0.Add(time.Minute), t0.Add(2*time.Minute)
+	widgetAt(t, pool, "w_1", smt.WidgetSent, t1)
+	before := read(t, pool, "w_1")
+
+	b := &pgx.Batch{}
+	machine.QueueSet(b, "w_1", smt.WidgetSent, []statemachine.Column{{Name: "last_sent_at", Value: t2}, {Name: "note", Value: "sent again"}})
+	if err := send(pool, b); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, pool, "w_1")
+	if got.State != smt.WidgetSent || got.LastSentAt == nil || !got.LastSentAt.Equal(t2) || got.Note != "sent again" {
+		t.Errorf("after QueueSet: %+v; want the columns written in %s", got, smt.WidgetSent)
+	}
+	if !got.UpdatedAt.Equal(t1) || len(got.Transitions) != len(before.Transitions) {
+		t.Errorf("QueueSet moved the row: updated_at %v (want %v), %d transitions (want %d)",
+			got.UpdatedAt, t1, len(got.Transitions), len(before.Transitions))
+	}
+
+	b = &pgx.Batch{}
+	b.Queue(`UPDATE widgets SET note = 'written beside it' WHERE id = 'w_1'`)
+	machine.QueueSet(b, "w_1", smt.WidgetUnknown, []statemachine.Column{{Name: "last_sent_at", Value: t0.Add(time.Hour)}})
+	if err := send(pool, b); !statemachine.IsStaleWrite(err) {
+		t.Fatalf("QueueSet in the wrong state: %v, want a stale write", err)
+	}
+	if after := read(t, pool, "w_1"); after.Note != "sent again" || !after.LastSentAt.Equal(t2) {
+		t.Errorf("after the refused QueueSet: %+v; want its batch undone", after)
+	}
+}
+
+// QueueCreated records the creation (from nothing to the initial state,
+// with its reason and time) only when its condition holds as it runs.
+func TestQueueCreatedRecordsOnlyWhenItsConditionHolds(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		id, cond string
+		recorded bool
+	}{
+		{"w_yes", "true", true},
+		{"w_no", "false", false},
+		// Evaluated when the statement runs, on what the batch wrote
+		// before it.
+		{"w_seen", "EXISTS (SELECT FROM widgets WHERE id = 'w_seen')", true},
+	} {
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
+		machine.QueueCreated(b, c.id, "request accepted", t0, c.cond)
+		if err := send(pool, b); err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, pool, c.id).Transitions
+		switch {
+		case !c.recorded && len(got) != 0:
+			t.Errorf("%s: recorded %+v although %q does not hold", c.id, got, c.cond)
+		case c.recorded && (len(got) != 1 || got[0].From != nil || got[0].To != string(smt.WidgetReceived) ||
+			got[0].Reason != "request accepted" || !got[0].At.Equal(t0)):
+			t.Errorf("%s: recorded %+v, want one creation (nil -> RECEIVED, its reason, at %v)", c.id, got, t0)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM widget_transitions`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("%d transitions in all (%v), want 2", n, err)
+	}
+}
