@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
+.PHONY: run providersim test test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,6 +28,13 @@ test: tools ## run every test, with the race detector, on real PostgreSQL
 
 test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...
+
+# The deterministic simulation of the money's life (internal/moneysim): SEEDS
+# runs from a random first seed (SIM_START=n to choose it); a failing seed
+# prints the command that replays it. `make test` runs a few seeds.
+SEEDS ?= 200
+sim: ## run the money simulation for SEEDS seeds (default 200); replay one with SIM_SEED=n
+	$(GO) test -count=1 -timeout 120m -run 'TestSimulation$$' ./internal/moneysim -sim.seeds=$(SEEDS) $(if $(SIM_START),-sim.start=$(SIM_START))
 
 # Every fuzz target, as package:target. `go test -fuzz` runs one target at a
 # time; the seed corpora (testdata/fuzz/...) also run as plain tests in `make test`.
