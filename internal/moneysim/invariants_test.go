@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/money"
-	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
@@ -168,8 +167,8 @@ func (w *world) checkFinal() {
 				w.fail("succeeded-unlike-provider", name, "refund %s SUCCEEDED (%s, %s) but the provider holds %v", name, r.providerRef, money.Format(r.amount, "EUR"), objs)
 			}
 		}
-		w.checkEvents(name, r.id, events, outbox.TypeRefundSucceeded, r.state == string(refunds.StateSucceeded))
-		w.checkEvents(name, r.id, events, outbox.TypeRefundDeclined, r.state == string(refunds.StateDeclined))
+		w.checkEvents(name, r.id, events, refunds.EventSucceeded, r.state == string(refunds.StateSucceeded))
+		w.checkEvents(name, r.id, events, refunds.EventDeclined, r.state == string(refunds.StateDeclined))
 		w.checkStored(refunds.ResourceType, name, r.id, r.state, keys[r.id])
 	}
 	for _, p := range pays {
@@ -208,8 +207,8 @@ func (w *world) checkFinal() {
 			w.fail("refunded-unlike-provider", name, "payment %s: the provider refunded %s, the payment shows %s refunded",
 				name, money.Format(atProvider, "EUR"), money.Format(refundedDB[p.id], "EUR"))
 		}
-		w.checkEvents(name, p.id, events, outbox.TypePaymentSucceeded, p.state == string(payments.StateCompleted))
-		w.checkEvents(name, p.id, events, outbox.TypePaymentDeclined, p.state == string(payments.StateDeclined))
+		w.checkEvents(name, p.id, events, payments.EventSucceeded, p.state == string(payments.StateCompleted))
+		w.checkEvents(name, p.id, events, payments.EventDeclined, p.state == string(payments.StateDeclined))
 		w.checkStored(payments.ResourceType, name, p.id, p.state, keys[p.id])
 	}
 	for inv, charged := range invoices {

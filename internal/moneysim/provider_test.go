@@ -268,7 +268,8 @@ func (p *simProvider) noteLook(key string, o *object, err error) {
 }
 
 // Lookup returns the charge of key.
-func (p *simProvider) Lookup(_ context.Context, key string) (provider.Charge, error) {
+func (p *simProvider) Lookup(_ context.Context, l provider.ChargeLookup) (provider.Charge, error) {
+	key := l.IdempotencyKey
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o, err := p.lookup(p.charges, key, "charge "+p.w.nameOfKey(key))

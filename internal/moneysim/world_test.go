@@ -184,9 +184,10 @@ type seen struct {
 	who    string
 }
 
-// serviceConfig is the one place the service's settings are chosen. When
-// the flow gains a lookup lag or a refusal re-check setting, set it here
-// (for instance from w.prov.LookupLag()).
+// serviceConfig is the one place the service's settings are chosen. The
+// lookup lag is the provider's declaration (simProvider.LookupLag), as
+// app.New reads it from every provider; the refusal re-check is the
+// default (a minute, never before the lag).
 func (w *world) serviceConfig() app.Config {
 	return app.Config{
 		ReplayTTL: replayTTL, Lease: lease, RetryAfter: time.Second,

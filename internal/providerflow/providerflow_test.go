@@ -43,7 +43,7 @@ const (
 var (
 	t0          = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	policy      = idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: step, Max: maxWait}}
-	errRefused  = errors.New("widget provider unavailable") // the operation's 503
+	errRefused  = providerflow.ErrUnavailable // the 503 of every flow
 	errCrash    = errors.New("crash")
 	scope       = idempotency.Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}
 	widgetID    = "w_1"
@@ -161,6 +161,10 @@ type widgets struct {
 }
 
 func (*widgets) Name() string { return scope.Operation }
+
+func (w *widgets) Render(res idempotency.Result) (idempotency.Response, error) {
+	return idempotency.Response{Status: 200, Body: []byte(res.(widgetResult).State)}, nil
+}
 
 func (w *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
 	if own.First && w.crashFirst {
@@ -306,10 +310,10 @@ func TestMoneyFlow(t *testing.T) {
 			next: never(), stored: true, reference: "ch_1", declineCode: "insufficient_funds",
 		},
 		{
-			name:  "first request: refused proves nothing moved; re-check booked after the grace",
+			name:  "first request: refused; re-check booked after the grace; the send counts until a look proves otherwise",
 			steps: []stepT{{at: 0, owner: first, sends: []behaviour{refuses}, err: errRefused}},
 			state: smt.WidgetRetryable, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetRetryable},
-			next: at(grace), sentAt: &[2]*time.Duration{nil, pos(0)},
+			next: at(grace), sentAt: &[2]*time.Duration{pos(0), pos(0)},
 		},
 		{
 			name:  "first request: refused, with a lag longer than the grace: re-check once the lag passed",
@@ -318,25 +322,43 @@ func TestMoneyFlow(t *testing.T) {
 			next: at(10 * time.Minute),
 		},
 		{
-			name:  "first request: answer lost is an unknown outcome, looked at soon",
+			name:  "first request: answer lost is an unknown outcome, looked at once the lease is over",
 			steps: []stepT{{at: 0, owner: first, sends: []behaviour{loses}}},
 			state: smt.WidgetUnknown, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetUnknown},
-			next: at(0), sentAt: &[2]*time.Duration{pos(0), pos(0)},
+			next: at(lease), sentAt: &[2]*time.Duration{pos(0), pos(0)},
 		},
 		{
 			name:  "first request: pending is an unknown outcome",
 			steps: []stepT{{at: 0, owner: first, sends: []behaviour{pends}}},
 			state: smt.WidgetUnknown, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetUnknown},
-			next: at(0),
+			next: at(lease),
 		},
 		{
-			name: "client retry after a refusal sends again; its key window starts then",
+			name: "client retry after a refusal sends again; the key window still runs from the refused send",
 			steps: []stepT{
 				{at: 0, owner: first, sends: []behaviour{refuses}, err: errRefused},
 				{at: time.Minute, owner: retry, sends: []behaviour{succeeds}},
 			},
 			state: smt.WidgetSucceeded, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetSucceeded},
-			next: never(), stored: true, sentAt: &[2]*time.Duration{pos(time.Minute), pos(time.Minute)},
+			next: never(), stored: true, sentAt: &[2]*time.Duration{pos(0), pos(time.Minute)},
+		},
+		{
+			name: "client retry past the key window of a refused-but-processed send looks up first: settled, never sent",
+			steps: []stepT{
+				{at: 0, owner: first, sends: []behaviour{refusesProcessed}, err: errRefused},
+				{at: window + time.Hour, owner: retry},
+			},
+			state: smt.WidgetSucceeded, lookups: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetSucceeded},
+			next: never(), stored: true,
+		},
+		{
+			name: "client retry past the key window of a refused send the provider never saw: looked up, then sent, a new window",
+			steps: []stepT{
+				{at: 0, owner: first, sends: []behaviour{refuses}, err: errRefused},
+				{at: window + time.Hour, owner: retry, sends: []behaviour{succeeds}},
+			},
+			state: smt.WidgetSucceeded, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetSucceeded},
+			next: never(), stored: true, sentAt: &[2]*time.Duration{pos(window + time.Hour), pos(window + time.Hour)},
 		},
 		{
 			name: "client retry refused again: its own re-check, a resolved pass",
@@ -499,9 +521,10 @@ func TestMoneyFlow(t *testing.T) {
 			sentAt: &[2]*time.Duration{pos(3 * time.Hour), pos(window + time.Hour)},
 		},
 		{
-			name: "reconciler: a refused send never counted, the window restarts with the next",
+			name: "reconciler: a refused send proven never counted, the window restarts with the next",
 			steps: []stepT{
 				{at: 0, owner: first, sends: []behaviour{refuses}, err: errRefused},
+				{at: grace, owner: reconciler, outcome: idempotency.OutcomeRescheduled},
 				{at: window - time.Hour, owner: retry, sends: []behaviour{losesUnsent}},
 				{at: window + time.Hour, owner: reconciler, sends: []behaviour{succeeds}, outcome: "succeeded"},
 			},
@@ -565,7 +588,7 @@ func TestMoneyFlow(t *testing.T) {
 				{at: 0, owner: first, crash: afterSent, err: idempotency.ErrCrashed},
 				{at: 2 * time.Minute, owner: retry, sends: []behaviour{refuses}},
 			},
-			state: smt.WidgetUnknown, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetUnknown}, next: at(0),
+			state: smt.WidgetUnknown, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetUnknown}, next: at(lease),
 		},
 		{
 			name: "client retry on UNKNOWN after the lag finds the charge, never sends",
@@ -678,9 +701,6 @@ func newRig(t *testing.T, noCancel bool, visible time.Duration) *rig {
 	engine := idempotency.NewEngine(idempotency.Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(prometheus.NewRegistry()),
-		Render: func(res idempotency.Result) (idempotency.Response, error) {
-			return idempotency.Response{Status: 200, Body: []byte(res.(widgetResult).State)}, nil
-		},
 	}, idempotency.Config{ReplayTTL: 48 * time.Hour, Lease: lease})
 	states := providerflow.States[smt.WidgetState]{
 		Sent: smt.WidgetSent, Succeeded: smt.WidgetSucceeded, Declined: smt.WidgetDeclined,
@@ -691,7 +711,7 @@ func newRig(t *testing.T, noCancel bool, visible time.Duration) *rig {
 	}
 	flow := &providerflow.Flow[smt.WidgetState]{
 		Machine: smt.WidgetMachine, States: states, Clock: clk,
-		KeyWindow: window, ErrUnavailable: errRefused, RefusalGrace: grace, LookupLag: lag, AbandonAfter: abandon,
+		KeyWindow: window, RefusalGrace: grace, LookupLag: lag, AbandonAfter: abandon,
 		Timeout: 5 * time.Second, Metrics: metrics.New(prometheus.NewRegistry()), SendOp: "send", LookupOp: "lookup",
 	}
 	op := &widgets{db: pool, flow: flow, provider: prov}
