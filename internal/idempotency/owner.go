@@ -107,9 +107,6 @@ func LookNever() Look { return Look{kind: lookNever} }
 // LookNever) rather than leaving it to the reconciler's backoff.
 func (l Look) decided() bool { return l.kind == lookAt || l.kind == lookNever }
 
-// LeaseEnd is when a lease renewed at now runs out (QueueHold renews it).
-func (o *Owner) LeaseEnd(now time.Time) time.Time { return now.Add(o.e.cfg.Lease) }
-
 // QueueHold adds to b the renewal of the caller's lease, for one more step
 // that may take up to an outside call (renewed before each call, so that a
 // look followed by an action never outlives it), and books look.

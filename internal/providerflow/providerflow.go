@@ -518,10 +518,10 @@ func (f *Flow[S]) refusalGrace() time.Duration {
 // transaction, before a request leaves for the provider: it records the
 // send on the resource's row (the first one that counts starts the key
 // window; each one is the latest), and renews the lease, with a look booked
-// no later than the lease's end, should the owner die: only a lookup can
-// then tell. (No later than the lease's end, not now: the reconciler's own
-// resend keeps the backoff it booked when it claimed the key, shorter than
-// a lease, instead of being due again in the same pass.)
+// no later than now, should the owner die: only a lookup can then tell (the
+// lease still guards the key until it runs out). The reconciler's own
+// resend keeps the look it booked when it claimed the key instead: its
+// backoff, lest a resend that fails be due again in the same pass.
 func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S], to S, reason string) error {
 	now := f.Clock.Now()
 	first := f.firstSent(*s)
@@ -531,7 +531,11 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 	cols := f.columns()
 	set := []statemachine.Column{{Name: cols.FirstSentAt, Value: *first}, {Name: cols.LastSentAt, Value: now}}
 	b := &pgx.Batch{}
-	own.QueueHold(b, idempotency.LookBy(own.LeaseEnd(now)))
+	look := idempotency.LookBy(now)
+	if own.Recovering {
+		look = idempotency.LookSoon()
+	}
+	own.QueueHold(b, look)
 	if s.State == to {
 		f.Machine.QueueSet(b, s.ID, s.State, set)
 	} else if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {

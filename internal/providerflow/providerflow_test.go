@@ -322,16 +322,16 @@ func TestMoneyFlow(t *testing.T) {
 			next: at(10 * time.Minute),
 		},
 		{
-			name:  "first request: answer lost is an unknown outcome, looked at once the lease is over",
+			name:  "first request: answer lost is an unknown outcome, looked at soon",
 			steps: []stepT{{at: 0, owner: first, sends: []behaviour{loses}}},
 			state: smt.WidgetUnknown, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetUnknown},
-			next: at(lease), sentAt: &[2]*time.Duration{pos(0), pos(0)},
+			next: at(0), sentAt: &[2]*time.Duration{pos(0), pos(0)},
 		},
 		{
 			name:  "first request: pending is an unknown outcome",
 			steps: []stepT{{at: 0, owner: first, sends: []behaviour{pends}}},
 			state: smt.WidgetUnknown, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetUnknown},
-			next: at(lease),
+			next: at(0),
 		},
 		{
 			name: "client retry after a refusal sends again; the key window still runs from the refused send",
@@ -588,7 +588,7 @@ func TestMoneyFlow(t *testing.T) {
 				{at: 0, owner: first, crash: afterSent, err: idempotency.ErrCrashed},
 				{at: 2 * time.Minute, owner: retry, sends: []behaviour{refuses}},
 			},
-			state: smt.WidgetUnknown, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetUnknown}, next: at(lease),
+			state: smt.WidgetUnknown, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetUnknown}, next: at(0),
 		},
 		{
 			name: "client retry on UNKNOWN after the lag finds the charge, never sends",
