@@ -33,7 +33,7 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	// ProviderLookupLag is how long after a create a lookup may still miss
 	// it (PROVIDER_LOOKUP_LAG): the service uses the longer of it and what
-	// the provider declares (provider.Provider.LookupLag).
+	// the provider declares (provider.Adapter.LookupLag).
 	ProviderLookupLag time.Duration
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK; default one minute
 	Recovery          idempotency.RecoveryPolicy
@@ -46,7 +46,7 @@ type Config struct {
 // Deps are the core's collaborators.
 type Deps struct {
 	DB       *pgxpool.Pool
-	Provider provider.Provider
+	Provider provider.Adapter
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Metrics  *metrics.Metrics

@@ -133,8 +133,9 @@ type Env struct {
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
-	// Provider is the payment provider, for the operations that call it.
-	Provider provider.Provider
+	// Provider is the payment provider's adapter; an operation that calls
+	// it asserts the port it calls (provider.Charges, provider.Refunds).
+	Provider provider.Adapter
 	Config   Config
 	// Built holds the operations built before this one, by name, so that an
 	// operation can act on another's resource through the port that one

@@ -8,6 +8,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
 )
 
@@ -41,12 +42,13 @@ func Module(hooks Hooks) operation.Module {
 			{Type: "payment_intent.canceled", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
 		},
 		New: func(env operation.Env) (operation.Instance, error) {
-			if env.Provider == nil {
-				return nil, errors.New("payments: no provider")
+			port, ok := env.Provider.(provider.Charges)
+			if !ok {
+				return nil, fmt.Errorf("payments: the provider %T does not charge (provider.Charges)", env.Provider)
 			}
 			c := env.Config
 			return NewService(Deps{
-				DB: env.DB, Engine: env.Engine, Provider: env.Provider, Clock: env.Clock, Log: env.Log, Metrics: env.Metrics,
+				DB: env.DB, Engine: env.Engine, Provider: port, Clock: env.Clock, Log: env.Log, Metrics: env.Metrics,
 			}, Config{
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,

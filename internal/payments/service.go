@@ -65,7 +65,7 @@ func run(ctx context.Context, hook func(context.Context, string) error, paymentI
 type Deps struct {
 	DB       *pgxpool.Pool
 	Engine   *idempotency.Engine
-	Provider provider.Provider
+	Provider provider.Charges
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Metrics  *metrics.Metrics
@@ -76,7 +76,7 @@ type Deps struct {
 type Service struct {
 	db       *pgxpool.Pool
 	engine   *idempotency.Engine
-	provider provider.Provider
+	provider provider.Charges
 	clock    clock.Clock
 	cfg      Config
 	log      *slog.Logger

@@ -125,8 +125,20 @@ type Refund struct {
 	Currency       string
 }
 
-// Provider charges, refunds, and looks both up by idempotency key.
-type Provider interface {
+// Adapter is what every provider adapter declares, whatever ports it
+// implements.
+type Adapter interface {
+	// LookupLag is how long after a create a lookup by key (Lookup or
+	// LookupRefund) may still miss it: a not-found is certain only once this
+	// much time has passed since the last request that may have reached the
+	// provider. Zero means lookups are read-after-write.
+	LookupLag() time.Duration
+}
+
+// Charges is the port of the operations that charge (payments): create a
+// charge by key, look it up by key.
+type Charges interface {
+	Adapter
 	// Charge creates a charge, or returns the existing one for the key.
 	// A decline is a Charge with StatusDeclined and a nil error.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
@@ -134,6 +146,12 @@ type Provider interface {
 	// when the provider is certain there is none (see LookupLag), or another
 	// error when it cannot say.
 	Lookup(ctx context.Context, l ChargeLookup) (Charge, error)
+}
+
+// Refunds is the port of the operations that refund: create a refund of a
+// charge by key, look it up by key.
+type Refunds interface {
+	Adapter
 	// Refund creates a refund of a charge, or returns the existing one for
 	// the key. A refused refund (the provider declined it, or the charge
 	// cannot be refunded by that much) is a Refund with StatusDeclined and
@@ -143,11 +161,16 @@ type Provider interface {
 	// when the provider is certain there is none, or another error when it
 	// cannot say.
 	LookupRefund(ctx context.Context, l RefundLookup) (Refund, error)
-	// LookupLag is how long after a create a lookup by key (Lookup or
-	// LookupRefund) may still miss it: a not-found is certain only once this
-	// much time has passed since the last request that may have reached the
-	// provider. Zero means lookups are read-after-write.
-	LookupLag() time.Duration
+}
+
+// Provider is every port: what each adapter of this service implements (the
+// simulator's client, Stripe) and what the service is built with. Each
+// operation asserts the one port it calls (operation.Env.Provider), so an
+// operation that calls the provider in a new way adds a port here and its
+// methods to the adapters, and changes none of the existing ports' code.
+type Provider interface {
+	Charges
+	Refunds
 }
 
 // Outcome names the outcome of one provider call for metrics: the status

@@ -9,6 +9,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
 )
 
@@ -47,12 +48,13 @@ func Module() operation.Module {
 			if err != nil {
 				return nil, err
 			}
-			if env.Provider == nil {
-				return nil, errors.New("refunds: no provider")
+			port, ok := env.Provider.(provider.Refunds)
+			if !ok {
+				return nil, fmt.Errorf("refunds: the provider %T does not refund (provider.Refunds)", env.Provider)
 			}
 			c := env.Config
 			return NewService(Deps{
-				DB: env.DB, Engine: env.Engine, Provider: env.Provider, Clock: env.Clock, Log: env.Log, Metrics: env.Metrics,
+				DB: env.DB, Engine: env.Engine, Provider: port, Clock: env.Clock, Log: env.Log, Metrics: env.Metrics,
 			}, pay, Config{
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,

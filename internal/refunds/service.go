@@ -30,7 +30,7 @@ type Config struct {
 type Deps struct {
 	DB       *pgxpool.Pool
 	Engine   *idempotency.Engine
-	Provider provider.Provider
+	Provider provider.Refunds
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Metrics  *metrics.Metrics
