@@ -25,7 +25,6 @@
 package operation
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -210,8 +209,8 @@ func Build(mods []Module, env Env) ([]Instance, error) {
 	out := make([]Instance, 0, len(mods))
 	for _, m := range mods {
 		switch {
-		case m.Name == "" || m.New == nil:
-			return nil, errors.New("operation: a module needs a Name and New")
+		case m.Name == "" || m.New == nil || m.Resource.Type == "" || m.Resource.IDField == "":
+			return nil, fmt.Errorf("operation: module %q needs a Name, New, a Resource.Type and a Resource.IDField", m.Name)
 		case env.Built[m.Name] != nil:
 			return nil, fmt.Errorf("operation: %q registered twice", m.Name)
 		case types[m.Resource.Type]:
