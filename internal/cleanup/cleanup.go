@@ -36,6 +36,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/inbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
 // Policy is the retention policy.
@@ -75,42 +78,10 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 	return &Janitor{db: db, clock: clk, policy: p, log: log}
 }
 
-// The steps of a pass. Each statement handles at most $2 rows, chosen with
-// SKIP LOCKED so that clean-up never waits for, or blocks, live traffic, and
-// touches only keys with a final answer (completed_at IS NOT NULL). The rows
-// are then found by key through ANY(ARRAY(...)), so that even a generic
-// (cached) plan never joins them with the whole table. Inbox rows, whose key
-// has two columns, are found by their ctid, which cannot change while the
-// statement holds their lock; they are taken oldest first, an order that
-// makes even a generic plan, which cannot know how few rows are past $1,
-// walk the index rather than the table.
-const (
-	eraseBodies = `
-		UPDATE idempotency_keys SET response_body = NULL, response_headers = NULL
-		WHERE id = ANY(ARRAY(
-		    SELECT id FROM idempotency_keys
-		    WHERE completed_at IS NOT NULL AND completed_at <= $1 AND response_body IS NOT NULL
-		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	deleteKeys = `
-		DELETE FROM idempotency_keys
-		WHERE id = ANY(ARRAY(
-		    SELECT id FROM idempotency_keys
-		    WHERE completed_at IS NOT NULL AND completed_at <= $1
-		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	deleteEvents = `
-		DELETE FROM outbox_events
-		WHERE id = ANY(ARRAY(
-		    SELECT id FROM outbox_events
-		    WHERE published_at IS NOT NULL AND published_at <= $1
-		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
-	deleteInbox = `
-		DELETE FROM inbox
-		WHERE ctid = ANY(ARRAY(
-		    SELECT ctid FROM inbox
-		    WHERE outcome <> 'rejected' AND received_at <= $1
-		    ORDER BY received_at
-		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
-)
+// The steps of a pass are the statements of the packages that own the
+// tables (each package writes only its own): each handles at most $2 rows
+// older than $1, chosen with SKIP LOCKED so that clean-up never waits for,
+// or blocks, live traffic.
 
 // RunOnce applies the policy until nothing is left to do.
 func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
@@ -123,12 +94,12 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 		count  *int
 	}
 	steps := []step{
-		{"erase expired response bodies", eraseBodies, now.Add(-j.policy.ReplayTTL), &st.BodiesErased},
-		{"delete expired keys", deleteKeys, now.Add(-j.policy.ReplayTTL - j.policy.MetadataTTL), &st.KeysDeleted},
-		{"delete published outbox events", deleteEvents, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
+		{"erase expired response bodies", idempotency.EraseExpiredAnswers, now.Add(-j.policy.ReplayTTL), &st.BodiesErased},
+		{"delete expired keys", idempotency.DeleteExpiredKeys, now.Add(-j.policy.ReplayTTL - j.policy.MetadataTTL), &st.KeysDeleted},
+		{"delete published outbox events", outbox.DeletePublished, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
 	}
 	if j.policy.InboxRetention > 0 {
-		steps = append(steps, step{"delete old inbox rows", deleteInbox, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})
+		steps = append(steps, step{"delete old inbox rows", inbox.DeleteReceived, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})
 	}
 	for _, step := range steps {
 		for {

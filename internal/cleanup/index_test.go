@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/inbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
@@ -29,7 +32,7 @@ func TestDeletingPublishedEventsReadsNoBacklog(t *testing.T) {
 	if _, err := db.Exec(ctx, `ANALYZE outbox_events`); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", deleteEvents,
+	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", outbox.DeletePublished,
 		now.Add(-policy.OutboxRetention).Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
 }
 
@@ -52,7 +55,7 @@ func TestErasingBodiesReadsNoErasedKeys(t *testing.T) {
 	if _, err := db.Exec(ctx, `ANALYZE idempotency_keys`); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", eraseBodies,
+	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", idempotency.EraseExpiredAnswers,
 		now.Add(-policy.ReplayTTL).Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
 }
 
@@ -68,6 +71,6 @@ func TestDeletingOldInboxRowsReadsNoRecentOnes(t *testing.T) {
 	if _, err := db.Exec(context.Background(), `ANALYZE inbox`); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", deleteInbox,
+	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", inbox.DeleteReceived,
 		now.Add(-policy.InboxRetention).Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
 }

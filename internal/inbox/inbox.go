@@ -72,3 +72,18 @@ func Has(ctx context.Context, q Querier, consumer, eventID string) (bool, error)
 	}
 	return seen, nil
 }
+
+// DeleteReceived is the inbox's clean-up, run by package cleanup: it
+// deletes at most $2 rows received before $1 (INBOX_RETENTION), never a
+// rejected one (a person resolves those). Rows, whose key has two columns,
+// are found by their ctid, which cannot change while the statement holds
+// their lock; they are taken oldest first, an order that makes even a
+// generic plan, which cannot know how few rows are past $1, walk the index
+// rather than the table.
+const DeleteReceived = `
+		DELETE FROM inbox
+		WHERE ctid = ANY(ARRAY(
+		    SELECT ctid FROM inbox
+		    WHERE outcome <> 'rejected' AND received_at <= $1
+		    ORDER BY received_at
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`

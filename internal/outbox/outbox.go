@@ -54,3 +54,13 @@ func QueueIf(b *pgx.Batch, e Event, cond string) {
 		WHERE `+cond,
 		e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt)
 }
+
+// DeletePublished is the outbox's clean-up, run by package cleanup: it
+// deletes at most $2 events published before $1 (OUTBOX_RETENTION), chosen
+// with SKIP LOCKED so that it never waits for a relay.
+const DeletePublished = `
+		DELETE FROM outbox_events
+		WHERE id = ANY(ARRAY(
+		    SELECT id FROM outbox_events
+		    WHERE published_at IS NOT NULL AND published_at <= $1
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`

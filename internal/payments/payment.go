@@ -1,8 +1,18 @@
-// Package payments holds the payment domain: the create command and its
-// fingerprint, the state machine, the payment record, and the Service that
-// creates payments through the idempotency engine and takes each through the
-// provider. It knows nothing of HTTP: it returns payments and errors, and
-// the HTTP adapter renders them.
+// Package payments is the create-payment operation: POST /payments charges
+// once, whatever the retries, crashes and concurrency. It is built as every
+// operation is (internal/operation):
+//   - module.go: the one value the service registers (Module): its name,
+//     resource, events (PaymentSucceeded is booked by the ledger), the
+//     provider's webhook events that name a payment;
+//   - command.go: the command and its fingerprint;
+//   - state.go: its state machine, a table of moves the database enforces;
+//   - service.go: Create (the claim's batch: the payment if its merchant
+//     reference is free, its first transition and PaymentCreated) and
+//     Resume (send, look up, settle, through providerflow);
+//   - http.go: its routes, answers and problems;
+//   - port.go: what another operation may do with a payment (Port: a
+//     refund's lock on it, its refunded amount);
+//   - store.go: its statements.
 package payments
 
 import (
@@ -35,8 +45,8 @@ type Payment struct {
 var _ idempotency.Result = Payment{}
 
 // Outcome names the payment's state for metrics: succeeded, declined,
-// processing or failed.
-func (p Payment) Outcome() string { return outcomes[p.State.Status()] }
+// processing, failed or canceled.
+func (p Payment) Outcome() string { return p.State.Status().Outcome() }
 
 // The outcomes of a payment, as Outcome names them.
 const (
@@ -47,9 +57,20 @@ const (
 	OutcomeCanceled   = "canceled"
 )
 
-var outcomes = map[Status]string{
-	StatusSucceeded: OutcomeSucceeded, StatusDeclined: OutcomeDeclined,
-	StatusProcessing: OutcomeProcessing, StatusFailed: OutcomeFailed, StatusCanceled: OutcomeCanceled,
+// Outcome is s as metrics and logs name it.
+func (s Status) Outcome() string {
+	switch s {
+	case StatusSucceeded:
+		return OutcomeSucceeded
+	case StatusDeclined:
+		return OutcomeDeclined
+	case StatusFailed:
+		return OutcomeFailed
+	case StatusCanceled:
+		return OutcomeCanceled
+	default:
+		return OutcomeProcessing
+	}
 }
 
 // Resource is the payment as an idempotency key's resource.

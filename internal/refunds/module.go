@@ -79,7 +79,7 @@ func ledgerEntry(e outbox.Event) (operation.LedgerEntry, error) {
 		return operation.LedgerEntry{}, fmt.Errorf("payload id %q differs from the event's aggregateId %q", r.RefundID, e.AggregateID)
 	case r.PaymentID == "":
 		return operation.LedgerEntry{}, errors.New("no paymentId")
-	case r.Status != "SUCCEEDED":
+	case r.Status != StatusSucceeded:
 		return operation.LedgerEntry{}, fmt.Errorf("status %q in a %s event", r.Status, e.Type)
 	case r.AccountID == "":
 		return operation.LedgerEntry{}, errors.New("no accountId")

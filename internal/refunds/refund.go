@@ -1,81 +1,30 @@
-// Package refunds is the second idempotent operation, and the worked example
-// of plugging an operation into the idempotency engine: POST
+// Package refunds is the create-refund operation: POST
 // /payments/{id}/refunds returns part or all of a succeeded payment, once,
-// whatever the retries, crashes and concurrency.
-//
-// What it brings to the engine (internal/idempotency): its name
-// (OperationCreate) and fingerprint (Command.Fingerprint), what it writes in
-// the claim's transaction (create: the refund, its first transition, the
-// RefundCreated event, after checking under a lock on the payment that it
-// may be refunded by that much), and how an owner of a key resumes it
-// (Resume: send, look up, settle, each write fenced through the Owner). Its
-// state machine is its own table of moves (state.go), enforced by the
-// database like every machine's. The reconciler needs nothing more.
+// whatever the retries, crashes and concurrency. It is built as every
+// operation is (internal/operation), in the same shape as payments:
+//   - module.go: the one value the service registers (Module): its name,
+//     resource, events (RefundSucceeded is booked by the ledger), the
+//     provider's webhook events that name a refund;
+//   - command.go: the command and its fingerprint;
+//   - state.go: its state machine, a table of moves the database enforces;
+//   - service.go: Create (the claim's batch: under the payment's lock,
+//     taken through payments.Port, the refund if it fits, its first
+//     transition and RefundCreated) and Resume (send, look up, settle,
+//     through providerflow, each write fenced through the Owner);
+//   - http.go: its routes, answers and problems;
+//   - store.go: its statements.
 package refunds
 
 import (
-	"strings"
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/money"
-	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
 // ResourceType names refunds in idempotency records and outbox events.
 const ResourceType = "refund"
-
-// State is where a refund stands.
-type State string
-
-// The states of a refund: the same kinds as a payment's.
-const (
-	StateReceived            State = "RECEIVED"
-	StateProviderRequestSent State = "PROVIDER_REQUEST_SENT"
-	StateSucceeded           State = "SUCCEEDED"
-	StateDeclined            State = "DECLINED"
-	StateFailedRetryable     State = "FAILED_RETRYABLE"
-	StateUnknown             State = "UNKNOWN_REQUIRES_RECOVERY"
-)
-
-var machine = statemachine.New("refund",
-	statemachine.Table{Name: "refunds", Transitions: "refund_transitions", ForeignKey: "refund_id"},
-	StateReceived,
-	map[State][]State{
-		StateReceived:            {StateProviderRequestSent},
-		StateProviderRequestSent: {StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown},
-		StateUnknown:             {StateSucceeded, StateDeclined, StateProviderRequestSent},
-		StateFailedRetryable:     {StateProviderRequestSent},
-	})
-
-// States lists every state.
-func States() []State {
-	return []State{StateReceived, StateProviderRequestSent, StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown}
-}
-
-// Machine returns the refund state machine.
-func Machine() *statemachine.Machine[State] { return machine }
-
-// Final reports whether no move leaves s.
-func (s State) Final() bool { return machine.Final(s) }
-
-// NeedsRecovery reports whether the refund may have reached the provider
-// without its outcome being recorded.
-func (s State) NeedsRecovery() bool { return s == StateProviderRequestSent || s == StateUnknown }
-
-// Status is the state as clients see it: PROCESSING, SUCCEEDED, DECLINED or
-// FAILED.
-func (s State) Status() string {
-	switch s {
-	case StateSucceeded, StateDeclined:
-		return string(s)
-	case StateFailedRetryable:
-		return "FAILED"
-	default:
-		return "PROCESSING"
-	}
-}
 
 // Refund is a refund as stored.
 type Refund struct {
@@ -100,7 +49,29 @@ var _ idempotency.Result = Refund{}
 
 // Outcome names the refund's status for metrics: succeeded, declined,
 // failed or processing.
-func (r Refund) Outcome() string { return strings.ToLower(r.State.Status()) }
+func (r Refund) Outcome() string { return r.State.Status().Outcome() }
+
+// The outcomes of a refund, as Outcome names them.
+const (
+	OutcomeSucceeded  = "succeeded"
+	OutcomeDeclined   = "declined"
+	OutcomeProcessing = "processing"
+	OutcomeFailed     = "failed"
+)
+
+// Outcome is s as metrics and logs name it.
+func (s Status) Outcome() string {
+	switch s {
+	case StatusSucceeded:
+		return OutcomeSucceeded
+	case StatusDeclined:
+		return OutcomeDeclined
+	case StatusFailed:
+		return OutcomeFailed
+	default:
+		return OutcomeProcessing
+	}
+}
 
 // NewID returns a new refund's id, such as "re_5k3x...".
 func NewID() string { return ids.New("re_") }
@@ -116,7 +87,7 @@ type View struct {
 	Amount            string    `json:"amount"`
 	Currency          string    `json:"currency"`
 	Reason            string    `json:"reason,omitempty"`
-	Status            string    `json:"status"`
+	Status            Status    `json:"status"`
 	CreatedAt         time.Time `json:"createdAt"`
 	UpdatedAt         time.Time `json:"updatedAt"`
 	ProviderReference string    `json:"providerReference,omitempty"`

@@ -6,7 +6,7 @@
 // no BEGIN and no COMMIT (one round trip, one commit): PostgreSQL runs one
 // batch as one implicit transaction. A check made in Go on a statement's
 // answer would come after that transaction committed, so every check that
-// must undo the batch is written into its statement with If, and read back
+// must undo the batch is written into its statement with Unless, and read back
 // with Is.
 package refuse
 

@@ -5,7 +5,7 @@
 // from the state its writer last saw and records the move.
 //
 // The database is the authority: even SQL that bypasses this package cannot
-// make a move its machine does not allow (TestDatabaseRefusesIllegalMoves).
+// make a move its machine does not allow (TestIllegalMoveIsRefusedInGoAndByTheDatabase, TestWidgetMachineIsEnforcedByTheDatabase).
 // The Go table exists so the code can refuse a move before it is sent and
 // name states without raw strings; a test checks it says what the database
 // says.

@@ -1,0 +1,66 @@
+package refunds
+
+import "github.com/paymentsapi/paymentsapi/internal/statemachine"
+
+// State is where a refund stands.
+type State string
+
+// The states of a refund: the same kinds as a payment's.
+const (
+	StateReceived            State = "RECEIVED"
+	StateProviderRequestSent State = "PROVIDER_REQUEST_SENT"
+	StateSucceeded           State = "SUCCEEDED"
+	StateDeclined            State = "DECLINED"
+	StateFailedRetryable     State = "FAILED_RETRYABLE"
+	StateUnknown             State = "UNKNOWN_REQUIRES_RECOVERY"
+)
+
+var machine = statemachine.New("refund",
+	statemachine.Table{Name: "refunds", Transitions: "refund_transitions", ForeignKey: "refund_id"},
+	StateReceived,
+	map[State][]State{
+		StateReceived:            {StateProviderRequestSent},
+		StateProviderRequestSent: {StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown},
+		StateUnknown:             {StateSucceeded, StateDeclined, StateProviderRequestSent},
+		StateFailedRetryable:     {StateProviderRequestSent},
+	})
+
+// States lists every state.
+func States() []State {
+	return []State{StateReceived, StateProviderRequestSent, StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown}
+}
+
+// Machine returns the refund state machine.
+func Machine() *statemachine.Machine[State] { return machine }
+
+// Final reports whether no move leaves s.
+func (s State) Final() bool { return machine.Final(s) }
+
+// NeedsRecovery reports whether the refund may have reached the provider
+// without its outcome being recorded.
+func (s State) NeedsRecovery() bool { return s == StateProviderRequestSent || s == StateUnknown }
+
+// Status is the state as clients see it.
+func (s State) Status() Status {
+	switch s {
+	case StateSucceeded:
+		return StatusSucceeded
+	case StateDeclined:
+		return StatusDeclined
+	case StateFailedRetryable:
+		return StatusFailed
+	default:
+		return StatusProcessing
+	}
+}
+
+// Status is the client-facing status of a refund.
+type Status string
+
+// The statuses a client sees.
+const (
+	StatusProcessing Status = "PROCESSING"
+	StatusSucceeded  Status = "SUCCEEDED"
+	StatusDeclined   Status = "DECLINED"
+	StatusFailed     Status = "FAILED"
+)
