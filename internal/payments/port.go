@@ -33,6 +33,12 @@ type Port interface {
 
 var _ Port = (*Service)(nil)
 
+// CapturedSQL is the SQL expression of the amount captured of the payments
+// row aliased alias, in minor units: what its refunds may return in all. It
+// is the payments' rule, written once here for the statements of other
+// packages that read a payment's row (a refund's check of what is left).
+func CapturedSQL(alias string) string { return alias + ".amount_minor" }
+
 // Errors of QueueLockSucceeded's statement, as LockRefusal returns them.
 var (
 	// ErrNotSucceeded: the payment has not succeeded (it may still).

@@ -49,7 +49,7 @@ func queueInsert(b *pgx.Batch, pay payments.Port, r Refund) {
 	pay.QueueLockSucceeded(b, r.TenantID, r.PaymentID)
 	b.Queue(`
 		WITH left_minor AS (
-		    SELECT p.amount_minor - COALESCE((SELECT sum(amount_minor) FROM refunds
+		    SELECT `+payments.CapturedSQL("p")+` - COALESCE((SELECT sum(amount_minor) FROM refunds
 		                                      WHERE payment_id = $3 AND state <> $9), 0)::bigint AS minor
 		    FROM payments p WHERE `+idempotency.Claimed+` AND p.id = $3
 		), ins AS (
