@@ -19,8 +19,9 @@
 // stderr. SIGINT or SIGTERM stops it gracefully.
 //
 // -methods prints the payment methods the simulator understands, and what
-// their charges and refunds do (sim.Behaviours), as a Markdown table on
-// stdout, and exits.
+// their charges, captures and refunds do (sim.Behaviours), as a Markdown
+// table on stdout, and exits. The HTTP API (charges, captures, voids,
+// refunds, and the /_sim listings) is package sim's.
 package main
 
 import (
@@ -153,8 +154,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.slow, "slow", cfg.slow, "delay before a slow payment method's charge answers [PROVIDERSIM_SLOW]")
 	fs.DurationVar(&cfg.keyTTL, "key-ttl", cfg.keyTTL, "how long idempotency keys are remembered for creates [PROVIDERSIM_KEY_TTL]")
 	fs.IntVar(&cfg.flakyLookups, "flaky-lookups", cfg.flakyLookups, "how many lookups of a charge with flaky lookups answer 503 [PROVIDERSIM_FLAKY_LOOKUPS]")
-	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long a charge or refund whose answer is lost holds the request before dropping it [PROVIDERSIM_HANG]")
-	fs.BoolVar(&cfg.methods, "methods", false, "print the payment methods and what their charges and refunds do, as Markdown, and exit")
+	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long a charge, capture or refund whose answer is lost holds the request before dropping it [PROVIDERSIM_HANG]")
+	fs.BoolVar(&cfg.methods, "methods", false, "print the payment methods and what their charges, captures and refunds do, as Markdown, and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

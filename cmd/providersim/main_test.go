@@ -229,8 +229,10 @@ func TestRunMethods(t *testing.T) {
 	if stdout.String() != sim.MethodsMarkdown() {
 		t.Errorf("stdout = %q, want the behaviour table", stdout.String())
 	}
-	if !strings.Contains(stdout.String(), "`pm_sim_refund_timeout_after_success`") {
-		t.Errorf("the table lacks the refund methods:\n%s", stdout.String())
+	for _, m := range []string{"`pm_sim_refund_timeout_after_success`", "`pm_sim_capture_declined`", "`pm_sim_capture_timeout_after_success`"} {
+		if !strings.Contains(stdout.String(), m) {
+			t.Errorf("the table lacks %s:\n%s", m, stdout.String())
+		}
 	}
 }
 

@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/providertest"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 )
 
 // simProvider is the simulation's payment provider: an in-memory book of
-// charges and refunds on the fake clock, with the faults the seed chose.
+// charges (captured at once, or authorized, then captured or voided) and
+// refunds on the fake clock, with the faults the seed chose.
 // Every fault it injects is one a real provider shows:
 //
 //   - a refusal (ErrUnavailable) that hides a processed request: the object
@@ -28,6 +33,13 @@ import (
 //     key is forgotten and a request with it creates a second object
 //     (which the service must never cause: ProviderKeyWindow).
 //
+// Captures and voids draw the same fates as creates (a refusal, hidden or
+// not, a lost or late answer), and are keyed the same way, but announce no
+// webhooks. A capture or void processed late moves its charge at once, as
+// far as other requests are concerned, but GetCharge and Lookup show the
+// move only from when it was processed. GetCharge is read-after-write
+// (no lag) and may only fail to say, like a lookup.
+//
 // Faults are drawn from the world's one random source, in the order of the
 // calls, which the sequential simulation makes the same on every replay.
 // It is safe for concurrent use, but the simulation calls it from one
@@ -37,9 +49,11 @@ type simProvider struct {
 	clock *clock.Fake
 	w     *world // its random source, knobs and trace; faults on or off
 
-	charges map[string][]*object // by idempotency key, oldest first
-	refunds map[string][]*object
-	byID    map[string]*object
+	charges  map[string][]*object // by idempotency key, oldest first
+	refunds  map[string][]*object
+	captures map[string][]*object
+	voids    map[string][]*object
+	byID     map[string]*object // charges and refunds
 	// ambiguous: the keys a lookup answered ErrAmbiguous for (manual
 	// review is expected only for these).
 	ambiguous map[string]bool
@@ -51,11 +65,12 @@ type simProvider struct {
 	midFlight func()
 }
 
-// object is a charge or a refund as the provider holds it.
+// object is a charge, a refund, a capture or a void as the provider holds
+// it.
 type object struct {
 	ID, Key     string
 	Refund      bool
-	ChargeID    string // a refund's charge
+	ChargeID    string // a refund's, capture's or void's charge
 	OurID       string // the payment or refund id in the request's metadata
 	Method      string // a charge's payment method
 	Status      provider.Status
@@ -65,12 +80,20 @@ type object struct {
 	ReceivedAt  time.Time // the first request with the key: its key window starts here
 	ProcessedAt time.Time // after ReceivedAt when the answer came after the timeout
 	Requests    int       // requests with its key that reached it
+	// AmountCapturedMinor: of a charge, how much of it was captured (all
+	// of it when captured at once); of a capture or void, the charge's
+	// once it was decided.
+	AmountCapturedMinor int64
+	// MovedAt: of a charge that a capture or void moved on, when that was
+	// processed. Before it the charge shows as authorized.
+	MovedAt time.Time
 }
 
 var _ provider.Provider = (*simProvider)(nil)
 
 func newSimProvider(w *world) *simProvider {
 	return &simProvider{clock: w.clock, w: w, charges: map[string][]*object{}, refunds: map[string][]*object{},
+		captures: map[string][]*object{}, voids: map[string][]*object{},
 		byID: map[string]*object{}, ambiguous: map[string]bool{}}
 }
 
@@ -125,25 +148,34 @@ func (p *simProvider) runMidFlight() {
 }
 
 // create finds the live object for key among objs (remembered for keyTTL
-// from its first request) or makes one with mk.
+// from its first request) or makes one with mk, and announces it.
 func (p *simProvider) create(book map[string][]*object, key string, f fate, mk func(o *object)) *object {
+	o, made := p.keyed(book, key, f, mk)
+	if made {
+		p.byID[o.ID] = o
+		p.w.objectCreated(o)
+	}
+	return o
+}
+
+// keyed finds the live object for key among objs (remembered for keyTTL
+// from its first request), or makes one with mk and reports made.
+func (p *simProvider) keyed(book map[string][]*object, key string, f fate, mk func(o *object)) (o *object, made bool) {
 	now := p.clock.Now()
 	objs := book[key]
 	if n := len(objs); n > 0 && now.Sub(objs[n-1].ReceivedAt) < p.w.knobs.ProviderKeyTTL {
 		o := objs[n-1]
 		o.Requests++
-		return o
+		return o, false
 	}
 	p.seq++
-	o := &object{Key: key, ReceivedAt: now, ProcessedAt: now, Requests: 1}
+	o = &object{Key: key, ReceivedAt: now, ProcessedAt: now, Requests: 1}
 	if f == fateLate {
 		o.ProcessedAt = now.Add(p.w.knobs.LateBy)
 	}
 	mk(o)
 	book[key] = append(book[key], o)
-	p.byID[o.ID] = o
-	p.w.objectCreated(o)
-	return o
+	return o, true
 }
 
 // noteUncertain counts an answer to the reconciler that left the outcome
@@ -189,9 +221,13 @@ func (p *simProvider) Charge(_ context.Context, req provider.ChargeRequest) (pro
 	o := p.create(p.charges, req.IdempotencyKey, f, func(o *object) {
 		o.ID = fmt.Sprintf("ch_%d", p.seq)
 		o.OurID, o.AmountMinor, o.Currency, o.Method = req.PaymentID, req.AmountMinor, req.Currency, req.PaymentMethod
-		o.Status = provider.StatusSucceeded
-		if req.PaymentMethod == methodDeclined {
+		switch {
+		case req.PaymentMethod == methodDeclined:
 			o.Status, o.DeclineCode = provider.StatusDeclined, "card_declined"
+		case req.CaptureManual:
+			o.Status = provider.StatusAuthorized
+		default:
+			o.Status, o.AmountCapturedMinor = provider.StatusSucceeded, req.AmountMinor
 		}
 	})
 	err := answerErr(f, o, now)
@@ -204,7 +240,17 @@ func (p *simProvider) Charge(_ context.Context, req provider.ChargeRequest) (pro
 
 func chargeOf(o *object) provider.Charge {
 	return provider.Charge{ID: o.ID, IdempotencyKey: o.Key, Status: o.Status, DeclineCode: o.DeclineCode,
-		AmountMinor: o.AmountMinor, Currency: o.Currency}
+		AmountMinor: o.AmountMinor, Currency: o.Currency, AmountCapturedMinor: o.AmountCapturedMinor}
+}
+
+// chargeAt is charge o as a read at now shows it: authorized still, until
+// the capture or void that moved it was processed.
+func chargeAt(o *object, now time.Time) provider.Charge {
+	ch := chargeOf(o)
+	if now.Before(o.MovedAt) {
+		ch.Status, ch.AmountCapturedMinor = provider.StatusAuthorized, 0
+	}
+	return ch
 }
 
 func refundOf(o *object) provider.Refund {
@@ -277,7 +323,7 @@ func (p *simProvider) Lookup(_ context.Context, l provider.ChargeLookup) (provid
 	if err != nil {
 		return provider.Charge{}, err
 	}
-	return chargeOf(o), nil
+	return chargeAt(o, p.clock.Now()), nil
 }
 
 // Refund creates a refund of a charge, or returns the key's. A refund the
@@ -303,7 +349,7 @@ func (p *simProvider) Refund(_ context.Context, req provider.RefundRequest) (pro
 		switch {
 		case ch == nil || ch.Refund || ch.Status != provider.StatusSucceeded:
 			o.Status, o.DeclineCode = provider.StatusDeclined, "charge_not_refundable"
-		case ch.AmountMinor-p.refundedLocked(ch.ID) < req.AmountMinor:
+		case ch.AmountCapturedMinor-p.refundedLocked(ch.ID) < req.AmountMinor:
 			o.Status, o.DeclineCode = provider.StatusDeclined, "amount_too_large"
 		case ch.Method == methodRefundDeclined:
 			o.Status, o.DeclineCode = provider.StatusDeclined, "refund_declined"
@@ -315,6 +361,113 @@ func (p *simProvider) Refund(_ context.Context, req provider.RefundRequest) (pro
 		return provider.Refund{}, err
 	}
 	return refundOf(o), nil
+}
+
+// Capture captures an authorized charge, or returns the key's capture: the
+// charge with the capture's verdict as its status. A capture of a charge
+// the provider does not hold is a plain error, and records nothing.
+func (p *simProvider) Capture(_ context.Context, req provider.CaptureRequest) (provider.Charge, error) {
+	return p.act("capture", p.captures, req.IdempotencyKey, req.ChargeID, req.PaymentID, func(o, ch *object) {
+		o.ID = fmt.Sprintf("cp_%d", p.seq)
+		o.AmountMinor, o.Currency = req.AmountMinor, req.Currency
+		o.Status = provider.StatusSucceeded
+		switch {
+		case ch.Status == provider.StatusCanceled:
+			o.DeclineCode = "charge_canceled"
+		case ch.Status == provider.StatusSucceeded:
+			o.DeclineCode = "charge_already_captured"
+		case ch.Status != provider.StatusAuthorized:
+			o.DeclineCode = "charge_not_capturable"
+		case req.Currency != ch.Currency:
+			o.DeclineCode = "currency_mismatch"
+		case req.AmountMinor > ch.AmountMinor:
+			o.DeclineCode = "amount_too_large"
+		case ch.Method == sim.MethodCaptureDeclined:
+			o.DeclineCode = "capture_declined"
+		default:
+			ch.Status, ch.AmountCapturedMinor, ch.MovedAt = provider.StatusSucceeded, req.AmountMinor, o.ProcessedAt
+		}
+		if o.DeclineCode != "" {
+			o.Status = provider.StatusDeclined
+		}
+	})
+}
+
+// Void voids an authorized charge, or returns the key's void: the charge
+// with the void's verdict as its status. A charge voided already is
+// canceled again.
+func (p *simProvider) Void(_ context.Context, req provider.VoidRequest) (provider.Charge, error) {
+	return p.act("void", p.voids, req.IdempotencyKey, req.ChargeID, req.PaymentID, func(o, ch *object) {
+		o.ID = fmt.Sprintf("vo_%d", p.seq)
+		o.Status = provider.StatusCanceled
+		switch ch.Status {
+		case provider.StatusAuthorized:
+			ch.Status, ch.MovedAt = provider.StatusCanceled, o.ProcessedAt
+		case provider.StatusCanceled:
+		case provider.StatusSucceeded:
+			o.Status, o.DeclineCode = provider.StatusDeclined, "charge_already_captured"
+		default:
+			o.Status, o.DeclineCode = provider.StatusDeclined, "charge_not_cancelable"
+		}
+	})
+}
+
+// act runs a capture or void (kind) of charge chargeID with key in book:
+// the fate of the request, then the key's object, or a new one that decide
+// fills in (its id, verdict) and applies to the charge.
+func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID, ourID string, decide func(o, ch *object)) (provider.Charge, error) {
+	p.runMidFlight()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.drawFate()
+	now := p.clock.Now()
+	if f != fateOK {
+		p.noteUncertain(key)
+	}
+	if f == fateRefused {
+		p.w.tracef("provider: %s %s refused before processing", kind, p.w.name(ourID))
+		return provider.Charge{}, answerErr(f, nil, now)
+	}
+	ch := p.byID[chargeID]
+	if ch == nil || ch.Refund {
+		p.w.tracef("provider: %s %s of unknown charge %s", kind, p.w.name(ourID), chargeID)
+		return provider.Charge{}, fmt.Errorf("simulated 404: no charge %s", chargeID)
+	}
+	o, _ := p.keyed(book, key, f, func(o *object) {
+		o.ChargeID, o.OurID = chargeID, ourID
+		decide(o, ch)
+		o.AmountCapturedMinor = ch.AmountCapturedMinor
+	})
+	err := answerErr(f, o, now)
+	p.w.tracef("provider: %s %s of %s -> %s %s %s (%s, request %d, processed %s)", kind, p.w.name(ourID), ch.ID, o.ID, o.Status, o.DeclineCode,
+		f, o.Requests, p.w.at(o.ProcessedAt))
+	if err != nil {
+		return provider.Charge{}, err
+	}
+	out := chargeOf(ch)
+	out.Status, out.DeclineCode, out.AmountCapturedMinor = o.Status, o.DeclineCode, o.AmountCapturedMinor
+	return out, nil
+}
+
+// GetCharge reads a charge by id as it stands (no lag), unless the read
+// fails to say (the lookups' 503, while faults are on).
+func (p *simProvider) GetCharge(_ context.Context, chargeID string) (provider.Charge, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.w
+	now := p.clock.Now()
+	if w.faults && w.rng.Float64() < w.knobs.PLookupUnavailable {
+		w.tracef("provider: get charge %s cannot say (503)", chargeID)
+		return provider.Charge{}, fmt.Errorf("%w: simulated 503 on get", provider.ErrUnavailable)
+	}
+	ch := p.byID[chargeID]
+	if ch == nil || ch.Refund || now.Before(ch.ProcessedAt) {
+		w.tracef("provider: get charge %s not found", chargeID)
+		return provider.Charge{}, fmt.Errorf("%w: %s", provider.ErrNotFound, chargeID)
+	}
+	out := chargeAt(ch, now)
+	w.tracef("provider: get charge %s -> %s captured %d", chargeID, out.Status, out.AmountCapturedMinor)
+	return out, nil
 }
 
 // refundedLocked sums the succeeded refunds of charge id.
@@ -364,4 +517,31 @@ func (p *simProvider) snapshot() (charges, refunds map[string][]object, ambiguou
 		amb[k] = true
 	}
 	return cp(p.charges), cp(p.refunds), amb
+}
+
+// TestProviderCaptures runs the Captures port's conformance cases against
+// the simulation's provider, faults off, in a world of its own (no
+// database, no service): its authorizations, captures and voids mean what
+// every adapter's do.
+func TestProviderCaptures(t *testing.T) {
+	providertest.RunCaptures(t, func(t *testing.T) providertest.CapturesSubject {
+		w := &world{t: t, rng: rand.New(rand.NewPCG(1, 2)), ctx: context.Background(), clock: clock.NewFake(epoch), start: epoch,
+			knobs: Knobs{ProviderKeyTTL: keyWindow}, names: map[string]string{}, failed: map[string]bool{},
+			looked: map[string]string{}, uncertain: map[string]int{}}
+		p := newSimProvider(w)
+		return providertest.CapturesSubject{
+			Provider:              p,
+			Method:                methodOK,
+			CaptureDeclinedMethod: sim.MethodCaptureDeclined,
+			Captures: func() int {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				n := 0
+				for _, objs := range p.captures {
+					n += len(objs)
+				}
+				return n
+			},
+		}
+	})
 }

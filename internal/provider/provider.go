@@ -61,6 +61,13 @@ const (
 	// StatusPending: the provider accepted the request but has not decided
 	// yet (a refund Stripe still processes). Not final: look it up later.
 	StatusPending Status = "pending"
+	// StatusAuthorized: a charge made with CaptureManual is authorized and
+	// waits for its capture (Stripe's requires_capture). Final for the
+	// charge request; Captures.Capture or Captures.Void moves it on.
+	StatusAuthorized Status = "requires_capture"
+	// StatusCanceled: an authorized charge was voided (Captures.Void, or
+	// the provider's own expiry of the authorization): no money moved.
+	StatusCanceled Status = "canceled"
 )
 
 // ChargeRequest asks the provider to move money once. IdempotencyKey is
@@ -73,6 +80,10 @@ type ChargeRequest struct {
 	PaymentMethod  string
 	Description    string
 	PaymentID      string // our payment id, for the provider's metadata
+	// CaptureManual asks for an authorization only: a charge that would
+	// succeed answers StatusAuthorized and moves money only once captured
+	// (Captures). False: the charge is captured at once.
+	CaptureManual bool
 }
 
 // Charge is the provider's record of a charge.
@@ -83,6 +94,31 @@ type Charge struct {
 	DeclineCode    string // set when Status is StatusDeclined
 	AmountMinor    int64
 	Currency       string
+	// AmountCapturedMinor is how much of AmountMinor was captured: all of
+	// it for a charge captured at once, the captured part after a partial
+	// capture, 0 while authorized or once voided.
+	AmountCapturedMinor int64
+}
+
+// CaptureRequest asks the provider to capture an authorized charge once.
+// IdempotencyKey is derived from our capture (never the client's key) and
+// is the same on every attempt for it.
+type CaptureRequest struct {
+	IdempotencyKey string
+	ChargeID       string // the provider's id of the authorized charge (Charge.ID)
+	AmountMinor    int64  // at most the authorized amount; the rest is released
+	Currency       string // the charge's currency
+	PaymentID      string // our payment id, for the provider's metadata
+}
+
+// VoidRequest asks the provider to cancel an authorized charge (release the
+// authorization, move no money). IdempotencyKey is derived from our
+// cancellation.
+type VoidRequest struct {
+	IdempotencyKey string
+	ChargeID       string // the provider's id of the authorized charge
+	Reason         string // "", requested_by_customer, duplicate, fraudulent or abandoned
+	PaymentID      string
 }
 
 // RefundRequest asks the provider to return money of a charge once.
@@ -142,7 +178,9 @@ type Charges interface {
 	// Charge creates a charge, or returns the existing one for the key.
 	// A decline is a Charge with StatusDeclined and a nil error.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
-	// Lookup returns the charge created with l.IdempotencyKey, ErrNotFound
+	// Lookup returns the charge created with l.IdempotencyKey as it now
+	// stands (a manual charge: StatusAuthorized, then StatusSucceeded once
+	// captured or StatusCanceled once voided), ErrNotFound
 	// when the provider is certain there is none (see LookupLag), or another
 	// error when it cannot say.
 	Lookup(ctx context.Context, l ChargeLookup) (Charge, error)
@@ -163,6 +201,34 @@ type Refunds interface {
 	LookupRefund(ctx context.Context, l RefundLookup) (Refund, error)
 }
 
+// Captures is the port of the operations that act on an authorized charge
+// (manual capture): capture it, void it, read it. Capture and Void are
+// idempotent by their key; GetCharge reads the charge by the provider's id,
+// read-after-write (a capture or a void shows at once).
+type Captures interface {
+	Adapter
+	// Capture captures req.AmountMinor of the authorized charge and returns
+	// the charge (its IdempotencyKey is the charge's creation key): Status
+	// is the capture's verdict, StatusSucceeded with AmountCapturedMinor
+	// once captured (also when the key's earlier request captured it), or
+	// StatusDeclined with a DeclineCode and a nil error when the provider
+	// refuses the capture (the charge then stays authorized, or was voided:
+	// charge_canceled, or was captured by another key:
+	// charge_already_captured). The provider's errors are those of
+	// Charges.Charge (ErrUnavailable, ErrUnknownOutcome); an unknown charge
+	// id is an error that wraps none of the sentinels.
+	Capture(ctx context.Context, req CaptureRequest) (Charge, error)
+	// Void cancels the authorization and returns the charge:
+	// StatusCanceled (also for a charge already voided), or StatusDeclined
+	// with a DeclineCode and a nil error when it cannot be voided (already
+	// captured: charge_already_captured).
+	Void(ctx context.Context, req VoidRequest) (Charge, error)
+	// GetCharge returns the charge with the provider's id chargeID as it now
+	// stands (StatusAuthorized, StatusSucceeded, StatusCanceled, ...), or
+	// ErrNotFound; another error when the provider cannot say.
+	GetCharge(ctx context.Context, chargeID string) (Charge, error)
+}
+
 // Provider is every port: what each adapter of this service implements (the
 // simulator's client, Stripe) and what the service is built with. Each
 // operation asserts the one port it calls (operation.Env.Provider), so an
@@ -171,6 +237,7 @@ type Refunds interface {
 type Provider interface {
 	Charges
 	Refunds
+	Captures
 }
 
 // Outcome names the outcome of one provider call for metrics: the status

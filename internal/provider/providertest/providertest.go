@@ -1,6 +1,7 @@
 // Package providertest is test support for the payment providers: helpers
 // that the contract tests of packages sim, simclient and stripeprovider
-// share. Only tests import it.
+// share, and conformance cases that every adapter of a port must pass
+// (RunCaptures). Only tests import it.
 package providertest
 
 import (
@@ -26,6 +27,37 @@ func ChargeRequest(key, method string) provider.ChargeRequest {
 		Currency:       "EUR",
 		PaymentMethod:  method,
 		Description:    "order 7",
+		PaymentID:      "pay_1",
+	}
+}
+
+// AuthorizeRequest returns ChargeRequest(key, method) with CaptureManual:
+// an authorization of 10.00 EUR.
+func AuthorizeRequest(key, method string) provider.ChargeRequest {
+	req := ChargeRequest(key, method)
+	req.CaptureManual = true
+	return req
+}
+
+// CaptureRequest returns a request to capture amount minor units of EUR of
+// charge chargeID, for payment pay_1, under the idempotency key key.
+func CaptureRequest(key, chargeID string, amount int64) provider.CaptureRequest {
+	return provider.CaptureRequest{
+		IdempotencyKey: key,
+		ChargeID:       chargeID,
+		AmountMinor:    amount,
+		Currency:       "EUR",
+		PaymentID:      "pay_1",
+	}
+}
+
+// VoidRequest returns a request to void charge chargeID (requested by the
+// customer, for payment pay_1), under the idempotency key key.
+func VoidRequest(key, chargeID string) provider.VoidRequest {
+	return provider.VoidRequest{
+		IdempotencyKey: key,
+		ChargeID:       chargeID,
+		Reason:         "requested_by_customer",
 		PaymentID:      "pay_1",
 	}
 }
@@ -114,14 +146,15 @@ func ServeSim(t testing.TB, opts sim.Options, slow, hang time.Duration) (*sim.Si
 // reduced to its error: so that a test of how answers are classified can
 // run against every method.
 type Call struct {
-	Name   string // "Charge", "Lookup", "Refund" or "LookupRefund"
-	Lookup bool   // Lookup or LookupRefund
+	Name   string // "Charge", "Lookup", "Refund", "LookupRefund", "Capture", "Void" or "GetCharge"
+	Lookup bool   // a read: Lookup, LookupRefund or GetCharge
 	Do     func(ctx context.Context) error
 }
 
-// Calls returns p's four methods, called with ChargeRequest(key,
-// "pm_card_visa"), ChargeLookup(key), RefundRequest(key, chargeID, 300) and
-// a RefundLookup of key and chargeID.
+// Calls returns p's seven methods, called with ChargeRequest(key,
+// "pm_card_visa"), ChargeLookup(key), RefundRequest(key, chargeID, 300), a
+// RefundLookup of key and chargeID, CaptureRequest(key, chargeID, 800),
+// VoidRequest(key, chargeID) and chargeID.
 func Calls(p provider.Provider, key, chargeID string) []Call {
 	return []Call{
 		{"Charge", false, func(ctx context.Context) error {
@@ -138,6 +171,18 @@ func Calls(p provider.Provider, key, chargeID string) []Call {
 		}},
 		{"LookupRefund", true, func(ctx context.Context) error {
 			_, err := p.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: key, ChargeID: chargeID})
+			return err
+		}},
+		{"Capture", false, func(ctx context.Context) error {
+			_, err := p.Capture(ctx, CaptureRequest(key, chargeID, 800))
+			return err
+		}},
+		{"Void", false, func(ctx context.Context) error {
+			_, err := p.Void(ctx, VoidRequest(key, chargeID))
+			return err
+		}},
+		{"GetCharge", true, func(ctx context.Context) error {
+			_, err := p.GetCharge(ctx, chargeID)
 			return err
 		}},
 	}

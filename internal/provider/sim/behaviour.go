@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// Effect is what the simulator does with a new charge or refund once it has
-// decided its status: how (and whether) it answers.
+// Effect is what the simulator does with a new charge, refund or capture
+// once it has decided its status: how (and whether) it answers.
 type Effect int
 
 // The effects.
@@ -26,11 +26,12 @@ const (
 )
 
 // Behaviour is what the simulator does for one payment method: with a new
-// charge made with it, and with a new refund of such a charge.
+// charge made with it, and with a new capture or refund of such a charge.
 type Behaviour struct {
 	Method string
 	// Charge is what a new charge does. ChargeDecline, when set, declines
-	// it with that code; otherwise it succeeds.
+	// it with that code; otherwise it succeeds, or, made with captureMethod
+	// manual, is authorized (requires_capture).
 	Charge        Effect
 	ChargeDecline string
 	// FlakyLookups: the first Options.FlakyLookups lookups of the charge
@@ -41,6 +42,12 @@ type Behaviour struct {
 	// the refund rules of the package documentation decline it first.
 	Refund        Effect
 	RefundDecline string
+	// Capture is what a new capture of such a charge's authorization
+	// does. CaptureDecline, when set, declines it with that code;
+	// otherwise it succeeds, unless the capture rules of the package
+	// documentation decline it first.
+	Capture        Effect
+	CaptureDecline string
 }
 
 // Behaviours is the simulator's table of payment methods, in the spirit of a
@@ -59,10 +66,13 @@ var Behaviours = []Behaviour{
 	{Method: MethodLookupFlaky, FlakyLookups: true},
 	{Method: MethodRefundDeclined, RefundDecline: DeclineRefund},
 	{Method: MethodRefundTimeoutAfterSuccess, Refund: LoseAnswer},
+	{Method: MethodCaptureDeclined, CaptureDecline: DeclineCapture},
+	{Method: MethodCaptureTimeoutAfterSuccess, Capture: LoseAnswer},
 }
 
 // UnknownMethod is the behaviour of a payment method that is not in
-// Behaviours: its charges are declined, so nothing of them can be refunded.
+// Behaviours: its charges are declined, so nothing of them can be captured
+// or refunded.
 var UnknownMethod = Behaviour{ChargeDecline: DeclineUnsupportedMethod}
 
 // behaviourTable indexes a copy of Behaviours by method.
@@ -75,10 +85,11 @@ func behaviourTable() map[string]Behaviour {
 }
 
 // MethodsMarkdown renders Behaviours, and UnknownMethod, as a Markdown
-// table: one row per payment method, what its charges and its refunds do.
+// table: one row per payment method, what its charges, the captures of
+// their authorizations and their refunds do.
 func MethodsMarkdown() string {
 	var b strings.Builder
-	b.WriteString("| paymentMethod | charge | a refund of the charge (within its amount, in its currency) |\n| --- | --- | --- |\n")
+	b.WriteString("| paymentMethod | charge (with captureMethod manual, a success is an authorization: requires_capture) | capture of the authorization (within its amount) | a refund of the charge (within its captured amount, in its currency) |\n| --- | --- | --- | --- |\n")
 	for _, row := range append(Behaviours[:len(Behaviours):len(Behaviours)], UnknownMethod) {
 		method := "any other"
 		if row.Method != "" {
@@ -88,20 +99,22 @@ func MethodsMarkdown() string {
 		if row.FlakyLookups {
 			charge += "; the first lookups by key answer 503 (-flaky-lookups)"
 		}
+		capture := describe(row.Capture, row.CaptureDecline)
 		refund := describe(row.Refund, row.RefundDecline)
 		switch {
 		case row.Charge == Refuse:
-			refund = "none: no charge is ever made"
+			capture, refund = "none: no charge is ever made", "none: no charge is ever made"
 		case row.ChargeDecline != "":
+			capture = "declined (" + DeclineChargeNotCapturable + ")"
 			refund = "declined (" + DeclineChargeNotRefundable + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", method, charge, refund)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", method, charge, capture, refund)
 	}
 	return b.String()
 }
 
 // describe says in words what an effect and a decline code make of a new
-// charge or refund.
+// charge, capture or refund.
 func describe(e Effect, decline string) string {
 	verdict := "succeeds"
 	if decline != "" {

@@ -24,12 +24,27 @@ type ChargeRecord struct {
 	Description    string          `json:"description,omitempty"`
 	PaymentID      string          `json:"paymentId,omitempty"`
 	CreatedAt      time.Time       `json:"createdAt"`
+	// CaptureMethod is automatic (a charge that succeeds is captured at
+	// once) or manual (it is authorized, requires_capture, and moves money
+	// only once captured).
+	CaptureMethod string `json:"captureMethod"`
+	// AmountCapturedMinor is how much of the amount was captured: all of
+	// it for a charge captured at once, the capture's amount once a manual
+	// charge is captured, 0 otherwise. AmountCaptured is the same in
+	// decimal.
+	AmountCapturedMinor int64  `json:"amountCapturedMinor"`
+	AmountCaptured      string `json:"amountCaptured"`
 	// RequestCount is how many create requests were answered with this
 	// charge (the first one included).
 	RequestCount int `json:"requestCount"`
 	// LookupCount is how many lookups by key reached this charge, failed
 	// flaky ones included.
 	LookupCount int `json:"lookupCount"`
+	// CaptureRequestCount and VoidRequestCount are how many capture and
+	// void requests, whatever their key, were answered with a capture or
+	// void of this charge (replays and declines included).
+	CaptureRequestCount int `json:"captureRequestCount"`
+	VoidRequestCount    int `json:"voidRequestCount"`
 }
 
 // createRequest is the body of POST /v1/charges.
@@ -39,12 +54,13 @@ type createRequest struct {
 	PaymentMethod string `json:"paymentMethod"`
 	Description   string `json:"description"`
 	PaymentID     string `json:"paymentId"`
+	CaptureMethod string `json:"captureMethod"` // "" means automatic
 }
 
 func (c *createRequest) matches(r *ChargeRecord) bool {
 	return c.AmountMinor == r.AmountMinor && c.Currency == r.Currency &&
 		c.PaymentMethod == r.PaymentMethod && c.Description == r.Description &&
-		c.PaymentID == r.PaymentID
+		c.PaymentID == r.PaymentID && c.CaptureMethod == r.CaptureMethod
 }
 
 func (c *ChargeRecord) created() time.Time { return c.CreatedAt }
@@ -80,11 +96,18 @@ func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 			Description:    req.Description,
 			PaymentID:      req.PaymentID,
 			CreatedAt:      s.clock.Now(),
+			CaptureMethod:  req.CaptureMethod,
 			RequestCount:   1,
 		}
-		if b.ChargeDecline != "" {
+		switch {
+		case b.ChargeDecline != "":
 			c.Status, c.DeclineCode = provider.StatusDeclined, b.ChargeDecline
+		case req.CaptureMethod == CaptureManual:
+			c.Status = provider.StatusAuthorized
+		default:
+			c.AmountCapturedMinor = c.AmountMinor
 		}
+		c.AmountCaptured = money.Format(c.AmountCapturedMinor, c.Currency)
 		s.chargeByID[c.ID] = c
 		return c, b.Charge, nil
 	})
@@ -96,6 +119,13 @@ func checkCharge(req *createRequest) error {
 	}
 	if req.PaymentMethod == "" {
 		return errors.New("paymentMethod is required")
+	}
+	switch req.CaptureMethod {
+	case "":
+		req.CaptureMethod = CaptureAutomatic
+	case CaptureAutomatic, CaptureManual:
+	default:
+		return fmt.Errorf("unknown captureMethod %q (automatic or manual)", req.CaptureMethod)
 	}
 	return nil
 }
@@ -123,6 +153,25 @@ func (s *Simulator) handleLookup(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Info("sim: lookup found the charge")
 	writeJSON(w, http.StatusOK, c)
+}
+
+// handleGetCharge answers the charge with the path's id as it now stands,
+// or 404 not_found. It is not a lookup by key: it counts nothing and is
+// never flaky.
+func (s *Simulator) handleGetCharge(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	s.mu.Lock()
+	c, ok := s.chargeByID[id]
+	var snap ChargeRecord
+	if ok {
+		snap = *c
+	}
+	s.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, CodeNotFound, "no charge has this id")
+		return
+	}
+	writeJSON(w, http.StatusOK, snap)
 }
 
 func (s *Simulator) handleList(w http.ResponseWriter, _ *http.Request) {

@@ -99,14 +99,16 @@ func (s *Simulator) handleRefund(w http.ResponseWriter, r *http.Request) {
 }
 
 // refundDecline returns why a new refund of charge, whose method behaves as
-// b, is declined, or "" when it succeeds. Callers hold s.mu.
+// b, is declined, or "" when it succeeds. Only what was captured can be
+// refunded: an authorization not (yet) captured, or voided, cannot. Callers
+// hold s.mu.
 func (s *Simulator) refundDecline(charge *ChargeRecord, b Behaviour, req refundRequest) string {
 	switch {
 	case charge.Status != provider.StatusSucceeded:
 		return DeclineChargeNotRefundable
 	case req.Currency != charge.Currency:
 		return DeclineCurrencyMismatch
-	case req.AmountMinor > charge.AmountMinor-s.refunded[charge.ID]:
+	case req.AmountMinor > charge.AmountCapturedMinor-s.refunded[charge.ID]:
 		return DeclineAmountTooLarge
 	}
 	return b.RefundDecline

@@ -416,6 +416,7 @@ func TestBehaviours(t *testing.T) {
 		sim.MethodVisa, sim.MethodMastercard, sim.MethodChargeDeclined, sim.MethodInsufficientFunds,
 		sim.MethodSlow, sim.MethodTimeoutAfterSuccess, sim.MethodUnavailable, sim.MethodLookupFlaky,
 		sim.MethodRefundDeclined, sim.MethodRefundTimeoutAfterSuccess,
+		sim.MethodCaptureDeclined, sim.MethodCaptureTimeoutAfterSuccess,
 	}
 	seen := map[string]int{}
 	for _, b := range sim.Behaviours {
@@ -434,9 +435,12 @@ func TestBehaviours(t *testing.T) {
 		t.Errorf("Behaviours has %d methods, the constants %d", len(seen), len(methods))
 	}
 	for _, row := range []string{
-		"| `pm_sim_refund_declined` | succeeds | declined (refund_declined) |",
-		"| `pm_card_chargeDeclined` | declined (generic_decline) | declined (charge_not_refundable) |",
-		"| any other | declined (unsupported_payment_method) |",
+		"| `pm_sim_refund_declined` | succeeds | succeeds | declined (refund_declined) |",
+		"| `pm_sim_capture_declined` | succeeds | declined (capture_declined) | succeeds |",
+		"| `pm_sim_capture_timeout_after_success` | succeeds | succeeds, but the answer is lost",
+		"| `pm_card_chargeDeclined` | declined (generic_decline) | declined (charge_not_capturable) | declined (charge_not_refundable) |",
+		"| `pm_sim_unavailable` | refused: 503 unavailable, nothing recorded | none: no charge is ever made | none: no charge is ever made |",
+		"| any other | declined (unsupported_payment_method) | declined (charge_not_capturable) |",
 	} {
 		if !strings.Contains(md, row) {
 			t.Errorf("MethodsMarkdown lacks %q:\n%s", row, md)

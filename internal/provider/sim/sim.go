@@ -6,8 +6,8 @@
 // on a loopback port with Start. State lives in memory for the Simulator's
 // lifetime; nothing is persisted.
 //
-// What a charge, and a refund of it, does is chosen by the charge's payment
-// method, in the table Behaviours (go doc sim.Behaviours; providersim
+// What a charge, and a capture or refund of it, does is chosen by the
+// charge's payment method, in the table Behaviours (go doc sim.Behaviours; providersim
 // -methods prints it). This documentation describes the protocol, not the
 // methods.
 //
@@ -22,25 +22,32 @@
 // characters) is required. Body (unknown fields are rejected):
 //
 //	{"amountMinor":1000,"currency":"EUR","paymentMethod":"pm_card_visa",
-//	 "description":"optional","paymentId":"pay_..."}
+//	 "description":"optional","paymentId":"pay_...","captureMethod":"manual"}
 //
 // amountMinor must be greater than zero and currency a supported upper-case
-// ISO 4217 code (see package money). The answer is 200 with the charge:
+// ISO 4217 code (see package money); captureMethod is optional, "automatic"
+// (the default) or "manual". The answer is 200 with the charge:
 //
 //	{"id":"ch_...","idempotencyKey":"...","status":"succeeded",
 //	 "amountMinor":1000,"amount":"10.00","currency":"EUR",
 //	 "paymentMethod":"pm_card_visa","description":"...","paymentId":"pay_...",
-//	 "createdAt":"2025-01-01T00:00:00Z","requestCount":1,"lookupCount":0}
+//	 "createdAt":"2025-01-01T00:00:00Z","captureMethod":"automatic",
+//	 "amountCapturedMinor":1000,"amountCaptured":"10.00",
+//	 "requestCount":1,"lookupCount":0,"captureRequestCount":0,"voidRequestCount":0}
 //
 // status is "succeeded" or "declined"; a declined charge also has
 // "declineCode". A decline is a 200: the charge exists, it just moved no
-// money. Other answers: 400 idempotency_key_missing, idempotency_key_invalid
-// or invalid_request; 422 idempotency_key_reused; 503 unavailable.
+// money. A charge made with captureMethod manual that would succeed is only
+// authorized: status "requires_capture", amountCaptured 0, until a capture
+// (status "succeeded") or a void (status "canceled"; see Captures and voids).
+// Other answers: 400 idempotency_key_missing, idempotency_key_invalid or
+// invalid_request; 422 idempotency_key_reused; 503 unavailable.
 //
 // The simulator remembers a key for KeyTTL after the charge created with it.
 // Within that window a create with the same key and the same parameters
-// (amountMinor, currency, paymentMethod, description, paymentId) returns the
-// stored charge immediately, whatever its payment method, and increments its
+// (amountMinor, currency, paymentMethod, description, paymentId,
+// captureMethod, an omitted one being automatic) returns the charge as it
+// now stands immediately, whatever its payment method, and increments its
 // requestCount; different parameters answer 422 idempotency_key_reused. After
 // the window the key is forgotten for creates: a create with it makes a new
 // charge, as a real provider would. Concurrent creates with one key produce
@@ -52,9 +59,16 @@
 // 400 invalid_request; a flaky lookup 503 unavailable. Every lookup of a
 // charge, failed or not, increments its lookupCount.
 //
+// GET /v1/charges/{id} answers 200 with the charge of that id as it now
+// stands (read-after-write: a capture or void shows at once), or 404
+// {"error":"not_found"}. It is not a lookup by key: it is never flaky and
+// counts nothing.
+//
 // GET /_sim/charges answers {"charges":[...]}, every charge in creation order,
 // each in the representation above. This is how a test proves that money
-// moved exactly once.
+// moved exactly once: requestCount, captureRequestCount and
+// voidRequestCount count every create, capture and void request answered
+// for the charge, replays and declines included.
 //
 // # Refunds
 //
@@ -79,10 +93,10 @@
 // A new refund is declined (status "declined", a 200 like a declined
 // charge), checked in this order, when:
 //
-//	the charge did not succeed                          charge_not_refundable
+//	the charge did not succeed (or is only authorized)  charge_not_refundable
 //	currency is not the charge's                        currency_mismatch
 //	the charge's succeeded refunds plus this one would
-//	exceed the charge's amount                          amount_too_large
+//	exceed the charge's captured amount                 amount_too_large
 //	the charge's payment method declines refunds        its RefundDecline
 //
 // Otherwise it succeeds. Keys, KeyTTL, replays (same chargeId, amountMinor,
@@ -98,6 +112,74 @@
 //
 // GET /_sim/refunds answers {"refunds":[...]}, every refund in creation
 // order, each in the representation above.
+//
+// # Captures and voids
+//
+// POST /v1/captures captures the authorization of a charge made with
+// captureMethod manual. The Idempotency-Key header is required; capture keys
+// are their own space. Body (unknown fields are rejected):
+//
+//	{"chargeId":"ch_...","amountMinor":800,"currency":"EUR","paymentId":"pay_..."}
+//
+// chargeId is required, amountMinor greater than zero, currency a supported
+// upper-case ISO 4217 code; paymentId is optional. The answer is 200 with the
+// capture, and the charge as the capture left it:
+//
+//	{"id":"cp_...","idempotencyKey":"...","chargeId":"ch_...",
+//	 "status":"succeeded","amountMinor":800,"amount":"8.00","currency":"EUR",
+//	 "paymentId":"pay_...","createdAt":"2025-01-01T00:00:00Z",
+//	 "charge":{...,"status":"succeeded","amountCapturedMinor":800,...},
+//	 "requestCount":1,"lookupCount":0}
+//
+// A capture that succeeds moves the charge to "succeeded" with
+// amountCaptured the capture's amount; the rest of the authorization is
+// released (there is one capture per charge). A new capture is declined
+// (status "declined", a 200, the charge unchanged), checked in this order,
+// when:
+//
+//	the charge was voided                               charge_canceled
+//	the charge was captured (manual, or automatic)      charge_already_captured
+//	the charge was declined                             charge_not_capturable
+//	currency is not the charge's                        currency_mismatch
+//	amountMinor exceeds the charge's amount             amount_too_large
+//	the charge's payment method declines captures       its CaptureDecline
+//
+// POST /v1/voids voids (cancels) the authorization of a charge: no money
+// moves. The Idempotency-Key header is required; void keys are their own
+// space. Body (unknown fields are rejected):
+//
+//	{"chargeId":"ch_...","reason":"requested_by_customer","paymentId":"pay_..."}
+//
+// reason is empty or one of requested_by_customer, duplicate, fraudulent,
+// abandoned. The answer is 200 with the void, and the charge as the void
+// left it:
+//
+//	{"id":"vo_...","idempotencyKey":"...","chargeId":"ch_...",
+//	 "status":"canceled","reason":"requested_by_customer","paymentId":"pay_...",
+//	 "createdAt":"2025-01-01T00:00:00Z","charge":{...,"status":"canceled",...},
+//	 "requestCount":1,"lookupCount":0}
+//
+// A void of an authorized charge moves it to "canceled"; a void of a charge
+// already canceled is "canceled" too and changes nothing. A void is declined
+// (status "declined", the charge unchanged) when the charge was captured
+// (charge_already_captured) or declined (charge_not_cancelable).
+//
+// For both, keys, KeyTTL, replays (the same chargeId, amountMinor,
+// currency and paymentId for a capture; chargeId, reason and paymentId for
+// a void) and 422 idempotency_key_reused work exactly as for charges, except
+// that a replay answers the stored capture or void, the charge included as
+// it was left then (declined ones too), as a real provider replays its
+// stored answer. Concurrent requests with one key make exactly one capture
+// or void. A chargeId the simulator does not hold answers 404
+// charge_not_found and records nothing; so does 503 unavailable, for a
+// payment method whose Capture is Refuse. Past KeyTTL, a capture or void
+// with an old key is a new one (and, the charge having moved, declined).
+//
+// GET /v1/captures?idempotencyKey=K and GET /v1/voids?idempotencyKey=K
+// answer the newest capture or void created with K, 404 not_found when
+// there is none; like charge lookups they ignore KeyTTL and increment
+// lookupCount. GET /_sim/captures answers {"captures":[...]} and GET
+// /_sim/voids {"voids":[...]}, each in creation order.
 //
 // GET /healthz answers 200 {"status":"ok"}.
 package sim
@@ -120,16 +202,18 @@ import (
 // The payment methods the simulator understands; Behaviours says what each
 // does.
 const (
-	MethodVisa                      = "pm_card_visa"
-	MethodMastercard                = "pm_card_mastercard"
-	MethodChargeDeclined            = "pm_card_chargeDeclined"
-	MethodInsufficientFunds         = "pm_card_insufficientFunds"
-	MethodSlow                      = "pm_sim_slow"
-	MethodTimeoutAfterSuccess       = "pm_sim_timeout_after_success"
-	MethodUnavailable               = "pm_sim_unavailable"
-	MethodLookupFlaky               = "pm_sim_lookup_flaky"
-	MethodRefundDeclined            = "pm_sim_refund_declined"
-	MethodRefundTimeoutAfterSuccess = "pm_sim_refund_timeout_after_success"
+	MethodVisa                       = "pm_card_visa"
+	MethodMastercard                 = "pm_card_mastercard"
+	MethodChargeDeclined             = "pm_card_chargeDeclined"
+	MethodInsufficientFunds          = "pm_card_insufficientFunds"
+	MethodSlow                       = "pm_sim_slow"
+	MethodTimeoutAfterSuccess        = "pm_sim_timeout_after_success"
+	MethodUnavailable                = "pm_sim_unavailable"
+	MethodLookupFlaky                = "pm_sim_lookup_flaky"
+	MethodRefundDeclined             = "pm_sim_refund_declined"
+	MethodRefundTimeoutAfterSuccess  = "pm_sim_refund_timeout_after_success"
+	MethodCaptureDeclined            = "pm_sim_capture_declined"
+	MethodCaptureTimeoutAfterSuccess = "pm_sim_capture_timeout_after_success"
 )
 
 // The decline codes the simulator gives.
@@ -142,6 +226,18 @@ const (
 	DeclineChargeNotRefundable = "charge_not_refundable"
 	DeclineCurrencyMismatch    = "currency_mismatch"
 	DeclineAmountTooLarge      = "amount_too_large"
+	// Captures and voids.
+	DeclineCapture               = "capture_declined"
+	DeclineChargeCanceled        = "charge_canceled"
+	DeclineChargeAlreadyCaptured = "charge_already_captured"
+	DeclineChargeNotCapturable   = "charge_not_capturable"
+	DeclineChargeNotCancelable   = "charge_not_cancelable"
+)
+
+// The capture methods of a charge (captureMethod).
+const (
+	CaptureAutomatic = "automatic"
+	CaptureManual    = "manual"
 )
 
 // The error codes of the HTTP API, in the "error" field of an error body.
@@ -180,8 +276,8 @@ type Options struct {
 	// Zero means DefaultSlowDelay; a negative value means no delay.
 	SlowDelay time.Duration
 	// KeyTTL is how long a key is remembered for creates, measured on Clock
-	// from the creation of the charge or refund. Zero or negative means
-	// DefaultKeyTTL.
+	// from the creation of the charge, refund, capture or void. Zero or
+	// negative means DefaultKeyTTL.
 	KeyTTL time.Duration
 	// FlakyLookups is how many lookups of a charge with FlakyLookups fail
 	// with 503 before lookups succeed. Zero means DefaultFlakyLookups; a
@@ -213,6 +309,8 @@ type Simulator struct {
 	chargeByID map[string]*ChargeRecord
 	refunds    store[RefundRecord, *RefundRecord]
 	refunded   map[string]int64 // charge id → sum of its succeeded refunds
+	captures   store[CaptureRecord, *CaptureRecord]
+	voids      store[VoidRecord, *VoidRecord]
 }
 
 // New returns an empty Simulator configured by opts.
@@ -229,6 +327,8 @@ func New(opts Options) *Simulator {
 		chargeByID:   make(map[string]*ChargeRecord),
 		refunds:      newStore[RefundRecord](),
 		refunded:     make(map[string]int64),
+		captures:     newStore[CaptureRecord](),
+		voids:        newStore[VoidRecord](),
 	}
 	if s.clock == nil {
 		s.clock = clock.System{}
@@ -248,10 +348,17 @@ func New(opts Options) *Simulator {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/charges", s.handleCreate)
 	s.mux.HandleFunc("GET /v1/charges", s.handleLookup)
+	s.mux.HandleFunc("GET /v1/charges/{id}", s.handleGetCharge)
 	s.mux.HandleFunc("GET /_sim/charges", s.handleList)
 	s.mux.HandleFunc("POST /v1/refunds", s.handleRefund)
 	s.mux.HandleFunc("GET /v1/refunds", s.handleLookupRefund)
 	s.mux.HandleFunc("GET /_sim/refunds", s.handleListRefunds)
+	s.mux.HandleFunc("POST /v1/captures", s.handleCapture)
+	s.mux.HandleFunc("GET /v1/captures", s.handleLookupCapture)
+	s.mux.HandleFunc("GET /_sim/captures", s.handleListCaptures)
+	s.mux.HandleFunc("POST /v1/voids", s.handleVoid)
+	s.mux.HandleFunc("GET /v1/voids", s.handleLookupVoid)
+	s.mux.HandleFunc("GET /_sim/voids", s.handleListVoids)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	return s
 }

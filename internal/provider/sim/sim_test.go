@@ -37,6 +37,7 @@ type chargeParams struct {
 	PaymentMethod string `json:"paymentMethod"`
 	Description   string `json:"description,omitempty"`
 	PaymentID     string `json:"paymentId,omitempty"`
+	CaptureMethod string `json:"captureMethod,omitempty"`
 }
 
 func params(method string) chargeParams {
@@ -44,11 +45,13 @@ func params(method string) chargeParams {
 }
 
 type response struct {
-	status int
-	charge sim.ChargeRecord // a 200 from /v1/charges
-	refund sim.RefundRecord // a 200 from /v1/refunds
-	code   string           // "error" of an error body
-	raw    string
+	status  int
+	charge  sim.ChargeRecord  // a 200 from /v1/charges
+	refund  sim.RefundRecord  // a 200 from /v1/refunds
+	capture sim.CaptureRecord // a 200 from /v1/captures
+	void    sim.VoidRecord    // a 200 from /v1/voids
+	code    string            // "error" of an error body
+	raw     string
 }
 
 // errBadAnswer marks an answer that breaks the API's shape, as opposed to a
@@ -76,8 +79,13 @@ func do(ctx context.Context, hc *http.Client, req *http.Request) (response, erro
 	}
 	if resp.StatusCode == http.StatusOK {
 		target := any(&r.charge)
-		if strings.HasPrefix(req.URL.Path, "/v1/refunds") {
+		switch {
+		case strings.HasPrefix(req.URL.Path, "/v1/refunds"):
 			target = &r.refund
+		case strings.HasPrefix(req.URL.Path, "/v1/captures"):
+			target = &r.capture
+		case strings.HasPrefix(req.URL.Path, "/v1/voids"):
+			target = &r.void
 		}
 		if err := json.Unmarshal(b, target); err != nil {
 			return r, fmt.Errorf("%w: decoding %s %s: %w", errBadAnswer, req.URL.Path, b, err)
@@ -160,6 +168,8 @@ func TestCreateByPaymentMethod(t *testing.T) {
 		{sim.MethodLookupFlaky, provider.StatusSucceeded, ""},
 		{sim.MethodRefundDeclined, provider.StatusSucceeded, ""},
 		{sim.MethodRefundTimeoutAfterSuccess, provider.StatusSucceeded, ""},
+		{sim.MethodCaptureDeclined, provider.StatusSucceeded, ""},
+		{sim.MethodCaptureTimeoutAfterSuccess, provider.StatusSucceeded, ""},
 		{sim.MethodChargeDeclined, provider.StatusDeclined, sim.DeclineGeneric},
 		{sim.MethodInsufficientFunds, provider.StatusDeclined, sim.DeclineInsufficientFunds},
 		{"pm_card_amex_unknown", provider.StatusDeclined, sim.DeclineUnsupportedMethod},
@@ -184,7 +194,12 @@ func TestCreateByPaymentMethod(t *testing.T) {
 				Description:    "order 7",
 				PaymentID:      "pay_1",
 				CreatedAt:      t0,
+				CaptureMethod:  sim.CaptureAutomatic,
+				AmountCaptured: "0.00",
 				RequestCount:   1,
+			}
+			if tt.status == provider.StatusSucceeded {
+				want.AmountCapturedMinor, want.AmountCaptured = 1000, "10.00"
 			}
 			if r.charge != want {
 				t.Errorf("charge =\n%+v\nwant\n%+v", r.charge, want)
@@ -233,6 +248,7 @@ func TestKeyReusedWithOtherParameters(t *testing.T) {
 		"paymentMethod": func(p *chargeParams) { p.PaymentMethod = sim.MethodMastercard },
 		"description":   func(p *chargeParams) { p.Description = "other" },
 		"paymentId":     func(p *chargeParams) { p.PaymentID = "pay_2" },
+		"captureMethod": func(p *chargeParams) { p.CaptureMethod = sim.CaptureManual },
 	}
 	for name, change := range changes {
 		t.Run(name, func(t *testing.T) {
@@ -269,6 +285,7 @@ func TestCreateValidation(t *testing.T) {
 		{"unknown currency", "k", chargeParams{AmountMinor: 5, Currency: "XXX", PaymentMethod: sim.MethodVisa}, sim.CodeInvalidRequest},
 		{"lower-case currency", "k", chargeParams{AmountMinor: 5, Currency: "eur", PaymentMethod: sim.MethodVisa}, sim.CodeInvalidRequest},
 		{"no payment method", "k", chargeParams{AmountMinor: 5, Currency: "EUR"}, sim.CodeInvalidRequest},
+		{"unknown capture method", "k", chargeParams{AmountMinor: 5, Currency: "EUR", PaymentMethod: sim.MethodVisa, CaptureMethod: "later"}, sim.CodeInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -566,8 +583,10 @@ func TestListAndHealth(t *testing.T) {
 		t.Fatalf("listed %d charges, want 2: %v", len(list.Charges), list.Charges)
 	}
 	want := []map[string]any{
-		{"id": a.charge.ID, "idempotencyKey": "a", "amount": "10.00", "amountMinor": 1000.0, "currency": "EUR", "status": "succeeded", "requestCount": 2.0},
-		{"id": b.charge.ID, "idempotencyKey": "b", "amount": "1.234", "amountMinor": 1234.0, "currency": "KWD", "status": "declined", "declineCode": "insufficient_funds", "requestCount": 1.0},
+		{"id": a.charge.ID, "idempotencyKey": "a", "amount": "10.00", "amountMinor": 1000.0, "currency": "EUR", "status": "succeeded", "requestCount": 2.0,
+			"captureMethod": "automatic", "amountCaptured": "10.00", "amountCapturedMinor": 1000.0, "captureRequestCount": 0.0, "voidRequestCount": 0.0},
+		{"id": b.charge.ID, "idempotencyKey": "b", "amount": "1.234", "amountMinor": 1234.0, "currency": "KWD", "status": "declined", "declineCode": "insufficient_funds", "requestCount": 1.0,
+			"amountCaptured": "0.000", "amountCapturedMinor": 0.0},
 	}
 	for i, w := range want {
 		for k, v := range w {

@@ -2,10 +2,11 @@
 // provider simulator (package sim, binary providersim).
 //
 // The error a call returns tells the caller whether money may have moved.
-// Charge and Refund map outcomes as follows:
+// Charge, Refund, Capture and Void map outcomes as follows:
 //
-//   - 200 with a well-formed charge or refund: it, with a nil error (a
-//     decline is a charge or refund with provider.StatusDeclined).
+//   - 200 with a well-formed charge, refund, capture or void: it, with a
+//     nil error (a decline is a charge, refund, capture or void with
+//     provider.StatusDeclined).
 //   - The connection could not be made (a *net.OpError with Op "dial":
 //     refused, unreachable, no such host), and no connection was obtained
 //     at any point of the call, so the request was never sent:
@@ -18,15 +19,16 @@
 //     deadline or cancellation, a timeout, a reset or closed connection, EOF
 //     before or during the response, any 5xx other than 503, an unexpected
 //     status outside 2xx and 4xx, an unreadable or malformed body (a status
-//     other than succeeded or declined, another key, for a refund another
-//     charge): provider.ErrUnknownOutcome. Money may have moved; find out
-//     with Lookup or LookupRefund.
+//     the answer cannot have, another key, for a refund, capture or void
+//     another charge): provider.ErrUnknownOutcome. Money may have moved;
+//     find out with Lookup, LookupRefund or GetCharge.
 //   - 4xx (422 idempotency_key_reused, 400 invalid request, 404
-//     charge_not_found for a refund of a charge the simulator does not
-//     hold, ...): an *APIError, which is neither sentinel. The provider
-//     rejected the request; retrying it unchanged will not help.
+//     charge_not_found for a refund, capture or void of a charge the
+//     simulator does not hold, ...): an *APIError, which is neither
+//     sentinel. The provider rejected the request; retrying it unchanged
+//     will not help.
 //
-// Lookup and LookupRefund map the same way, except that:
+// Lookup, LookupRefund and GetCharge map the same way, except that:
 //
 //   - 404 whose body is the simulator's {"error":"not_found"}:
 //     provider.ErrNotFound. A 404 without that body (a wrong base URL, a
@@ -38,7 +40,7 @@
 // The simulator looks charges and refunds up by key in the memory it writes
 // them to: a lookup sees every create that came before it, so LookupLag is
 // zero, and Lookup has no use for ChargeLookup.NotBefore (it sends only the
-// key).
+// key). GetCharge reads that memory too: a capture or void shows at once.
 //
 // Sentinels are wrapped together with the underlying error, so
 // errors.Is(err, context.DeadlineExceeded) also works. The caller bounds each
@@ -63,6 +65,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -114,12 +117,24 @@ func (e *APIError) Error() string {
 
 // chargeBody is the simulator's representation of a charge.
 type chargeBody struct {
+	ID                  string          `json:"id"`
+	IdempotencyKey      string          `json:"idempotencyKey"`
+	Status              provider.Status `json:"status"`
+	DeclineCode         string          `json:"declineCode"`
+	AmountMinor         int64           `json:"amountMinor"`
+	Currency            string          `json:"currency"`
+	AmountCapturedMinor int64           `json:"amountCapturedMinor"`
+}
+
+// actionBody is the simulator's representation of a capture or a void:
+// its verdict, and the charge as it left it.
+type actionBody struct {
 	ID             string          `json:"id"`
 	IdempotencyKey string          `json:"idempotencyKey"`
+	ChargeID       string          `json:"chargeId"`
 	Status         provider.Status `json:"status"`
 	DeclineCode    string          `json:"declineCode"`
-	AmountMinor    int64           `json:"amountMinor"`
-	Currency       string          `json:"currency"`
+	Charge         chargeBody      `json:"charge"`
 }
 
 // refundBody is the simulator's representation of a refund.
@@ -139,10 +154,19 @@ type errorBody struct {
 }
 
 // Charge creates a charge with req.IdempotencyKey, or returns the one the
-// simulator already holds for it. See the package documentation for errors.
+// simulator already holds for it. With req.CaptureManual the simulator only
+// authorizes a charge that would succeed (provider.StatusAuthorized). The
+// simulator answers a charge as it now stands: the same key after a capture
+// or void of the authorization answers it succeeded or canceled. See the
+// package documentation for errors.
 func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {
 	if req.IdempotencyKey == "" {
 		return provider.Charge{}, errors.New("simclient: charge: empty idempotency key")
+	}
+	// An automatic charge sends no captureMethod, the simulator's default.
+	captureMethod := ""
+	if req.CaptureManual {
+		captureMethod = "manual"
 	}
 	b, err := c.post(ctx, "/v1/charges", req.IdempotencyKey, struct {
 		AmountMinor   int64  `json:"amountMinor"`
@@ -150,7 +174,8 @@ func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provid
 		PaymentMethod string `json:"paymentMethod"`
 		Description   string `json:"description,omitempty"`
 		PaymentID     string `json:"paymentId,omitempty"`
-	}{req.AmountMinor, req.Currency, req.PaymentMethod, req.Description, req.PaymentID})
+		CaptureMethod string `json:"captureMethod,omitempty"`
+	}{req.AmountMinor, req.Currency, req.PaymentMethod, req.Description, req.PaymentID, captureMethod})
 	if err == nil {
 		var ch provider.Charge
 		if ch, err = decodeCharge(b, req.IdempotencyKey); err == nil {
@@ -226,6 +251,78 @@ func (c *Client) LookupRefund(ctx context.Context, l provider.RefundLookup) (pro
 	return provider.Refund{}, fmt.Errorf("simclient: refund lookup of key %q: %w", l.IdempotencyKey, err)
 }
 
+// Capture captures req.AmountMinor of the authorized charge req.ChargeID
+// with req.IdempotencyKey, or returns the simulator's stored answer for that
+// key, and returns the charge: provider.StatusSucceeded with
+// AmountCapturedMinor, or provider.StatusDeclined with the simulator's
+// DeclineCode (charge_canceled, charge_already_captured, amount_too_large,
+// ...) and a nil error. A charge the simulator does not hold is an
+// *APIError 404 charge_not_found. See the package documentation for the
+// other errors.
+func (c *Client) Capture(ctx context.Context, req provider.CaptureRequest) (provider.Charge, error) {
+	if req.IdempotencyKey == "" || req.ChargeID == "" {
+		return provider.Charge{}, errors.New("simclient: capture: empty idempotency key or charge id")
+	}
+	b, err := c.post(ctx, "/v1/captures", req.IdempotencyKey, struct {
+		ChargeID    string `json:"chargeId"`
+		AmountMinor int64  `json:"amountMinor"`
+		Currency    string `json:"currency"`
+		PaymentID   string `json:"paymentId,omitempty"`
+	}{req.ChargeID, req.AmountMinor, req.Currency, req.PaymentID})
+	if err == nil {
+		var ch provider.Charge
+		if ch, err = decodeAction(b, "capture", req.IdempotencyKey, req.ChargeID, provider.StatusSucceeded); err == nil {
+			return ch, nil
+		}
+	}
+	return provider.Charge{}, fmt.Errorf("simclient: capture of %s with key %q: %w", req.ChargeID, req.IdempotencyKey, err)
+}
+
+// Void voids the authorization of charge req.ChargeID with
+// req.IdempotencyKey, or returns the simulator's stored answer for that key,
+// and returns the charge: provider.StatusCanceled, or
+// provider.StatusDeclined with the simulator's DeclineCode
+// (charge_already_captured, ...) and a nil error. Errors are those of
+// Capture.
+func (c *Client) Void(ctx context.Context, req provider.VoidRequest) (provider.Charge, error) {
+	if req.IdempotencyKey == "" || req.ChargeID == "" {
+		return provider.Charge{}, errors.New("simclient: void: empty idempotency key or charge id")
+	}
+	b, err := c.post(ctx, "/v1/voids", req.IdempotencyKey, struct {
+		ChargeID  string `json:"chargeId"`
+		Reason    string `json:"reason,omitempty"`
+		PaymentID string `json:"paymentId,omitempty"`
+	}{req.ChargeID, req.Reason, req.PaymentID})
+	if err == nil {
+		var ch provider.Charge
+		if ch, err = decodeAction(b, "void", req.IdempotencyKey, req.ChargeID, provider.StatusCanceled); err == nil {
+			return ch, nil
+		}
+	}
+	return provider.Charge{}, fmt.Errorf("simclient: void of %s with key %q: %w", req.ChargeID, req.IdempotencyKey, err)
+}
+
+// GetCharge returns the charge chargeID as the simulator now holds it
+// (read-after-write), or provider.ErrNotFound. Its IdempotencyKey is the
+// key the charge was created with. See the package documentation for
+// errors.
+func (c *Client) GetCharge(ctx context.Context, chargeID string) (provider.Charge, error) {
+	if chargeID == "" {
+		return provider.Charge{}, errors.New("simclient: get charge: empty charge id")
+	}
+	b, err := c.get(ctx, "/v1/charges/"+url.PathEscape(chargeID), nil)
+	if err == nil {
+		var ch provider.Charge
+		if ch, err = decodeCharge(b, ""); err == nil && ch.ID != chargeID {
+			err = fmt.Errorf("%w: malformed charge: id %q, want %q", provider.ErrUnknownOutcome, ch.ID, chargeID)
+		}
+		if err == nil {
+			return ch, nil
+		}
+	}
+	return provider.Charge{}, fmt.Errorf("simclient: get charge %s: %w", chargeID, err)
+}
+
 // LookupLag is zero: the simulator's lookups read the memory its creates
 // write.
 func (c *Client) LookupLag() time.Duration { return 0 }
@@ -246,10 +343,14 @@ func (c *Client) post(ctx context.Context, path, key string, v any) ([]byte, err
 	return c.do(hreq, false)
 }
 
-// get sends a lookup to path with query q, and returns the body of a 200
-// answer or a classified error.
+// get sends a read to path with query q (none if empty), and returns the
+// body of a 200 answer or a classified error.
 func (c *Client) get(ctx context.Context, path string, q url.Values) ([]byte, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -310,36 +411,71 @@ func transportError(err error, connected bool) error {
 	return fmt.Errorf("%w: %w", provider.ErrUnknownOutcome, err)
 }
 
-// checkAnswer checks the fields that every answer shares: an id, a final
-// status, and the idempotency key asked for.
-func checkAnswer(kind, id, gotKey, key string, status provider.Status) error {
+// checkAnswer checks the fields that every answer shares: an id, one of
+// the statuses the answer can have (succeeded or declined when statuses is
+// empty), and the idempotency key asked for (any but none when key is
+// empty).
+func checkAnswer(kind, id, gotKey, key string, status provider.Status, statuses ...provider.Status) error {
+	if len(statuses) == 0 {
+		statuses = []provider.Status{provider.StatusSucceeded, provider.StatusDeclined}
+	}
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: malformed %s: no id", provider.ErrUnknownOutcome, kind)
-	case status != provider.StatusSucceeded && status != provider.StatusDeclined:
+	case !slices.Contains(statuses, status):
 		return fmt.Errorf("%w: malformed %s: unknown status %q", provider.ErrUnknownOutcome, kind, status)
-	case gotKey != key:
+	case gotKey == "" || key != "" && gotKey != key:
 		return fmt.Errorf("%w: malformed %s: idempotency key %q, want %q", provider.ErrUnknownOutcome, kind, gotKey, key)
 	}
 	return nil
 }
 
+// chargeStatuses are the statuses a charge can stand at: one made with
+// CaptureManual is authorized, then captured (succeeded) or voided.
+var chargeStatuses = []provider.Status{provider.StatusSucceeded, provider.StatusDeclined, provider.StatusAuthorized, provider.StatusCanceled}
+
+// decodeCharge decodes a charge created with key (with any key when key is
+// empty).
 func decodeCharge(b []byte, key string) (provider.Charge, error) {
 	var cb chargeBody
 	if err := json.Unmarshal(b, &cb); err != nil {
 		return provider.Charge{}, fmt.Errorf("%w: malformed charge: %w", provider.ErrUnknownOutcome, err)
 	}
-	if err := checkAnswer("charge", cb.ID, cb.IdempotencyKey, key, cb.Status); err != nil {
+	if err := checkAnswer("charge", cb.ID, cb.IdempotencyKey, key, cb.Status, chargeStatuses...); err != nil {
 		return provider.Charge{}, err
 	}
+	return cb.charge(), nil
+}
+
+func (cb chargeBody) charge() provider.Charge {
 	return provider.Charge{
-		ID:             cb.ID,
-		IdempotencyKey: cb.IdempotencyKey,
-		Status:         cb.Status,
-		DeclineCode:    cb.DeclineCode,
-		AmountMinor:    cb.AmountMinor,
-		Currency:       cb.Currency,
-	}, nil
+		ID:                  cb.ID,
+		IdempotencyKey:      cb.IdempotencyKey,
+		Status:              cb.Status,
+		DeclineCode:         cb.DeclineCode,
+		AmountMinor:         cb.AmountMinor,
+		Currency:            cb.Currency,
+		AmountCapturedMinor: cb.AmountCapturedMinor,
+	}
+}
+
+// decodeAction decodes a capture or void (kind) answered for key, of charge
+// chargeID, whose verdict is done or declined, and returns the charge as
+// the action left it, with the verdict as its Status.
+func decodeAction(b []byte, kind, key, chargeID string, done provider.Status) (provider.Charge, error) {
+	var ab actionBody
+	if err := json.Unmarshal(b, &ab); err != nil {
+		return provider.Charge{}, fmt.Errorf("%w: malformed %s: %w", provider.ErrUnknownOutcome, kind, err)
+	}
+	if err := checkAnswer(kind, ab.ID, ab.IdempotencyKey, key, ab.Status, done, provider.StatusDeclined); err != nil {
+		return provider.Charge{}, err
+	}
+	if ab.ChargeID != chargeID || ab.Charge.ID != chargeID {
+		return provider.Charge{}, fmt.Errorf("%w: malformed %s: of charge %q (%q), want %q", provider.ErrUnknownOutcome, kind, ab.ChargeID, ab.Charge.ID, chargeID)
+	}
+	ch := ab.Charge.charge()
+	ch.Status, ch.DeclineCode = ab.Status, ab.DeclineCode
+	return ch, nil
 }
 
 // decodeRefund decodes a refund answered for key, of charge chargeID when

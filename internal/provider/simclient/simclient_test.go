@@ -43,7 +43,7 @@ func TestChargeSucceedsAndDeclines(t *testing.T) {
 		t.Fatalf("Charge: %v", err)
 	}
 	recs := s.Charges()
-	want := provider.Charge{ID: recs[0].ID, IdempotencyKey: "k-ok", Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR"}
+	want := provider.Charge{ID: recs[0].ID, IdempotencyKey: "k-ok", Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR", AmountCapturedMinor: 1000}
 	if ok != want {
 		t.Errorf("Charge = %+v, want %+v", ok, want)
 	}
@@ -254,6 +254,10 @@ func TestMalformedSuccessIsUnknownOutcome(t *testing.T) {
 			})
 			for _, call := range providertest.Calls(c, "k", "ch_1") {
 				if strings.HasPrefix(name, "refund") && !strings.Contains(call.Name, "Refund") {
+					continue
+				}
+				// A read by id has no key to compare (TestMalformedCaptureAnswersAreUnknownOutcome).
+				if name == "other key" && call.Name == "GetCharge" {
 					continue
 				}
 				providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnknownOutcome)

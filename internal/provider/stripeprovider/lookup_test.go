@@ -96,7 +96,7 @@ func TestLookupFindsViaListAndWireFormat(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Lookup: %v", err)
 	}
-	want := provider.Charge{ID: "pi_1", IdempotencyKey: testKey, Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR"}
+	want := provider.Charge{ID: "pi_1", IdempotencyKey: testKey, Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR", AmountCapturedMinor: 1000}
 	if got != want {
 		t.Errorf("Lookup = %+v, want %+v", got, want)
 	}

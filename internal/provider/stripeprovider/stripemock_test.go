@@ -278,7 +278,8 @@ func TestStripeMockWireFormat(t *testing.T) {
 
 	// With a fixture of a succeeded PaymentIntent that carries the key,
 	// stripe-mock answers the create with it (id made up, amount and
-	// currency reflected) and lists the fixture itself. The same
+	// currency reflected, amount_received the fixture's) and lists the
+	// fixture itself. The same
 	// stripe-mock holds a refund fixture for the refund subtest. (A fixtures
 	// file without a PaymentIntent would break the readiness probe.)
 	fixtures := startStripeMock(t, bin, writeFixtures(t, map[string]any{
@@ -290,6 +291,8 @@ func TestStripeMockWireFormat(t *testing.T) {
 			"created":            1700000000,
 			"livemode":           false,
 			"status":             "succeeded",
+			"amount_received":    1,
+			"capture_method":     "automatic",
 			"last_payment_error": nil,
 			"metadata":           map[string]string{"idempotency_key": req.IdempotencyKey, "payment_id": req.PaymentID},
 		},
@@ -313,13 +316,13 @@ func TestStripeMockWireFormat(t *testing.T) {
 			t.Fatalf("Charge: %v", err)
 		}
 		if !strings.HasPrefix(ch.ID, "pi_") || ch.Status != provider.StatusSucceeded ||
-			ch.AmountMinor != 1234 || ch.Currency != "EUR" || ch.DeclineCode != "" {
-			t.Errorf("Charge = %+v, want a succeeded pi_... of 1234 EUR", ch)
+			ch.AmountMinor != 1234 || ch.Currency != "EUR" || ch.DeclineCode != "" || ch.AmountCapturedMinor != 1 {
+			t.Errorf("Charge = %+v, want a succeeded pi_... of 1234 EUR (1 received, as the fixture says)", ch)
 		}
 
 		lookup := provider.ChargeLookup{IdempotencyKey: req.IdempotencyKey, NotBefore: time.Now().Add(-time.Hour)}
 		found, err := p.Lookup(ctx, lookup)
-		want := provider.Charge{ID: "pi_fixturesucceeded", IdempotencyKey: req.IdempotencyKey, Status: provider.StatusSucceeded, AmountMinor: 1, Currency: "USD"}
+		want := provider.Charge{ID: "pi_fixturesucceeded", IdempotencyKey: req.IdempotencyKey, Status: provider.StatusSucceeded, AmountMinor: 1, Currency: "USD", AmountCapturedMinor: 1}
 		if err != nil || found != want {
 			t.Errorf("Lookup = %+v, %v; want %+v", found, err, want)
 		}

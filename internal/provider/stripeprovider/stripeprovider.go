@@ -1,5 +1,7 @@
 // Package stripeprovider implements provider.Provider with Stripe
-// PaymentIntents and Refunds, through stripe-go v76.
+// PaymentIntents and Refunds, through stripe-go v76: charges (captured at
+// once, or authorized with capture_method=manual, then captured or
+// canceled) and refunds.
 //
 // Each Provider has its own stripe-go backend (base URL, HTTP client, no
 // network retries of its own, a log/slog logger) and its own API key; the
@@ -12,8 +14,9 @@
 // automatic_payment_methods[enabled]=true with
 // automatic_payment_methods[allow_redirects]=never (so confirmation never
 // waits for a redirect; Stripe refuses a payment method that would need one),
-// description, metadata[idempotency_key] and (when set) metadata[payment_id], with the
-// request's key in the Idempotency-Key header. The parameters are a function
+// description, metadata[idempotency_key] and (when set) metadata[payment_id],
+// and capture_method=manual when the request asks for CaptureManual, with
+// the request's key in the Idempotency-Key header. The parameters are a function
 // of the ChargeRequest alone, so sending the same request again is, to
 // Stripe's idempotency layer, the same request: for at least 24 hours Stripe
 // answers it with the stored answer of the first one (a 409 while the first
@@ -22,20 +25,26 @@
 // The error a call returns tells the caller whether money may have moved:
 //
 //   - 200 with a PaymentIntent that succeeded: provider.StatusSucceeded, and
-//     the Charge's ID is the PaymentIntent id.
+//     the Charge's ID is the PaymentIntent id; AmountCapturedMinor is its
+//     amount_received (a succeeded PaymentIntent that received nothing is
+//     not an answer Stripe gives: provider.ErrUnknownOutcome).
+//   - 200 with a PaymentIntent in requires_capture (made with
+//     capture_method=manual): provider.StatusAuthorized. The funds are
+//     held; Capture or Void moves it on.
 //   - A card_error answer (HTTP 402: the attempt was declined), or a
 //     PaymentIntent back in requires_payment_method with a
 //     last_payment_error: provider.StatusDeclined with a nil error;
 //     DeclineCode is the error's decline_code, else its code, else
 //     "payment_intent_payment_attempt_failed". A canceled PaymentIntent is
 //     declined too, with DeclineCode "canceled": Stripe moves no money for
-//     it, ever.
-//   - A PaymentIntent in processing, requires_action, requires_capture,
+//     it, ever; one made with capture_method=manual is
+//     provider.StatusCanceled instead (an authorization voided, by Void or
+//     by Stripe's expiry of it).
+//   - A PaymentIntent in processing, requires_action,
 //     requires_confirmation, requires_payment_method without a failed
 //     attempt, or any other status: provider.ErrUnknownOutcome. Money may
 //     still move: processing settles later, requires_action completes if
-//     the customer authenticates, requires_capture holds the funds. Lookup
-//     tells later.
+//     the customer authenticates. Lookup tells later.
 //   - The request was never sent: the dial failed (refused, unreachable, no
 //     such host) and no connection was obtained at any point of the call,
 //     or the context was done before the call: provider.ErrUnavailable.
@@ -154,6 +163,42 @@
 // unreadable listing (an answer that is not a list, more pages than it
 // reads) is never ErrNotFound. The RefundLookup must name the charge: without
 // it LookupRefund returns a plain error and sends nothing.
+//
+// # Capture, Void and GetCharge
+//
+// Capture captures the PaymentIntent req.ChargeID (POST
+// /v1/payment_intents/{id}/capture) with amount_to_capture, the request's
+// key in the Idempotency-Key header; Stripe releases the rest of the
+// authorization. Void cancels it (POST /v1/payment_intents/{id}/cancel)
+// with cancellation_reason (when set: requested_by_customer, duplicate,
+// fraudulent or abandoned, Stripe's own names) and the request's key.
+// Neither sends metadata: the PaymentIntent carries the payment's already,
+// and Stripe's idempotency layer, not a lookup, resolves a resend. GetCharge
+// retrieves it (GET /v1/payment_intents/{id}), which is read-after-write.
+// Each returns the PaymentIntent mapped as Charge maps it (its
+// IdempotencyKey the one in its metadata), with these verdicts:
+//
+//   - Capture answered 200 with a succeeded PaymentIntent:
+//     provider.StatusSucceeded, AmountCapturedMinor its amount_received.
+//     Void answered 200 with a canceled one: provider.StatusCanceled.
+//     Another status, or another PaymentIntent, in a 200:
+//     provider.ErrUnknownOutcome.
+//   - A 400 or 402 that refuses the capture: provider.StatusDeclined with
+//     a nil error. A card_error: DeclineCode its decline_code, else its
+//     code. payment_intent_unexpected_state: charge_canceled when the
+//     PaymentIntent in the error is canceled, charge_already_captured when
+//     it succeeded, else the code itself. amount_too_large,
+//     charge_expired_for_capture, capture_charge_authorization_expired and
+//     capture_unauthorized_payment: that code.
+//   - A 400 payment_intent_unexpected_state that refuses the void:
+//     provider.StatusDeclined with charge_already_captured when the
+//     PaymentIntent in the error succeeded, provider.StatusCanceled (a nil
+//     error: it was voided already) when it is canceled, else declined with
+//     the code itself.
+//   - GetCharge of a PaymentIntent Stripe does not hold (404
+//     resource_missing): provider.ErrNotFound. A 404 that is not a Stripe
+//     error object (a wrong base URL) is an *APIError, never ErrNotFound.
+//   - Every other answer and failure is classified as for Charge.
 package stripeprovider
 
 import (
@@ -287,6 +332,9 @@ func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (prov
 	}
 	if req.Description != "" {
 		params.Description = stripe.String(req.Description)
+	}
+	if req.CaptureManual {
+		params.CaptureMethod = stripe.String(string(stripe.PaymentIntentCaptureMethodManual))
 	}
 	params.Context = ctx
 	params.IdempotencyKey = stripe.String(req.IdempotencyKey)
@@ -428,14 +476,23 @@ func chargeFromIntent(pi *stripe.PaymentIntent, key string) (provider.Charge, er
 	}
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded:
-		ch.Status = provider.StatusSucceeded
+		if pi.AmountReceived <= 0 {
+			return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s succeeded but received %d", provider.ErrUnknownOutcome, pi.ID, pi.AmountReceived)
+		}
+		ch.Status, ch.AmountCapturedMinor = provider.StatusSucceeded, pi.AmountReceived
+	case stripe.PaymentIntentStatusRequiresCapture:
+		ch.Status = provider.StatusAuthorized
 	case stripe.PaymentIntentStatusRequiresPaymentMethod:
 		if pi.LastPaymentError == nil {
 			return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s is %q but records no failed attempt", provider.ErrUnknownOutcome, pi.ID, pi.Status)
 		}
 		ch.Status, ch.DeclineCode = provider.StatusDeclined, declineCode(pi.LastPaymentError)
 	case stripe.PaymentIntentStatusCanceled:
-		ch.Status, ch.DeclineCode = provider.StatusDeclined, "canceled"
+		if pi.CaptureMethod == stripe.PaymentIntentCaptureMethodManual {
+			ch.Status = provider.StatusCanceled
+		} else {
+			ch.Status, ch.DeclineCode = provider.StatusDeclined, "canceled"
+		}
 	default:
 		return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s is %q: money may still move", provider.ErrUnknownOutcome, pi.ID, pi.Status)
 	}

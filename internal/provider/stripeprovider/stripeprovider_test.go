@@ -46,6 +46,7 @@ type request struct {
 type fakeStripe struct {
 	Create, List              http.HandlerFunc
 	CreateRefund, ListRefunds http.HandlerFunc
+	Capture, Cancel, Get      http.HandlerFunc // of /v1/payment_intents/{id}
 
 	mu   sync.Mutex
 	reqs []request
@@ -77,12 +78,24 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 		h = f.CreateRefund
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
 		h = f.ListRefunds
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/capture"):
+		h = f.Capture
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/cancel"):
+		h = f.Cancel
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		h = f.Get
 	}
 	if h == nil {
 		writeJSON(w, http.StatusNotFound, stripeError("invalid_request_error", "resource_missing", "", "no handler for "+r.Method+" "+r.URL.Path))
 		return
 	}
 	h(w, r)
+}
+
+// answerCreates answers every request that creates or moves money (Charge,
+// Refund, Capture and Void) with h.
+func (f *fakeStripe) answerCreates(h http.HandlerFunc) {
+	f.Create, f.CreateRefund, f.Capture, f.Cancel = h, h, h, h
 }
 
 func (f *fakeStripe) requests() []request {
@@ -124,17 +137,32 @@ func stripeError(typ, code, declineCode, msg string) map[string]any {
 	return map[string]any{"error": e}
 }
 
-// intent is a PaymentIntent as Stripe renders it.
+// intent is a PaymentIntent as Stripe renders it: made with automatic
+// capture, all of it received once succeeded.
 func intent(id, status, key string) map[string]any {
-	return map[string]any{
-		"id":            id,
-		"object":        "payment_intent",
-		"amount":        1000,
-		"currency":      "eur",
-		"status":        status,
-		"client_secret": id + "_secret_s3cr3tv4lu3",
-		"metadata":      map[string]string{"idempotency_key": key, "payment_id": "pay_1"},
+	received := 0
+	if status == "succeeded" {
+		received = 1000
 	}
+	return map[string]any{
+		"id":              id,
+		"object":          "payment_intent",
+		"amount":          1000,
+		"amount_received": received,
+		"capture_method":  "automatic",
+		"currency":        "eur",
+		"status":          status,
+		"client_secret":   id + "_secret_s3cr3tv4lu3",
+		"metadata":        map[string]string{"idempotency_key": key, "payment_id": "pay_1"},
+	}
+}
+
+// manualIntent is intent made with capture_method=manual, amountReceived
+// of it received.
+func manualIntent(id, status, key string, amountReceived int64) map[string]any {
+	pi := intent(id, status, key)
+	pi["capture_method"], pi["amount_received"] = "manual", amountReceived
+	return pi
 }
 
 func withLastPaymentError(pi map[string]any, code, declineCode string) map[string]any {
@@ -194,7 +222,7 @@ func TestChargeSucceededAndWireFormat(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Charge: %v", err)
 	}
-	want := provider.Charge{ID: "pi_ok", IdempotencyKey: testKey, Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR"}
+	want := provider.Charge{ID: "pi_ok", IdempotencyKey: testKey, Status: provider.StatusSucceeded, AmountMinor: 1000, Currency: "EUR", AmountCapturedMinor: 1000}
 	if got != want {
 		t.Errorf("Charge = %+v, want %+v", got, want)
 	}
@@ -267,7 +295,7 @@ func TestChargeDeclines(t *testing.T) {
 }
 
 func TestChargeIntermediateStatusesAreUnknownOutcome(t *testing.T) {
-	for _, status := range []string{"processing", "requires_action", "requires_capture", "requires_confirmation", "requires_payment_method", "some_future_status"} {
+	for _, status := range []string{"processing", "requires_action", "requires_confirmation", "requires_payment_method", "some_future_status"} {
 		t.Run(status, func(t *testing.T) {
 			f := newFake(t)
 			f.Create = answer(http.StatusOK, intent("pi_1", status, testKey))
@@ -352,7 +380,7 @@ func TestChargeErrorAnswers(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = tc.h, tc.h }) {
+			for _, call := range creates(t, func(f *fakeStripe) { f.answerCreates(tc.h) }) {
 				err := call.Do(providertest.Context(t, 5*time.Second))
 				providertest.WantOnly(t, call.Name, err, tc.want)
 				var apiErr *stripeprovider.APIError
@@ -376,7 +404,7 @@ func TestChargeErrorAnswers(t *testing.T) {
 
 func TestCreateHangingProviderHitsTheDeadline(t *testing.T) {
 	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
-	for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = hang, hang }) {
+	for _, call := range creates(t, func(f *fakeStripe) { f.answerCreates(hang) }) {
 		start := time.Now()
 		err := call.Do(providertest.Context(t, 100*time.Millisecond))
 		providertest.WantOnly(t, call.Name, err, provider.ErrUnknownOutcome)
@@ -441,18 +469,19 @@ func hijack(t *testing.T, w http.ResponseWriter) net.Conn {
 	return conn
 }
 
-// createCall is a create (Charge or Refund) against a fake of its own.
+// createCall is a create (Charge, Refund, Capture or Void) against a fake
+// of its own.
 type createCall struct {
 	providertest.Call
 	fake *fakeStripe
 }
 
-// creates returns Charge and Refund, each against a new fake set up by
-// setup.
+// creates returns Charge, Refund, Capture and Void, each against a new fake
+// set up by setup.
 func creates(t *testing.T, setup func(*fakeStripe)) []createCall {
 	t.Helper()
 	var out []createCall
-	for _, name := range []string{"Charge", "Refund"} {
+	for _, name := range []string{"Charge", "Refund", "Capture", "Void"} {
 		f := newFake(t)
 		setup(f)
 		for _, call := range providertest.Calls(f.provider(t), testKey, "pi_1") {
@@ -466,7 +495,7 @@ func creates(t *testing.T, setup func(*fakeStripe)) []createCall {
 
 func TestCreateResetAfterRequestIsUnknownOutcome(t *testing.T) {
 	reset := func(w http.ResponseWriter, r *http.Request) { providertest.HangUp(t, w, true) }
-	for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = reset, reset }) {
+	for _, call := range creates(t, func(f *fakeStripe) { f.answerCreates(reset) }) {
 		providertest.WantOnly(t, call.Name, call.Do(providertest.Context(t, 5*time.Second)), provider.ErrUnknownOutcome)
 		if n := len(call.fake.requests()); n != 1 {
 			t.Errorf("%s: %d requests, want 1", call.Name, n)
@@ -493,7 +522,7 @@ func TestAnswerCutShort(t *testing.T) {
 		{http.StatusTooManyRequests, provider.ErrUnavailable},
 	} {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
-			for _, call := range creates(t, func(f *fakeStripe) { f.Create, f.CreateRefund = cut(tc.status), cut(tc.status) }) {
+			for _, call := range creates(t, func(f *fakeStripe) { f.answerCreates(cut(tc.status)) }) {
 				err := call.Do(providertest.Context(t, 5*time.Second))
 				providertest.WantOnly(t, call.Name, err, tc.want)
 				if !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -648,7 +677,7 @@ func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
 	resender := providertest.NewResender(t, answer(http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests")))
 	for _, call := range creates(t, func(f *fakeStripe) {
 		f.List = answer(http.StatusOK, intentList(false)) // leaves a kept-alive connection
-		f.Create, f.CreateRefund = resender.ServeHTTP, resender.ServeHTTP
+		f.answerCreates(resender.ServeHTTP)
 	}) {
 		ctx := providertest.Context(t, 5*time.Second)
 		_, err := call.fake.provider(t).Lookup(ctx, providertest.ChargeLookup(testKey))
