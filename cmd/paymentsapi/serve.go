@@ -173,6 +173,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
 		ProviderLookupLag: cfg.ProviderLookupLag,
 		RefusalRecheck:    cfg.RefusalRecheck,
+		AuthorizationTTL:  cfg.AuthorizationTTL,
 		Recovery: idempotency.RecoveryPolicy{
 			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,

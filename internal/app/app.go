@@ -36,6 +36,7 @@ type Config struct {
 	// the provider declares (provider.Adapter.LookupLag).
 	ProviderLookupLag time.Duration
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK; default one minute
+	AuthorizationTTL  time.Duration // AUTHORIZATION_TTL; default 168h
 	Recovery          idempotency.RecoveryPolicy
 	PaymentHooks      payments.Hooks // failpoints, for tests
 	// StripeWebhookSecret verifies POST /webhooks/stripe (STRIPE_WEBHOOK_SECRET);
@@ -100,6 +101,7 @@ func New(d Deps, cfg Config) *Core {
 		Config: operation.Config{
 			ReplayTTL: cfg.ReplayTTL, ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
 			ProviderLookupLag: max(cfg.ProviderLookupLag, d.Provider.LookupLag()), RefusalRecheck: cfg.RefusalRecheck,
+			AuthorizationTTL: cfg.AuthorizationTTL,
 		},
 	})
 	if err != nil {

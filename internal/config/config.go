@@ -29,7 +29,10 @@ type Config struct {
 	ProviderLookupLag time.Duration
 	// RefusalRecheck is how long after a refusal the reconciler looks the
 	// resource up anyway (REFUSAL_RECHECK); never before the lookup lag.
-	RefusalRecheck         time.Duration
+	RefusalRecheck time.Duration
+	// AuthorizationTTL is how long a manual payment's authorization lasts
+	// (its authorizationExpiresAt).
+	AuthorizationTTL       time.Duration
 	StripeAPIKey           string
 	StripeAPIBase          string
 	StripeWebhookSecret    string
@@ -103,6 +106,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
 	dur(&c.ProviderLookupLag, "provider-lookup-lag", "PROVIDER_LOOKUP_LAG", "0s", "how long a provider's lookup may miss a new object; the longer of this and the provider's own declaration is used")
 	dur(&c.RefusalRecheck, "refusal-recheck", "REFUSAL_RECHECK", "1m", "how long after a refusal the reconciler looks it up anyway (at least the lookup lag)")
+	dur(&c.AuthorizationTTL, "authorization-ttl", "AUTHORIZATION_TTL", "168h", "how long a manual-capture payment's authorization lasts before the service voids it")
 	secret(&c.StripeAPIKey, "stripe-api-key", "STRIPE_API_KEY", "Stripe secret key")
 	secret(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "Stripe webhook signing secret (whsec_...); empty: no POST /webhooks/stripe")
 	fs.StringVar(&c.StripeAPIBase, "stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL, e.g. a stripe-mock (STRIPE_API_BASE)")
@@ -177,7 +181,7 @@ func (c Config) validate() error {
 		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
 		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention,
-		"REFUSAL_RECHECK": c.RefusalRecheck,
+		"REFUSAL_RECHECK": c.RefusalRecheck, "AUTHORIZATION_TTL": c.AuthorizationTTL,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))

@@ -35,6 +35,18 @@ func (api) Command(w http.ResponseWriter, r *http.Request, dst any) (string, boo
 	return key, true
 }
 
+func (a api) OptionalCommand(w http.ResponseWriter, r *http.Request, dst any) (string, bool) {
+	if r.ContentLength == 0 && r.Header.Get("Content-Type") == "" {
+		key, prob := idempotencyKey(r)
+		if prob != nil {
+			prob.Write(w)
+			return "", false
+		}
+		return key, true
+	}
+	return a.Command(w, r, dst)
+}
+
 func (api) Wait(r *http.Request) time.Duration { return preferWait(r.Header.Values("Prefer")) }
 
 func (api) Reply(w http.ResponseWriter, _ *http.Request, reply idempotency.Reply) {

@@ -198,6 +198,33 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 	return id, true, nil, nil
 }
 
+// QueueScheduled adds to b, an owner's batch (committed with the owner's
+// writes, or not at all), the claim of req's key by the service itself: a
+// command the service issues to itself, to run at `at` (a payment's
+// authorization expiry). Nobody holds the key (its lease runs out at once)
+// and the reconciler first looks at it at `at`: it takes the key over and
+// resumes its resource as a recovering owner, as it would a dead client's
+// key. req.Create's statements follow the claim, guarded by Claimed as a
+// request's are, so a key already claimed makes it all a no-op. A client
+// that sends the same scope is answered as a retry of that command (a
+// fingerprint no client command has makes that a 422).
+func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) error {
+	var id int64
+	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, e.clock.Now(), 0, &at)
+	if req.Create != nil {
+		claim := len(b.QueuedQueries)
+		req.Create(b)
+		for _, q := range b.QueuedQueries[claim:] {
+			if !strings.Contains(q.SQL, Claimed) {
+				return fmt.Errorf("%w: %s", errUngated, strings.Join(strings.Fields(q.SQL), " "))
+			}
+		}
+	}
+	// What the owner's batch queues after this is not a claim's.
+	b.Queue(`SELECT set_config('paymentsapi.claimed', '', true)`)
+	return nil
+}
+
 // errUngated: a statement of Request.Create does not test Claimed, so a
 // retry of a taken key would run it. A defect of the operation, refused
 // before anything is sent.

@@ -149,6 +149,7 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	ProviderLookupLag time.Duration // the provider's and PROVIDER_LOOKUP_LAG, the longer
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK
+	AuthorizationTTL  time.Duration // AUTHORIZATION_TTL: how long a manual payment's authorization lasts
 }
 
 // Instance is an operation built on its collaborators.
@@ -172,6 +173,10 @@ type HTTP interface {
 	// Command reads r's Idempotency-Key and its JSON body into dst. If
 	// either is missing or malformed it answers the problem and ok is false.
 	Command(w http.ResponseWriter, r *http.Request, dst any) (key string, ok bool)
+	// OptionalCommand is Command for a command whose every field is
+	// optional: a request without a body (no Content-Type, no bytes) leaves
+	// dst as it is, as the body {} would.
+	OptionalCommand(w http.ResponseWriter, r *http.Request, dst any) (key string, ok bool)
 	// Wait is how long r may wait for an in-flight original (Prefer: wait).
 	Wait(r *http.Request) time.Duration
 	// Reply writes the engine's answer.

@@ -149,6 +149,15 @@ type Subject[S State] struct {
 	Send func(ctx context.Context) (Answer, error)
 	// Lookup asks the provider what became of that key.
 	Lookup func(ctx context.Context) (Answer, error)
+	// Scheduled: the service issued the command itself
+	// (idempotency.Engine.QueueScheduled), so the reconciler is its client:
+	// it sends it (and sends a refused one again) where it would otherwise
+	// only wait for a client, and it is never abandoned.
+	Scheduled bool
+	// Begin, if set, queues what must commit with the resource's first
+	// move to the sent state (a scheduled action's claim on the resource
+	// it acts on); a refusal there stops the send.
+	Begin func(b *pgx.Batch, now time.Time)
 	// Settle queues what the operation writes with the move to `to` (its
 	// event, ...) and returns the result: rendered and stored by the engine
 	// when `to` is final. The move itself records the provider's reference
@@ -171,19 +180,19 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 	switch {
 	case s.State == f.States.Sent, s.State == f.States.Unknown:
 		return f.recoverOutcome(ctx, own, s)
-	case own.Recovering && !s.State.Final() && f.abandoned(s):
+	case own.Recovering && !s.Scheduled && !f.settled(s.State) && f.abandoned(s):
 		return f.abandon(ctx, own, s)
-	case s.State == f.States.Retryable && own.Recovering:
+	case s.State == f.States.Retryable && own.Recovering && !s.Scheduled:
 		// The client was told to retry; only the client sends it again.
 		// The reconciler only asks whether the refusal was true.
 		return f.checkRefusal(ctx, own, s)
-	case own.Recovering:
+	case own.Recovering && !s.Scheduled:
 		// Never sent, not yet abandoned: only its client may send it.
 		b := &pgx.Batch{}
 		own.QueueRelease(b, f.idle(s))
 		return nil, own.Commit(ctx, b)
 	default:
-		if s.State.Final() {
+		if f.settled(s.State) {
 			// A final state is committed together with its stored answer,
 			// so a key without an answer never points at a final resource.
 			return nil, fmt.Errorf("%s %s is %s but its key has no stored answer", f.Machine.Name(), s.ID, s.State)
@@ -466,7 +475,7 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 	var set []statemachine.Column
 	key := &pgx.Batch{}
 	switch {
-	case to.Final():
+	case f.settled(to):
 		if err := own.QueueFinish(key, res); err != nil {
 			return nil, err
 		}
@@ -495,6 +504,15 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 		return nil, err
 	}
 	return res, nil
+}
+
+// settled reports whether a resource in s has its operation's final
+// answer: a final state, or one of the flow's ends that other operations
+// may still move on (a manual payment's authorization, States.Succeeded,
+// waits for its capture; its key's answer is stored all the same).
+func (f *Flow[S]) settled(s S) bool {
+	return s.Final() || s == f.States.Succeeded || s == f.States.Declined ||
+		(f.States.Canceled != "" && s == f.States.Canceled)
 }
 
 func (f *Flow[S]) columns() Columns {
@@ -536,6 +554,9 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 		look = idempotency.LookSoon()
 	}
 	own.QueueHold(b, look)
+	if s.Begin != nil && s.State == f.Machine.Initial() {
+		s.Begin(b, now)
+	}
 	if s.State == to {
 		f.Machine.QueueSet(b, s.ID, s.State, set)
 	} else if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {

@@ -158,13 +158,29 @@ func (m *Machine[S]) QueueMove(b *pgx.Batch, mv Move[S]) error {
 	if !m.Can(mv.From, mv.To) {
 		return &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
 	}
-	m.queueMove(b, mv)
+	m.queueMove(b, mv, "")
+	return nil
+}
+
+// QueueMoveIf is QueueMove in a claim's batch: the move is made, or
+// refused, only if cond (an SQL condition: idempotency.Claimed) holds when
+// the statement runs; otherwise it does nothing.
+func (m *Machine[S]) QueueMoveIf(b *pgx.Batch, mv Move[S], cond string) error {
+	if !m.Can(mv.From, mv.To) {
+		return &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
+	}
+	m.queueMove(b, mv, cond)
 	return nil
 }
 
 // queueMove is QueueMove without the Go-side check, so that tests can show
-// the database refuses what the code would not send.
-func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
+// the database refuses what the code would not send. A non-empty cond
+// guards the move and its refusal.
+func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S], cond string) {
+	where, moved := "", "EXISTS (SELECT FROM moved)"
+	if cond != "" {
+		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
+	}
 	args := []any{mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason}
 	var set strings.Builder
 	for _, c := range mv.Set {
@@ -175,13 +191,13 @@ func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
 	b.Queue(`
 		WITH moved AS (
 		    UPDATE `+t.Name+` SET state = $3, updated_at = $4`+set.String()+`
-		    WHERE id = $1 AND state = $2
+		    WHERE id = $1 AND state = $2`+where+`
 		    RETURNING id
 		), audit AS (
 		    INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
 		    SELECT id, $2, $3, $5, $4 FROM moved
 		)
-		SELECT `+refuse.Unless("EXISTS (SELECT FROM moved)", refuse.StaleState,
+		SELECT `+refuse.Unless(moved, refuse.StaleState,
 		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", ""),
 		args...)
 }
