@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
@@ -67,6 +68,7 @@ func Modules(cfg Config) []operation.Module {
 	return []operation.Module{
 		payments.Module(cfg.PaymentHooks),
 		refunds.Module(),
+		authorizations.CaptureModule(), authorizations.CancelModule(),
 	}
 }
 

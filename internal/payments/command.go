@@ -39,7 +39,16 @@ type CreateRequest struct {
 	PaymentMethod     string  `json:"paymentMethod"`
 	Channel           *string `json:"channel"`
 	Description       *string `json:"description"`
+	CaptureMethod     *string `json:"captureMethod"`
 }
+
+// The capture methods of a payment: captured when the provider accepts it
+// (the default), or only authorized until an operation on it captures it
+// (internal/authorizations).
+const (
+	CaptureAutomatic = "automatic"
+	CaptureManual    = "manual"
+)
 
 // Command is a validated, normalised create-payment command: defaults
 // applied, the amount in minor units, the currency upper-cased. Two requests
@@ -52,6 +61,7 @@ type Command struct {
 	PaymentMethod     string
 	Channel           string
 	Description       string
+	CaptureMethod     string // CaptureAutomatic or CaptureManual
 }
 
 // Validate checks a request and returns the normalised Command, or a
@@ -79,6 +89,7 @@ func (r CreateRequest) Validate() (Command, error) {
 		MerchantReference: r.MerchantReference,
 		PaymentMethod:     r.PaymentMethod,
 		Channel:           ChannelWeb,
+		CaptureMethod:     CaptureAutomatic,
 	}
 
 	currency, err := money.NormalizeCurrency(r.Currency)
@@ -118,6 +129,13 @@ func (r CreateRequest) Validate() (Command, error) {
 		cmd.Description = d
 	}
 
+	if r.CaptureMethod != nil {
+		if *r.CaptureMethod != CaptureAutomatic && *r.CaptureMethod != CaptureManual {
+			add("captureMethod", "must be one of automatic, manual")
+		}
+		cmd.CaptureMethod = *r.CaptureMethod
+	}
+
 	if err := errs.Err(); err != nil {
 		return Command{}, err
 	}
@@ -126,13 +144,20 @@ func (r CreateRequest) Validate() (Command, error) {
 
 // Fingerprint is the one definition of "the same command": a SHA-256 over
 // the operation, the API version and every semantic field of the normalised
-// command. Raw bytes, field order and white space never enter it.
+// command. Raw bytes, field order and white space never enter it. The
+// capture method enters it only when it is manual, so that an automatic
+// command hashes as it did before the field existed: keys stored then still
+// match their retries.
 func (c Command) Fingerprint() []byte {
-	canonical, _ := json.Marshal([]any{ // a fixed-order array: no field-order ambiguity
+	fields := []any{ // a fixed-order array: no field-order ambiguity
 		OperationCreate, APIVersion,
 		c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
 		c.PaymentMethod, c.Channel, c.Description,
-	})
+	}
+	if c.CaptureMethod == CaptureManual {
+		fields = append(fields, c.CaptureMethod)
+	}
+	canonical, _ := json.Marshal(fields)
 	sum := sha256.Sum256(canonical)
 	return sum[:]
 }

@@ -88,7 +88,8 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 	})
 }
 
-// Render answers a payment: 201 with the payment when it succeeded, 402
+// Render answers a payment: 201 with the payment when it succeeded (or, for
+// a manual capture, was authorized), 402
 // with a PAYMENT_DECLINED problem when declined, 409 PAYMENT_CANCELED when
 // canceled, else 202 with the payment and Retry-After (the outcome is not
 // known yet).
@@ -98,7 +99,7 @@ func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
 		return idempotency.Response{}, fmt.Errorf("payments: cannot render a %T", res)
 	}
 	switch p.State.Status() {
-	case StatusSucceeded:
+	case StatusSucceeded, StatusRequiresCapture:
 		return httpapi.ResourceResponse(http.StatusCreated, p.View(), Location(p.ID), 0), nil
 	case StatusDeclined:
 		prob := problem.Titled(http.StatusPaymentRequired, CodeDeclined, "Payment declined", "The payment provider declined the payment.")

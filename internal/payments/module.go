@@ -18,6 +18,10 @@ const (
 	EventCreated   = "PaymentCreated"
 	EventSucceeded = "PaymentSucceeded"
 	EventDeclined  = "PaymentDeclined"
+	// EventAuthorized: a manual payment was authorized (REQUIRES_CAPTURE).
+	EventAuthorized = "PaymentAuthorized"
+	// EventCanceled: a payment ended CANCELED (abandoned, voided, expired).
+	EventCanceled = "PaymentCanceled"
 )
 
 // EntrySucceeded is the ledger's entry of a payment that succeeded.
@@ -35,6 +39,8 @@ func Module(hooks Hooks) operation.Module {
 			{Type: EventCreated},
 			{Type: EventSucceeded, Ledger: ledgerEntry},
 			{Type: EventDeclined},
+			{Type: EventAuthorized},
+			{Type: EventCanceled},
 		},
 		ProviderEvents: []operation.ProviderEvent{
 			{Type: "payment_intent.succeeded", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
@@ -52,7 +58,7 @@ func Module(hooks Hooks) operation.Module {
 			}, Config{
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,
-				AbandonAfter: c.ReplayTTL, Hooks: hooks,
+				AbandonAfter: c.ReplayTTL, AuthorizationTTL: c.AuthorizationTTL, Hooks: hooks,
 			}), nil
 		},
 	}
@@ -82,7 +88,14 @@ func ledgerEntry(e outbox.Event) (operation.LedgerEntry, error) {
 	if err != nil {
 		return operation.LedgerEntry{}, err
 	}
-	minor, err := money.Parse(p.Amount, currency)
+	// What moved is what was captured: all of the amount, or a manual
+	// payment's capture (capturedAmount; events written before it existed
+	// have none, and captured their whole amount).
+	amount := p.Amount
+	if p.CapturedAmount != "" {
+		amount = p.CapturedAmount
+	}
+	minor, err := money.Parse(amount, currency)
 	if err != nil {
 		return operation.LedgerEntry{}, err
 	}

@@ -35,8 +35,14 @@ type Payment struct {
 	ProviderReference string
 	DeclineCode       string
 	RefundedMinor     int64 // sum of the refunds that succeeded
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	// CapturedMinor is what a manual payment's capture took (nil until
+	// then, and for an automatic payment: it captures its whole amount).
+	CapturedMinor *int64
+	// AuthorizationExpiresAt is when a manual payment's authorization runs
+	// out (AUTHORIZATION_TTL after it was authorized); nil before.
+	AuthorizationExpiresAt *time.Time
+	CreatedAt              time.Time
+	UpdatedAt              time.Time
 	// FirstSentAt and LastSentAt are the payment's provider history
 	// (providerflow.Columns).
 	FirstSentAt, LastSentAt *time.Time
@@ -102,12 +108,32 @@ type View struct {
 	UpdatedAt         time.Time `json:"updatedAt"`
 	ProviderReference string    `json:"providerReference,omitempty"`
 	DeclineCode       string    `json:"declineCode,omitempty"`
+	CaptureMethod     string    `json:"captureMethod"`
+	// CapturableAmount: while REQUIRES_CAPTURE, what a capture may take.
+	CapturableAmount string `json:"capturableAmount,omitempty"`
+	// AuthorizationExpiresAt: once authorized (manual capture).
+	AuthorizationExpiresAt *time.Time `json:"authorizationExpiresAt,omitempty"`
+	// CapturedAmount: once captured (SUCCEEDED).
+	CapturedAmount string `json:"capturedAmount,omitempty"`
+}
+
+// Captured is what p captured, in minor units: its capture's amount, its whole amount
+// for a payment captured when it succeeded, 0 before.
+func (p Payment) Captured() int64 {
+	switch {
+	case p.State != StateCompleted:
+		return 0
+	case p.CapturedMinor != nil:
+		return *p.CapturedMinor
+	default:
+		return p.Command.AmountMinor
+	}
 }
 
 // View returns the representation of p.
 func (p Payment) View() View {
 	c := p.Command
-	return View{
+	v := View{
 		PaymentID:         p.ID,
 		Status:            p.State.Status(),
 		AccountID:         c.AccountID,
@@ -122,7 +148,19 @@ func (p Payment) View() View {
 		UpdatedAt:         p.UpdatedAt,
 		ProviderReference: p.ProviderReference,
 		DeclineCode:       p.DeclineCode,
+		CaptureMethod:     c.CaptureMethod,
 	}
+	if p.AuthorizationExpiresAt != nil {
+		at := p.AuthorizationExpiresAt.UTC()
+		v.AuthorizationExpiresAt = &at
+	}
+	if p.State == StateAuthorized {
+		v.CapturableAmount = money.Format(c.AmountMinor, c.Currency)
+	}
+	if captured := p.Captured(); captured > 0 {
+		v.CapturedAmount = money.Format(captured, c.Currency)
+	}
+	return v
 }
 
 // eventPayload is what outbox events about p carry: the client view plus the

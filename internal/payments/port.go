@@ -3,11 +3,15 @@ package payments
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
 
 // Port is what another operation may do with a payment (a refund acts on
@@ -37,7 +41,9 @@ var _ Port = (*Service)(nil)
 // row aliased alias, in minor units: what its refunds may return in all. It
 // is the payments' rule, written once here for the statements of other
 // packages that read a payment's row (a refund's check of what is left).
-func CapturedSQL(alias string) string { return alias + ".amount_minor" }
+func CapturedSQL(alias string) string {
+	return "COALESCE(" + alias + ".captured_minor, " + alias + ".amount_minor)"
+}
 
 // Errors of QueueLockSucceeded's statement, as LockRefusal returns them.
 var (
@@ -74,4 +80,174 @@ func LockRefusal(err error) error {
 
 func (s *Service) QueueRefunded(b *pgx.Batch, id string, amountMinor int64) {
 	b.Queue(`UPDATE payments SET refunded_minor = refunded_minor + $2 WHERE id = $1`, id, amountMinor)
+}
+
+// Actions is what the operations on an authorized payment (a capture, a
+// void: internal/authorizations) may do with it, through the payments' own
+// statements. *Service is the Actions port too.
+//
+// The payment's move out of StateAuthorized is the lock: QueueBegin moves it
+// to StateCaptureRequested or StateVoidRequested in the action's claim, so
+// that of any number of concurrent actions on one payment exactly one
+// begins; the others' claims refuse (ActionRefusal). Only the action that
+// began then moves the payment on, fenced by its own key: QueueEnd.
+type Actions interface {
+	Get(ctx context.Context, tenant, id string) (Payment, error)
+	// QueueBegin adds to a claim's batch the begin of action on the
+	// tenant's payment id at now: the payment must be authorized and, for a
+	// capture, its authorization not expired and amountMinor at most what
+	// it may capture; otherwise the statement refuses. Like every
+	// statement of a claim's batch it does nothing unless the claim took
+	// its key (idempotency.Claimed).
+	QueueBegin(b *pgx.Batch, action Action, tenant, id string, amountMinor int64, now time.Time)
+	// QueueEnd adds to b the payment's move at the end of action, begun on
+	// p: Captured (capturedMinor captured), Voided, or Released (the
+	// authorization stands as it was). It returns the payment as it will
+	// stand, and writes its event (PaymentSucceeded, PaymentCanceled).
+	QueueEnd(b *pgx.Batch, p Payment, action Action, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error)
+	// QueueStart adds to b the begin of action on p, which its writer saw
+	// authorized, outside a claim (an action the service issued itself):
+	// a guarded move, refused (statemachine.IsStaleWrite) if p moved since.
+	QueueStart(b *pgx.Batch, p Payment, action Action, reason string, now time.Time)
+	// WhenAuthorized registers hook, run with the move of every payment to
+	// StateAuthorized: what it queues in b commits with the move (an
+	// operation schedules the authorization's expiry). Register while the
+	// operations are built, before any payment moves.
+	WhenAuthorized(hook func(b *pgx.Batch, p Payment, now time.Time) error)
+}
+
+// Action is what an action does to an authorized payment.
+type Action string
+
+// The actions on an authorized payment.
+const (
+	ActionCapture Action = "capture"
+	ActionVoid    Action = "void"
+)
+
+// requested is the payment's state while action is at the provider.
+func (a Action) requested() State {
+	if a == ActionCapture {
+		return StateCaptureRequested
+	}
+	return StateVoidRequested
+}
+
+// ActionEnd is how an action on an authorized payment ended.
+type ActionEnd int
+
+// The ends of an action.
+const (
+	// Captured: the provider captured the payment (a capture).
+	Captured ActionEnd = iota + 1
+	// Voided: the authorization is canceled (a void, or a capture that
+	// found it voided).
+	Voided
+	// Released: nothing changed at the provider (declined, or abandoned
+	// without reaching it): the payment is authorized again.
+	Released
+)
+
+var _ Actions = (*Service)(nil)
+
+// Errors of QueueBegin's statement, as ActionRefusal returns them.
+var (
+	// ErrNotAuthorized: the payment is not waiting for its capture
+	// (automatic, captured, canceled, declined, in flight, or another
+	// action on it is at the provider).
+	ErrNotAuthorized = errors.New("the payment is not authorized and waiting for its capture")
+	// ErrAuthorizationExpired: the authorization ran out
+	// (authorizationExpiresAt); the service voids it.
+	ErrAuthorizationExpired = errors.New("the payment's authorization has expired")
+)
+
+// ExceedsCapturableError: a capture asked for more than the authorization.
+type ExceedsCapturableError struct {
+	CapturableMinor int64
+	Currency        string
+}
+
+func (e *ExceedsCapturableError) Error() string {
+	return "the capture amount exceeds what the authorization may capture"
+}
+
+// The refusals of QueueBegin.
+const (
+	refuseBeginNotFound      refuse.Code = "PA113"
+	refuseBeginNotAuthorized refuse.Code = "PA114"
+	refuseBeginExpired       refuse.Code = "PA115"
+	refuseBeginExceeds       refuse.Code = "PA116" // detail: the capturable amount, in minor units
+)
+
+func (s *Service) QueueBegin(b *pgx.Batch, action Action, tenant, id string, amountMinor int64, now time.Time) {
+	b.Queue(`
+		WITH p AS (SELECT state, amount_minor, authorization_expires_at FROM payments
+		           WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
+		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM p)"), refuseBeginNotFound, "'payment not found'", "")+`,
+		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseBeginNotAuthorized,
+		"'payment not authorized'", "")+`,
+		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR $6 <> 'capture' OR (SELECT authorization_expires_at FROM p) > $4",
+		refuseBeginExpired, "'authorization expired'", "")+`,
+		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT amount_minor FROM p) >= $5::bigint", refuseBeginExceeds,
+		"'capture exceeds the authorization'", "(SELECT amount_minor FROM p)::text"),
+		id, tenant, StateAuthorized, now, amountMinor, string(action))
+	// A move the machine allows: QueueMoveIf cannot fail.
+	_ = machine.QueueMoveIf(b, statemachine.Move[State]{
+		ID: id, From: StateAuthorized, To: action.requested(), Reason: string(action) + " requested", At: now,
+	}, idempotency.Claimed)
+}
+
+// ActionRefusal is ErrNotFound, ErrNotAuthorized, ErrAuthorizationExpired or
+// an *ExceedsCapturableError (in currency) when err is a refusal of
+// QueueBegin's statement, else nil.
+func ActionRefusal(err error, currency string) error {
+	if _, ok := refuse.Is(err, refuseBeginNotFound); ok {
+		return ErrNotFound
+	}
+	if _, ok := refuse.Is(err, refuseBeginNotAuthorized); ok {
+		return ErrNotAuthorized
+	}
+	if _, ok := refuse.Is(err, refuseBeginExpired); ok {
+		return ErrAuthorizationExpired
+	}
+	if detail, ok := refuse.Is(err, refuseBeginExceeds); ok {
+		capturable, perr := strconv.ParseInt(detail, 10, 64)
+		if perr != nil {
+			return fmt.Errorf("capture refused with an unreadable amount %q: %w", detail, err)
+		}
+		return &ExceedsCapturableError{CapturableMinor: capturable, Currency: currency}
+	}
+	return nil
+}
+
+func (s *Service) QueueEnd(b *pgx.Batch, p Payment, action Action, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error) {
+	from := action.requested()
+	mv := statemachine.Move[State]{ID: p.ID, From: from, Reason: reason, At: now}
+	var eventType string
+	switch end {
+	case Captured:
+		mv.To, eventType = StateCompleted, EventSucceeded
+		mv.Set = []statemachine.Column{{Name: "captured_minor", Value: capturedMinor}}
+		p.CapturedMinor = &capturedMinor
+	case Voided:
+		mv.To, eventType = StateCanceled, EventCanceled
+	case Released:
+		mv.To = StateAuthorized
+	default:
+		return Payment{}, fmt.Errorf("payments: no end %d of an action", end)
+	}
+	if err := machine.QueueMove(b, mv); err != nil {
+		return Payment{}, err
+	}
+	p.State, p.UpdatedAt = mv.To, now
+	return p, queueEvent(b, eventType, p, now)
+}
+
+func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, reason string, now time.Time) {
+	// A move the machine allows: QueueMove cannot fail.
+	_ = machine.QueueMove(b, statemachine.Move[State]{ID: p.ID, From: StateAuthorized, To: action.requested(), Reason: reason, At: now})
+}
+
+func (s *Service) WhenAuthorized(hook func(b *pgx.Batch, p Payment, now time.Time) error) {
+	s.onAuthorized = append(s.onAuthorized, hook)
 }

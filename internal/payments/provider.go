@@ -17,8 +17,9 @@ func (s *Service) charge(ctx context.Context, p Payment) (providerflow.Answer, e
 		PaymentMethod:  p.Command.PaymentMethod,
 		Description:    p.Command.Description,
 		PaymentID:      p.ID,
+		CaptureManual:  p.Command.CaptureMethod == CaptureManual,
 	})
-	return answer(c), err
+	return answer(p, c), err
 }
 
 // clockSkewMargin is how long before the payment's CreatedAt a lookup asks
@@ -39,9 +40,22 @@ func (s *Service) lookup(ctx context.Context, p Payment) (providerflow.Answer, e
 		IdempotencyKey: ProviderKey(p.ID),
 		NotBefore:      p.CreatedAt.Add(-clockSkewMargin),
 	})
-	return answer(c), err
+	return answer(p, c), err
 }
 
-func answer(c provider.Charge) providerflow.Answer {
-	return providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode}
+// answer is what the provider said of p's charge, as the flow reads it: for
+// a manual payment, an authorization is its success (the manual flow's
+// Succeeded is StateAuthorized), and an authorization the provider voided
+// before we knew of it moved no money: a decline.
+func answer(p Payment, c provider.Charge) providerflow.Answer {
+	a := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode}
+	if p.Command.CaptureMethod == CaptureManual {
+		switch c.Status {
+		case provider.StatusAuthorized:
+			a.Status = provider.StatusSucceeded
+		case provider.StatusCanceled:
+			a.Status, a.DeclineCode = provider.StatusDeclined, "authorization_canceled"
+		}
+	}
+	return a
 }

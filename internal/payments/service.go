@@ -36,9 +36,16 @@ type Config struct {
 	// money (never sent, or refused) waits for its client's retry before
 	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
 	AbandonAfter time.Duration
+	// AuthorizationTTL is how long a manual payment's authorization lasts
+	// (AUTHORIZATION_TTL, default 168h): its authorizationExpiresAt.
+	AuthorizationTTL time.Duration
 	// Hooks are failpoints for tests; the zero value does nothing.
 	Hooks Hooks
 }
+
+// DefaultAuthorizationTTL is AUTHORIZATION_TTL's default: seven days, as
+// long as a card network holds an authorization for most cards.
+const DefaultAuthorizationTTL = 7 * 24 * time.Hour
 
 // Hooks are failpoints at the boundaries of the state machine, for tests
 // that prove recovery. Each runs after the named step has committed; an error
@@ -80,7 +87,12 @@ type Service struct {
 	clock    clock.Clock
 	cfg      Config
 	log      *slog.Logger
-	flow     *providerflow.Flow[State]
+	// flow takes an automatic payment through the provider, manual one
+	// that only authorizes (its success is StateAuthorized).
+	flow, manual *providerflow.Flow[State]
+	// onAuthorized are the hooks of WhenAuthorized, set while the
+	// operations are built.
+	onAuthorized []func(b *pgx.Batch, p Payment, now time.Time) error
 }
 
 var _ idempotency.Operation = (*Service)(nil)
@@ -101,7 +113,21 @@ func NewService(d Deps, cfg Config) *Service {
 		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
 	}
+	manual := *s.flow
+	manual.States.Succeeded = StateAuthorized
+	s.manual = &manual
+	if s.cfg.AuthorizationTTL <= 0 {
+		s.cfg.AuthorizationTTL = DefaultAuthorizationTTL
+	}
 	return s
+}
+
+// flowOf is the flow that takes p through the provider.
+func (s *Service) flowOf(p Payment) *providerflow.Flow[State] {
+	if p.Command.CaptureMethod == CaptureManual {
+		return s.manual
+	}
+	return s.flow
 }
 
 // Name is the operation's name in every key's scope.
@@ -113,6 +139,9 @@ func (s *Service) Name() string { return OperationCreate }
 // the provider. A retry is answered from what the key's record says; if the
 // original is in flight it may wait up to wait for it to finish.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	if cmd.CaptureMethod == "" {
+		cmd.CaptureMethod = CaptureAutomatic // a Command built in Go rather than by Validate
+	}
 	// The holder of the merchant reference may be declined (freeing it)
 	// between the conflict and the look: then the claim, undone, is tried
 	// again.
@@ -169,7 +198,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		s.log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
-	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
+	return s.flowOf(p).Resume(ctx, own, providerflow.Subject[State]{
 		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt,
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
@@ -194,18 +223,39 @@ func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answe
 		p.ProviderReference, eventType = a.ID, EventSucceeded
 	case StateDeclined:
 		p.ProviderReference, p.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
-	}
-	if eventType != "" {
-		event, err := outbox.NewEvent(eventType, ResourceType, p.ID, p.eventPayload(), now)
-		if err != nil {
-			return nil, err
+	case StateAuthorized:
+		expires := now.Add(s.cfg.AuthorizationTTL)
+		p.ProviderReference, p.AuthorizationExpiresAt, eventType = a.ID, &expires, EventAuthorized
+		queueAuthorized(b, p.ID, expires)
+		for _, hook := range s.onAuthorized {
+			if err := hook(b, p, now); err != nil {
+				return nil, err
+			}
 		}
-		outbox.Queue(b, event)
+	case StateCanceled:
+		eventType = EventCanceled
+	}
+	if err := queueEvent(b, eventType, p, now); err != nil {
+		return nil, err
 	}
 	// Debug: the request's own line (payment id, status) or the
 	// reconciler's says the outcome; one line per payment is the hot path's.
 	s.log.Debug("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
 	return p, nil
+}
+
+// queueEvent adds to b the event eventType about p as it now stands (none
+// when eventType is empty).
+func queueEvent(b *pgx.Batch, eventType string, p Payment, now time.Time) error {
+	if eventType == "" {
+		return nil
+	}
+	event, err := outbox.NewEvent(eventType, ResourceType, p.ID, p.eventPayload(), now)
+	if err != nil {
+		return err
+	}
+	outbox.Queue(b, event)
+	return nil
 }
 
 // Get returns the tenant's payment, or ErrNotFound.

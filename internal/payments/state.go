@@ -29,6 +29,17 @@ const (
 	// unknown to the provider) and nobody finished it within the replay
 	// window. Final; frees the merchant reference.
 	StateCanceled State = "CANCELED"
+	// StateAuthorized: a payment made with captureMethod manual that the
+	// provider authorized; no money moved yet. It holds its merchant
+	// reference until an operation on it (internal/authorizations)
+	// captures or voids it, or its authorization expires.
+	StateAuthorized State = "AUTHORIZED"
+	// StateCaptureRequested and StateVoidRequested: a capture or a void of
+	// the authorization is at the provider. The move out of AUTHORIZED is
+	// the lock that lets one action win; the action that made it moves the
+	// payment on when the provider answers.
+	StateCaptureRequested State = "CAPTURE_REQUESTED"
+	StateVoidRequested    State = "VOID_REQUESTED"
 )
 
 // machine is the payment state machine: for each state, the states it may
@@ -38,19 +49,27 @@ var machine = statemachine.New("payment",
 	StateReceived,
 	map[State][]State{
 		StateProviderRequestSent: {
-			StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown,
+			StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown, StateAuthorized,
 		},
-		// The provider answered a lookup: it charged, it declined, or it is
-		// certain it never saw the key, so the request is sent again.
-		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent},
+		// The provider answered a lookup: it charged (or authorized), it
+		// declined, or it is certain it never saw the key, so the request
+		// is sent again.
+		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent, StateAuthorized},
 		StateReceived:        {StateProviderRequestSent, StateCanceled},
 		StateFailedRetryable: {StateProviderRequestSent, StateCanceled},
+		StateAuthorized:      {StateCaptureRequested, StateVoidRequested},
+		// A capture ends captured, or back where it was (declined, or
+		// abandoned unsent), or canceled if the provider voided the
+		// authorization first; a void ends canceled or back where it was.
+		StateCaptureRequested: {StateCompleted, StateAuthorized, StateCanceled},
+		StateVoidRequested:    {StateCanceled, StateAuthorized},
 	})
 
 // States lists every state, in the order of the life of a payment.
 func States() []State {
 	return []State{StateReceived, StateProviderRequestSent, StateCompleted,
-		StateDeclined, StateFailedRetryable, StateUnknown, StateCanceled}
+		StateDeclined, StateFailedRetryable, StateUnknown, StateCanceled,
+		StateAuthorized, StateCaptureRequested, StateVoidRequested}
 }
 
 // Machine returns the payment state machine (for tests that compare it
@@ -83,6 +102,8 @@ func (s State) Status() Status {
 		return StatusFailed
 	case StateCanceled:
 		return StatusCanceled
+	case StateAuthorized:
+		return StatusRequiresCapture
 	default:
 		return StatusProcessing
 	}
@@ -98,4 +119,6 @@ const (
 	StatusDeclined   Status = "DECLINED"
 	StatusFailed     Status = "FAILED"
 	StatusCanceled   Status = "CANCELED"
+	// StatusRequiresCapture: authorized, waiting for its capture.
+	StatusRequiresCapture Status = "REQUIRES_CAPTURE"
 )

@@ -52,12 +52,15 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // again like a holder that went away.
 func queueInsertPayment(b *pgx.Batch, p Payment) {
 	c := p.Command
+	if c.CaptureMethod == "" {
+		c.CaptureMethod = CaptureAutomatic
+	}
 	b.Queue(`
 		WITH ins AS (
 		    INSERT INTO payments
 		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
-		         payment_method, channel, description, state, created_at, updated_at)
-		    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11
+		         payment_method, channel, description, state, created_at, updated_at, capture_method)
+		    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12
 		    WHERE `+idempotency.Claimed+`
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
@@ -67,7 +70,13 @@ func queueInsertPayment(b *pgx.Batch, p Payment) {
 		`COALESCE((SELECT id FROM payments
 		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`),
 		p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
-		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt)
+		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod)
+}
+
+// queueAuthorized adds to b the write of a payment's authorization expiry,
+// with its move to StateAuthorized (queued before it by the flow).
+func queueAuthorized(b *pgx.Batch, id string, expires time.Time) {
+	b.Queue(`UPDATE payments SET authorization_expires_at = $2 WHERE id = $1 AND state = $3`, id, expires, StateAuthorized)
 }
 
 // holdsReference is the predicate of the partial unique index
@@ -82,14 +91,16 @@ const holdsReference = "holds_reference"
 
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	payment_method, channel, description, state, COALESCE(provider_reference, ''),
-	COALESCE(decline_code, ''), refunded_minor, created_at, updated_at, first_sent_at, last_sent_at`
+	COALESCE(decline_code, ''), refunded_minor, created_at, updated_at, first_sent_at, last_sent_at,
+	capture_method, captured_minor, authorization_expires_at`
 
 func scanPayment(row pgx.Row) (Payment, error) {
 	var p Payment
 	c := &p.Command
 	err := row.Scan(&p.ID, &p.TenantID, &c.AccountID, &c.AmountMinor, &c.Currency,
 		&c.MerchantReference, &c.PaymentMethod, &c.Channel, &c.Description, &p.State,
-		&p.ProviderReference, &p.DeclineCode, &p.RefundedMinor, &p.CreatedAt, &p.UpdatedAt, &p.FirstSentAt, &p.LastSentAt)
+		&p.ProviderReference, &p.DeclineCode, &p.RefundedMinor, &p.CreatedAt, &p.UpdatedAt, &p.FirstSentAt, &p.LastSentAt,
+		&c.CaptureMethod, &p.CapturedMinor, &p.AuthorizationExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
 	}

@@ -1,0 +1,62 @@
+package authorizations_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// An authorization nobody captured by its authorizationExpiresAt is voided
+// by the service (the reconciler runs the void it scheduled for itself), and
+// the payment ends CANCELED; one captured or canceled in time is left alone.
+func TestExpiredAuthorizationIsVoided(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	expiring := e.authorized("expiring", "pm_card_visa")
+	captured := e.authorized("captured", "pm_card_visa")
+	canceled := e.authorized("canceled", "pm_card_visa")
+	wantStatus(t, e.capture(0, captured, "cap", `{"amount":"3.00"}`), http.StatusOK, "")
+	wantStatus(t, e.cancel(0, canceled, "cxl", ""), http.StatusOK, "")
+
+	// Before the expiry the reconciler leaves them all alone.
+	e.clk.Advance(authTTL - time.Minute)
+	e.reconcile()
+	if p := e.payment(expiring); p["status"] != "REQUIRES_CAPTURE" {
+		t.Fatalf("before its expiry: %v", p)
+	}
+	if c := e.charge(expiring); c.VoidRequestCount != 0 {
+		t.Fatalf("voided before its expiry: %+v", c)
+	}
+
+	e.clk.Advance(time.Minute)
+	e.reconcile()
+	if p := e.payment(expiring); p["status"] != "CANCELED" {
+		t.Fatalf("after its expiry: %v", p)
+	}
+	if c := e.charge(expiring); c.Status != provider.StatusCanceled || c.VoidRequestCount != 1 {
+		t.Fatalf("the provider's charge: %+v", c)
+	}
+	if n := e.count("outbox_events WHERE event_type = 'PaymentCanceled' AND aggregate_id = $1", expiring); n != 1 {
+		t.Fatalf("%d PaymentCanceled events, want 1", n)
+	}
+	if p := e.payment(captured); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "3.00" {
+		t.Fatalf("the captured payment after the expiry: %v", p)
+	}
+	if c := e.charge(captured); c.VoidRequestCount != 0 {
+		t.Fatalf("a captured payment was voided: %+v", c)
+	}
+	if c := e.charge(canceled); c.VoidRequestCount != 1 {
+		t.Fatalf("a canceled payment was voided twice: %+v", c)
+	}
+	// Every scheduled void ended; nothing is left for the reconciler.
+	if n := e.count("idempotency_keys WHERE operation = 'cancel_payment' AND response_status IS NULL"); n != 0 {
+		t.Fatalf("%d unfinished cancel keys", n)
+	}
+	e.clk.Advance(time.Hour)
+	e.reconcile()
+	if c := e.charge(expiring); c.VoidRequestCount != 1 {
+		t.Fatalf("voided again: %+v", c)
+	}
+}

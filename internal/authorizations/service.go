@@ -1,0 +1,354 @@
+package authorizations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/providerflow"
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
+)
+
+// Config holds the rules of an action's way through the provider.
+type Config struct {
+	ProviderTimeout   time.Duration // bound of one provider call
+	ProviderKeyWindow time.Duration // past it, an action is only looked up, never sent again
+	ProviderLookupLag time.Duration // how long a lookup may miss a new object
+	RefusalRecheck    time.Duration // how long after a refusal the reconciler looks anyway
+	// AbandonAfter is how long an action that moved no money (refused, and
+	// not retried by its client) waits before it is canceled and the
+	// payment is authorized again (IDEMPOTENCY_TTL).
+	AbandonAfter time.Duration
+}
+
+// Deps are the collaborators of a Service.
+type Deps struct {
+	DB       *pgxpool.Pool
+	Engine   *idempotency.Engine
+	Provider provider.Captures
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+}
+
+// Service is one of the two operations (capture_payment, cancel_payment):
+// it creates its actions idempotently and, as the engine's Operation, takes
+// an action whose key it owns to an answer.
+type Service struct {
+	k    kind
+	d    Deps
+	pay  payments.Actions
+	flow *providerflow.Flow[State]
+}
+
+var _ idempotency.Operation = (*Service)(nil)
+
+func newService(k kind, d Deps, pay payments.Actions, cfg Config) *Service {
+	return &Service{k: k, d: d, pay: pay, flow: &providerflow.Flow[State]{
+		Machine: machine,
+		States: providerflow.States[State]{
+			Sent: StateProviderRequestSent, Succeeded: StateSucceeded, Declined: StateDeclined,
+			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
+		},
+		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, Timeout: cfg.ProviderTimeout,
+		Metrics: d.Metrics, SendOp: k.sendOp, LookupOp: k.lookupOp,
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
+	}}
+}
+
+// NewCaptures returns the capture_payment operation, acting on the
+// payments through pay.
+func NewCaptures(d Deps, pay payments.Actions, cfg Config) *Service {
+	return newService(capture, d, pay, cfg)
+}
+
+// NewCancels returns the cancel_payment operation.
+func NewCancels(d Deps, pay payments.Actions, cfg Config) *Service {
+	return newService(cancel, d, pay, cfg)
+}
+
+// Name is the operation's name in every key's scope.
+func (s *Service) Name() string { return s.k.operation }
+
+// Errors of the two operations. None is stored for replay.
+var (
+	// ErrPaymentNotFound: no such payment for this tenant (404).
+	ErrPaymentNotFound = errors.New("payment not found")
+	// ErrNotCapturable: the payment is not REQUIRES_CAPTURE (automatic,
+	// captured, canceled, declined, in flight), or a capture or a cancel of
+	// it is already at the provider (409 PAYMENT_NOT_CAPTURABLE).
+	ErrNotCapturable = errors.New("the payment is not waiting for its capture")
+	// ErrNotCancelable: the payment is not REQUIRES_CAPTURE, or an action
+	// on it is in flight (409 PAYMENT_NOT_CANCELABLE).
+	ErrNotCancelable = errors.New("the payment cannot be canceled in its state")
+	// ErrAuthorizationExpired: past authorizationExpiresAt (409).
+	ErrAuthorizationExpired = payments.ErrAuthorizationExpired
+)
+
+// prepare reads the tenant's payment and validates the request against it.
+func (s *Service) prepare(ctx context.Context, tenant, paymentID string, validate func(payments.Payment) (Command, error)) (Command, error) {
+	p, err := s.pay.Get(ctx, tenant, paymentID)
+	if errors.Is(err, payments.ErrNotFound) {
+		return Command{}, ErrPaymentNotFound
+	}
+	if err != nil {
+		return Command{}, err
+	}
+	return validate(p)
+}
+
+// Create runs cmd under the tenant's key: the first request claims the key,
+// moves the payment out of AUTHORIZED (if it may) and creates the action, in
+// one transaction, then takes the action through the provider; retries are
+// answered by the engine.
+func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	now := s.d.Clock.Now()
+	a := Action{
+		ID: s.k.newID(), TenantID: tenant, PaymentID: cmd.PaymentID, Kind: s.k.action,
+		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
+		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
+	}
+	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
+		Scope:       idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key},
+		Fingerprint: cmd.fingerprint(s.k.operation),
+		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
+		Create: func(b *pgx.Batch) {
+			s.pay.QueueBegin(b, s.k.action, tenant, a.PaymentID, a.AmountMinor, now)
+			queueInsert(b, a)
+			machine.QueueCreated(b, a.ID, string(a.Kind)+" requested", a.CreatedAt, idempotency.Claimed)
+		},
+		Wait:      wait,
+		FirstLook: s.flow.FirstLook(),
+	})
+	return reply, s.refusal(err, cmd.Currency)
+}
+
+// refusal translates the payment's refusal to begin the action into the
+// operation's errors; any other error is returned as it is.
+func (s *Service) refusal(err error, currency string) error {
+	refused := payments.ActionRefusal(err, currency)
+	switch {
+	case refused == nil:
+		return err
+	case errors.Is(refused, payments.ErrNotFound):
+		return ErrPaymentNotFound
+	case errors.Is(refused, payments.ErrNotAuthorized) && s.k.action == payments.ActionCapture:
+		return ErrNotCapturable
+	case errors.Is(refused, payments.ErrNotAuthorized):
+		return ErrNotCancelable
+	}
+	return refused
+}
+
+// ReasonExpired is the reason of the void the service issues itself when a
+// payment's authorization runs out (clients cannot send it).
+const ReasonExpired = "authorization_expired"
+
+// expiryKey is the scope key of the void of payment id's expiry.
+func expiryKey(paymentID string) string { return "authorization-expiry:" + paymentID }
+
+// scheduleExpiry queues, with p's move to AUTHORIZED, the void the service
+// issues itself at p's authorizationExpiresAt: its action, and a key of
+// cancel_payment that the reconciler first looks at then
+// (idempotency.Engine.QueueScheduled). If p was captured or canceled by
+// then, it ends without a call.
+func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time) error {
+	if p.AuthorizationExpiresAt == nil {
+		return fmt.Errorf("payment %s authorized without an expiry", p.ID)
+	}
+	a := Action{
+		ID: s.k.newID(), TenantID: p.TenantID, PaymentID: p.ID, Kind: payments.ActionVoid,
+		Currency: p.Command.Currency, Reason: ReasonExpired, State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
+	}
+	cmd := Command{PaymentID: p.ID, Currency: a.Currency, Reason: ReasonExpired}
+	return s.d.Engine.QueueScheduled(b, idempotency.Request{
+		Scope:       idempotency.Scope{Tenant: p.TenantID, Operation: s.k.operation, Key: expiryKey(p.ID)},
+		Fingerprint: cmd.fingerprint(s.k.operation),
+		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
+		Create: func(b *pgx.Batch) {
+			queueInsert(b, a)
+			machine.QueueCreated(b, a.ID, "authorization expiry scheduled", now, idempotency.Claimed)
+		},
+	}, *p.AuthorizationExpiresAt)
+}
+
+// Resume takes the action of a key the caller owns from its recorded state
+// to a result.
+func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
+	a, err := getAction(ctx, s.d.DB, own.Tenant, own.Resource.ID)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.pay.Get(ctx, own.Tenant, a.PaymentID)
+	if err != nil {
+		return nil, err
+	}
+	scheduled := a.Reason == ReasonExpired
+	if scheduled && a.State == machine.Initial() {
+		if done, res, err := s.beforeExpiry(ctx, own, a, p); done {
+			return res, err
+		}
+	}
+	var begin func(b *pgx.Batch, now time.Time)
+	if scheduled {
+		begin = func(b *pgx.Batch, now time.Time) { s.pay.QueueStart(b, p, a.Kind, "authorization expired", now) }
+	}
+	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
+		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Begin: begin,
+		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.send(ctx, a, p) },
+		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, a, p) },
+		Settle: func(b *pgx.Batch, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
+			return s.settle(b, a, p, to, ans, now)
+		},
+	})
+}
+
+// beforeExpiry settles a scheduled void that has nothing to do yet: it is
+// early (the look is booked again for the expiry), or the payment is no
+// longer authorized (captured, or canceled, by another action: the void
+// ends without a call, with a stored answer nobody asks for). done is false
+// when the void is due.
+func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Action, p payments.Payment) (done bool, res idempotency.Result, err error) {
+	now := s.d.Clock.Now()
+	b := &pgx.Batch{}
+	switch {
+	case p.State == payments.StateAuthorized && p.AuthorizationExpiresAt != nil && now.Before(*p.AuthorizationExpiresAt):
+		own.QueueRelease(b, idempotency.LookAt(*p.AuthorizationExpiresAt))
+		return true, nil, own.Commit(ctx, b)
+	case p.State == payments.StateAuthorized:
+		return false, nil, nil
+	}
+	a.State, a.UpdatedAt = StateCanceled, now
+	r := Result{Action: a, Payment: p}
+	if err := own.QueueFinish(b, r); err != nil {
+		return true, nil, err
+	}
+	if err := machine.QueueMove(b, statemachine.Move[State]{ID: a.ID, From: StateReceived, To: StateCanceled,
+		Reason: "nothing to void: the payment is " + string(p.State), At: now}); err != nil {
+		return true, nil, err
+	}
+	return true, r, own.Commit(ctx, b)
+}
+
+// send asks the provider to capture or void p's authorization, with the
+// key derived from the action.
+func (s *Service) send(ctx context.Context, a Action, p payments.Payment) (providerflow.Answer, error) {
+	var (
+		c   provider.Charge
+		err error
+	)
+	if a.Kind == payments.ActionCapture {
+		c, err = s.d.Provider.Capture(ctx, provider.CaptureRequest{
+			IdempotencyKey: ProviderKey(a.ID), ChargeID: p.ProviderReference,
+			AmountMinor: a.AmountMinor, Currency: a.Currency, PaymentID: p.ID,
+		})
+	} else {
+		reason := a.Reason
+		if reason == ReasonExpired {
+			// Ask first: the provider may have let the authorization go
+			// (or seen it captured) on its own.
+			if c, err := s.d.Provider.GetCharge(ctx, p.ProviderReference); err == nil && c.Status != provider.StatusAuthorized {
+				return s.answer(a, c), nil
+			}
+			reason = "abandoned"
+		}
+		c, err = s.d.Provider.Void(ctx, provider.VoidRequest{
+			IdempotencyKey: ProviderKey(a.ID), ChargeID: p.ProviderReference, Reason: reason, PaymentID: p.ID,
+		})
+	}
+	if err != nil {
+		return providerflow.Answer{}, err
+	}
+	return s.answer(a, c), nil
+}
+
+// The decline codes this service reads in a provider's answer (the
+// provider.Captures port's).
+const (
+	declineChargeCanceled        = "charge_canceled"
+	declineChargeAlreadyCaptured = "charge_already_captured"
+)
+
+// answer is what the charge says of the action, as the flow reads it: the
+// action succeeded when the charge is captured (a capture) or voided (a
+// void); a charge that went the other way declines it.
+func (s *Service) answer(a Action, c provider.Charge) providerflow.Answer {
+	ans := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode}
+	switch {
+	case a.Kind == payments.ActionCapture && c.Status == provider.StatusCanceled:
+		ans.Status, ans.DeclineCode = provider.StatusDeclined, declineChargeCanceled
+	case a.Kind == payments.ActionVoid && c.Status == provider.StatusCanceled:
+		ans.Status = provider.StatusSucceeded
+	case a.Kind == payments.ActionVoid && c.Status == provider.StatusSucceeded:
+		ans.Status, ans.DeclineCode = provider.StatusDeclined, declineChargeAlreadyCaptured
+	}
+	return ans
+}
+
+// lookup asks the provider what became of the action: the charge as it now
+// stands says it (read-after-write). A charge still authorized never saw
+// the action: provider.ErrNotFound, so that the flow sends it again (with
+// the same key) or, for a refused one, knows that nothing moved.
+func (s *Service) lookup(ctx context.Context, a Action, p payments.Payment) (providerflow.Answer, error) {
+	c, err := s.d.Provider.GetCharge(ctx, p.ProviderReference)
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		// The authorized charge itself is unknown: nobody can tell what
+		// became of the action by asking again.
+		return providerflow.Answer{}, fmt.Errorf("%w: charge %s: %v", provider.ErrAmbiguous, p.ProviderReference, err) //nolint:errorlint
+	case err != nil:
+		return providerflow.Answer{}, err
+	case c.Status == provider.StatusAuthorized:
+		return providerflow.Answer{}, fmt.Errorf("%w: the charge is still authorized", provider.ErrNotFound)
+	}
+	return s.answer(a, c), nil
+}
+
+// settle is what an action writes with its move to `to`: for an end, the
+// payment's move (captured, voided, or authorized again) and its event.
+// The result is the action and its payment as they now stand.
+func (s *Service) settle(b *pgx.Batch, a Action, p payments.Payment, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
+	if to != a.State {
+		a.UpdatedAt = now
+	}
+	a.State = to
+	var (
+		end    payments.ActionEnd
+		reason string
+	)
+	switch to {
+	case StateSucceeded:
+		a.ProviderReference = ans.ID
+		end, reason = payments.Voided, "voided at the provider"
+		if a.Kind == payments.ActionCapture {
+			end, reason = payments.Captured, "captured at the provider"
+		}
+	case StateDeclined:
+		a.ProviderReference, a.DeclineCode = ans.ID, ans.DeclineCode
+		end, reason = payments.Released, string(a.Kind)+" declined: "+ans.DeclineCode
+		if a.Kind == payments.ActionCapture && ans.DeclineCode == declineChargeCanceled {
+			end, reason = payments.Voided, "the provider had voided the authorization"
+		}
+	case StateCanceled:
+		end, reason = payments.Released, string(a.Kind)+" abandoned: it never reached the provider"
+	default:
+		return Result{Action: a, Payment: p}, nil
+	}
+	p, err := s.pay.QueueEnd(b, p, a.Kind, end, a.AmountMinor, reason, now)
+	if err != nil {
+		return nil, err
+	}
+	s.d.Log.Debug("payment action settled", "payment_id", p.ID, "tenant", p.TenantID, "action", a.Kind, "state", to)
+	return Result{Action: a, Payment: p}, nil
+}
