@@ -94,6 +94,9 @@ type recCharge struct {
 	PaymentID      string `json:"paymentId"`
 	RequestCount   int    `json:"requestCount"`
 	LookupCount    int    `json:"lookupCount"`
+	// A manual capture's
+	AmountCaptured      string `json:"amountCaptured"`
+	CaptureRequestCount int    `json:"captureRequestCount"`
 }
 
 func recSimCharges(simURL string) ([]recCharge, error) {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// The API process is killed (kill -9) while the provider holds a capture
+// whose answer never came back; a retry of the capture with the same key on
+// a restarted API waits out the dead owner's lease, takes the key over, asks
+// the provider, and answers the captured payment: one capture, made by one
+// request.
+func TestKilledAPIMidCaptureThenRetryCapturesOnce(t *testing.T) {
+	apiBin, simBin := buildBinaries(t)
+	simURL, db, env := recStartBackends(t, simBin, nil,
+		"PROVIDER_TIMEOUT=3s", "LEASE_DURATION=4s", "RECONCILE_INTERVAL=1h")
+	apiA, urlA := startProcess(t, apiBin, env)
+
+	pay, err := recPost(urlA, "pay-1", `{"accountId":"acc_kill","amount":"42.00","currency":"EUR",`+
+		`"merchantReference":"order-kill-c","paymentMethod":"pm_sim_capture_timeout_after_success","captureMethod":"manual"}`, nil)
+	if err != nil || pay.status != http.StatusCreated {
+		t.Fatalf("payment: %v %d %s", err, pay.status, pay.body)
+	}
+	paymentID := recDecodePayment(t, pay.body).PaymentID
+	captureURL := "/payments/" + paymentID + "/capture"
+	const key, body = "capture-kill-1", `{"amount":"30.00"}`
+
+	original := make(chan error, 1)
+	go func() {
+		r, err := recPostTo(urlA+captureURL, key, body, nil)
+		if err == nil {
+			err = fmt.Errorf("the original was answered before the kill: %d %s", r.status, r.body)
+		}
+		original <- err
+	}()
+	// In flight: the capture is recorded as sent, and the provider made it.
+	recWaitFor(t, 15*time.Second, "capture in PROVIDER_REQUEST_SENT, captured at the provider", func(ctx context.Context) (bool, error) {
+		var state string
+		err := db.QueryRow(ctx, `SELECT state FROM payment_actions WHERE kind = 'capture'`).Scan(&state)
+		if err != nil || state != "PROVIDER_REQUEST_SENT" {
+			return false, nil //nolint:nilerr // not there yet
+		}
+		charges, err := recSimCharges(simURL)
+		return len(charges) == 1 && charges[0].Status == "succeeded", err
+	})
+	if err := apiA.Process.Kill(); err != nil { // kill -9
+		t.Fatal(err)
+	}
+	_ = apiA.Wait()
+	if err := <-original; err != nil {
+		t.Logf("the original request ended without an answer, as expected: %v", err)
+	}
+
+	_, urlB := startProcess(t, apiBin, env)
+	deadline := time.Now().Add(25 * time.Second)
+	var final httpResult
+	conflicts := 0
+	for final.status == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no final answer by the deadline (%d conflicts)", conflicts)
+		}
+		r, err := recPostTo(urlB+captureURL, key, body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r.status {
+		case http.StatusConflict:
+			conflicts++
+			time.Sleep(max(recCheckInUse(t, r)/2, 200*time.Millisecond))
+		case http.StatusOK:
+			final = r
+		default:
+			t.Fatalf("retry answered %d %s, want 409 while the lease runs, then 200", r.status, r.body)
+		}
+	}
+	if conflicts == 0 {
+		t.Error("no retry was refused while the dead owner's lease ran")
+	}
+	var v struct{ PaymentID, Status, CapturedAmount string }
+	if err := json.Unmarshal(final.body, &v); err != nil || v.PaymentID != paymentID || v.Status != "SUCCEEDED" || v.CapturedAmount != "30.00" {
+		t.Errorf("final answer %s, want %s SUCCEEDED captured 30.00", final.body, paymentID)
+	}
+	charges, err := recSimCharges(simURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charges) != 1 || charges[0].CaptureRequestCount != 1 || charges[0].AmountCaptured != "30.00" {
+		t.Errorf("provider charges %+v: want one, captured once by one request, 30.00", charges)
+	}
+	if n := recCount(t, db, "outbox_events WHERE event_type = 'PaymentSucceeded'"); n != 1 {
+		t.Errorf("%d PaymentSucceeded events", n)
+	}
+	if n := recCount(t, db, "idempotency_keys WHERE idempotency_key = $1 AND fencing_token = 2", key); n != 1 {
+		t.Error("the capture's key was not taken over exactly once")
+	}
+}
