@@ -2,10 +2,16 @@ package authorizations_test
 
 import (
 	"bytes"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/ledger"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -111,6 +117,38 @@ func TestPartialCaptureLimitsRefundsAndTheLedger(t *testing.T) {
 	}
 	if captured != "8.00" {
 		t.Fatalf("PaymentSucceeded's capturedAmount %q, want 8.00", captured)
+	}
+	// The ledger books the capture once, for what was captured, however
+	// often the payment's events come.
+	proj := ledger.NewProjector(ledger.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler),
+		Modules: app.Modules(app.Config{})}, "")
+	rows, err := e.pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload
+		FROM outbox_events WHERE aggregate_id = $1 ORDER BY created_at, id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
+		var ev outbox.Event
+		err := row.Scan(&ev.ID, &ev.Type, &ev.AggregateType, &ev.AggregateID, &ev.OccurredAt, &ev.Payload)
+		return ev, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		for _, ev := range events {
+			if _, err := proj.Apply(t.Context(), ev); err != nil {
+				t.Fatalf("ledger: %s: %v", ev.Type, err)
+			}
+		}
+	}
+	var entries, minor int64
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*), COALESCE(sum(amount_minor), 0) FROM ledger_entries
+		WHERE payment_id = $1 AND entry_type = 'PAYMENT_SUCCEEDED'`, id).Scan(&entries, &minor); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 1 || minor != 800 {
+		t.Fatalf("the ledger booked %d entries of %d in all for the payment, want one of 800 (%d events)", entries, minor, len(events))
 	}
 }
 
