@@ -28,8 +28,8 @@ type Config struct {
 	// Retry is the retry policy; zero fields take DefaultRetryPolicy's.
 	Retry RetryPolicy
 	// PreferWait, when positive, sends Prefer: wait=N (N in whole seconds,
-	// rounded up; the server caps it at 10) with every create, unless the
-	// call says otherwise with WithPreferWait.
+	// rounded up; the server caps it at 10) with every create, capture and
+	// cancel, unless the call says otherwise with WithPreferWait.
 	PreferWait time.Duration
 	// UserAgent is sent as User-Agent when set.
 	UserAgent string
@@ -96,7 +96,7 @@ func NewIdempotencyKey() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// CallOption changes one create call.
+// CallOption changes one idempotent call (a create, a capture, a cancel).
 type CallOption func(*callOptions)
 
 type callOptions struct {
@@ -136,10 +136,12 @@ func (o callOptions) prefer() string {
 	return "wait=" + strconv.FormatInt(int64((o.preferWait+time.Second-1)/time.Second), 10)
 }
 
-// Outcome tells how a create ended.
+// Outcome tells how an idempotent call (a create, a capture, a cancel)
+// ended.
 type Outcome struct {
-	// StatusCode is 201 (created), or 202: the outcome was still unknown
-	// after the last attempt (see StillProcessing).
+	// StatusCode is 201 (created), 200 (captured, canceled), or 202: the
+	// outcome was still unknown after the last attempt (see
+	// StillProcessing).
 	StatusCode int
 	// Replayed is true when the answer was the stored answer to an earlier
 	// attempt with the same key.
@@ -162,7 +164,8 @@ type Outcome struct {
 // (Outcome.IdempotencyKey) or Get the resource later to learn the outcome.
 func (o Outcome) StillProcessing() bool { return o.StatusCode == http.StatusAccepted }
 
-// PaymentResult is the answer to CreatePayment.
+// PaymentResult is the answer to CreatePayment, CapturePayment and
+// CancelPayment: the payment as the call left it.
 type PaymentResult struct {
 	Payment Payment
 	Outcome
@@ -180,13 +183,9 @@ type RefundResult struct {
 func (c *Client) CreatePayment(ctx context.Context, req CreatePaymentRequest, opts ...CallOption) (*PaymentResult, error) {
 	o := c.callOptions(opts)
 	params := &apigen.CreatePaymentParams{IdempotencyKey: o.key, Prefer: o.prefer()}
-	p, out, err := create[Payment](ctx, c, "POST /payments", o, func(ctx context.Context) (*http.Response, error) {
+	return c.paymentCall(ctx, "POST /payments", o, func(ctx context.Context) (*http.Response, error) {
 		return c.raw.CreatePayment(ctx, params, req, c.edit)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &PaymentResult{Payment: *p, Outcome: out}, nil
 }
 
 // GetPayment returns the payment's current representation.
@@ -219,6 +218,42 @@ func (c *Client) CreateRefund(ctx context.Context, paymentID string, req CreateR
 	return &RefundResult{Refund: *r, Outcome: out}, nil
 }
 
+// CapturePayment captures a REQUIRES_CAPTURE payment (one created with
+// CaptureMethod CaptureManual): all of its capturable amount, or
+// req.Amount of it. It retries under one idempotency key (its own scope).
+// A capture the provider declined is a *DeclinedError (CAPTURE_DECLINED);
+// a payment that cannot be captured is an *Error with its Code
+// (PAYMENT_NOT_CAPTURABLE, CAPTURE_EXCEEDS_CAPTURABLE,
+// AUTHORIZATION_EXPIRED).
+func (c *Client) CapturePayment(ctx context.Context, paymentID string, req CapturePaymentRequest, opts ...CallOption) (*PaymentResult, error) {
+	o := c.callOptions(opts)
+	params := &apigen.CapturePaymentParams{IdempotencyKey: o.key, Prefer: o.prefer()}
+	return c.paymentCall(ctx, "POST /payments/"+paymentID+"/capture", o, func(ctx context.Context) (*http.Response, error) {
+		return c.raw.CapturePayment(ctx, paymentID, params, req, c.edit)
+	})
+}
+
+// CancelPayment cancels a payment: it voids a REQUIRES_CAPTURE payment's
+// authorization, or cancels a payment that moved no money. It retries under
+// one idempotency key (its own scope). A payment that cannot be canceled
+// is an *Error with Code PAYMENT_NOT_CANCELABLE.
+func (c *Client) CancelPayment(ctx context.Context, paymentID string, req CancelPaymentRequest, opts ...CallOption) (*PaymentResult, error) {
+	o := c.callOptions(opts)
+	params := &apigen.CancelPaymentParams{IdempotencyKey: o.key, Prefer: o.prefer()}
+	return c.paymentCall(ctx, "POST /payments/"+paymentID+"/cancel", o, func(ctx context.Context) (*http.Response, error) {
+		return c.raw.CancelPayment(ctx, paymentID, params, req, c.edit)
+	})
+}
+
+// paymentCall runs an idempotent call that answers with the payment.
+func (c *Client) paymentCall(ctx context.Context, op string, o callOptions, send func(context.Context) (*http.Response, error)) (*PaymentResult, error) {
+	p, out, err := create[Payment](ctx, c, op, o, send)
+	if err != nil {
+		return nil, err
+	}
+	return &PaymentResult{Payment: *p, Outcome: out}, nil
+}
+
 // GetRefund returns the refund's current representation.
 func (c *Client) GetRefund(ctx context.Context, paymentID, refundID string) (*Refund, error) {
 	return get[Refund](ctx, c, "GET /payments/"+paymentID+"/refunds/"+refundID, func(ctx context.Context) (*http.Response, error) {
@@ -233,7 +268,8 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID string) (*RefundList
 	})
 }
 
-// create runs a create under o's key and decodes its resource.
+// create runs an idempotent call (a create, a capture, a cancel) under o's
+// key and decodes its resource.
 func create[T any](ctx context.Context, c *Client, op string, o callOptions, send func(context.Context) (*http.Response, error)) (*T, Outcome, error) {
 	a, out, err := c.run(ctx, exchange{op: op, create: true, key: o.key, wait: o.preferWait, send: send})
 	if err != nil {
@@ -270,7 +306,7 @@ func (c *Client) edit(_ context.Context, req *http.Request) error {
 // exchange is one logical call: send makes one attempt.
 type exchange struct {
 	op     string
-	create bool // a create: a 202 and 409 IDEMPOTENCY_KEY_IN_USE are retried
+	create bool // an idempotent call under a key: a 202 and 409 IDEMPOTENCY_KEY_IN_USE are retried
 	key    string
 	wait   time.Duration // Prefer: wait, added to the attempt's timeout
 	send   func(ctx context.Context) (*http.Response, error)

@@ -2,10 +2,11 @@
 // contract of api/openapi.yaml (its types and low-level calls are generated
 // from that file) and retries the way the contract asks:
 //
-//   - One idempotency key per logical operation. CreatePayment and
-//     CreateRefund generate a key once, before the first attempt, and send
-//     the same key on every attempt; WithIdempotencyKey supplies your own
-//     (store it before you call, and you can retry even after a crash).
+//   - One idempotency key per logical operation. CreatePayment,
+//     CreateRefund, CapturePayment and CancelPayment generate a key once,
+//     before the first attempt, and send the same key on every attempt;
+//     WithIdempotencyKey supplies your own (store it before you call, and
+//     you can retry even after a crash).
 //   - Only what may succeed on a repeat is retried: network errors and
 //     timeouts, 5xx, 429 RATE_LIMITED, 409 IDEMPOTENCY_KEY_IN_USE, and a 202
 //     whose outcome is not yet known. Never another 4xx (400, 401, 402, 404,
@@ -19,14 +20,16 @@
 //     a token bucket in which each call earns a fraction of a retry, so that
 //     when the service is down a fleet of clients adds at most that fraction
 //     to its load instead of multiplying it.
-//   - Prefer: wait=N on creates (Config.PreferWait, WithPreferWait): a retry
-//     that finds the original still in flight is held by the server until it
-//     finishes, instead of answered 409.
+//   - Prefer: wait=N on these idempotent calls (Config.PreferWait,
+//     WithPreferWait): a retry that finds the original still in flight is
+//     held by the server until it finishes, instead of answered 409.
 //
-// A create answers a *PaymentResult or *RefundResult. A 202 after the last
-// attempt is a result, not an error: StillProcessing reports it, and a later
-// retry with the same key, or a Get, tells the outcome. A payment or refund
-// the provider declined (402) is a *DeclinedError; every other problem the
-// server answers is an *Error with its Code, Status, Detail and the
-// members of the problem (PaymentID, RefundID, DeclineCode, ...).
+// A create answers a *PaymentResult or *RefundResult, a capture or a cancel
+// (of a payment created with CaptureMethod CaptureManual) a *PaymentResult.
+// A 202 after the last attempt is a result, not an error: StillProcessing
+// reports it, and a later retry with the same key, or a Get, tells the
+// outcome. A payment, refund or capture the provider declined (402) is a
+// *DeclinedError; every other problem the server answers is an *Error with
+// its Code, Status, Detail and the members of the problem (PaymentID,
+// RefundID, DeclineCode, CapturableAmount, ...).
 package client

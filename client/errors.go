@@ -30,6 +30,11 @@ const (
 	CodeRefundDeclined             Code = apigen.REFUNDDECLINED
 	CodePaymentNotRefundable       Code = apigen.PAYMENTNOTREFUNDABLE
 	CodeRefundExceedsRefundable    Code = apigen.REFUNDEXCEEDSREFUNDABLE
+	CodeCaptureDeclined            Code = apigen.CAPTUREDECLINED
+	CodePaymentNotCapturable       Code = apigen.PAYMENTNOTCAPTURABLE
+	CodeCaptureExceedsCapturable   Code = apigen.CAPTUREEXCEEDSCAPTURABLE
+	CodeAuthorizationExpired       Code = apigen.AUTHORIZATIONEXPIRED
+	CodePaymentNotCancelable       Code = apigen.PAYMENTNOTCANCELABLE
 	CodeRateLimited                Code = apigen.RATELIMITED
 	CodeProviderUnavailable        Code = apigen.PROVIDERUNAVAILABLE
 	CodeServiceUnavailable         Code = apigen.SERVICEUNAVAILABLE
@@ -57,15 +62,25 @@ type Error struct {
 	// RequestID is the server's id of the request, when it sent one.
 	RequestID string
 	// PaymentID names the payment concerned (PAYMENT_DECLINED,
-	// IDEMPOTENCY_KEY_EXPIRED, DUPLICATE_MERCHANT_REFERENCE).
+	// CAPTURE_DECLINED, IDEMPOTENCY_KEY_EXPIRED of a payment's key,
+	// DUPLICATE_MERCHANT_REFERENCE).
 	PaymentID string
-	// RefundID names the refund concerned (REFUND_DECLINED).
+	// RefundID names the refund concerned (REFUND_DECLINED,
+	// IDEMPOTENCY_KEY_EXPIRED of a refund's key).
 	RefundID string
-	// DeclineCode is the provider's reason (PAYMENT_DECLINED).
+	// CaptureID and CancellationID name what a capture's or a cancel's key
+	// created (IDEMPOTENCY_KEY_EXPIRED of such a key).
+	CaptureID      string
+	CancellationID string
+	// DeclineCode is the provider's reason (PAYMENT_DECLINED,
+	// CAPTURE_DECLINED, a void the provider refused).
 	DeclineCode string
 	// RefundableAmount is what may still be refunded
 	// (REFUND_EXCEEDS_REFUNDABLE), a decimal string.
 	RefundableAmount string
+	// CapturableAmount is the most a capture may take
+	// (CAPTURE_EXCEEDS_CAPTURABLE), a decimal string.
+	CapturableAmount string
 	// Errors lists the invalid fields (VALIDATION_FAILED).
 	Errors []FieldError
 	// RetryAfter is the server's Retry-After, zero when it sent none.
@@ -86,9 +101,10 @@ func (e *Error) Error() string {
 }
 
 // DeclinedError is the answer 402: the provider declined the payment
-// (PAYMENT_DECLINED, with Problem.PaymentID and Problem.DeclineCode) or the
-// refund (REFUND_DECLINED, with Problem.RefundID). It is final: the same
-// request gets the same answer, replayed.
+// (PAYMENT_DECLINED, with Problem.PaymentID and Problem.DeclineCode), the
+// refund (REFUND_DECLINED, with Problem.RefundID) or the capture
+// (CAPTURE_DECLINED, with Problem.PaymentID and Problem.DeclineCode). It is
+// final: the same request gets the same answer, replayed.
 type DeclinedError struct {
 	Problem *Error
 }
@@ -114,7 +130,8 @@ func decodeProblem(status int, header http.Header, body []byte, retryAfter time.
 	if (mediaType == "application/problem+json" || mediaType == "application/json") && json.Unmarshal(body, &p) == nil && p.Code != "" {
 		e.Code, e.Type, e.Title, e.Detail = p.Code, p.Type, p.Title, p.Detail
 		e.RequestID, e.PaymentID, e.RefundID = p.RequestID, p.PaymentID, p.RefundID
-		e.DeclineCode, e.RefundableAmount, e.Errors = p.DeclineCode, p.RefundableAmount, p.Errors
+		e.CaptureID, e.CancellationID = p.CaptureID, p.CancellationID
+		e.DeclineCode, e.RefundableAmount, e.CapturableAmount, e.Errors = p.DeclineCode, p.RefundableAmount, p.CapturableAmount, p.Errors
 		return e
 	}
 	e.Detail = strings.TrimSpace(truncate(string(body), maxDetailBytes))

@@ -23,9 +23,9 @@ import (
 	"github.com/paymentsapi/paymentsapi/api"
 )
 
-// fakeAPI speaks the contract of payments and refunds from memory, in EUR
-// only, for the calls the real server cannot answer yet (refunds) and for
-// the package example. Every answer it gives is checked against
+// fakeAPI speaks the contract of payments (automatic capture only) and
+// refunds from memory, in EUR only, for the calls the real server cannot
+// answer yet (refunds) and for the package example. Every answer it gives is checked against
 // api/openapi.yaml, so that the fake cannot drift from the contract.
 type fakeAPI struct {
 	*httptest.Server
@@ -265,10 +265,12 @@ func (f *fakeAPI) createPayment(cmd map[string]any) (int, http.Header, any) {
 		"paymentId": id, "status": "SUCCEEDED", "accountId": cmd["accountId"], "amount": formatCents(amount), "currency": "EUR",
 		"merchantReference": cmd["merchantReference"], "paymentMethod": method, "channel": "web", "description": "",
 		"createdAt": now, "updatedAt": now, "refundedAmount": "0.00",
+		"captureMethod": "automatic", "capturedAmount": formatCents(amount), // the fake captures at once
 	}
 	f.payments[id] = &fakePayment{view: view, method: method, amount: amount}
 	if method == "pm_card_chargeDeclined" {
 		view["status"], view["declineCode"] = "DECLINED", "generic_decline"
+		delete(view, "capturedAmount")
 		return 402, nil, problemBody{"PAYMENT_DECLINED", "the provider declined the payment", map[string]any{"paymentId": id, "declineCode": "generic_decline"}}
 	}
 	return 201, http.Header{"Location": {"/payments/" + id}}, view

@@ -8,6 +8,10 @@ type (
 	CreatePaymentRequest = apigen.CreatePaymentRequest
 	// Channel says where a payment was initiated; empty means ChannelWeb.
 	Channel = apigen.CreatePaymentRequestChannel
+	// CaptureMethod says whether a payment is captured at once (empty or
+	// CaptureAutomatic) or only authorized, to be captured or canceled
+	// later (CaptureManual).
+	CaptureMethod = apigen.CaptureMethod
 	// Payment is a payment as the API answers it.
 	Payment = apigen.Payment
 	// PaymentStatus is the status of a payment.
@@ -24,6 +28,14 @@ type (
 	RefundStatus = apigen.RefundStatus
 	// RefundList is the refunds of one payment.
 	RefundList = apigen.RefundList
+	// CapturePaymentRequest is the body of POST /payments/{paymentId}/capture:
+	// an empty Amount captures the whole capturable amount.
+	CapturePaymentRequest = apigen.CapturePaymentRequest
+	// CancelPaymentRequest is the body of POST /payments/{paymentId}/cancel;
+	// its Reason is optional.
+	CancelPaymentRequest = apigen.CancelPaymentRequest
+	// CancelReason says why a payment is canceled; it is optional.
+	CancelReason = apigen.CancelReason
 	// FieldError names one invalid field of a VALIDATION_FAILED problem.
 	FieldError = apigen.FieldError
 )
@@ -36,13 +48,20 @@ const (
 	ChannelAPI    Channel = apigen.CreatePaymentRequestChannelAPI
 )
 
+// The capture methods of a payment.
+const (
+	CaptureAutomatic CaptureMethod = apigen.Automatic
+	CaptureManual    CaptureMethod = apigen.Manual
+)
+
 // The statuses of a payment.
 const (
-	PaymentProcessing PaymentStatus = apigen.PaymentStatusPROCESSING
-	PaymentSucceeded  PaymentStatus = apigen.PaymentStatusSUCCEEDED
-	PaymentDeclined   PaymentStatus = apigen.PaymentStatusDECLINED
-	PaymentFailed     PaymentStatus = apigen.PaymentStatusFAILED
-	PaymentCanceled   PaymentStatus = apigen.PaymentStatusCANCELED
+	PaymentProcessing      PaymentStatus = apigen.PaymentStatusPROCESSING
+	PaymentRequiresCapture PaymentStatus = apigen.PaymentStatusREQUIRESCAPTURE
+	PaymentSucceeded       PaymentStatus = apigen.PaymentStatusSUCCEEDED
+	PaymentDeclined        PaymentStatus = apigen.PaymentStatusDECLINED
+	PaymentFailed          PaymentStatus = apigen.PaymentStatusFAILED
+	PaymentCanceled        PaymentStatus = apigen.PaymentStatusCANCELED
 )
 
 // The statuses of a refund.
@@ -55,9 +74,17 @@ const (
 
 // The reasons of a refund.
 const (
-	ReasonRequestedByCustomer RefundReason = apigen.RequestedByCustomer
-	ReasonDuplicate           RefundReason = apigen.Duplicate
-	ReasonFraudulent          RefundReason = apigen.Fraudulent
+	ReasonRequestedByCustomer RefundReason = apigen.RefundReasonRequestedByCustomer
+	ReasonDuplicate           RefundReason = apigen.RefundReasonDuplicate
+	ReasonFraudulent          RefundReason = apigen.RefundReasonFraudulent
+)
+
+// The reasons of a cancel.
+const (
+	CancelRequestedByCustomer CancelReason = apigen.CancelReasonRequestedByCustomer
+	CancelDuplicate           CancelReason = apigen.CancelReasonDuplicate
+	CancelFraudulent          CancelReason = apigen.CancelReasonFraudulent
+	CancelAbandoned           CancelReason = apigen.CancelReasonAbandoned
 )
 
 // ListPaymentsParams filters and pages GET /payments; zero fields are left

@@ -4,19 +4,25 @@
 // stdout, problems on stderr.
 //
 //	paymentsctl [-url URL] [-api-key KEY] pay -account ID -amount 10.00 -currency EUR \
-//	    -reference INV -method pm_card_visa [-idempotency-key K] [-description TEXT]
+//	    -reference INV -method pm_card_visa [-capture automatic|manual] \
+//	    [-idempotency-key K] [-description TEXT]
 //	paymentsctl get PAYMENT_ID
 //	paymentsctl list [-account ID] [-limit N]
 //	paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
+//	paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
+//	paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
 //
 // -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 // the dev server (http://127.0.0.1:8080, sk_test_demo). Without
-// -idempotency-key, pay and refund generate one key for the command and
-// print it on stderr, so that the command can be run again with it.
+// -idempotency-key, pay, refund, capture and cancel generate one key for the
+// command and print it on stderr, so that the command can be run again with
+// it. pay -capture manual only authorizes the payment (REQUIRES_CAPTURE):
+// capture takes all of it, or -amount of it, and cancel voids it.
 //
-// Exit status: 0 created or read (201, 200); 2 declined (402); 3 still
-// processing after the last attempt (202: run the command again with the
-// same key, or get the resource, to learn the outcome); 1 any other error.
+// Exit status: 0 done (201, 200); 2 declined (402: a payment, refund or
+// capture the provider declined); 3 still processing after the last attempt
+// (202: run the command again with the same key, or get the payment, to
+// learn the outcome); 1 any other error.
 package main
 
 import (
@@ -63,14 +69,24 @@ func main() {
 
 const usage = `usage:
   paymentsctl [-url URL] [-api-key KEY] pay -account ID -amount 10.00 -currency EUR \
-      -reference INV -method pm_card_visa [-idempotency-key K] [-description TEXT]
+      -reference INV -method pm_card_visa [-capture automatic|manual] \
+      [-idempotency-key K] [-description TEXT]
   paymentsctl get PAYMENT_ID
   paymentsctl list [-account ID] [-limit N]
   paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
+  paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
+  paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
+
+pay -capture manual only authorizes the payment (REQUIRES_CAPTURE): capture
+takes all of it (or -amount of it), cancel voids it. Refund reasons:
+requested_by_customer, duplicate, fraudulent; cancel reasons: those and
+abandoned. Without -idempotency-key a command generates one key and prints
+it on stderr: run the same command with it to retry.
 
 -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
-http://127.0.0.1:8080 and sk_test_demo. Exit status: 0 done, 2 declined,
-3 still processing after the last attempt, 1 any other error.
+http://127.0.0.1:8080 and sk_test_demo. Exit status: 0 done (200, 201),
+2 declined (402), 3 still processing after the last attempt (202), 1 any
+other error.
 `
 
 // command runs one subcommand and returns the exit status.
@@ -87,7 +103,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := global.Parse(args); err != nil {
 		return out.usage(err)
 	}
-	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund}
+	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel}
 	name := global.Arg(0)
 	cmd, ok := commands[name]
 	if !ok {
@@ -184,9 +200,15 @@ func (o *output) usage(err error) int {
 	return exitError
 }
 
-// keyNote tells the generated key of a create, so that it can be retried.
-func (o *output) keyNote(key string) {
-	_, _ = fmt.Fprintf(o.stderr, "idempotency-key: %s\n", key)
+// idempotent returns the call option of an idempotent command's key: key,
+// or, when it is empty, a new one, told on stderr so that the command can
+// be retried with it.
+func (o *output) idempotent(key string) client.CallOption {
+	if key == "" {
+		key = client.NewIdempotencyKey()
+		_, _ = fmt.Fprintf(o.stderr, "idempotency-key: %s\n", key)
+	}
+	return client.WithIdempotencyKey(key)
 }
 
 // failure prints err (the problem's code and detail when it is one) and
@@ -203,8 +225,10 @@ func (o *output) failure(err error) int {
 		o.errorf("HTTP %d: %s", p.Status, p.Detail)
 	}
 	for _, m := range []struct{ name, value string }{
-		{"paymentId", p.PaymentID}, {"refundId", p.RefundID}, {"declineCode", p.DeclineCode},
-		{"refundableAmount", p.RefundableAmount}, {"requestId", p.RequestID},
+		{"paymentId", p.PaymentID}, {"refundId", p.RefundID}, {"captureId", p.CaptureID},
+		{"cancellationId", p.CancellationID}, {"declineCode", p.DeclineCode},
+		{"refundableAmount", p.RefundableAmount}, {"capturableAmount", p.CapturableAmount},
+		{"requestId", p.RequestID},
 	} {
 		if m.value != "" {
 			_, _ = fmt.Fprintf(o.stderr, "  %s: %s\n", m.name, m.value)
@@ -220,8 +244,8 @@ func (o *output) failure(err error) int {
 	return exitError
 }
 
-// created prints the outcome of a create: the resource, and a note when it
-// is still processing.
+// created prints the outcome of an idempotent command (pay, refund,
+// capture, cancel): the resource, and a note when it is still processing.
 func (o *output) created(v any, out client.Outcome) int {
 	if code := o.resource(v); code != exitOK {
 		return code

@@ -185,7 +185,8 @@ func TestAnInvalidRequestExits1(t *testing.T) {
 
 func TestUsageErrorsExit1(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{nil, {"charge"}, {"get"}, {"get", "pay_1", "pay_2"}, {"list", "-limit", "x"}, {"-bogus", "list"}, {"refund", "-amount", "1.00"}} {
+	for _, args := range [][]string{nil, {"charge"}, {"get"}, {"get", "pay_1", "pay_2"}, {"list", "-limit", "x"}, {"-bogus", "list"}, {"refund", "-amount", "1.00"},
+		{"capture"}, {"capture", "-amount", "1.00"}, {"capture", "pay_1", "pay_2"}, {"cancel"}, {"cancel", "pay_1", "-reason"}} {
 		r := ctl(context.Background(), nil, args...)
 		if r.code != 1 || !strings.Contains(r.stderr, "usage:") || r.stdout != "" {
 			t.Errorf("paymentsctl %q: exit %d, stdout %q, stderr %q; want 1 and the usage", args, r.code, r.stdout, r.stderr)

@@ -16,6 +16,7 @@ func pay(ctx context.Context, c *client.Client, args []string, out *output) int 
 	fs.StringVar(&req.MerchantReference, "reference", "", "the merchant's reference (order, invoice)")
 	fs.StringVar(&req.PaymentMethod, "method", "", "the payment method, such as pm_card_visa")
 	fs.StringVar(&req.Description, "description", "", "free text")
+	captureMethod := fs.String("capture", "", "automatic (the default: charge now) or manual (authorize only; capture or cancel later)")
 	key := fs.String("idempotency-key", "", "the operation's key; default: a new one, printed on stderr")
 	if err := fs.Parse(args); err != nil {
 		return out.usage(err)
@@ -23,11 +24,8 @@ func pay(ctx context.Context, c *client.Client, args []string, out *output) int 
 	if err := noArgs(fs); err != nil {
 		return out.usage(err)
 	}
-	if *key == "" {
-		*key = client.NewIdempotencyKey()
-		out.keyNote(*key)
-	}
-	res, err := c.CreatePayment(ctx, req, client.WithIdempotencyKey(*key))
+	req.CaptureMethod = client.CaptureMethod(*captureMethod)
+	res, err := c.CreatePayment(ctx, req, out.idempotent(*key))
 	if err != nil {
 		return out.failure(err)
 	}

@@ -18,11 +18,7 @@ func refund(ctx context.Context, c *client.Client, args []string, out *output) i
 		return out.usage(err)
 	}
 	req.Reason = client.RefundReason(*reason)
-	if *key == "" {
-		*key = client.NewIdempotencyKey()
-		out.keyNote(*key)
-	}
-	res, err := c.CreateRefund(ctx, id, req, client.WithIdempotencyKey(*key))
+	res, err := c.CreateRefund(ctx, id, req, out.idempotent(*key))
 	if err != nil {
 		return out.failure(err)
 	}

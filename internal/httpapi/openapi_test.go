@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/paymentsapi/paymentsapi/api"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
 // TestResponsesConformToTheOpenAPISpec drives the whole API through real
@@ -40,6 +42,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 	// Load and validate once, up front, so that a broken document fails
 	// here with the loader's message rather than in every group.
 	loadOpenAPISpec(t)
+	faults, held := &actionFaults{}, &actionFaults{}
 
 	groups := []struct {
 		name string
@@ -136,7 +139,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				{name: "400 key missing", header: noKey, body: body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
 				{name: "400 key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
 				{name: "400 malformed JSON", header: createHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
-				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "'extra'"},
+				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
 				{name: "400 amount not a string", header: createHeaders(secretA, "k"), body: body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
 				{name: "400 too many fraction digits", header: createHeaders(secretA, "k"), body: body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
 				{name: "413 body too large", header: createHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
@@ -193,6 +196,204 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			notPaid := c.e.post("k-np", body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).json(t)["paymentId"].(string)
 			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: createHeaders(secretA, "r-6"),
 				body: `{"amount":"1.00"}`, status: 409, code: "PAYMENT_NOT_REFUNDABLE"})
+		}},
+
+		{"manual capture", nil, func(t *testing.T, c *conformance) {
+			auth := c.check(specExchange{
+				name: "201 authorized", method: "POST", path: "/payments", header: createHeaders(secretA, "k-auth"),
+				body: manualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
+			})
+			if p := auth.json(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
+				t.Errorf("manual payment: %s, want REQUIRES_CAPTURE with capturableAmount and authorizationExpiresAt", auth.Body)
+			}
+			capture := auth.Header.Get("Location") + "/capture"
+			captured := c.check(specExchange{
+				name: "200 partial capture", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location"},
+			})
+			if p := captured.json(t); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "8.00" {
+				t.Errorf("capture: %s, want SUCCEEDED with capturedAmount 8.00", captured.Body)
+			}
+			replay := c.check(specExchange{
+				name: "200 capture replayed", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
+			})
+			if !bytes.Equal(replay.Body, captured.Body) {
+				t.Errorf("the replay is not the original body byte for byte:\n%s\n%s", captured.Body, replay.Body)
+			}
+			c.check(specExchange{name: "422 capture key reused", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				body: `{"amount":"7.00"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
+			c.check(specExchange{name: "409 captured payment not capturable", method: "POST", path: capture, header: createHeaders(secretA, "c-2"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
+			c.check(specExchange{name: "409 captured payment not cancelable", method: "POST", path: auth.Header.Get("Location") + "/cancel",
+				header: createHeaders(secretA, "x-1"), body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
+			c.check(specExchange{name: "200 get a captured payment", method: "GET", path: auth.Header.Get("Location"), header: bearer(secretA), status: 200})
+
+			// No body at all (and no Content-Type): the whole amount.
+			whole := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c2") + "/capture"
+			noBody := bearer(secretA)
+			noBody["Idempotency-Key"] = "c-3"
+			r := c.check(specExchange{name: "200 capture without a body", method: "POST", path: whole, header: noBody,
+				status: 200, headers: []string{"Location"}})
+			if got := r.json(t)["capturedAmount"]; got != "10.00" {
+				t.Errorf("capture without a body captured %v, want 10.00", got)
+			}
+
+			open := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c3") + "/capture"
+			textPlain := createHeaders(secretA, "c-4")
+			textPlain["Content-Type"] = "text/plain"
+			noKey := createHeaders(secretA, "")
+			delete(noKey, "Idempotency-Key")
+			for _, x := range []specExchange{
+				{name: "409 capture exceeds", header: createHeaders(secretA, "c-4"), body: `{"amount":"10.01"}`, status: 409, code: "CAPTURE_EXCEEDS_CAPTURABLE"},
+				{name: "400 capture amount invalid", header: createHeaders(secretA, "c-4"), body: `{"amount":"1.001"}`, status: 400, code: "VALIDATION_FAILED"},
+				{name: "400 capture amount not a string", header: createHeaders(secretA, "c-4"), body: `{"amount":8}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 capture unknown field", header: createHeaders(secretA, "c-4"), body: `{"extra":"x"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
+				{name: "400 capture malformed JSON", header: createHeaders(secretA, "c-4"), body: `{"amount":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "400 capture key missing", header: noKey, body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
+				{name: "400 capture key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "413 capture body too large", header: createHeaders(secretA, "c-4"), body: `{}` + strings.Repeat(" ", 17<<10), status: 413, code: "PAYLOAD_TOO_LARGE"},
+				{name: "415 capture wrong content type", header: textPlain, body: `{}`, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
+				{name: "401 capture without credentials", header: map[string]string{"Idempotency-Key": "c-4", "Content-Type": "application/json"}, body: `{}`, status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
+			} {
+				x.method, x.path = "POST", open
+				c.check(x)
+			}
+			c.check(specExchange{name: "404 capture of an unknown payment", method: "POST", path: "/payments/pay_none/capture", header: createHeaders(secretA, "c-5"),
+				body: `{}`, status: 404, code: "NOT_FOUND"})
+			c.check(specExchange{name: "404 capture of another tenant's payment", method: "POST", path: open, header: createHeaders(secretB, "c-5"),
+				body: `{}`, status: 404, code: "NOT_FOUND"})
+			automatic := "/payments/" + c.e.pay("pm_card_visa", "inv-c4") + "/capture"
+			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: createHeaders(secretA, "c-6"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
+
+			declines := "/payments/" + c.e.manualPayment("pm_sim_capture_declined", "inv-c5") + "/capture"
+			c.check(specExchange{name: "402 capture declined", method: "POST", path: declines, header: createHeaders(secretA, "c-7"),
+				body: `{}`, status: 402, code: "CAPTURE_DECLINED"})
+			c.check(specExchange{name: "402 capture declined replayed", method: "POST", path: declines, header: createHeaders(secretA, "c-7"),
+				body: `{}`, status: 402, code: "CAPTURE_DECLINED", headers: []string{"Idempotent-Replayed"}, replayed: true})
+			c.check(specExchange{name: "200 get a payment whose capture was declined", method: "GET", path: strings.TrimSuffix(declines, "/capture"),
+				header: bearer(secretA), status: 200})
+		}},
+
+		{"cancel", nil, func(t *testing.T, c *conformance) {
+			payment := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x1")
+			canceled := c.check(specExchange{
+				name: "200 cancel", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location"},
+			})
+			if got := canceled.json(t)["status"]; got != "CANCELED" {
+				t.Errorf("cancel: status %v, want CANCELED", got)
+			}
+			c.check(specExchange{name: "200 cancel replayed", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true})
+			c.check(specExchange{name: "422 cancel key reused", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+				body: `{"reason":"duplicate"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
+			c.check(specExchange{name: "409 canceled payment not cancelable", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-2"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
+			c.check(specExchange{name: "409 canceled payment not capturable", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-1"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
+			c.check(specExchange{name: "200 get a canceled payment", method: "GET", path: payment, header: bearer(secretA), status: 200})
+
+			other := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x2") + "/cancel"
+			noBody := bearer(secretA)
+			noBody["Idempotency-Key"] = "x-3"
+			noKey := createHeaders(secretA, "")
+			delete(noKey, "Idempotency-Key")
+			for _, x := range []specExchange{
+				{name: "400 cancel reason invalid", header: createHeaders(secretA, "x-3"), body: `{"reason":"because"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/reason"},
+				{name: "400 cancel key missing", header: noKey, body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
+				{name: "400 cancel malformed JSON", header: createHeaders(secretA, "x-3"), body: `{`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "200 cancel without a body", header: noBody, status: 200, headers: []string{"Location"}},
+			} {
+				x.method, x.path = "POST", other
+				c.check(x)
+			}
+			c.check(specExchange{name: "404 cancel of an unknown payment", method: "POST", path: "/payments/pay_none/cancel", header: createHeaders(secretA, "x-4"),
+				body: `{}`, status: 404, code: "NOT_FOUND"})
+			automatic := "/payments/" + c.e.pay("pm_card_visa", "inv-x3") + "/cancel"
+			c.check(specExchange{name: "409 succeeded payment not cancelable", method: "POST", path: automatic, header: createHeaders(secretA, "x-5"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
+			// A canceled payment frees its merchant reference.
+			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: createHeaders(secretA, "k-again"),
+				body: body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
+		}},
+
+		{"capture and cancel outcomes unknown or refused", []envOption{withProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
+			lost := "/payments/" + c.e.manualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
+			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-1"),
+				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
+			if got := r.json(t)["status"]; got != "PROCESSING" {
+				t.Errorf("202 with status %v, want PROCESSING", got)
+			}
+			c.check(specExchange{name: "200 get a payment whose capture is in doubt", method: "GET", path: lost, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "409 capture in flight: not capturable", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-2"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
+			c.check(specExchange{name: "409 capture in flight: not cancelable", method: "POST", path: lost + "/cancel", header: createHeaders(secretA, "x-1"),
+				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
+
+			voidLost := c.e.manualPayment("pm_card_visa", "inv-u2")
+			faults.loseVoid(voidLost)
+			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: createHeaders(secretA, "x-2"),
+				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
+			if got := r.json(t)["status"]; got != "PROCESSING" {
+				t.Errorf("202 with status %v, want PROCESSING", got)
+			}
+
+			refused := c.e.manualPayment("pm_card_visa", "inv-u3")
+			faults.refuseCapture(refused)
+			c.check(specExchange{name: "503 capture refused by the provider", method: "POST", path: "/payments/" + refused + "/capture", header: createHeaders(secretA, "c-3"),
+				body: `{}`, status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"}})
+		}},
+
+		{"capture in flight", []envOption{withActionFaults(held)}, func(t *testing.T, c *conformance) {
+			id := c.e.manualPayment("pm_card_visa", "inv-f1")
+			release := held.holdCapture(id)
+			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: createHeaders(secretA, "c-held"),
+				body: `{"amount":"5.00"}`, status: 200, headers: []string{"Location"}}
+			var answer response
+			done := make(chan struct{})
+			go func() { defer close(done); answer = c.send(original) }()
+			defer func() { release(); <-done }() // never leave the original running past the test
+			waitFor(t, func() bool { return c.e.count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			inUse := original
+			inUse.name, inUse.status, inUse.code, inUse.headers = "409 capture key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
+			c.check(inUse)
+			release()
+			<-done
+			c.verify(original, answer)
+			c.check(specExchange{name: "200 capture replayed after the original finished", method: "POST", path: original.path, header: original.header,
+				body: original.body, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true})
+		}},
+
+		{"capture and cancel keys past their replay window, authorization past its expiry", nil, func(t *testing.T, c *conformance) {
+			captured := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e1") + "/capture"
+			c.check(specExchange{name: "200 capture", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
+				body: `{}`, status: 200, headers: []string{"Location"}})
+			canceled := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e2") + "/cancel"
+			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
+				body: `{}`, status: 200, headers: []string{"Location"}})
+			expiring := c.e.post("k-e3", manualBody("inv-e3", "pm_card_visa"))
+			if expiring.Status != http.StatusCreated {
+				t.Fatalf("manual payment: %d %s", expiring.Status, expiring.Body)
+			}
+			c.e.clock.Advance(c.e.cfg.ReplayTTL)
+			c.check(specExchange{name: "409 capture key expired", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
+				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
+			c.check(specExchange{name: "409 cancel key expired", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
+				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
+
+			expiresAt, err := time.Parse(time.RFC3339Nano, expiring.json(t)["authorizationExpiresAt"].(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.e.clock.Advance(expiresAt.Sub(c.e.clock.Now()) + time.Second)
+			payment := expiring.Header.Get("Location")
+			c.check(specExchange{name: "409 capture after the authorization expired", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-late"),
+				body: `{}`, status: 409, code: "AUTHORIZATION_EXPIRED"})
+			// A cancel still voids it (the service would have, at the expiry).
+			c.check(specExchange{name: "200 cancel after the authorization expired", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-late"),
+				body: `{}`, status: 200, headers: []string{"Location"}})
 		}},
 
 		{"original in flight", []envOption{withSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
@@ -260,6 +461,8 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, createHeaders(secretA, "r-1")),
 				limited("429 list refunds", "GET", payment+"/refunds", "", bearer(secretA)),
 				limited("429 get a refund", "GET", payment+"/refunds/re_x", "", bearer(secretA)),
+				limited("429 capture", "POST", payment+"/capture", `{}`, createHeaders(secretA, "c-1")),
+				limited("429 cancel", "POST", payment+"/cancel", `{}`, createHeaders(secretA, "x-1")),
 			} {
 				c.check(x)
 			}
@@ -302,6 +505,14 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			})
 			c.check(specExchange{
 				name: "503 list", method: "GET", path: "/payments", header: bearer(secretA),
+				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
+			})
+			c.check(specExchange{
+				name: "503 capture", method: "POST", path: "/payments/pay_x/capture", header: createHeaders(secretA, "c"), body: `{}`,
+				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
+			})
+			c.check(specExchange{
+				name: "503 cancel", method: "POST", path: "/payments/pay_x/cancel", header: createHeaders(secretA, "x"), body: `{}`,
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{name: "503 readyz", method: "GET", path: "/readyz", status: 503, code: "SERVICE_UNAVAILABLE"})
@@ -491,10 +702,12 @@ func (c *conformance) verify(x specExchange, r response) {
 		fail("a problem served as %q", ct)
 	}
 	var p struct {
-		Type, Title, Detail, Code string
-		Status                    int
-		PaymentID, DeclineCode    string
-		Errors                    []json.RawMessage
+		Type, Title, Detail, Code           string
+		Status                              int
+		PaymentID, DeclineCode              string
+		RefundID, CaptureID, CancellationID string
+		CapturableAmount, RefundableAmount  string
+		Errors                              []json.RawMessage
 	}
 	if err := json.Unmarshal(r.Body, &p); err != nil {
 		fail("problem body: %v", err)
@@ -505,17 +718,133 @@ func (c *conformance) verify(x specExchange, r response) {
 	}
 	// The members the contract adds to some codes.
 	switch p.Code {
-	case "PAYMENT_DECLINED":
+	case "PAYMENT_DECLINED", "CAPTURE_DECLINED":
 		if p.PaymentID == "" || p.DeclineCode == "" {
 			fail("%s without paymentId and declineCode", p.Code)
 		}
-	case "IDEMPOTENCY_KEY_EXPIRED", "DUPLICATE_MERCHANT_REFERENCE":
+	case "IDEMPOTENCY_KEY_EXPIRED":
+		// The resource the key created: a payment, or the operation's own.
+		member, id := "paymentId", p.PaymentID
+		switch op := x.path[strings.LastIndex(x.path, "/")+1:]; {
+		case op == "capture":
+			member, id = "captureId", p.CaptureID
+		case op == "cancel":
+			member, id = "cancellationId", p.CancellationID
+		case op == "refunds":
+			member, id = "refundId", p.RefundID
+		}
+		if id == "" {
+			fail("%s without %s", p.Code, member)
+		}
+	case "DUPLICATE_MERCHANT_REFERENCE":
 		if p.PaymentID == "" {
 			fail("%s without paymentId", p.Code)
+		}
+	case "CAPTURE_EXCEEDS_CAPTURABLE":
+		if p.CapturableAmount == "" {
+			fail("%s without capturableAmount", p.Code)
+		}
+	case "REFUND_EXCEEDS_REFUNDABLE":
+		if p.RefundableAmount == "" {
+			fail("%s without refundableAmount", p.Code)
 		}
 	case "VALIDATION_FAILED":
 		if len(p.Errors) == 0 {
 			fail("%s without errors", p.Code)
 		}
 	}
+}
+
+// manualBody is the body of a manual payment: authorized only.
+func manualBody(reference, method string) string {
+	return strings.TrimSuffix(body("merchantReference", `"`+reference+`"`, "paymentMethod", `"`+method+`"`), "}") +
+		`,"captureMethod":"manual"}`
+}
+
+// manualPayment creates a manual payment as tenant A and returns its id,
+// once the provider authorized it.
+func (e *env) manualPayment(method, reference string) string {
+	e.t.Helper()
+	r := e.post("pay-"+reference, manualBody(reference, method))
+	if r.Status != http.StatusCreated || r.json(e.t)["status"] != "REQUIRES_CAPTURE" {
+		e.t.Fatalf("manual payment: %d %s", r.Status, r.Body)
+	}
+	return r.json(e.t)["paymentId"].(string)
+}
+
+// actionFaults is the provider with faults in the captures and voids of
+// the payments it is told: a void whose answer is lost after the provider
+// voided, a capture the provider refuses before processing, a capture held
+// until released.
+type actionFaults struct {
+	provider.Provider
+	mu           sync.Mutex
+	lostVoids    map[string]bool
+	refused      map[string]bool
+	heldCaptures map[string]chan struct{}
+}
+
+// withActionFaults puts f between the service and the simulator.
+func withActionFaults(f *actionFaults) envOption {
+	return withProvider(func(p provider.Provider) provider.Provider { f.Provider = p; return f })
+}
+
+func (f *actionFaults) loseVoid(paymentID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lostVoids == nil {
+		f.lostVoids = map[string]bool{}
+	}
+	f.lostVoids[paymentID] = true
+}
+
+func (f *actionFaults) refuseCapture(paymentID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refused == nil {
+		f.refused = map[string]bool{}
+	}
+	f.refused[paymentID] = true
+}
+
+// holdCapture holds the captures of the payment until release is called
+// (once or more).
+func (f *actionFaults) holdCapture(paymentID string) (release func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.heldCaptures == nil {
+		f.heldCaptures = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	f.heldCaptures[paymentID] = ch
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+func (f *actionFaults) Capture(ctx context.Context, req provider.CaptureRequest) (provider.Charge, error) {
+	f.mu.Lock()
+	refused, held := f.refused[req.PaymentID], f.heldCaptures[req.PaymentID]
+	f.mu.Unlock()
+	if refused {
+		return provider.Charge{}, fmt.Errorf("injected: %w", provider.ErrUnavailable)
+	}
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return provider.Charge{}, fmt.Errorf("held: %w", provider.ErrUnknownOutcome)
+		}
+	}
+	return f.Provider.Capture(ctx, req)
+}
+
+func (f *actionFaults) Void(ctx context.Context, req provider.VoidRequest) (provider.Charge, error) {
+	f.mu.Lock()
+	lost := f.lostVoids[req.PaymentID]
+	f.mu.Unlock()
+	ch, err := f.Provider.Void(ctx, req)
+	if err == nil && lost {
+		return provider.Charge{}, fmt.Errorf("injected, after the provider voided: %w", provider.ErrUnknownOutcome)
+	}
+	return ch, err
 }

@@ -17,6 +17,48 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for CancelReason.
+const (
+	CancelReasonAbandoned           CancelReason = "abandoned"
+	CancelReasonDuplicate           CancelReason = "duplicate"
+	CancelReasonFraudulent          CancelReason = "fraudulent"
+	CancelReasonRequestedByCustomer CancelReason = "requested_by_customer"
+)
+
+// Valid indicates whether the value is a known member of the CancelReason enum.
+func (e CancelReason) Valid() bool {
+	switch e {
+	case CancelReasonAbandoned:
+		return true
+	case CancelReasonDuplicate:
+		return true
+	case CancelReasonFraudulent:
+		return true
+	case CancelReasonRequestedByCustomer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CaptureMethod.
+const (
+	Automatic CaptureMethod = "automatic"
+	Manual    CaptureMethod = "manual"
+)
+
+// Valid indicates whether the value is a known member of the CaptureMethod enum.
+func (e CaptureMethod) Valid() bool {
+	switch e {
+	case Automatic:
+		return true
+	case Manual:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreatePaymentRequestChannel.
 const (
 	CreatePaymentRequestChannelAPI    CreatePaymentRequestChannel = "api"
@@ -67,11 +109,12 @@ func (e PaymentChannel) Valid() bool {
 
 // Defines values for PaymentStatus.
 const (
-	PaymentStatusCANCELED   PaymentStatus = "CANCELED"
-	PaymentStatusDECLINED   PaymentStatus = "DECLINED"
-	PaymentStatusFAILED     PaymentStatus = "FAILED"
-	PaymentStatusPROCESSING PaymentStatus = "PROCESSING"
-	PaymentStatusSUCCEEDED  PaymentStatus = "SUCCEEDED"
+	PaymentStatusCANCELED        PaymentStatus = "CANCELED"
+	PaymentStatusDECLINED        PaymentStatus = "DECLINED"
+	PaymentStatusFAILED          PaymentStatus = "FAILED"
+	PaymentStatusPROCESSING      PaymentStatus = "PROCESSING"
+	PaymentStatusREQUIRESCAPTURE PaymentStatus = "REQUIRES_CAPTURE"
+	PaymentStatusSUCCEEDED       PaymentStatus = "SUCCEEDED"
 )
 
 // Valid indicates whether the value is a known member of the PaymentStatus enum.
@@ -85,6 +128,8 @@ func (e PaymentStatus) Valid() bool {
 		return true
 	case PaymentStatusPROCESSING:
 		return true
+	case PaymentStatusREQUIRESCAPTURE:
+		return true
 	case PaymentStatusSUCCEEDED:
 		return true
 	default:
@@ -94,6 +139,9 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
+	AUTHORIZATIONEXPIRED       ProblemCode = "AUTHORIZATION_EXPIRED"
+	CAPTUREDECLINED            ProblemCode = "CAPTURE_DECLINED"
+	CAPTUREEXCEEDSCAPTURABLE   ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
 	DUPLICATEMERCHANTREFERENCE ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
 	IDEMPOTENCYKEYEXPIRED      ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
 	IDEMPOTENCYKEYINUSE        ProblemCode = "IDEMPOTENCY_KEY_IN_USE"
@@ -107,6 +155,8 @@ const (
 	PAYLOADTOOLARGE            ProblemCode = "PAYLOAD_TOO_LARGE"
 	PAYMENTCANCELED            ProblemCode = "PAYMENT_CANCELED"
 	PAYMENTDECLINED            ProblemCode = "PAYMENT_DECLINED"
+	PAYMENTNOTCANCELABLE       ProblemCode = "PAYMENT_NOT_CANCELABLE"
+	PAYMENTNOTCAPTURABLE       ProblemCode = "PAYMENT_NOT_CAPTURABLE"
 	PAYMENTNOTREFUNDABLE       ProblemCode = "PAYMENT_NOT_REFUNDABLE"
 	PROVIDERUNAVAILABLE        ProblemCode = "PROVIDER_UNAVAILABLE"
 	RATELIMITED                ProblemCode = "RATE_LIMITED"
@@ -122,6 +172,12 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case AUTHORIZATIONEXPIRED:
+		return true
+	case CAPTUREDECLINED:
+		return true
+	case CAPTUREEXCEEDSCAPTURABLE:
+		return true
 	case DUPLICATEMERCHANTREFERENCE:
 		return true
 	case IDEMPOTENCYKEYEXPIRED:
@@ -147,6 +203,10 @@ func (e ProblemCode) Valid() bool {
 	case PAYMENTCANCELED:
 		return true
 	case PAYMENTDECLINED:
+		return true
+	case PAYMENTNOTCANCELABLE:
+		return true
+	case PAYMENTNOTCAPTURABLE:
 		return true
 	case PAYMENTNOTREFUNDABLE:
 		return true
@@ -175,19 +235,19 @@ func (e ProblemCode) Valid() bool {
 
 // Defines values for RefundReason.
 const (
-	Duplicate           RefundReason = "duplicate"
-	Fraudulent          RefundReason = "fraudulent"
-	RequestedByCustomer RefundReason = "requested_by_customer"
+	RefundReasonDuplicate           RefundReason = "duplicate"
+	RefundReasonFraudulent          RefundReason = "fraudulent"
+	RefundReasonRequestedByCustomer RefundReason = "requested_by_customer"
 )
 
 // Valid indicates whether the value is a known member of the RefundReason enum.
 func (e RefundReason) Valid() bool {
 	switch e {
-	case Duplicate:
+	case RefundReasonDuplicate:
 		return true
-	case Fraudulent:
+	case RefundReasonFraudulent:
 		return true
-	case RequestedByCustomer:
+	case RefundReasonRequestedByCustomer:
 		return true
 	default:
 		return false
@@ -218,10 +278,95 @@ func (e RefundStatus) Valid() bool {
 	}
 }
 
+// CancelPaymentRequest A cancel. Every field is optional: `{}` and no body at all are the same command. Unknown
+// fields are rejected (`400 VALIDATION_FAILED`).
+type CancelPaymentRequest struct {
+	// Reason Why the payment is canceled. Optional; part of the command.
+	Reason CancelReason `json:"reason,omitempty"`
+}
+
+// CancelReason Why the payment is canceled. Optional; part of the command.
+type CancelReason string
+
+// CaptureDeclinedProblem A `CAPTURE_DECLINED` problem; `paymentId` and `declineCode` are always present.
+type CaptureDeclinedProblem struct {
+	// CancellationID The cancellation a cancel's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/cancel`.
+	CancellationID string `json:"cancellationId,omitempty"`
+
+	// CapturableAmount With `CAPTURE_EXCEEDS_CAPTURABLE`: the most a capture of this payment may take, in the
+	// payment's currency.
+	CapturableAmount string `json:"capturableAmount,omitempty"`
+
+	// CaptureID The capture a capture's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/capture`.
+	CaptureID string      `json:"captureId,omitempty"`
+	Code      interface{} `json:"code"`
+
+	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`, and
+	// `PAYMENT_NOT_CANCELABLE` when the provider refused to void the authorization.
+	DeclineCode string `json:"declineCode"`
+
+	// Detail What went wrong in this occurrence, for people.
+	Detail string `json:"detail"`
+
+	// Errors Every invalid field, with `VALIDATION_FAILED`.
+	Errors []FieldError `json:"errors,omitempty"`
+
+	// Instance Identifies this occurrence, when given.
+	Instance string `json:"instance,omitempty"`
+
+	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`,
+	// `IDEMPOTENCY_KEY_EXPIRED` (for a payment's key), `DUPLICATE_MERCHANT_REFERENCE`, and a
+	// stored `PAYMENT_NOT_CAPTURABLE` or `PAYMENT_NOT_CANCELABLE`.
+	PaymentID string `json:"paymentId"`
+
+	// RefundID The refund concerned, with `REFUND_DECLINED` (and `IDEMPOTENCY_KEY_EXPIRED` for a refund's key).
+	RefundID string `json:"refundId,omitempty"`
+
+	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's
+	// captured amount less its succeeded and in-flight refunds, in the payment's currency.
+	RefundableAmount string `json:"refundableAmount,omitempty"`
+
+	// RequestID The server's id of the request, for support and log correlation, when the server
+	// sets one. A replayed answer is the original's bytes, so it carries the original
+	// request's id.
+	RequestID string      `json:"requestId,omitempty"`
+	Status    interface{} `json:"status"`
+
+	// Title A short summary of the problem type, for people.
+	Title string `json:"title"`
+
+	// Type `https://paymentsapi.dev/problems/<code in kebab case>`.
+	//
+	// Examples: https://paymentsapi.dev/problems/idempotency-key-in-use
+	Type string `json:"type"`
+}
+
+// CaptureMethod `automatic` (the default; omitted means `automatic`): the provider charges the payment at
+// once. `manual`: the provider only authorizes it; the payment answers `REQUIRES_CAPTURE`
+// and waits for `POST /payments/{paymentId}/capture` or `POST /payments/{paymentId}/cancel`
+// until its `authorizationExpiresAt`. Part of the command.
+type CaptureMethod string
+
+// CapturePaymentRequest A capture. Every field is optional: `{}`, and no body at all, capture the whole
+// `capturableAmount`. Unknown fields are rejected (`400 VALIDATION_FAILED`). Two requests
+// are the same command when their normalised forms are equal (`amount` compared in minor
+// units of the payment's currency; an omitted `amount` is the whole capturable amount).
+type CapturePaymentRequest struct {
+	// Amount A decimal string (never a JSON number), greater than zero, in the payment's currency,
+	// with no more fraction digits than its minor unit. At most `capturableAmount`; less is
+	// a partial capture, and the rest of the authorization is released. Omitted: all of it.
+	//
+	//
+	// Examples: 8.00
+	Amount string `json:"amount,omitempty"`
+}
+
 // CreatePaymentRequest A payment to create. Unknown fields are rejected (`400 VALIDATION_FAILED`). Two requests
 // are the same command when their normalised forms are equal: `currency` upper-cased,
 // `amount` compared in minor units, `channel` defaulted to `web`, `description` defaulted
-// to `""`.
+// to `""`, `captureMethod` defaulted to `automatic`.
 type CreatePaymentRequest struct {
 	// AccountID The merchant's customer account. At most 128 bytes of printable text (no control characters).
 	//
@@ -236,6 +381,12 @@ type CreatePaymentRequest struct {
 	//
 	// Examples: 10.00, 10, 1500, 0.125
 	Amount string `json:"amount"`
+
+	// CaptureMethod `automatic` (the default; omitted means `automatic`): the provider charges the payment at
+	// once. `manual`: the provider only authorizes it; the payment answers `REQUIRES_CAPTURE`
+	// and waits for `POST /payments/{paymentId}/capture` or `POST /payments/{paymentId}/cancel`
+	// until its `authorizationExpiresAt`. Part of the command.
+	CaptureMethod CaptureMethod `json:"captureMethod,omitempty"`
 
 	// Channel Where the payment was initiated. Omitted means `web`.
 	Channel CreatePaymentRequestChannel `json:"channel,omitempty"`
@@ -311,8 +462,36 @@ type Payment struct {
 	//
 	//
 	// Examples: 10.00
-	Amount  string         `json:"amount"`
-	Channel PaymentChannel `json:"channel"`
+	Amount string `json:"amount"`
+
+	// AuthorizationExpiresAt RFC 3339, UTC. When a `manual` payment's authorization runs out (`AUTHORIZATION_TTL`,
+	// 168 h by default, after it was authorized): uncaptured by then, it is voided by the
+	// service and ends `CANCELED`. Present once a manual payment is authorized.
+	//
+	//
+	// Examples: 2026-01-22T10:30:01Z
+	AuthorizationExpiresAt *time.Time `json:"authorizationExpiresAt,omitempty"`
+
+	// CapturableAmount What a capture may take, a decimal string in the payment's currency. Present only
+	// while the payment is `REQUIRES_CAPTURE`.
+	//
+	//
+	// Examples: 10.00
+	CapturableAmount string `json:"capturableAmount,omitempty"`
+
+	// CaptureMethod How the payment is captured. Always present in answers of this version; a replay of
+	// an answer stored by a version before manual capture (within the replay window) has
+	// none, and means `automatic`.
+	CaptureMethod CaptureMethod `json:"captureMethod,omitempty"`
+
+	// CapturedAmount What was captured, a decimal string in the payment's currency: present once the
+	// payment is `SUCCEEDED`. `amount` for an automatic payment; for a manual one, what its
+	// capture took (a partial capture takes less). Refunds apply to this amount.
+	//
+	//
+	// Examples: 8.00
+	CapturedAmount string         `json:"capturedAmount,omitempty"`
+	Channel        PaymentChannel `json:"channel"`
 
 	// CreatedAt RFC 3339, UTC.
 	//
@@ -355,15 +534,18 @@ type Payment struct {
 	// Examples: 3.00
 	RefundedAmount string `json:"refundedAmount,omitempty"`
 
-	// Status * `PROCESSING`: accepted, outcome not yet known. Retry the same request with the same key,
-	//   or `GET` the payment.
-	// * `SUCCEEDED`: the provider confirmed the charge. Final.
+	// Status * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
+	//   at the provider). Retry the same request with the same key, or `GET` the payment.
+	// * `REQUIRES_CAPTURE`: a `manual` payment the provider authorized; no money taken yet.
+	//   Capture or cancel it before `authorizationExpiresAt`. Holds its merchant reference.
+	// * `SUCCEEDED`: the provider confirmed the charge, or the capture (`capturedAmount`). Final.
 	// * `DECLINED`: the provider declined. Final; the merchant reference is free again for a new
 	//   attempt with a new key.
 	// * `FAILED`: the provider refused before processing; no money moved. Not final: retrying with
 	//   the same `Idempotency-Key` resumes the same payment.
-	// * `CANCELED`: never sent to the provider, or provably not processed by it, and abandoned;
-	//   no money moved. Final; the merchant reference is free again.
+	// * `CANCELED`: no money moved: never sent to the provider, or provably not processed by it,
+	//   and abandoned; or its authorization was canceled (voided) or expired uncaptured. Final;
+	//   the merchant reference is free again.
 	Status PaymentStatus `json:"status"`
 
 	// UpdatedAt RFC 3339, UTC. When the status last changed.
@@ -377,9 +559,21 @@ type PaymentChannel string
 
 // PaymentDeclinedProblem A `PAYMENT_DECLINED` problem; `paymentId` and `declineCode` are always present.
 type PaymentDeclinedProblem struct {
-	Code interface{} `json:"code"`
+	// CancellationID The cancellation a cancel's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/cancel`.
+	CancellationID string `json:"cancellationId,omitempty"`
 
-	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`.
+	// CapturableAmount With `CAPTURE_EXCEEDS_CAPTURABLE`: the most a capture of this payment may take, in the
+	// payment's currency.
+	CapturableAmount string `json:"capturableAmount,omitempty"`
+
+	// CaptureID The capture a capture's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/capture`.
+	CaptureID string      `json:"captureId,omitempty"`
+	Code      interface{} `json:"code"`
+
+	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`, and
+	// `PAYMENT_NOT_CANCELABLE` when the provider refused to void the authorization.
 	DeclineCode string `json:"declineCode"`
 
 	// Detail What went wrong in this occurrence, for people.
@@ -391,14 +585,16 @@ type PaymentDeclinedProblem struct {
 	// Instance Identifies this occurrence, when given.
 	Instance string `json:"instance,omitempty"`
 
-	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `IDEMPOTENCY_KEY_EXPIRED` and `DUPLICATE_MERCHANT_REFERENCE`.
+	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`,
+	// `IDEMPOTENCY_KEY_EXPIRED` (for a payment's key), `DUPLICATE_MERCHANT_REFERENCE`, and a
+	// stored `PAYMENT_NOT_CAPTURABLE` or `PAYMENT_NOT_CANCELABLE`.
 	PaymentID string `json:"paymentId"`
 
 	// RefundID The refund concerned, with `REFUND_DECLINED` (and `IDEMPOTENCY_KEY_EXPIRED` for a refund's key).
 	RefundID string `json:"refundId,omitempty"`
 
-	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's amount
-	// less its succeeded and in-flight refunds, in the payment's currency.
+	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's
+	// captured amount less its succeeded and in-flight refunds, in the payment's currency.
 	RefundableAmount string `json:"refundableAmount,omitempty"`
 
 	// RequestID The server's id of the request, for support and log correlation, when the server
@@ -425,21 +621,36 @@ type PaymentList struct {
 	NextCursor string `json:"nextCursor,omitempty"`
 }
 
-// PaymentStatus * `PROCESSING`: accepted, outcome not yet known. Retry the same request with the same key,
+// PaymentStatus * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
 //
-//		or `GET` the payment.
-//	  - `SUCCEEDED`: the provider confirmed the charge. Final.
+//		at the provider). Retry the same request with the same key, or `GET` the payment.
+//	  - `REQUIRES_CAPTURE`: a `manual` payment the provider authorized; no money taken yet.
+//	    Capture or cancel it before `authorizationExpiresAt`. Holds its merchant reference.
+//	  - `SUCCEEDED`: the provider confirmed the charge, or the capture (`capturedAmount`). Final.
 //	  - `DECLINED`: the provider declined. Final; the merchant reference is free again for a new
 //	    attempt with a new key.
 //	  - `FAILED`: the provider refused before processing; no money moved. Not final: retrying with
 //	    the same `Idempotency-Key` resumes the same payment.
-//	  - `CANCELED`: never sent to the provider, or provably not processed by it, and abandoned;
-//	    no money moved. Final; the merchant reference is free again.
+//	  - `CANCELED`: no money moved: never sent to the provider, or provably not processed by it,
+//	    and abandoned; or its authorization was canceled (voided) or expired uncaptured. Final;
+//	    the merchant reference is free again.
 type PaymentStatus string
 
 // Problem An RFC 9457 problem detail, served as `application/problem+json`. Branch on `code`.
 // Members other than those below may be added.
 type Problem struct {
+	// CancellationID The cancellation a cancel's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/cancel`.
+	CancellationID string `json:"cancellationId,omitempty"`
+
+	// CapturableAmount With `CAPTURE_EXCEEDS_CAPTURABLE`: the most a capture of this payment may take, in the
+	// payment's currency.
+	CapturableAmount string `json:"capturableAmount,omitempty"`
+
+	// CaptureID The capture a capture's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/capture`.
+	CaptureID string `json:"captureId,omitempty"`
+
 	// Code The stable, machine-readable error code. `type` is
 	// `https://paymentsapi.dev/problems/` followed by the code in lower kebab case
 	// (`IDEMPOTENCY_KEY_IN_USE` → `https://paymentsapi.dev/problems/idempotency-key-in-use`).
@@ -450,13 +661,18 @@ type Problem struct {
 	// | `IDEMPOTENCY_KEY_INVALID` | 400 | the key is not 1 to 255 printable ASCII characters |
 	// | `IDEMPOTENCY_KEY_IN_USE` | 409 | the original request with this key is still in flight |
 	// | `IDEMPOTENCY_KEY_REUSED` | 422 | the key was used for a different command |
-	// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment) |
+	// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment; `refundId`, `captureId` or `cancellationId` what a refund's, capture's or cancel's key created) |
 	// | `DUPLICATE_MERCHANT_REFERENCE` | 409 | the merchant reference already has a live payment (`paymentId`) |
 	// | `PAYMENT_DECLINED` | 402 | the provider declined (`paymentId`, `declineCode`) |
 	// | `PAYMENT_CANCELED` | 409 | the key's payment was canceled: it moved no money and was abandoned (`paymentId`); pay with a new key |
 	// | `REFUND_DECLINED` | 402 | the provider declined the refund (`refundId`) |
 	// | `PAYMENT_NOT_REFUNDABLE` | 409 | the payment is not `SUCCEEDED` (yet) |
 	// | `REFUND_EXCEEDS_REFUNDABLE` | 409 | the amount is more than what is left to refund (`refundableAmount`) |
+	// | `CAPTURE_DECLINED` | 402 | the provider declined the capture (`paymentId`, `declineCode`) |
+	// | `PAYMENT_NOT_CAPTURABLE` | 409 | the payment is not `REQUIRES_CAPTURE`, or a capture or cancel of it is in flight |
+	// | `CAPTURE_EXCEEDS_CAPTURABLE` | 409 | the capture's amount is more than the payment's `capturableAmount` (`capturableAmount`) |
+	// | `AUTHORIZATION_EXPIRED` | 409 | the payment's authorization is past its `authorizationExpiresAt` |
+	// | `PAYMENT_NOT_CANCELABLE` | 409 | the payment cannot be canceled: captured, declined, already canceled, or in flight |
 	// | `RATE_LIMITED` | 429 | the tenant is over its rate limit; retry after `Retry-After` |
 	// | `PROVIDER_UNAVAILABLE` | 503 | the provider refused before processing; retry with the same key |
 	// | `SERVICE_UNAVAILABLE` | 503 | the database is unavailable |
@@ -471,7 +687,8 @@ type Problem struct {
 	// | `INTERNAL` | 500 | unexpected error |
 	Code ProblemCode `json:"code"`
 
-	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`.
+	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`, and
+	// `PAYMENT_NOT_CANCELABLE` when the provider refused to void the authorization.
 	DeclineCode string `json:"declineCode,omitempty"`
 
 	// Detail What went wrong in this occurrence, for people.
@@ -483,14 +700,16 @@ type Problem struct {
 	// Instance Identifies this occurrence, when given.
 	Instance string `json:"instance,omitempty"`
 
-	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `IDEMPOTENCY_KEY_EXPIRED` and `DUPLICATE_MERCHANT_REFERENCE`.
+	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`,
+	// `IDEMPOTENCY_KEY_EXPIRED` (for a payment's key), `DUPLICATE_MERCHANT_REFERENCE`, and a
+	// stored `PAYMENT_NOT_CAPTURABLE` or `PAYMENT_NOT_CANCELABLE`.
 	PaymentID string `json:"paymentId,omitempty"`
 
 	// RefundID The refund concerned, with `REFUND_DECLINED` (and `IDEMPOTENCY_KEY_EXPIRED` for a refund's key).
 	RefundID string `json:"refundId,omitempty"`
 
-	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's amount
-	// less its succeeded and in-flight refunds, in the payment's currency.
+	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's
+	// captured amount less its succeeded and in-flight refunds, in the payment's currency.
 	RefundableAmount string `json:"refundableAmount,omitempty"`
 
 	// RequestID The server's id of the request, for support and log correlation, when the server
@@ -520,13 +739,18 @@ type Problem struct {
 // | `IDEMPOTENCY_KEY_INVALID` | 400 | the key is not 1 to 255 printable ASCII characters |
 // | `IDEMPOTENCY_KEY_IN_USE` | 409 | the original request with this key is still in flight |
 // | `IDEMPOTENCY_KEY_REUSED` | 422 | the key was used for a different command |
-// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment) |
+// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment; `refundId`, `captureId` or `cancellationId` what a refund's, capture's or cancel's key created) |
 // | `DUPLICATE_MERCHANT_REFERENCE` | 409 | the merchant reference already has a live payment (`paymentId`) |
 // | `PAYMENT_DECLINED` | 402 | the provider declined (`paymentId`, `declineCode`) |
 // | `PAYMENT_CANCELED` | 409 | the key's payment was canceled: it moved no money and was abandoned (`paymentId`); pay with a new key |
 // | `REFUND_DECLINED` | 402 | the provider declined the refund (`refundId`) |
 // | `PAYMENT_NOT_REFUNDABLE` | 409 | the payment is not `SUCCEEDED` (yet) |
 // | `REFUND_EXCEEDS_REFUNDABLE` | 409 | the amount is more than what is left to refund (`refundableAmount`) |
+// | `CAPTURE_DECLINED` | 402 | the provider declined the capture (`paymentId`, `declineCode`) |
+// | `PAYMENT_NOT_CAPTURABLE` | 409 | the payment is not `REQUIRES_CAPTURE`, or a capture or cancel of it is in flight |
+// | `CAPTURE_EXCEEDS_CAPTURABLE` | 409 | the capture's amount is more than the payment's `capturableAmount` (`capturableAmount`) |
+// | `AUTHORIZATION_EXPIRED` | 409 | the payment's authorization is past its `authorizationExpiresAt` |
+// | `PAYMENT_NOT_CANCELABLE` | 409 | the payment cannot be canceled: captured, declined, already canceled, or in flight |
 // | `RATE_LIMITED` | 429 | the tenant is over its rate limit; retry after `Retry-After` |
 // | `PROVIDER_UNAVAILABLE` | 503 | the provider refused before processing; retry with the same key |
 // | `SERVICE_UNAVAILABLE` | 503 | the database is unavailable |
@@ -594,9 +818,21 @@ type Refund struct {
 
 // RefundDeclinedProblem A `REFUND_DECLINED` problem; `refundId` is always present.
 type RefundDeclinedProblem struct {
-	Code interface{} `json:"code"`
+	// CancellationID The cancellation a cancel's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/cancel`.
+	CancellationID string `json:"cancellationId,omitempty"`
 
-	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`.
+	// CapturableAmount With `CAPTURE_EXCEEDS_CAPTURABLE`: the most a capture of this payment may take, in the
+	// payment's currency.
+	CapturableAmount string `json:"capturableAmount,omitempty"`
+
+	// CaptureID The capture a capture's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
+	// `POST /payments/{paymentId}/capture`.
+	CaptureID string      `json:"captureId,omitempty"`
+	Code      interface{} `json:"code"`
+
+	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`, and
+	// `PAYMENT_NOT_CANCELABLE` when the provider refused to void the authorization.
 	DeclineCode string `json:"declineCode,omitempty"`
 
 	// Detail What went wrong in this occurrence, for people.
@@ -608,14 +844,16 @@ type RefundDeclinedProblem struct {
 	// Instance Identifies this occurrence, when given.
 	Instance string `json:"instance,omitempty"`
 
-	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `IDEMPOTENCY_KEY_EXPIRED` and `DUPLICATE_MERCHANT_REFERENCE`.
+	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`,
+	// `IDEMPOTENCY_KEY_EXPIRED` (for a payment's key), `DUPLICATE_MERCHANT_REFERENCE`, and a
+	// stored `PAYMENT_NOT_CAPTURABLE` or `PAYMENT_NOT_CANCELABLE`.
 	PaymentID string `json:"paymentId,omitempty"`
 
 	// RefundID The refund concerned, with `REFUND_DECLINED` (and `IDEMPOTENCY_KEY_EXPIRED` for a refund's key).
 	RefundID string `json:"refundId"`
 
-	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's amount
-	// less its succeeded and in-flight refunds, in the payment's currency.
+	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's
+	// captured amount less its succeeded and in-flight refunds, in the payment's currency.
 	RefundableAmount string `json:"refundableAmount,omitempty"`
 
 	// RequestID The server's id of the request, for support and log correlation, when the server
@@ -710,6 +948,40 @@ type CreatePaymentParams struct {
 	Prefer Prefer `json:"Prefer,omitempty"`
 }
 
+// CancelPaymentParams defines parameters for CancelPayment.
+type CancelPaymentParams struct {
+	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
+	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
+	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
+	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
+	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// Prefer `wait=N` (RFC 7240): when this request finds the original request with the same key still
+	// in flight, hold it up to N seconds (at most 10) for the original to finish, then answer as
+	// a retry would (the replayed answer, or `409 IDEMPOTENCY_KEY_IN_USE` if it is still in
+	// flight). Has no effect on a request that finds no original in flight.
+	Prefer Prefer `json:"Prefer,omitempty"`
+}
+
+// CapturePaymentParams defines parameters for CapturePayment.
+type CapturePaymentParams struct {
+	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
+	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
+	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
+	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
+	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// Prefer `wait=N` (RFC 7240): when this request finds the original request with the same key still
+	// in flight, hold it up to N seconds (at most 10) for the original to finish, then answer as
+	// a retry would (the replayed answer, or `409 IDEMPOTENCY_KEY_IN_USE` if it is still in
+	// flight). Has no effect on a request that finds no original in flight.
+	Prefer Prefer `json:"Prefer,omitempty"`
+}
+
 // CreateRefundParams defines parameters for CreateRefund.
 type CreateRefundParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
@@ -729,6 +1001,12 @@ type CreateRefundParams struct {
 
 // CreatePaymentJSONRequestBody defines body for CreatePayment for application/json ContentType.
 type CreatePaymentJSONRequestBody = CreatePaymentRequest
+
+// CancelPaymentJSONRequestBody defines body for CancelPayment for application/json ContentType.
+type CancelPaymentJSONRequestBody = CancelPaymentRequest
+
+// CapturePaymentJSONRequestBody defines body for CapturePayment for application/json ContentType.
+type CapturePaymentJSONRequestBody = CapturePaymentRequest
 
 // CreateRefundJSONRequestBody defines body for CreateRefund for application/json ContentType.
 type CreateRefundJSONRequestBody = CreateRefundRequest
@@ -819,11 +1097,13 @@ type ClientInterface interface {
 	// CreatePaymentWithBody Create a payment
 	//
 	// Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-	// See *Idempotency* in the API description for the full retry semantics.
+	// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+	// later (see *Manual capture* in the API description). See *Idempotency* in the API
+	// description for the full retry semantics.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | new key, provider confirmed | `201`, payment, `Location` | yes |
+	// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 	// | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 	// | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 	// | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -852,11 +1132,13 @@ type ClientInterface interface {
 	// CreatePayment Create a payment
 	//
 	// Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-	// See *Idempotency* in the API description for the full retry semantics.
+	// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+	// later (see *Manual capture* in the API description). See *Idempotency* in the API
+	// description for the full retry semantics.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | new key, provider confirmed | `201`, payment, `Location` | yes |
+	// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 	// | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 	// | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 	// | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -891,6 +1173,166 @@ type ClientInterface interface {
 	// Corresponds with GET /payments/{paymentId} (the `GetPayment` operationId).
 	GetPayment(ctx context.Context, paymentID PaymentID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CancelPaymentWithBody Cancel a payment
+	//
+	// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+	// authorization is voided at the provider, and a payment that provably moved no money (never
+	// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+	// and frees its merchant reference. The same headers and idempotency rules as
+	// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+	// with a key derived from the payment and the cancellation, never the client's key. Under
+	// any concurrency a payment is never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+	// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+	CancelPaymentWithBody(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelPayment Cancel a payment
+	//
+	// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+	// authorization is voided at the provider, and a payment that provably moved no money (never
+	// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+	// and frees its merchant reference. The same headers and idempotency rules as
+	// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+	// with a key derived from the payment and the cancellation, never the client's key. Under
+	// any concurrency a payment is never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+	// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+	CancelPayment(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, body CancelPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CapturePaymentWithBody Capture an authorized payment
+	//
+	// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+	// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+	// partial capture: the rest of the authorization is released). One capture per payment. The
+	// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+	// own key scope). The provider is called with a key derived from the payment and the
+	// capture, never the client's key. Under any concurrency a payment is captured at most
+	// once, and never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`), the body
+	// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+	// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+	// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+	// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+	// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+	CapturePaymentWithBody(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CapturePayment Capture an authorized payment
+	//
+	// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+	// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+	// partial capture: the rest of the authorization is released). One capture per payment. The
+	// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+	// own key scope). The provider is called with a key derived from the payment and the
+	// capture, never the client's key. Under any concurrency a payment is captured at most
+	// once, and never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`), the body
+	// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+	// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+	// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+	// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+	// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+	CapturePayment(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, body CapturePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRefunds List a payment's refunds
 	//
 	// The payment's refunds, in their current representation (never a replay).
@@ -913,7 +1355,7 @@ type ClientInterface interface {
 	// | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-	// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+	// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -925,7 +1367,8 @@ type ClientInterface interface {
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 	//
 	// Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-	// up to more than its amount.
+	// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+	// capture took less).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -947,7 +1390,7 @@ type ClientInterface interface {
 	// | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-	// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+	// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -959,7 +1402,8 @@ type ClientInterface interface {
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 	//
 	// Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-	// up to more than its amount.
+	// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+	// capture took less).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -998,11 +1442,13 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // CreatePaymentWithBody Create a payment
 //
 // Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-// See *Idempotency* in the API description for the full retry semantics.
+// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+// later (see *Manual capture* in the API description). See *Idempotency* in the API
+// description for the full retry semantics.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | new key, provider confirmed | `201`, payment, `Location` | yes |
+// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 // | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 // | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 // | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -1041,11 +1487,13 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // CreatePayment Create a payment
 //
 // Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-// See *Idempotency* in the API description for the full retry semantics.
+// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+// later (see *Manual capture* in the API description). See *Idempotency* in the API
+// description for the full retry semantics.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | new key, provider confirmed | `201`, payment, `Location` | yes |
+// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 // | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 // | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 // | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -1100,6 +1548,206 @@ func (c *Client) GetPayment(ctx context.Context, paymentID PaymentID, reqEditors
 	return c.Client.Do(req)
 }
 
+// CancelPaymentWithBody Cancel a payment
+//
+// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+// authorization is voided at the provider, and a payment that provably moved no money (never
+// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+// and frees its merchant reference. The same headers and idempotency rules as
+// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+// with a key derived from the payment and the cancellation, never the client's key. Under
+// any concurrency a payment is never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+func (c *Client) CancelPaymentWithBody(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelPaymentRequestWithBody(c.Server, paymentID, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelPayment Cancel a payment
+//
+// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+// authorization is voided at the provider, and a payment that provably moved no money (never
+// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+// and frees its merchant reference. The same headers and idempotency rules as
+// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+// with a key derived from the payment and the cancellation, never the client's key. Under
+// any concurrency a payment is never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+func (c *Client) CancelPayment(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, body CancelPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelPaymentRequest(c.Server, paymentID, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CapturePaymentWithBody Capture an authorized payment
+//
+// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+// partial capture: the rest of the authorization is released). One capture per payment. The
+// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+// own key scope). The provider is called with a key derived from the payment and the
+// capture, never the client's key. Under any concurrency a payment is captured at most
+// once, and never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`), the body
+// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+func (c *Client) CapturePaymentWithBody(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCapturePaymentRequestWithBody(c.Server, paymentID, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CapturePayment Capture an authorized payment
+//
+// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+// partial capture: the rest of the authorization is released). One capture per payment. The
+// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+// own key scope). The provider is called with a key derived from the payment and the
+// capture, never the client's key. Under any concurrency a payment is captured at most
+// once, and never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`), the body
+// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+func (c *Client) CapturePayment(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, body CapturePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCapturePaymentRequest(c.Server, paymentID, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListRefunds List a payment's refunds
 //
 // The payment's refunds, in their current representation (never a replay).
@@ -1132,7 +1780,7 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID PaymentID, reqEditor
 // | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -1144,7 +1792,8 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID PaymentID, reqEditor
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 //
 // Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-// up to more than its amount.
+// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+// capture took less).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1176,7 +1825,7 @@ func (c *Client) CreateRefundWithBody(ctx context.Context, paymentID PaymentID, 
 // | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -1188,7 +1837,8 @@ func (c *Client) CreateRefundWithBody(ctx context.Context, paymentID PaymentID, 
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 //
 // Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-// up to more than its amount.
+// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+// capture took less).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1398,6 +2048,144 @@ func NewGetPaymentRequest(server string, paymentID PaymentID) (*http.Request, er
 	return req, nil
 }
 
+// NewCancelPaymentRequest calls the generic CancelPayment builder with application/json body
+func NewCancelPaymentRequest(server string, paymentID PaymentID, params *CancelPaymentParams, body CancelPaymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCancelPaymentRequestWithBody(server, paymentID, params, "application/json", bodyReader)
+}
+
+// NewCancelPaymentRequestWithBody constructs an http.Request for the CancelPayment method, with any body, and a specified content type
+func NewCancelPaymentRequestWithBody(server string, paymentID PaymentID, params *CancelPaymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentId", paymentID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Prefer", headerParam1)
+
+	}
+
+	return req, nil
+}
+
+// NewCapturePaymentRequest calls the generic CapturePayment builder with application/json body
+func NewCapturePaymentRequest(server string, paymentID PaymentID, params *CapturePaymentParams, body CapturePaymentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCapturePaymentRequestWithBody(server, paymentID, params, "application/json", bodyReader)
+}
+
+// NewCapturePaymentRequestWithBody constructs an http.Request for the CapturePayment method, with any body, and a specified content type
+func NewCapturePaymentRequestWithBody(server string, paymentID PaymentID, params *CapturePaymentParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentId", paymentID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/capture", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Prefer", headerParam1)
+
+	}
+
+	return req, nil
+}
+
 // NewListRefundsRequest constructs an http.Request for the ListRefunds method
 func NewListRefundsRequest(server string, paymentID PaymentID) (*http.Request, error) {
 	var err error
@@ -1600,11 +2388,13 @@ type ClientWithResponsesInterface interface {
 	// CreatePaymentWithBodyWithResponse Create a payment
 	//
 	// Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-	// See *Idempotency* in the API description for the full retry semantics.
+	// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+	// later (see *Manual capture* in the API description). See *Idempotency* in the API
+	// description for the full retry semantics.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | new key, provider confirmed | `201`, payment, `Location` | yes |
+	// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 	// | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 	// | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 	// | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -1633,11 +2423,13 @@ type ClientWithResponsesInterface interface {
 	// CreatePaymentWithResponse Create a payment
 	//
 	// Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-	// See *Idempotency* in the API description for the full retry semantics.
+	// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+	// later (see *Manual capture* in the API description). See *Idempotency* in the API
+	// description for the full retry semantics.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | new key, provider confirmed | `201`, payment, `Location` | yes |
+	// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 	// | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 	// | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 	// | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -1674,6 +2466,166 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /payments/{paymentId} (the `GetPayment` operationId).
 	GetPaymentWithResponse(ctx context.Context, paymentID PaymentID, reqEditors ...RequestEditorFn) (*GetPaymentResponse, error)
 
+	// CancelPaymentWithBodyWithResponse Cancel a payment
+	//
+	// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+	// authorization is voided at the provider, and a payment that provably moved no money (never
+	// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+	// and frees its merchant reference. The same headers and idempotency rules as
+	// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+	// with a key derived from the payment and the cancellation, never the client's key. Under
+	// any concurrency a payment is never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+	// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+	CancelPaymentWithBodyWithResponse(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelPaymentResponse, error)
+
+	// CancelPaymentWithResponse Cancel a payment
+	//
+	// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+	// authorization is voided at the provider, and a payment that provably moved no money (never
+	// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+	// and frees its merchant reference. The same headers and idempotency rules as
+	// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+	// with a key derived from the payment and the cancellation, never the client's key. Under
+	// any concurrency a payment is never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+	// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+	CancelPaymentWithResponse(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, body CancelPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelPaymentResponse, error)
+
+	// CapturePaymentWithBodyWithResponse Capture an authorized payment
+	//
+	// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+	// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+	// partial capture: the rest of the authorization is released). One capture per payment. The
+	// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+	// own key scope). The provider is called with a key derived from the payment and the
+	// capture, never the client's key. Under any concurrency a payment is captured at most
+	// once, and never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`), the body
+	// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+	// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+	// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+	// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+	// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+	CapturePaymentWithBodyWithResponse(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CapturePaymentResponse, error)
+
+	// CapturePaymentWithResponse Capture an authorized payment
+	//
+	// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+	// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+	// partial capture: the rest of the authorization is released). One capture per payment. The
+	// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+	// own key scope). The provider is called with a key derived from the payment and the
+	// capture, never the client's key. Under any concurrency a payment is captured at most
+	// once, and never both captured and canceled.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`), the body
+	// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+	// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+	// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+	// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+	// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+	// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+	// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+	// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+	CapturePaymentWithResponse(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, body CapturePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CapturePaymentResponse, error)
+
 	// ListRefundsWithResponse List a payment's refunds
 	//
 	// The payment's refunds, in their current representation (never a replay).
@@ -1698,7 +2650,7 @@ type ClientWithResponsesInterface interface {
 	// | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-	// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+	// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -1710,7 +2662,8 @@ type ClientWithResponsesInterface interface {
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 	//
 	// Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-	// up to more than its amount.
+	// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+	// capture took less).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1732,7 +2685,7 @@ type ClientWithResponsesInterface interface {
 	// | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-	// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+	// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -1744,7 +2697,8 @@ type ClientWithResponsesInterface interface {
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 	//
 	// Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-	// up to more than its amount.
+	// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+	// capture took less).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2099,6 +3053,330 @@ func (r GetPaymentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetPaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CancelPaymentResponse200Headers the declared response headers of an HTTP 200 response for CancelPayment
+type CancelPaymentResponse200Headers struct {
+	IdempotentReplayed string
+	Location           string
+}
+
+// CancelPaymentResponse202Headers the declared response headers of an HTTP 202 response for CancelPayment
+type CancelPaymentResponse202Headers struct {
+	Location   string
+	RetryAfter int
+}
+
+// CancelPaymentResponse409Headers the declared response headers of an HTTP 409 response for CancelPayment
+type CancelPaymentResponse409Headers struct {
+	RetryAfter int
+}
+
+// CancelPaymentResponse429Headers the declared response headers of an HTTP 429 response for CancelPayment
+type CancelPaymentResponse429Headers struct {
+	RetryAfter int
+}
+
+// CancelPaymentResponse503Headers the declared response headers of an HTTP 503 response for CancelPayment
+type CancelPaymentResponse503Headers struct {
+	RetryAfter int
+}
+
+type CancelPaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Payment
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Payment
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Problem
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *Problem
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *Problem
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CancelPaymentResponse200Headers
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *CancelPaymentResponse202Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CancelPaymentResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CancelPaymentResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CancelPaymentResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelPaymentResponse) GetJSON200() *Payment {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CancelPaymentResponse) GetJSON202() *Payment {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON409() *Problem {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON413() *Problem {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON415() *Problem {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON422() *Problem {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CancelPaymentResponse) GetApplicationProblemJSON503() *Problem {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelPaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelPaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelPaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelPaymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CapturePaymentResponse200Headers the declared response headers of an HTTP 200 response for CapturePayment
+type CapturePaymentResponse200Headers struct {
+	IdempotentReplayed string
+	Location           string
+}
+
+// CapturePaymentResponse202Headers the declared response headers of an HTTP 202 response for CapturePayment
+type CapturePaymentResponse202Headers struct {
+	Location   string
+	RetryAfter int
+}
+
+// CapturePaymentResponse402Headers the declared response headers of an HTTP 402 response for CapturePayment
+type CapturePaymentResponse402Headers struct {
+	IdempotentReplayed string
+}
+
+// CapturePaymentResponse409Headers the declared response headers of an HTTP 409 response for CapturePayment
+type CapturePaymentResponse409Headers struct {
+	RetryAfter int
+}
+
+// CapturePaymentResponse429Headers the declared response headers of an HTTP 429 response for CapturePayment
+type CapturePaymentResponse429Headers struct {
+	RetryAfter int
+}
+
+// CapturePaymentResponse503Headers the declared response headers of an HTTP 503 response for CapturePayment
+type CapturePaymentResponse503Headers struct {
+	RetryAfter int
+}
+
+type CapturePaymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Payment
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Payment
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON402 the response for an HTTP 402 `application/problem+json` response
+	ApplicationProblemJSON402 *CaptureDeclinedProblem
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Problem
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *Problem
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *Problem
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *CapturePaymentResponse200Headers
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *CapturePaymentResponse202Headers
+	// Headers402 the parsed response headers for an HTTP 402 response
+	Headers402 *CapturePaymentResponse402Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CapturePaymentResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CapturePaymentResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CapturePaymentResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CapturePaymentResponse) GetJSON200() *Payment {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r CapturePaymentResponse) GetJSON202() *Payment {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON402 returns the response for an HTTP 402 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON402() *CaptureDeclinedProblem {
+	return r.ApplicationProblemJSON402
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON409() *Problem {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON413() *Problem {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON415() *Problem {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON422() *Problem {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CapturePaymentResponse) GetApplicationProblemJSON503() *Problem {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CapturePaymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CapturePaymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CapturePaymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CapturePaymentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -2474,11 +3752,13 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // CreatePaymentWithBodyWithResponse Create a payment
 //
 // Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-// See *Idempotency* in the API description for the full retry semantics.
+// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+// later (see *Manual capture* in the API description). See *Idempotency* in the API
+// description for the full retry semantics.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | new key, provider confirmed | `201`, payment, `Location` | yes |
+// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 // | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 // | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 // | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -2513,11 +3793,13 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // CreatePaymentWithResponse Create a payment
 //
 // Charges `amount` in `currency` to `paymentMethod`, once, whatever the number of retries.
-// See *Idempotency* in the API description for the full retry semantics.
+// With `captureMethod: manual` it only authorizes the amount, to be captured or canceled
+// later (see *Manual capture* in the API description). See *Idempotency* in the API
+// description for the full retry semantics.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | new key, provider confirmed | `201`, payment, `Location` | yes |
+// | new key, provider confirmed | `201`, payment (`SUCCEEDED`, or `REQUIRES_CAPTURE` with `captureMethod: manual`), `Location` | yes |
 // | new key, provider declined | `402 PAYMENT_DECLINED` (+ `paymentId`, `declineCode`) | yes |
 // | new key, provider outcome unknown (timeout, lost response) | `202`, payment with `status: PROCESSING`, `Location`, `Retry-After` | no |
 // | new key, provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
@@ -2566,6 +3848,190 @@ func (c *ClientWithResponses) GetPaymentWithResponse(ctx context.Context, paymen
 	return ParseGetPaymentResponse(rsp)
 }
 
+// CancelPaymentWithBodyWithResponse Cancel a payment
+//
+// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+// authorization is voided at the provider, and a payment that provably moved no money (never
+// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+// and frees its merchant reference. The same headers and idempotency rules as
+// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+// with a key derived from the payment and the cancellation, never the client's key. Under
+// any concurrency a payment is never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+func (c *ClientWithResponses) CancelPaymentWithBodyWithResponse(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CancelPaymentResponse, error) {
+	rsp, err := c.CancelPaymentWithBody(ctx, paymentID, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelPaymentResponse(rsp)
+}
+
+// CancelPaymentWithResponse Cancel a payment
+//
+// Cancels a payment, once, whatever the number of retries: a `REQUIRES_CAPTURE` payment's
+// authorization is voided at the provider, and a payment that provably moved no money (never
+// sent, or refused and the provider holds nothing) is canceled. The payment ends `CANCELED`
+// and frees its merchant reference. The same headers and idempotency rules as
+// `POST /payments` (operation `cancel_payment`, its own key scope). The provider is called
+// with a key derived from the payment and the cancellation, never the client's key. Under
+// any concurrency a payment is never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | a `REQUIRES_CAPTURE` payment, voided at the provider | `200`, payment `CANCELED`, `Location` | yes |
+// | a payment that never moved money (never sent; refused and the provider holds nothing) | `200`, payment `CANCELED`, `Location` | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
+// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
+// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same cancellation (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `cancellationId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentId}/cancel (the `CancelPayment` operationId).
+func (c *ClientWithResponses) CancelPaymentWithResponse(ctx context.Context, paymentID PaymentID, params *CancelPaymentParams, body CancelPaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelPaymentResponse, error) {
+	rsp, err := c.CancelPayment(ctx, paymentID, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelPaymentResponse(rsp)
+}
+
+// CapturePaymentWithBodyWithResponse Capture an authorized payment
+//
+// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+// partial capture: the rest of the authorization is released). One capture per payment. The
+// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+// own key scope). The provider is called with a key derived from the payment and the
+// capture, never the client's key. Under any concurrency a payment is captured at most
+// once, and never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`), the body
+// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+func (c *ClientWithResponses) CapturePaymentWithBodyWithResponse(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CapturePaymentResponse, error) {
+	rsp, err := c.CapturePaymentWithBody(ctx, paymentID, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCapturePaymentResponse(rsp)
+}
+
+// CapturePaymentWithResponse Capture an authorized payment
+//
+// Captures a `REQUIRES_CAPTURE` payment (one made with `captureMethod: manual`), once,
+// whatever the number of retries: all of its `capturableAmount`, or the `amount` given (a
+// partial capture: the rest of the authorization is released). One capture per payment. The
+// same headers and idempotency rules as `POST /payments` (operation `capture_payment`, its
+// own key scope). The provider is called with a key derived from the payment and the
+// capture, never the client's key. Under any concurrency a payment is captured at most
+// once, and never both captured and canceled.
+//
+// The body is optional: a request without a body (and without `Content-Type`), the body
+// `{}`, and `{"amount": ...}` with the whole capturable amount are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | capture confirmed | `200`, payment `SUCCEEDED` with `capturedAmount`, `Location` | yes |
+// | provider declined the capture | `402 CAPTURE_DECLINED` (+ `paymentId`, `declineCode`) | yes |
+// | outcome unknown | `202`, payment (`PROCESSING`), `Location`, `Retry-After` | no |
+// | provider refused before processing | `503 PROVIDER_UNAVAILABLE`, `Retry-After` | no |
+// | payment unknown to this tenant | `404 NOT_FOUND` | no |
+// | payment not `REQUIRES_CAPTURE` (automatic, captured, canceled, declined, in flight), or a capture or cancel of it already in flight | `409 PAYMENT_NOT_CAPTURABLE` | no |
+// | this capture never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CAPTURABLE` (+ `paymentId`) | yes |
+// | amount above `capturableAmount` | `409 CAPTURE_EXCEEDS_CAPTURABLE` (+ `capturableAmount`) | no |
+// | authorization past `authorizationExpiresAt` | `409 AUTHORIZATION_EXPIRED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and resumes the same capture (an answer as for a new key; `202` if the provider cannot yet say) | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /payments/{paymentId}/capture (the `CapturePayment` operationId).
+func (c *ClientWithResponses) CapturePaymentWithResponse(ctx context.Context, paymentID PaymentID, params *CapturePaymentParams, body CapturePaymentJSONRequestBody, reqEditors ...RequestEditorFn) (*CapturePaymentResponse, error) {
+	rsp, err := c.CapturePayment(ctx, paymentID, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCapturePaymentResponse(rsp)
+}
+
 // ListRefundsWithResponse List a payment's refunds
 //
 // The payment's refunds, in their current representation (never a replay).
@@ -2596,7 +4062,7 @@ func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, payme
 // | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -2608,7 +4074,8 @@ func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, payme
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 //
 // Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-// up to more than its amount.
+// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+// capture took less).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -2636,7 +4103,7 @@ func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Conte
 // | outcome unknown | `202`, refund with `status: PROCESSING` | no |
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment not `SUCCEEDED` | `409 PAYMENT_NOT_REFUNDABLE` | no: the payment may still succeed |
-// | amount > payment amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
+// | amount > payment's captured amount − refunds succeeded − refunds in flight | `409 REFUND_EXCEEDS_REFUNDABLE` (+ `refundableAmount`) | no: an in-flight refund may still be declined |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -2648,7 +4115,8 @@ func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Conte
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 //
 // Under any concurrency, the refunds of a payment that succeeded or are in flight never add
-// up to more than its amount.
+// up to more than its captured amount (`capturedAmount`: its `amount`, unless a manual
+// capture took less).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3013,6 +4481,363 @@ func ParseGetPaymentResponse(rsp *http.Response) (*GetPaymentResponse, error) {
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetPaymentResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCancelPaymentResponse parses an HTTP response from a CancelPaymentWithResponse call
+func ParseCancelPaymentResponse(rsp *http.Response) (*CancelPaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelPaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CancelPaymentResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 202:
+		var headers CancelPaymentResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 409:
+		var headers CancelPaymentResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CancelPaymentResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CancelPaymentResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCapturePaymentResponse parses an HTTP response from a CapturePaymentWithResponse call
+func ParseCapturePaymentResponse(rsp *http.Response) (*CapturePaymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CapturePaymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Payment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 402:
+		var dest CaptureDeclinedProblem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON402 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers CapturePaymentResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 202:
+		var headers CapturePaymentResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 402:
+		var headers CapturePaymentResponse402Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = value
+		}
+		response.Headers402 = &headers
+	case rsp.StatusCode == 409:
+		var headers CapturePaymentResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CapturePaymentResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CapturePaymentResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
