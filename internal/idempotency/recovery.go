@@ -160,8 +160,13 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 // operation left it for a person, else OutcomeUnresolved with the
 // operation's error, if any. operation is one of r.ops.
 func (r *Reconciler) resolve(ctx context.Context, operation string, own *Owner) (string, error) {
+	return resolve(ctx, r.ops[operation], own)
+}
+
+// resolve runs op as own, a recovering owner (see Reconciler.resolve).
+func resolve(ctx context.Context, op Operation, own *Owner) (string, error) {
 	own.Recovering = true
-	own.op = r.ops[operation]
+	own.op = op
 	res, err := own.op.Resume(context.WithoutCancel(ctx), own)
 	own.letGoAfter(ctx, err)
 	switch {
@@ -199,7 +204,15 @@ const (
 // attempt that failed (the database, an outside service) comes back
 // with OutcomeUnresolved.
 func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, error) {
-	rec, err := LoadByResource(ctx, r.e.db, res)
+	return r.e.ResolveNow(ctx, res, func(operation string) Operation { return r.ops[operation] })
+}
+
+// ResolveNow is Reconciler.ResolveNow for the operation that opFor names
+// for the key's scope (nil: the key is none of its operations'): for an
+// operation that asked another's resource to end by itself (a cancel of a
+// payment that never moved money) and cannot wait for the reconciler.
+func (e *Engine) ResolveNow(ctx context.Context, res Resource, opFor func(operation string) Operation) (string, error) {
+	rec, err := LoadByResource(ctx, e.db, res)
 	if err != nil {
 		return "", err
 	}
@@ -209,17 +222,18 @@ func (r *Reconciler) ResolveNow(ctx context.Context, res Resource) (string, erro
 	case rec.ManualReviewAt != nil:
 		return OutcomeManualReview, nil
 	}
-	if _, ok := r.ops[rec.Scope.Operation]; !ok {
-		return "", fmt.Errorf("resolve %s %s: operation %q is not the reconciler's", res.Type, res.ID, rec.Scope.Operation)
+	op := opFor(rec.Scope.Operation)
+	if op == nil {
+		return "", fmt.Errorf("resolve %s %s: operation %q is not the caller's", res.Type, res.ID, rec.Scope.Operation)
 	}
-	own, ok, err := r.e.takeOverKey(ctx, rec, r.e.clock.Now())
+	own, ok, err := e.takeOverKey(ctx, rec, e.clock.Now())
 	if err != nil {
 		return "", err
 	}
 	if !ok {
 		return OutcomeInFlight, nil // a live owner holds it, or moved first
 	}
-	r.e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", own.Token)
+	e.log.InfoContext(ctx, "idempotency key taken over to resolve it now", "resource", res.ID, "fencing_token", own.Token)
 	own.LookupOnly = true
-	return r.resolve(ctx, rec.Scope.Operation, own)
+	return resolve(ctx, op, own)
 }

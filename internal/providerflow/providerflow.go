@@ -73,6 +73,11 @@ type States[S State] struct {
 	// Canceled ends a resource that moved no money once nobody finished
 	// it for Flow.AbandonAfter. Empty: the operation has no such end.
 	Canceled S
+	// CancelRequested is where another operation puts a resource that
+	// moved no money to have it end now: whoever owns its key next ends it
+	// as an abandoned one (Canceled, once the provider surely never saw
+	// it). Empty: the operation has no such state.
+	CancelRequested S
 }
 
 // Columns names the columns of the resource's table that the flow writes
@@ -180,6 +185,8 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 	switch {
 	case s.State == f.States.Sent, s.State == f.States.Unknown:
 		return f.recoverOutcome(ctx, own, s)
+	case f.States.CancelRequested != "" && s.State == f.States.CancelRequested:
+		return f.abandon(ctx, own, s)
 	case own.Recovering && !s.Scheduled && !f.settled(s.State) && f.abandoned(s):
 		return f.abandon(ctx, own, s)
 	case s.State == f.States.Retryable && own.Recovering && !s.Scheduled:
