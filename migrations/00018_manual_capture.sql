@@ -8,7 +8,9 @@
 -- capture_payment or cancel_payment (internal/authorizations), captures or
 -- voids it. While one of them is at the provider, the payment says so
 -- (CAPTURE_REQUESTED, VOID_REQUESTED): the move out of AUTHORIZED is the
--- lock that lets one action win, whatever the concurrency.
+-- lock that lets one action win, whatever the concurrency. A cancel of a
+-- payment that moved no money (never sent, or refused) puts it in
+-- CANCEL_REQUESTED, which its key's next owner ends.
 --
 -- Expand only (README, "Migrations"): nullable columns and columns with a
 -- default, new tables, new moves, a wider CHECK. The previous release never
@@ -39,7 +41,7 @@ ALTER TABLE payments DROP CONSTRAINT IF EXISTS payments_state_check_v18;
 ALTER TABLE payments ADD CONSTRAINT payments_state_check_v18 CHECK (state IN (
     'RECEIVED', 'PROVIDER_REQUEST_SENT', 'COMPLETED', 'DECLINED',
     'FAILED_RETRYABLE', 'UNKNOWN_REQUIRES_RECOVERY', 'CANCELED',
-    'AUTHORIZED', 'CAPTURE_REQUESTED', 'VOID_REQUESTED')) NOT VALID;
+    'AUTHORIZED', 'CAPTURE_REQUESTED', 'VOID_REQUESTED', 'CANCEL_REQUESTED')) NOT VALID;
 ALTER TABLE payments VALIDATE CONSTRAINT payments_state_check_v18;
 ALTER TABLE payments DROP CONSTRAINT IF EXISTS payments_state_check;
 
@@ -52,7 +54,13 @@ INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES
     ('payment', 'CAPTURE_REQUESTED', 'AUTHORIZED'),
     ('payment', 'CAPTURE_REQUESTED', 'CANCELED'),
     ('payment', 'VOID_REQUESTED', 'CANCELED'),
-    ('payment', 'VOID_REQUESTED', 'AUTHORIZED')
+    ('payment', 'VOID_REQUESTED', 'AUTHORIZED'),
+    -- cancel_payment of a payment that moved no money: its key's next owner
+    -- ends it as abandoned, or settles what the provider holds after all
+    ('payment', 'RECEIVED', 'CANCEL_REQUESTED'),
+    ('payment', 'FAILED_RETRYABLE', 'CANCEL_REQUESTED'),
+    ('payment', 'CANCEL_REQUESTED', 'CANCELED'),
+    ('payment', 'CANCEL_REQUESTED', 'PROVIDER_REQUEST_SENT')
 ON CONFLICT DO NOTHING;
 
 -- The actions on an authorized payment: its captures and its voids
@@ -99,6 +107,9 @@ INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES
     ('payment_action', '', 'RECEIVED'),
     ('payment_action', 'RECEIVED', 'PROVIDER_REQUEST_SENT'),
     ('payment_action', 'RECEIVED', 'CANCELED'),
+    -- a cancel of a payment that moved no money ends without a call
+    ('payment_action', 'RECEIVED', 'SUCCEEDED'),
+    ('payment_action', 'RECEIVED', 'DECLINED'),
     ('payment_action', 'PROVIDER_REQUEST_SENT', 'SUCCEEDED'),
     ('payment_action', 'PROVIDER_REQUEST_SENT', 'DECLINED'),
     ('payment_action', 'PROVIDER_REQUEST_SENT', 'FAILED_RETRYABLE'),
@@ -122,7 +133,8 @@ DROP TABLE IF EXISTS payment_actions;
 DELETE FROM idempotency_keys WHERE resource_type IN ('capture', 'cancellation');
 DELETE FROM state_machine_moves WHERE machine = 'payment_action';
 DELETE FROM state_machine_moves WHERE machine = 'payment'
-    AND (from_state IN ('AUTHORIZED', 'CAPTURE_REQUESTED', 'VOID_REQUESTED') OR to_state = 'AUTHORIZED');
+    AND (from_state IN ('AUTHORIZED', 'CAPTURE_REQUESTED', 'VOID_REQUESTED', 'CANCEL_REQUESTED')
+         OR to_state IN ('AUTHORIZED', 'CANCEL_REQUESTED'));
 ALTER TABLE payments ADD CONSTRAINT payments_state_check CHECK (state IN (
     'RECEIVED', 'PROVIDER_REQUEST_SENT', 'COMPLETED', 'DECLINED',
     'FAILED_RETRYABLE', 'UNKNOWN_REQUIRES_RECOVERY', 'CANCELED')) NOT VALID;

@@ -48,7 +48,8 @@ var machine = statemachine.New("payment_action",
 	statemachine.Table{Name: "payment_actions", Transitions: "payment_action_transitions", ForeignKey: "payment_action_id"},
 	StateReceived,
 	map[State][]State{
-		StateReceived:            {StateProviderRequestSent, StateCanceled},
+		// A cancel of a payment that moved no money ends without a call.
+		StateReceived:            {StateProviderRequestSent, StateCanceled, StateSucceeded, StateDeclined},
 		StateProviderRequestSent: {StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown},
 		StateUnknown:             {StateSucceeded, StateDeclined, StateProviderRequestSent},
 		StateFailedRetryable:     {StateProviderRequestSent, StateCanceled},

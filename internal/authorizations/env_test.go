@@ -23,7 +23,9 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
@@ -54,7 +56,13 @@ type env struct {
 type envOptions struct {
 	instances       int
 	providerTimeout time.Duration
+	hooks           payments.Hooks
+	// wrap, if set, wraps the provider each instance calls.
+	wrap func(provider.Provider) provider.Provider
 }
+
+// lease is the instances' LEASE_DURATION.
+func lease(opts envOptions) time.Duration { return opts.providerTimeout + 10*time.Second }
 
 func newEnv(t *testing.T, opts envOptions) *env {
 	t.Helper()
@@ -96,8 +104,13 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		done := make(chan struct{})
 		go func() { defer close(done); keys.Run(listenCtx) }()
 		t.Cleanup(func() { stop(); <-done })
-		core := app.New(app.Deps{DB: instPool, Provider: simclient.New(simSrv.URL, nil), Clock: clk, Log: log, Metrics: m, Waiter: keys}, app.Config{
-			ReplayTTL: replayTTL, Lease: opts.providerTimeout + 10*time.Second, RetryAfter: time.Second,
+		var prov provider.Provider = simclient.New(simSrv.URL, nil)
+		if opts.wrap != nil {
+			prov = opts.wrap(prov)
+		}
+		core := app.New(app.Deps{DB: instPool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, app.Config{
+			PaymentHooks: opts.hooks,
+			ReplayTTL:    replayTTL, Lease: lease(opts), RetryAfter: time.Second,
 			ProviderTimeout: opts.providerTimeout, ProviderKeyWindow: 24 * time.Hour, AuthorizationTTL: authTTL,
 			Recovery: idempotency.RecoveryPolicy{MaxAttempts: 20},
 		})

@@ -97,7 +97,7 @@ func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
 			return httpapi.ProblemResponse(prob.Set("paymentId", id).Set("declineCode", r.Action.DeclineCode)), nil
 		}
 		prob := problem.Titled(http.StatusConflict, CodeNotCancelable, "Payment not cancelable",
-			"The payment provider refused to void the authorization.")
+			"The payment could not be canceled: it moved money after all, or the provider refused to void it (see declineCode).")
 		return httpapi.ProblemResponse(prob.Set("paymentId", id).Set("declineCode", r.Action.DeclineCode)), nil
 	case StateCanceled:
 		code, title := CodeNotCancelable, "Payment not cancelable"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,6 +200,32 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			return res, err
 		}
 	}
+	if !scheduled && a.Kind == payments.ActionVoid && a.State == machine.Initial() && p.State != payments.StateVoidRequested {
+		// The claim found a payment that moved no money, not an
+		// authorization: it asked the payment to end instead.
+		if p.State == payments.StateCancelRequested {
+			if p, err = s.pay.ResolveCancel(ctx, own.Tenant, p.ID); err != nil {
+				return nil, err
+			}
+		}
+		switch p.State {
+		case payments.StateCancelRequested:
+			// Not yet: a live owner of the payment's key ends it, or the
+			// provider cannot tell yet. Look again soon.
+			b := &pgx.Batch{}
+			own.QueueRelease(b, idempotency.LookSoon())
+			return Result{Action: a, Payment: p}, own.Commit(ctx, b)
+		case payments.StateCanceled:
+			return s.end(ctx, own, a, p, StateSucceeded, "", "the payment never moved money: canceled")
+		case payments.StateAuthorized:
+			// The provider had authorized it after all: void it, as the
+			// client asked (the service sends it, whoever owns the key).
+			scheduled = true
+		default:
+			return s.end(ctx, own, a, p, StateDeclined, "payment_"+strings.ToLower(string(p.State.Status())),
+				"the payment is "+string(p.State)+": nothing to cancel")
+		}
+	}
 	var begin func(b *pgx.Batch, now time.Time)
 	if scheduled {
 		begin = func(b *pgx.Batch, now time.Time) { s.pay.QueueStart(b, p, a.Kind, "authorization expired", now) }
@@ -221,24 +248,37 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 // when the void is due.
 func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Action, p payments.Payment) (done bool, res idempotency.Result, err error) {
 	now := s.d.Clock.Now()
-	b := &pgx.Batch{}
 	switch {
 	case p.State == payments.StateAuthorized && p.AuthorizationExpiresAt != nil && now.Before(*p.AuthorizationExpiresAt):
+		b := &pgx.Batch{}
 		own.QueueRelease(b, idempotency.LookAt(*p.AuthorizationExpiresAt))
 		return true, nil, own.Commit(ctx, b)
 	case p.State == payments.StateAuthorized:
 		return false, nil, nil
 	}
-	a.State, a.UpdatedAt = StateCanceled, now
+	res, err = s.end(ctx, own, a, p, StateCanceled, "", "nothing to void: the payment is "+string(p.State))
+	return true, res, err
+}
+
+// end ends action a, which made no call, in `to`, with its key's final
+// answer: a cancel of a payment that moved no money, or an expiry's void
+// with nothing to void.
+func (s *Service) end(ctx context.Context, own *idempotency.Owner, a Action, p payments.Payment, to State, declineCode, reason string) (idempotency.Result, error) {
+	from, now := a.State, s.d.Clock.Now()
+	a.State, a.UpdatedAt, a.DeclineCode = to, now, declineCode
 	r := Result{Action: a, Payment: p}
+	b := &pgx.Batch{}
 	if err := own.QueueFinish(b, r); err != nil {
-		return true, nil, err
+		return nil, err
 	}
-	if err := machine.QueueMove(b, statemachine.Move[State]{ID: a.ID, From: StateReceived, To: StateCanceled,
-		Reason: "nothing to void: the payment is " + string(p.State), At: now}); err != nil {
-		return true, nil, err
+	set := statemachine.NonEmpty(statemachine.Column{Name: "decline_code", Value: declineCode})
+	if err := machine.QueueMove(b, statemachine.Move[State]{ID: a.ID, From: from, To: to, Reason: reason, At: now, Set: set}); err != nil {
+		return nil, err
 	}
-	return true, r, own.Commit(ctx, b)
+	if err := own.Commit(ctx, b); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // send asks the provider to capture or void p's authorization, with the

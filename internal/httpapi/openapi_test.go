@@ -317,6 +317,18 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			// A canceled payment frees its merchant reference.
 			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: createHeaders(secretA, "k-again"),
 				body: body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
+			// A payment refused before processing moved no money: canceled.
+			if r := c.e.post("pay-refused", body("merchantReference", `"inv-x4"`, "paymentMethod", `"pm_sim_unavailable"`)); r.Status != 503 {
+				t.Fatalf("refused payment: %d %s", r.Status, r.Body)
+			}
+			var refused string
+			if err := c.e.pool.QueryRow(t.Context(), `SELECT id FROM payments WHERE merchant_reference = 'inv-x4'`).Scan(&refused); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.check(specExchange{name: "200 cancel of a payment that moved no money", method: "POST", path: "/payments/" + refused + "/cancel",
+				header: createHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.json(t)["status"] != "CANCELED" {
+				t.Errorf("cancel of a refused payment: %s", got.Body)
+			}
 		}},
 
 		{"capture and cancel outcomes unknown or refused", []envOption{withProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {

@@ -106,7 +106,7 @@ func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
 		return httpapi.ProblemResponse(prob.Set("paymentId", p.ID).Set("declineCode", p.DeclineCode)), nil
 	case StatusCanceled:
 		prob := problem.Titled(http.StatusConflict, CodeCanceled, "Payment canceled",
-			"This payment was canceled: no money moved and nobody retried it within the replay window. Pay with a new Idempotency-Key.")
+			"This payment was canceled: no money moved (it was canceled, or nobody retried it within the replay window). Pay with a new Idempotency-Key.")
 		return httpapi.ProblemResponse(prob.Set("paymentId", p.ID)), nil
 	default:
 		return httpapi.ResourceResponse(http.StatusAccepted, p.View(), Location(p.ID), s.engine.RetryAfter()), nil

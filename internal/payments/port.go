@@ -96,7 +96,10 @@ type Actions interface {
 	// QueueBegin adds to a claim's batch the begin of action on the
 	// tenant's payment id at now: the payment must be authorized and, for a
 	// capture, its authorization not expired and amountMinor at most what
-	// it may capture; otherwise the statement refuses. Like every
+	// it may capture; otherwise the statement refuses. A void may also
+	// begin on a payment that moved no money (never sent, or refused) and
+	// whose key nobody holds: it moves to StateCancelRequested, and
+	// ResolveCancel ends it. Like every
 	// statement of a claim's batch it does nothing unless the claim took
 	// its key (idempotency.Claimed).
 	QueueBegin(b *pgx.Batch, action Action, tenant, id string, amountMinor int64, now time.Time)
@@ -109,6 +112,10 @@ type Actions interface {
 	// authorized, outside a claim (an action the service issued itself):
 	// a guarded move, refused (statemachine.IsStaleWrite) if p moved since.
 	QueueStart(b *pgx.Batch, p Payment, action Action, reason string, now time.Time)
+	// ResolveCancel ends now a payment that a void's claim put in
+	// StateCancelRequested (it moved no money), and returns it as it then
+	// stands.
+	ResolveCancel(ctx context.Context, tenant, id string) (Payment, error)
 	// WhenAuthorized registers hook, run with the move of every payment to
 	// StateAuthorized: what it queues in b commits with the move (an
 	// operation schedules the authorization's expiry). Register while the
@@ -180,21 +187,59 @@ const (
 )
 
 func (s *Service) QueueBegin(b *pgx.Batch, action Action, tenant, id string, amountMinor int64, now time.Time) {
+	// What a void may also end: a payment that moved no money and whose
+	// key nobody holds (its client is not sending it right now).
+	unsent := "FALSE"
+	if action == ActionVoid {
+		unsent = `(SELECT state FROM p) IN ('` + string(StateReceived) + `', '` + string(StateFailedRetryable) + `')
+		    AND NOT EXISTS (SELECT FROM idempotency_keys k
+		                    WHERE k.resource_type = '` + ResourceType + `' AND k.resource_id = $1
+		                      AND k.response_status IS NULL AND k.lease_expires_at > $4)`
+	}
 	b.Queue(`
 		WITH p AS (SELECT state, amount_minor, authorization_expires_at FROM payments
 		           WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
 		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM p)"), refuseBeginNotFound, "'payment not found'", "")+`,
-		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseBeginNotAuthorized,
+		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3 OR ("+unsent+")", refuseBeginNotAuthorized,
 		"'payment not authorized'", "")+`,
 		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR $6 <> 'capture' OR (SELECT authorization_expires_at FROM p) > $4",
 		refuseBeginExpired, "'authorization expired'", "")+`,
 		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT amount_minor FROM p) >= $5::bigint", refuseBeginExceeds,
 		"'capture exceeds the authorization'", "(SELECT amount_minor FROM p)::text"),
 		id, tenant, StateAuthorized, now, amountMinor, string(action))
-	// A move the machine allows: QueueMoveIf cannot fail.
-	_ = machine.QueueMoveIf(b, statemachine.Move[State]{
-		ID: id, From: StateAuthorized, To: action.requested(), Reason: string(action) + " requested", At: now,
-	}, idempotency.Claimed)
+	// The one move the state the payment is in allows, if the claim took
+	// its key: each is made only from its own state, so at most one is.
+	// Moves the machine allows: QueueMoveIf cannot fail.
+	from := []State{StateAuthorized}
+	if action == ActionVoid {
+		from = append(from, StateReceived, StateFailedRetryable)
+	}
+	for _, f := range from {
+		to := action.requested()
+		if f != StateAuthorized {
+			to = StateCancelRequested
+		}
+		_ = machine.QueueMoveIf(b, statemachine.Move[State]{ID: id, From: f, To: to, Reason: string(action) + " requested", At: now},
+			idempotency.Claimed+" AND (SELECT state FROM payments WHERE id = $1) = '"+string(f)+"'")
+	}
+}
+
+// ResolveCancel ends a payment a cancel put in StateCancelRequested now, as
+// its own key's owner would (see providerflow's CancelRequested): it takes
+// the payment's key over unless a live owner holds it, and returns the
+// payment as it then stands (still StateCancelRequested if it could not
+// tell yet, or a live owner is at it).
+func (s *Service) ResolveCancel(ctx context.Context, tenant, id string) (Payment, error) {
+	_, err := s.engine.ResolveNow(ctx, idempotency.Resource{Type: ResourceType, ID: id}, func(op string) idempotency.Operation {
+		if op != OperationCreate {
+			return nil
+		}
+		return s
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "canceled payment not resolved yet", "payment_id", id, "tenant", tenant, "error", err)
+	}
+	return s.Get(ctx, tenant, id)
 }
 
 // ActionRefusal is ErrNotFound, ErrNotAuthorized, ErrAuthorizationExpired or

@@ -107,6 +107,7 @@ func NewService(d Deps, cfg Config) *Service {
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateCompleted, Declined: StateDeclined,
 			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
+			CancelRequested: StateCancelRequested,
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",

@@ -40,6 +40,11 @@ const (
 	// payment on when the provider answers.
 	StateCaptureRequested State = "CAPTURE_REQUESTED"
 	StateVoidRequested    State = "VOID_REQUESTED"
+	// StateCancelRequested: a cancel_payment asked a payment that moved no
+	// money (never sent, or refused) to end. Whoever owns the payment's key
+	// next ends it as an abandoned one is ended: CANCELED once the provider
+	// surely never saw it, or settled if it did.
+	StateCancelRequested State = "CANCEL_REQUESTED"
 )
 
 // machine is the payment state machine: for each state, the states it may
@@ -55,8 +60,11 @@ var machine = statemachine.New("payment",
 		// declined, or it is certain it never saw the key, so the request
 		// is sent again.
 		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent, StateAuthorized},
-		StateReceived:        {StateProviderRequestSent, StateCanceled},
-		StateFailedRetryable: {StateProviderRequestSent, StateCanceled},
+		StateReceived:        {StateProviderRequestSent, StateCanceled, StateCancelRequested},
+		StateFailedRetryable: {StateProviderRequestSent, StateCanceled, StateCancelRequested},
+		// The provider never saw it, or it did after all (settled through
+		// the sent state, as a refusal that hid a processed request is).
+		StateCancelRequested: {StateCanceled, StateProviderRequestSent},
 		StateAuthorized:      {StateCaptureRequested, StateVoidRequested},
 		// A capture ends captured, or back where it was (declined, or
 		// abandoned unsent), or canceled if the provider voided the
@@ -69,7 +77,7 @@ var machine = statemachine.New("payment",
 func States() []State {
 	return []State{StateReceived, StateProviderRequestSent, StateCompleted,
 		StateDeclined, StateFailedRetryable, StateUnknown, StateCanceled,
-		StateAuthorized, StateCaptureRequested, StateVoidRequested}
+		StateAuthorized, StateCaptureRequested, StateVoidRequested, StateCancelRequested}
 }
 
 // Machine returns the payment state machine (for tests that compare it

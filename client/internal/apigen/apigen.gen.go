@@ -1195,6 +1195,8 @@ type ClientInterface interface {
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+	// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -1235,6 +1237,8 @@ type ClientInterface interface {
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+	// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -1570,6 +1574,8 @@ func (c *Client) GetPayment(ctx context.Context, paymentID PaymentID, reqEditors
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 // | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 // | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 // | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -1620,6 +1626,8 @@ func (c *Client) CancelPaymentWithBody(ctx context.Context, paymentID PaymentID,
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 // | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 // | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 // | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -2488,6 +2496,8 @@ type ClientWithResponsesInterface interface {
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+	// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -2528,6 +2538,8 @@ type ClientWithResponsesInterface interface {
 	// | payment unknown to this tenant | `404 NOT_FOUND` | no |
 	// | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 	// | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+	// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+	// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 	// | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 	// | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -3870,6 +3882,8 @@ func (c *ClientWithResponses) GetPaymentWithResponse(ctx context.Context, paymen
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 // | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 // | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 // | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
@@ -3916,6 +3930,8 @@ func (c *ClientWithResponses) CancelPaymentWithBodyWithResponse(ctx context.Cont
 // | payment unknown to this tenant | `404 NOT_FOUND` | no |
 // | payment `SUCCEEDED` (captured), `DECLINED` or already `CANCELED`, or one in flight | `409 PAYMENT_NOT_CANCELABLE` | no |
 // | the provider refused to void the authorization | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`) | yes |
+// | a refused payment the provider turned out to hold (it is settled as the provider says) | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`, `declineCode`: `payment_succeeded`, `payment_declined`, ...) | yes |
+// | a payment that never moved money, while the provider's lookup may still lag | `202`, payment (`PROCESSING`), `Retry-After` | no |
 // | authorization past `authorizationExpiresAt`, not yet voided by the service | `200`, payment `CANCELED` (voided now) | yes |
 // | this cancel never reached the provider and nobody retried it within the replay window | `409 PAYMENT_NOT_CANCELABLE` (+ `paymentId`) | yes |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
