@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 )
@@ -96,5 +97,79 @@ func TestKilledAPIMidCaptureThenRetryCapturesOnce(t *testing.T) {
 	}
 	if n := recCount(t, db, "idempotency_keys WHERE idempotency_key = $1 AND fencing_token = 2", key); n != 1 {
 		t.Error("the capture's key was not taken over exactly once")
+	}
+}
+
+// Two API processes on one database and one provider: 20 captures and
+// cancels of one authorization, each under its own key, split across both,
+// at once. Exactly one wins (200); the others are refused (409); the
+// provider shows one capture or one void, never both.
+func TestTwoAPIProcessesCaptureOrCancelOnce(t *testing.T) {
+	apiBin, simBin := buildBinaries(t)
+	simURL, db, env := recStartBackends(t, simBin, nil,
+		"PROVIDER_TIMEOUT=5s", "LEASE_DURATION=30s", "RECONCILE_INTERVAL=1h")
+	_, urlA := startProcess(t, apiBin, env)
+	_, urlB := startProcess(t, apiBin, env)
+	targets := []string{urlA, urlB}
+
+	pay, err := recPost(urlA, "pay-race", `{"accountId":"acc_race","amount":"50.00","currency":"EUR",`+
+		`"merchantReference":"order-race","paymentMethod":"pm_card_visa","captureMethod":"manual"}`, nil)
+	if err != nil || pay.status != http.StatusCreated {
+		t.Fatalf("payment: %v %d %s", err, pay.status, pay.body)
+	}
+	paymentID := recDecodePayment(t, pay.body).PaymentID
+
+	const n = 20
+	answers := make([]httpResult, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		action := "/capture"
+		if i%2 == 1 {
+			action = "/cancel"
+		}
+		wg.Go(func() {
+			<-start
+			answers[i], errs[i] = recPostTo(targets[(i/2)%2]+"/payments/"+paymentID+action, fmt.Sprintf("race-%d", i), `{}`, nil)
+		})
+	}
+	close(start)
+	wg.Wait()
+	won := 0
+	for i, r := range answers {
+		switch {
+		case errs[i] != nil:
+			t.Fatalf("request %d: %v", i, errs[i])
+		case r.status == http.StatusOK:
+			won++
+		case r.status != http.StatusConflict:
+			t.Fatalf("request %d answered %d %s, want 200 or 409", i, r.status, r.body)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d requests won, want exactly 1", won)
+	}
+	charges, err := recSimCharges(simURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charges) != 1 {
+		t.Fatalf("provider charges %+v, want one", charges)
+	}
+	switch c := charges[0]; c.Status {
+	case "succeeded":
+		if c.CaptureRequestCount != 1 || c.VoidRequestCount != 0 {
+			t.Errorf("captured, with %+v", c)
+		}
+	case "canceled":
+		if c.CaptureRequestCount != 0 || c.VoidRequestCount != 1 {
+			t.Errorf("voided, with %+v", c)
+		}
+	default:
+		t.Errorf("the provider's charge is %q", c.Status)
+	}
+	if n := recCount(t, db, "payment_actions WHERE reason <> 'authorization_expired'"); n != 1 {
+		t.Errorf("%d actions recorded, want 1", n)
 	}
 }

@@ -97,6 +97,7 @@ type recCharge struct {
 	// A manual capture's
 	AmountCaptured      string `json:"amountCaptured"`
 	CaptureRequestCount int    `json:"captureRequestCount"`
+	VoidRequestCount    int    `json:"voidRequestCount"`
 }
 
 func recSimCharges(simURL string) ([]recCharge, error) {
