@@ -24,6 +24,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
@@ -291,12 +292,13 @@ func (s *widgets) create(ctx context.Context, tenant, key string, cmd widgetComm
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: widgetOperation, Key: key},
 		Fingerprint: cmd.fingerprint(),
 		Resource:    idempotency.Resource{Type: widgetType, ID: w.ID},
-		Create: func(b *pgx.Batch) {
-			b.Queue(`INSERT INTO widgets (id, tenant_id, state, note, account_id, amount_minor, currency, created_at, updated_at)
-				SELECT $1, $2, $3, $4, $5, $6, $7, $8, $8 WHERE `+idempotency.Claimed,
-				w.ID, w.TenantID, string(w.State), w.Note, w.AccountID, w.AmountMinor, w.Currency, now)
-			smt.WidgetMachine.QueueCreated(b, w.ID, "request accepted", now, idempotency.Claimed)
-			outbox.QueueIf(b, event, idempotency.Claimed)
+		Create: func(b *claim.Batch) {
+			b.Queue(claim.Gated(func(claimed string) string {
+				return `INSERT INTO widgets (id, tenant_id, state, note, account_id, amount_minor, currency, created_at, updated_at)
+				SELECT $1, $2, $3, $4, $5, $6, $7, $8, $8 WHERE ` + claimed
+			}, w.ID, w.TenantID, string(w.State), w.Note, w.AccountID, w.AmountMinor, w.Currency, now))
+			b.Queue(smt.WidgetMachine.Created(w.ID, "request accepted", now))
+			b.Queue(outbox.IfClaimed(event))
 		},
 		Wait: wait,
 	})

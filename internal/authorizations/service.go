@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -123,10 +124,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key},
 		Fingerprint: cmd.fingerprint(s.k.operation),
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
-		Create: func(b *pgx.Batch) {
+		Create: func(b *claim.Batch) {
 			s.pay.QueueBegin(b, s.k.action, tenant, a.PaymentID, a.AmountMinor, now)
 			queueInsert(b, a)
-			machine.QueueCreated(b, a.ID, string(a.Kind)+" requested", a.CreatedAt, idempotency.Claimed)
+			b.Queue(machine.Created(a.ID, string(a.Kind)+" requested", a.CreatedAt))
 		},
 		Wait:      wait,
 		FirstLook: s.flow.FirstLook(),
@@ -172,15 +173,16 @@ func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time
 		Currency: p.Command.Currency, Reason: ReasonExpired, State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	cmd := Command{PaymentID: p.ID, Currency: a.Currency, Reason: ReasonExpired}
-	return s.d.Engine.QueueScheduled(b, idempotency.Request{
+	s.d.Engine.QueueScheduled(b, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: p.TenantID, Operation: s.k.operation, Key: expiryKey(p.ID)},
 		Fingerprint: cmd.fingerprint(s.k.operation),
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
-		Create: func(b *pgx.Batch) {
+		Create: func(b *claim.Batch) {
 			queueInsert(b, a)
-			machine.QueueCreated(b, a.ID, "authorization expiry scheduled", now, idempotency.Claimed)
+			b.Queue(machine.Created(a.ID, "authorization expiry scheduled", now))
 		},
 	}, *p.AuthorizationExpiresAt)
+	return nil
 }
 
 // Resume takes the action of a key the caller owns from its recorded state

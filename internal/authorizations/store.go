@@ -8,19 +8,20 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 )
 
 // This file holds every statement on payment_actions (the state machine's
 // guarded moves aside: package statemachine writes those).
 
 // queueInsert adds to a claim's batch the insert of a, in its initial state,
-// if the claim took its key (idempotency.Claimed).
-func queueInsert(b *pgx.Batch, a Action) {
-	b.Queue(`
+// if the claim took its key.
+func queueInsert(b *claim.Batch, a Action) {
+	b.Queue(claim.Gated(func(claimed string) string {
+		return `
 		INSERT INTO payment_actions (id, tenant_id, payment_id, kind, amount_minor, currency, reason, state, created_at, updated_at)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $9 WHERE `+idempotency.Claimed,
-		a.ID, a.TenantID, a.PaymentID, string(a.Kind), a.AmountMinor, a.Currency, a.Reason, a.State, a.CreatedAt)
+		SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $9 WHERE ` + claimed
+	}, a.ID, a.TenantID, a.PaymentID, string(a.Kind), a.AmountMinor, a.Currency, a.Reason, a.State, a.CreatedAt))
 }
 
 // ErrNotFound: no such action for this tenant.

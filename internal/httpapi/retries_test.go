@@ -10,7 +10,7 @@ import (
 // and writes nothing, for every operation. Its claim's batch carries the
 // operation's Create statements (the payment or refund, its first
 // transition, its event, the refund's lock and sum); they must neither
-// write nor refuse when the key was taken (idempotency.Claimed). Replays,
+// write nor refuse when the key was taken (claim.Statement). Replays,
 // and a key reused with another body (422), leave every table as the first
 // request left it.
 func TestRetriesWriteNothing(t *testing.T) {

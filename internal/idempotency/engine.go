@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 )
@@ -110,16 +110,13 @@ type Request struct {
 	// trip, one implicit transaction, all or nothing. So a statement that
 	// must refuse (a rule of the operation broken) does it in the database,
 	// with package refuse: its error undoes the claim and is returned by Do
-	// for the operation to translate.
-	//
-	// When the key is already taken (a retry: the common case) the claim
-	// writes nothing and raises nothing, and so must every statement queued
-	// here: each tests the condition Claimed, writes only if it holds and
-	// refuses only if it holds. Do checks that each names it, and sends
-	// nothing otherwise; that proves the name is there, not that it guards
-	// every write of the statement, which a test of the operation must
-	// (httpapi's TestRetriesWriteNothing counts every table's rows).
-	Create func(b *pgx.Batch)
+	// for the operation to translate. When the key is already taken (a
+	// retry) the claim writes nothing and raises nothing, and so does every
+	// statement queued here: each is a claim.Statement, which tests the
+	// claim's condition (see package claim); a test of the operation proves
+	// it guards every write (httpapi's TestRetriesWriteNothing counts every
+	// table's rows).
+	Create func(b *claim.Batch)
 	// Created is the resource as Create writes it, handed to the first
 	// owner (Owner.Created) so that Resume need not read it back.
 	Created Result
@@ -181,13 +178,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 	queueLoad(b, &seen, req.Scope)
 	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, lookAfter(now, req.FirstLook))
 	if req.Create != nil {
-		claim := len(b.QueuedQueries)
-		req.Create(b)
-		for _, q := range b.QueuedQueries[claim:] {
-			if !strings.Contains(q.SQL, Claimed) {
-				return 0, false, nil, fmt.Errorf("%w: %s", errUngated, strings.Join(strings.Fields(q.SQL), " "))
-			}
-		}
+		req.Create(claim.After(b))
 	}
 	if err = e.db.SendBatch(ctx, b).Close(); err != nil {
 		return 0, false, nil, fmt.Errorf("claim idempotency key: %w", err)
@@ -204,31 +195,19 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 // authorization expiry). Nobody holds the key (its lease runs out at once)
 // and the reconciler first looks at it at `at`: it takes the key over and
 // resumes its resource as a recovering owner, as it would a dead client's
-// key. req.Create's statements follow the claim, guarded by Claimed as a
+// key. req.Create's statements follow the claim, claim.Statements as a
 // request's are, so a key already claimed makes it all a no-op. A client
 // that sends the same scope is answered as a retry of that command (a
 // fingerprint no client command has makes that a 422).
-func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) error {
+func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 	var id int64
 	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, e.clock.Now(), 0, &at)
 	if req.Create != nil {
-		claim := len(b.QueuedQueries)
-		req.Create(b)
-		for _, q := range b.QueuedQueries[claim:] {
-			if !strings.Contains(q.SQL, Claimed) {
-				return fmt.Errorf("%w: %s", errUngated, strings.Join(strings.Fields(q.SQL), " "))
-			}
-		}
+		req.Create(claim.After(b))
 	}
 	// What the owner's batch queues after this is not a claim's.
-	b.Queue(`SELECT set_config('paymentsapi.claimed', '', true)`)
-	return nil
+	b.Queue(claim.Reset())
 }
-
-// errUngated: a statement of Request.Create does not test Claimed, so a
-// retry of a taken key would run it. A defect of the operation, refused
-// before anything is sent.
-var errUngated = errors.New("idempotency: a statement queued by Request.Create does not test idempotency.Claimed")
 
 // answerRetry answers a request whose key was already claimed, from seen
 // (the key's record as the claim found it) if it has it. While the original

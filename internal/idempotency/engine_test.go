@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
@@ -330,7 +331,7 @@ func TestAClientGoneDuringTheClaimDoesNotCutItOff(t *testing.T) {
 	req := Request{
 		Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
 		Resource: Resource{Type: "widget", ID: "w_1"},
-		Create:   func(b *pgx.Batch) { b.Queue(`INSERT INTO widgets (id) SELECT 'w_1' WHERE ` + Claimed) },
+		Create:   insertWidget("w_1"),
 	}
 	result := make(chan error, 1)
 	go func() {
@@ -382,9 +383,11 @@ func TestARetryRunsNoneOfCreate(t *testing.T) {
 		return Request{
 			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
 			Resource: Resource{Type: "widget", ID: "w_1"},
-			Create: func(b *pgx.Batch) {
-				b.Queue(`INSERT INTO widgets (id) SELECT $1 WHERE `+Claimed, widget)
-				b.Queue(`SELECT CASE WHEN NOT (` + Claimed + `) THEN 0 ELSE refuse('PA199', 'refused') END`)
+			Create: func(b *claim.Batch) {
+				insertWidget(widget)(b)
+				b.Queue(claim.Gated(func(claimed string) string {
+					return `SELECT CASE WHEN NOT (` + claimed + `) THEN 0 ELSE refuse('PA199', 'refused') END`
+				}))
 			},
 		}
 	}
@@ -392,7 +395,7 @@ func TestARetryRunsNoneOfCreate(t *testing.T) {
 		t.Fatalf("first Do = %v, want the refusal of its Create (Claimed holds after a claim)", err)
 	}
 	first := request("w_1")
-	first.Create = func(b *pgx.Batch) { b.Queue(`INSERT INTO widgets (id) SELECT 'w_1' WHERE ` + Claimed) }
+	first.Create = insertWidget("w_1")
 	if _, err := e.Do(ctx, &recordingOp{}, first); err != nil {
 		t.Fatal(err)
 	}
@@ -425,31 +428,17 @@ func TestARetryRunsNoneOfCreate(t *testing.T) {
 		t.Fatalf("claim k2: %d, %v", id, err)
 	}
 	var claimed bool
-	if err := conn.QueryRow(ctx, `SELECT `+Claimed).Scan(&claimed); err != nil || claimed {
+	if err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('`+claim.Setting+`', true), '') = 'on'`).Scan(&claimed); err != nil || claimed {
 		t.Fatalf("after the claim's transaction, Claimed = %v (%v), want false", claimed, err)
 	}
 }
 
-// A Create whose statement does not test Claimed would run on every retry:
-// Do sends nothing and says so.
-func TestCreateMustTestClaimed(t *testing.T) {
-	t.Parallel()
-	e, pool, _ := testEngine(t)
-	ctx := context.Background()
-	req := Request{
-		Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
-		Resource: Resource{Type: "widget", ID: "w_1"},
-		Create:   func(b *pgx.Batch) { b.Queue(`CREATE TABLE widgets (id text PRIMARY KEY)`) },
-	}
-	if _, err := e.Do(ctx, &recordingOp{}, req); !errors.Is(err, errUngated) {
-		t.Fatalf("Do = %v, want errUngated", err)
-	}
-	if _, err := Load(ctx, pool, req.Scope); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Load = %v, want no key claimed", err)
-	}
-	var table *string
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('widgets')::text`).Scan(&table); err != nil || table != nil {
-		t.Fatalf("widgets = %v (%v), want nothing sent", table, err)
+// insertWidget is a Create that inserts widget id.
+func insertWidget(id string) func(*claim.Batch) {
+	return func(b *claim.Batch) {
+		b.Queue(claim.Gated(func(claimed string) string {
+			return `INSERT INTO widgets (id) SELECT $1 WHERE ` + claimed
+		}, id))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
@@ -32,30 +33,11 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Claimed is the SQL condition that holds, in the transaction of a claim's
-// batch, once the claim took its key: the statements that Request.Create
-// queues after the claim test it, and write nothing and refuse nothing
-// unless it holds. A retry of a taken key then writes nothing without an
-// error, and an error is what it must avoid: PostgreSQL would log it, and
-// pgx drops every statement of a failed batch from the connection's
-// statement cache, so that the next requests on the connection would pay a
-// round trip to deallocate them and another to prepare them again.
-//
-// The claim sets a setting of its own for the rest of its transaction only
-// (set_config's is_local); outside a claim that took its key it is empty.
-const Claimed = "coalesce(current_setting('paymentsapi.claimed', true), '') = 'on'"
-
-// ClaimedImplies is the guard of a Create statement's refusal: the SQL
-// condition that holds when cond does or the claim did not take its key, so
-// that a retry's statement never refuses (refuse.Unless(ClaimedImplies(cond),
-// ...)).
-func ClaimedImplies(cond string) string { return "NOT (" + Claimed + ") OR (" + cond + ")" }
-
 // queueClaim adds to b the insert of a new record owned by the caller with
 // fencing token 1 and a lease until now+lease, and sets *id to its row id
 // once b runs, or to 0 if the scope is already taken (the row inserted
-// first is the lock). Only a claim that took its key makes Claimed hold for
-// the statements after it in the batch. A concurrent claim of the same
+// first is the lock). Only a claim that took its key makes the condition of
+// package claim hold for the statements after it in the batch. A concurrent claim of the same
 // scope waits for the first transaction to end.
 //
 // firstLook (nil: none) is when the reconciler first looks at the key if
@@ -71,7 +53,7 @@ func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Re
 		    RETURNING id
 		)
 		SELECT COALESCE((SELECT id FROM claimed), 0),
-		       CASE WHEN EXISTS (SELECT FROM claimed) THEN set_config('paymentsapi.claimed', 'on', true) END`,
+		       CASE WHEN EXISTS (SELECT FROM claimed) THEN `+claim.Set()+` END`,
 		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, firstLook,
 	).QueryRow(func(row pgx.Row) error { return row.Scan(id, nil) }) // nil: set_config's echo
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 )
 
@@ -42,17 +43,22 @@ func NewEvent(eventType, aggregateType, aggregateID string, payload any, now tim
 
 // Queue adds the insert of e to b, so that it commits or rolls back with the
 // state change queued beside it.
-func Queue(b *pgx.Batch, e Event) { QueueIf(b, e, "true") }
+func Queue(b *pgx.Batch, e Event) { b.Queue(insert("true"), args(e)...) }
 
-// QueueIf is Queue for a statement that writes e only if cond, an SQL
-// condition, holds when it runs (idempotency.Claimed, after a claim).
-func QueueIf(b *pgx.Batch, e Event, cond string) {
-	b.Queue(`
+// IfClaimed is the insert of e in a claim's batch: written only if the
+// claim took its key.
+func IfClaimed(e Event) claim.Statement { return claim.Gated(insert, args(e)...) }
+
+func insert(cond string) string {
+	return `
 		INSERT INTO outbox_events
 		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
 		SELECT $1, $2, $3, $4, $5, $6, $6
-		WHERE `+cond,
-		e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt)
+		WHERE ` + cond
+}
+
+func args(e Event) []any {
+	return []any{e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt}
 }
 
 // DeletePublished is the outbox's clean-up, run by package cleanup: it

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
@@ -28,8 +29,8 @@ type Port interface {
 	// What is queued after it and acts on the payment runs once a
 	// concurrent holder of the lock is done. Like every statement of a
 	// claim's batch, it locks and refuses nothing unless the claim took its
-	// key (idempotency.Claimed).
-	QueueLockSucceeded(b *pgx.Batch, tenant, id string)
+	// key (a claim.Statement).
+	QueueLockSucceeded(b *claim.Batch, tenant, id string)
 	// QueueRefunded adds to b the count of amountMinor refunded of payment
 	// id (refundedAmount; never above the payment: a CHECK).
 	QueueRefunded(b *pgx.Batch, id string, amountMinor int64)
@@ -57,13 +58,14 @@ const (
 	refuseLockNotSucceeded refuse.Code = "PA111"
 )
 
-func (s *Service) QueueLockSucceeded(b *pgx.Batch, tenant, id string) {
-	b.Queue(`
-		WITH p AS (SELECT state FROM payments WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
-		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM p)"), refuseLockNotFound, "'payment not found'", "")+`,
-		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseLockNotSucceeded,
-		"'payment not succeeded'", ""),
-		id, tenant, StateCompleted)
+func (s *Service) QueueLockSucceeded(b *claim.Batch, tenant, id string) {
+	b.Queue(claim.Gated(func(claimed string) string {
+		return `
+		WITH p AS (SELECT state FROM payments WHERE ` + claimed + ` AND id = $1 AND tenant_id = $2 FOR UPDATE)
+		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM p)"), refuseLockNotFound, "'payment not found'", "") + `,
+		       ` + refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3", refuseLockNotSucceeded,
+			"'payment not succeeded'", "")
+	}, id, tenant, StateCompleted))
 }
 
 // LockRefusal is ErrNotFound or ErrNotSucceeded when err is a refusal of
@@ -101,8 +103,8 @@ type Actions interface {
 	// whose key nobody holds: it moves to StateCancelRequested, and
 	// ResolveCancel ends it. Like every
 	// statement of a claim's batch it does nothing unless the claim took
-	// its key (idempotency.Claimed).
-	QueueBegin(b *pgx.Batch, action Action, tenant, id string, amountMinor int64, now time.Time)
+	// its key (a claim.Statement).
+	QueueBegin(b *claim.Batch, action Action, tenant, id string, amountMinor int64, now time.Time)
 	// QueueEnd adds to b the payment's move at the end of action, begun on
 	// p: Captured (capturedMinor captured), Voided, or Released (the
 	// authorization stands as it was). It returns the payment as it will
@@ -186,7 +188,7 @@ const (
 	refuseBeginExceeds       refuse.Code = "PA116" // detail: the capturable amount, in minor units
 )
 
-func (s *Service) QueueBegin(b *pgx.Batch, action Action, tenant, id string, amountMinor int64, now time.Time) {
+func (s *Service) QueueBegin(b *claim.Batch, action Action, tenant, id string, amountMinor int64, now time.Time) {
 	// What a void may also end: a payment that moved no money and whose
 	// key nobody holds (its client is not sending it right now).
 	unsent := "FALSE"
@@ -196,20 +198,20 @@ func (s *Service) QueueBegin(b *pgx.Batch, action Action, tenant, id string, amo
 		                    WHERE k.resource_type = '` + ResourceType + `' AND k.resource_id = $1
 		                      AND k.response_status IS NULL AND k.lease_expires_at > $4)`
 	}
-	b.Queue(`
+	b.Queue(claim.Gated(func(claimed string) string {
+		return `
 		WITH p AS (SELECT state, amount_minor, authorization_expires_at FROM payments
-		           WHERE `+idempotency.Claimed+` AND id = $1 AND tenant_id = $2 FOR UPDATE)
-		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM p)"), refuseBeginNotFound, "'payment not found'", "")+`,
-		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3 OR ("+unsent+")", refuseBeginNotAuthorized,
-		"'payment not authorized'", "")+`,
-		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR $6 <> 'capture' OR (SELECT authorization_expires_at FROM p) > $4",
-		refuseBeginExpired, "'authorization expired'", "")+`,
-		       `+refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT amount_minor FROM p) >= $5::bigint", refuseBeginExceeds,
-		"'capture exceeds the authorization'", "(SELECT amount_minor FROM p)::text"),
-		id, tenant, StateAuthorized, now, amountMinor, string(action))
+		           WHERE ` + claimed + ` AND id = $1 AND tenant_id = $2 FOR UPDATE)
+		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM p)"), refuseBeginNotFound, "'payment not found'", "") + `,
+		       ` + refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT state FROM p) = $3 OR ("+unsent+")", refuseBeginNotAuthorized,
+			"'payment not authorized'", "") + `,
+		       ` + refuse.Unless("NOT EXISTS (SELECT FROM p) OR $6 <> 'capture' OR (SELECT authorization_expires_at FROM p) > $4",
+			refuseBeginExpired, "'authorization expired'", "") + `,
+		       ` + refuse.Unless("NOT EXISTS (SELECT FROM p) OR (SELECT amount_minor FROM p) >= $5::bigint", refuseBeginExceeds,
+			"'capture exceeds the authorization'", "(SELECT amount_minor FROM p)::text")
+	}, id, tenant, StateAuthorized, now, amountMinor, string(action)))
 	// The one move the state the payment is in allows, if the claim took
 	// its key: each is made only from its own state, so at most one is.
-	// Moves the machine allows: QueueMoveIf cannot fail.
 	from := []State{StateAuthorized}
 	if action == ActionVoid {
 		from = append(from, StateReceived, StateFailedRetryable)
@@ -219,8 +221,12 @@ func (s *Service) QueueBegin(b *pgx.Batch, action Action, tenant, id string, amo
 		if f != StateAuthorized {
 			to = StateCancelRequested
 		}
-		_ = machine.QueueMoveIf(b, statemachine.Move[State]{ID: id, From: f, To: to, Reason: string(action) + " requested", At: now},
-			idempotency.Claimed+" AND (SELECT state FROM payments WHERE id = $1) = '"+string(f)+"'")
+		mv, err := machine.MoveIfClaimed(statemachine.Move[State]{ID: id, From: f, To: to, Reason: string(action) + " requested", At: now},
+			"(SELECT state FROM payments WHERE id = $1) = '"+string(f)+"'")
+		if err != nil {
+			panic(err) // the moves are the machine's own: a mistake here is a programming error
+		}
+		b.Queue(mv)
 	}
 }
 

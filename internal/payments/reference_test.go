@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
@@ -135,8 +136,8 @@ func TestSimultaneousInsertsOfOneReference(t *testing.T) {
 	ctx := context.Background()
 	insert := func(id, ref string) error {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT set_config('paymentsapi.claimed', 'on', true)`)
-		queueInsertPayment(b, Payment{ID: id, TenantID: "tenant_a", State: StateReceived, CreatedAt: t0, UpdatedAt: t0,
+		b.Queue(`SELECT ` + claim.Set())
+		queueInsertPayment(claim.After(b), Payment{ID: id, TenantID: "tenant_a", State: StateReceived, CreatedAt: t0, UpdatedAt: t0,
 			Command: Command{AccountID: "acc_1", AmountMinor: 1000, Currency: "EUR", MerchantReference: ref,
 				PaymentMethod: "pm_card_visa", Channel: "web"}})
 		return pool.SendBatch(ctx, b).Close()

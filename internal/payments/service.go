@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -160,10 +161,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 			Fingerprint: cmd.Fingerprint(),
 			Resource:    p.Resource(),
-			Create: func(b *pgx.Batch) {
+			Create: func(b *claim.Batch) {
 				queueInsertPayment(b, p)
-				machine.QueueCreated(b, p.ID, "request accepted", p.CreatedAt, idempotency.Claimed)
-				outbox.QueueIf(b, event, idempotency.Claimed)
+				b.Queue(machine.Created(p.ID, "request accepted", p.CreatedAt))
+				b.Queue(outbox.IfClaimed(event))
 			},
 			Created:   p,
 			Wait:      wait,

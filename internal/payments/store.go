@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
@@ -38,7 +38,7 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // batch (the claim of the key with it). Insert and look are one statement,
 // so a concurrent claim of the same reference waits for the first and then
 // sees it. Queued after a claim, it neither inserts nor refuses unless the
-// claim took its key (idempotency.Claimed).
+// claim took its key (a claim.Statement).
 //
 // ON CONFLICT names no index: every unique index of payments is an arbiter.
 // While the release before 00015 may still run, the schema has two unique
@@ -50,27 +50,28 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // first with an error. The only other unique index is the primary key, on a
 // random id: a conflict there is as good as impossible, and would be tried
 // again like a holder that went away.
-func queueInsertPayment(b *pgx.Batch, p Payment) {
+func queueInsertPayment(b *claim.Batch, p Payment) {
 	c := p.Command
 	if c.CaptureMethod == "" {
 		c.CaptureMethod = CaptureAutomatic
 	}
-	b.Queue(`
+	b.Queue(claim.Gated(func(claimed string) string {
+		return `
 		WITH ins AS (
 		    INSERT INTO payments
 		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 		         payment_method, channel, description, state, created_at, updated_at, capture_method)
 		    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12
-		    WHERE `+idempotency.Claimed+`
+		    WHERE ` + claimed + `
 		    ON CONFLICT DO NOTHING
 		    RETURNING id
 		)
-		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM ins)"), refuseReferenceHeld,
-		"'merchant reference held by another payment'",
-		`COALESCE((SELECT id FROM payments
-		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`),
-		p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
-		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod)
+		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM ins)"), refuseReferenceHeld,
+			"'merchant reference held by another payment'",
+			`COALESCE((SELECT id FROM payments
+		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`)
+	}, p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
+		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod))
 }
 
 // queueAuthorized adds to b the write of a payment's authorization expiry,

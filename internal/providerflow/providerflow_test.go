@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -190,10 +191,12 @@ func (w *widgets) request() idempotency.Request {
 	now := w.flow.Clock.Now()
 	return idempotency.Request{
 		Scope: scope, Fingerprint: []byte{1}, Resource: theResource,
-		Create: func(b *pgx.Batch) {
-			b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at)
-				SELECT $1, 't', 'RECEIVED', $2, $2 WHERE `+idempotency.Claimed, widgetID, now)
-			smt.WidgetMachine.QueueCreated(b, widgetID, "request accepted", now, idempotency.Claimed)
+		Create: func(b *claim.Batch) {
+			b.Queue(claim.Gated(func(claimed string) string {
+				return `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at)
+				SELECT $1, 't', 'RECEIVED', $2, $2 WHERE ` + claimed
+			}, widgetID, now))
+			b.Queue(smt.WidgetMachine.Created(widgetID, "request accepted", now))
 		},
 		FirstLook: w.flow.FirstLook(),
 	}

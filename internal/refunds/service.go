@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -94,10 +95,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: cmd.Fingerprint(),
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
-		Create: func(b *pgx.Batch) {
+		Create: func(b *claim.Batch) {
 			queueInsert(b, s.payments, r)
-			machine.QueueCreated(b, r.ID, "request accepted", r.CreatedAt, idempotency.Claimed)
-			outbox.QueueIf(b, event, idempotency.Claimed)
+			b.Queue(machine.Created(r.ID, "request accepted", r.CreatedAt))
+			b.Queue(outbox.IfClaimed(event))
 		},
 		Wait: wait,
 	})

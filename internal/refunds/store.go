@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
@@ -44,22 +44,23 @@ const refuseExceeds refuse.Code = "PA112" // detail: what is left to refund, in 
 //     (One statement could not: its snapshot would predate the wait.)
 //
 // Queued after a claim, neither statement locks, writes or refuses unless
-// the claim took its key (idempotency.Claimed).
-func queueInsert(b *pgx.Batch, pay payments.Port, r Refund) {
+// the claim took its key (both are claim.Statements).
+func queueInsert(b *claim.Batch, pay payments.Port, r Refund) {
 	pay.QueueLockSucceeded(b, r.TenantID, r.PaymentID)
-	b.Queue(`
+	b.Queue(claim.Gated(func(claimed string) string {
+		return `
 		WITH left_minor AS (
-		    SELECT `+payments.CapturedSQL("p")+` - COALESCE((SELECT sum(amount_minor) FROM refunds
+		    SELECT ` + payments.CapturedSQL("p") + ` - COALESCE((SELECT sum(amount_minor) FROM refunds
 		                                      WHERE payment_id = $3 AND state <> $9), 0)::bigint AS minor
-		    FROM payments p WHERE `+idempotency.Claimed+` AND p.id = $3
+		    FROM payments p WHERE ` + claimed + ` AND p.id = $3
 		), ins AS (
 		    INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, reason, state, created_at, updated_at)
 		    SELECT $1, $2, $3, $4::bigint, $5, $6, $7, $8, $8 FROM left_minor WHERE minor >= $4::bigint
 		    RETURNING id
 		)
-		SELECT `+refuse.Unless(idempotency.ClaimedImplies("EXISTS (SELECT FROM ins)"), refuseExceeds, "'refund exceeds what is left'",
-		"(SELECT minor FROM left_minor)::text"),
-		r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined)
+		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM ins)"), refuseExceeds, "'refund exceeds what is left'",
+			"(SELECT minor FROM left_minor)::text")
+	}, r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined))
 }
 
 // refusal translates queueInsert's refusals, for a refund in currency, into

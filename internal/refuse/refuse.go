@@ -26,7 +26,8 @@ const (
 	Fenced Code = "PA001"
 	// PA002 was KeyTaken, a claim that found its key taken. A claim no
 	// longer refuses: it writes nothing, and the statements after it test
-	// idempotency.Claimed (a refusal spoils pgx's statement cache).
+	// the claim's condition (package claim; a refusal spoils pgx's
+	// statement cache).
 	// StaleState: a guarded move found its row no longer in the state its
 	// writer saw.
 	StaleState Code = "PA003"

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
@@ -158,25 +159,38 @@ func (m *Machine[S]) QueueMove(b *pgx.Batch, mv Move[S]) error {
 	if !m.Can(mv.From, mv.To) {
 		return &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
 	}
-	m.queueMove(b, mv, "")
+	m.queueMove(b, mv)
 	return nil
 }
 
-// QueueMoveIf is QueueMove in a claim's batch: the move is made, or
-// refused, only if cond (an SQL condition: idempotency.Claimed) holds when
-// the statement runs; otherwise it does nothing.
-func (m *Machine[S]) QueueMoveIf(b *pgx.Batch, mv Move[S], cond string) error {
+// MoveIfClaimed is QueueMove in a claim's batch: the move is made, or
+// refused, only if the claim took its key and extra (an SQL condition on
+// the move's parameters; "" for none) holds when the statement runs;
+// otherwise it does nothing.
+func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, error) {
 	if !m.Can(mv.From, mv.To) {
-		return &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
+		return claim.Statement{}, &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
 	}
-	m.queueMove(b, mv, cond)
-	return nil
+	_, args := m.move(mv, "")
+	return claim.Gated(func(claimed string) string {
+		if extra != "" {
+			claimed += " AND " + extra
+		}
+		sql, _ := m.move(mv, claimed)
+		return sql
+	}, args...), nil
 }
 
 // queueMove is QueueMove without the Go-side check, so that tests can show
-// the database refuses what the code would not send. A non-empty cond
-// guards the move and its refusal.
-func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S], cond string) {
+// the database refuses what the code would not send.
+func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
+	sql, args := m.move(mv, "")
+	b.Queue(sql, args...)
+}
+
+// move is the statement of mv; a non-empty cond guards the move and its
+// refusal. Its arguments do not depend on cond.
+func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
 	where, moved := "", "EXISTS (SELECT FROM moved)"
 	if cond != "" {
 		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
@@ -188,18 +202,17 @@ func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S], cond string) {
 		fmt.Fprintf(&set, ", %s = $%d", c.Name, len(args))
 	}
 	t := m.table
-	b.Queue(`
+	return `
 		WITH moved AS (
-		    UPDATE `+t.Name+` SET state = $3, updated_at = $4`+set.String()+`
-		    WHERE id = $1 AND state = $2`+where+`
+		    UPDATE ` + t.Name + ` SET state = $3, updated_at = $4` + set.String() + `
+		    WHERE id = $1 AND state = $2` + where + `
 		    RETURNING id
 		), audit AS (
-		    INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
+		    INSERT INTO ` + t.Transitions + ` (` + t.ForeignKey + `, from_state, to_state, reason, occurred_at)
 		    SELECT id, $2, $3, $5, $4 FROM moved
 		)
-		SELECT `+refuse.Unless(moved, refuse.StaleState,
-		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", ""),
-		args...)
+		SELECT ` + refuse.Unless(moved, refuse.StaleState,
+		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", ""), args
 }
 
 // QueueSet adds to b a guarded write of cols on row id that stays in state
@@ -225,13 +238,15 @@ func (m *Machine[S]) QueueSet(b *pgx.Batch, id string, in S, cols []Column) {
 		args...)
 }
 
-// QueueCreated adds to b the audit record of a row created (by the caller's
-// INSERT, queued before) in the initial state, written only if cond (an SQL
-// condition: idempotency.Claimed, after a claim) holds when it runs.
-func (m *Machine[S]) QueueCreated(b *pgx.Batch, id, reason string, at time.Time, cond string) {
+// Created is the audit record, in a claim's batch, of a row created (by
+// the caller's INSERT, queued before it) in the initial state: written only
+// if the claim took its key.
+func (m *Machine[S]) Created(id, reason string, at time.Time) claim.Statement {
 	t := m.table
-	b.Queue(`INSERT INTO `+t.Transitions+` (`+t.ForeignKey+`, from_state, to_state, reason, occurred_at)
-		SELECT $1, NULL, $2, $3, $4 WHERE `+cond, id, string(m.initial), reason, at)
+	return claim.Gated(func(claimed string) string {
+		return `INSERT INTO ` + t.Transitions + ` (` + t.ForeignKey + `, from_state, to_state, reason, occurred_at)
+		SELECT $1, NULL, $2, $3, $4 WHERE ` + claimed
+	}, id, string(m.initial), reason, at)
 }
 
 // IsStaleWrite reports whether err is a guarded move that found its row no

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 	smt "github.com/paymentsapi/paymentsapi/internal/statemachine/statemachinetest"
@@ -294,39 +295,40 @@ func TestQueueSetWritesWithoutAMove(t *testing.T) {
 	}
 }
 
-// QueueCreated records the creation (from nothing to the initial state,
-// with its reason and time) only when its condition holds as it runs.
-func TestQueueCreatedRecordsOnlyWhenItsConditionHolds(t *testing.T) {
+// Created records the creation (from nothing to the initial state, with
+// its reason and time) only when the claim of its batch took its key.
+func TestCreatedRecordsOnlyAfterAClaimThatTookItsKey(t *testing.T) {
 	t.Parallel()
 	pool := widgets(t)
 	ctx := context.Background()
 	for _, c := range []struct {
-		id, cond string
+		id       string
+		claimed  bool
 		recorded bool
 	}{
-		{"w_yes", "true", true},
-		{"w_no", "false", false},
-		// Evaluated when the statement runs, on what the batch wrote
-		// before it.
-		{"w_seen", "EXISTS (SELECT FROM widgets WHERE id = 'w_seen')", true},
+		{"w_yes", true, true},
+		{"w_no", false, false},
 	} {
 		b := &pgx.Batch{}
+		if c.claimed {
+			b.Queue(`SELECT ` + claim.Set())
+		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
-		machine.QueueCreated(b, c.id, "request accepted", t0, c.cond)
+		claim.After(b).Queue(machine.Created(c.id, "request accepted", t0))
 		if err := send(pool, b); err != nil {
 			t.Fatal(err)
 		}
 		got := read(t, pool, c.id).Transitions
 		switch {
 		case !c.recorded && len(got) != 0:
-			t.Errorf("%s: recorded %+v although %q does not hold", c.id, got, c.cond)
+			t.Errorf("%s: recorded %+v without a claim", c.id, got)
 		case c.recorded && (len(got) != 1 || got[0].From != nil || got[0].To != string(smt.WidgetReceived) ||
 			got[0].Reason != "request accepted" || !got[0].At.Equal(t0)):
 			t.Errorf("%s: recorded %+v, want one creation (nil -> RECEIVED, its reason, at %v)", c.id, got, t0)
 		}
 	}
 	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM widget_transitions`).Scan(&n); err != nil || n != 2 {
-		t.Errorf("%d transitions in all (%v), want 2", n, err)
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM widget_transitions`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d transitions in all (%v), want 1", n, err)
 	}
 }
