@@ -41,8 +41,8 @@ func TestBookkeepingUpdatesAreHOT(t *testing.T) {
 			name:  "a key's waiters and lease",
 			table: "idempotency_keys",
 			setup: `INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-				    lease_expires_at, created_at, abandon_at, recovery_next_at)
-				VALUES ('t', 'payments.create', 'k', '\x01', 'payment', $1, now(), now(), now() + interval '1 day', now() + interval '1 day')`,
+				    lease_expires_at, created_at, recovery_next_at)
+				VALUES ('t', 'payments.create', 'k', '\x01', 'payment', $1, now(), now(), now() + interval '1 day')`,
 			updates: []string{
 				`UPDATE idempotency_keys SET waiters = waiters + 1 WHERE resource_id = $1`,
 				`UPDATE idempotency_keys SET lease_expires_at = now() + interval '30 seconds' WHERE resource_id = $1`,

@@ -200,17 +200,19 @@ func ptr[T any](v T) *T { return &v }
 // neverDue is the old default of payments.recovery_next_at.
 var neverDue = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 
-// The release before 00015 runs beside the current one during a rolling
-// upgrade, on the schema the current one migrated: its insert of a payment
+// The release before 00015 ran beside the releases up to 00017's during a
+// rolling upgrade, on the schema they migrated: its insert of a payment
 // (insertPayment at the parent of the commit that added 00015, verbatim)
-// must still find the unique index its ON CONFLICT names. 00015 dropped it
-// when first released, and every POST /payments of that release failed with
-// 42P10 (issue 17). TestRollingUpgrade in cmd/paymentsapi runs that
-// release's binary; this is the statement alone, in a second.
-func TestTheReleaseBefore00015StillInsertsPayments(t *testing.T) {
+// had to find the unique index its ON CONFLICT names. 00015 dropped it when
+// first released, and every POST /payments of that release failed with
+// 42P10 (issue 17); 00015 was mended to keep it, and the contract step
+// 00019 drops it in the release after 00017's, when the release before
+// 00015 can no longer run beside the current one. So: the statement works
+// on every schema up to 00018, and 00019 is the drop.
+func TestTheReleaseBefore00015InsertsPaymentsUntilTheContractStep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
+	pool := pgtest.NewPoolAt(t, 18)
 	const holdsReference = "state NOT IN ('DECLINED', 'CANCELED')"
 	insert := func(id, ref string) (inserted bool, holder string, err error) {
 		err = pool.QueryRow(ctx, `

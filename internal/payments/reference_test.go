@@ -63,12 +63,9 @@ func TestHoldsReferenceFollowsTheState(t *testing.T) {
 
 // A payment's moves that keep its merchant reference (its whole happy path)
 // change no indexed column, so they are HOT updates: no index entry is
-// written for them (issue 8). That holds once the contract step of 00015
-// has dropped payments_merchant_reference_key (migrations/pending): until
-// then the index the release before 00015 needs is partial on state, and
-// every move writes an entry in each index, as docs/INDEXES.md says. When
-// the step ships as a migration, the transitional case fails here: delete
-// it. The counts are those of the test's own transaction
+// written for them (issue 8). That holds since the contract step of 00015
+// (00019) dropped payments_merchant_reference_key, whose predicate was on
+// state. The counts are those of the test's own transaction
 // (pg_stat_get_xact_*), which is alone on its page.
 func TestMovesThatKeepTheReferenceAreHOTUpdates(t *testing.T) {
 	t.Parallel()
@@ -77,8 +74,8 @@ func TestMovesThatKeepTheReferenceAreHOTUpdates(t *testing.T) {
 		pool    func(testing.TB) *pgxpool.Pool
 		wantHOT int
 	}{
+		{"migrated", pgtest.NewPool, 2},
 		{"contracted", pgtest.NewContractedPool, 2},
-		{"transitional, with payments_merchant_reference_key", pgtest.NewPool, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
