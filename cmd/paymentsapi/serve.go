@@ -160,7 +160,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 	app.RegisterGauges(a.reg, a.pool, clk, log)
 	a.janitor = cleanup.New(a.pool, clk, cleanup.Policy{
 		ReplayTTL: cfg.IdempotencyTTL, MetadataTTL: cfg.IdempotencyMetadataTTL, OutboxRetention: cfg.OutboxRetention,
-		InboxRetention: cfg.InboxRetention,
+		InboxRetention: cfg.InboxRetention, EventRetention: cfg.EventRetention,
 	}, log)
 	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
 	a.core = app.New(app.Deps{
@@ -275,7 +275,8 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 	}
 	clk := clock.System{}
 	relay, err := outbox.NewRelay(outbox.RelayDeps{
-		DB: a.pool, Publisher: pub, Clock: clk, Log: log.With("component", "outbox-relay"),
+		// Every event is recorded in the event log before it is published.
+		DB: a.pool, Publisher: a.core.EventLog.Publisher(pub), Clock: clk, Log: log.With("component", "outbox-relay"),
 		Metrics: outbox.NewMetrics(a.reg, a.pool, clk, log),
 	}, outbox.RelayConfig{})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
@@ -84,6 +85,9 @@ type Core struct {
 	Payments   *payments.Service
 	Refunds    *refunds.Service
 	Reconciler *idempotency.Reconciler
+	// EventLog is the log of the operations' events (GET /events); the
+	// relay records each event there before it publishes it.
+	EventLog *eventlog.Log
 	// StripeWebhooks is the handler of POST /webhooks/stripe, nil without
 	// a webhook secret.
 	StripeWebhooks http.Handler
@@ -118,6 +122,7 @@ func New(d Deps, cfg Config) *Core {
 		Modules:    mods,
 		Operations: ops,
 		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, engineOps...),
+		EventLog:   eventlog.New(d.DB, d.Clock, d.Log.With("component", "event-log"), mods),
 	}
 	for _, op := range ops {
 		switch op := op.(type) {
@@ -149,5 +154,6 @@ func (c *Core) HTTPDeps(d httpapi.Deps) httpapi.Deps {
 	d.Operations = c.Operations
 	d.RetryAfter = c.Engine.RetryAfter()
 	d.StripeWebhooks = c.StripeWebhooks
+	d.Features = append(d.Features, c.EventLog.Routes)
 	return d
 }

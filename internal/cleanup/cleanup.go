@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
@@ -49,6 +50,9 @@ type Policy struct {
 	// InboxRetention is how long consumers' inbox rows are kept after they
 	// were received (INBOX_RETENTION); zero keeps them all.
 	InboxRetention time.Duration
+	// EventRetention is how long the event log keeps an event
+	// (EVENT_RETENTION); zero keeps them all.
+	EventRetention time.Duration
 	BatchSize      int // rows per transaction; default 500
 }
 
@@ -58,6 +62,7 @@ type Stats struct {
 	KeysDeleted      int
 	EventsDeleted    int
 	InboxRowsDeleted int
+	LogEventsDeleted int
 	Batches          int
 	LargestBatchRows int
 }
@@ -100,6 +105,9 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	}
 	if j.policy.InboxRetention > 0 {
 		steps = append(steps, step{"delete old inbox rows", inbox.DeleteReceived, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})
+	}
+	if j.policy.EventRetention > 0 {
+		steps = append(steps, step{"delete old events of the event log", eventlog.DeleteExpired, now.Add(-j.policy.EventRetention), &st.LogEventsDeleted})
 	}
 	for _, step := range steps {
 		for {

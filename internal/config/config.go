@@ -43,13 +43,16 @@ type Config struct {
 	ReconcileMaxAttempts   int
 	OutboxRetention        time.Duration
 	InboxRetention         time.Duration
-	CleanupInterval        time.Duration
-	OutboxPublisher        string
-	NATSURL                string
-	LogLevel               string
-	ShutdownTimeout        time.Duration
-	RateLimit              float64 // requests per second per tenant, per instance; 0: off
-	RateLimitBurst         int     // 0: one second's worth of RateLimit
+	// EventRetention is how long the event log keeps an event
+	// (GET /events).
+	EventRetention  time.Duration
+	CleanupInterval time.Duration
+	OutboxPublisher string
+	NATSURL         string
+	LogLevel        string
+	ShutdownTimeout time.Duration
+	RateLimit       float64 // requests per second per tenant, per instance; 0: off
+	RateLimitBurst  int     // 0: one second's worth of RateLimit
 }
 
 // DevMode reports whether the service runs with an embedded PostgreSQL.
@@ -115,6 +118,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.LeaseDuration, "lease-duration", "LEASE_DURATION", "30s", "how long a request owns an in-flight key")
 	dur(&c.ReconcileInterval, "reconcile-interval", "RECONCILE_INTERVAL", "5s", "how often the reconciler runs")
 	dur(&c.OutboxRetention, "outbox-retention", "OUTBOX_RETENTION", "168h", "how long published outbox events are kept")
+	dur(&c.EventRetention, "event-retention", "EVENT_RETENTION", "720h", "how long the event log (GET /events) keeps an event")
 	dur(&c.InboxRetention, "inbox-retention", "INBOX_RETENTION", "720h", "how long the event consumers' inbox rows are kept (rejected ones are kept until a person deletes them)")
 	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")
 	maxAttempts, err := strconv.Atoi(env("RECONCILE_MAX_ATTEMPTS", "20"))
@@ -180,7 +184,7 @@ func (c Config) validate() error {
 		"IDEMPOTENCY_TTL": c.IdempotencyTTL, "IDEMPOTENCY_METADATA_TTL": c.IdempotencyMetadataTTL,
 		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
-		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention,
+		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention, "EVENT_RETENTION": c.EventRetention,
 		"REFUSAL_RECHECK": c.RefusalRecheck, "AUTHORIZATION_TTL": c.AuthorizationTTL,
 	} {
 		if d <= 0 {

@@ -20,7 +20,10 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/stripe/stripe-go/v76/webhook"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/paymentsapi/paymentsapi/api"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -162,6 +165,49 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
 			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
+		}},
+
+		{"the event log", nil, func(t *testing.T, c *conformance) {
+			c.e.pay("pm_card_visa", "inv-ev")
+			refunded := c.e.pay("pm_card_visa", "inv-ev2")
+			if r := c.e.refundAs(secretA, refunded, "ev-r", `{"amount":"1.00"}`); r.Status != 201 {
+				t.Fatalf("refund: %d %s", r.Status, r.Body)
+			}
+			rows, err := c.e.pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload FROM outbox_events`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
+				var ev outbox.Event
+				return ev, row.Scan(&ev.ID, &ev.Type, &ev.AggregateType, &ev.AggregateID, &ev.OccurredAt, &ev.Payload)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.e.core.EventLog.Record(t.Context(), events); err != nil { // as the relay does
+				t.Fatal(err)
+			}
+			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: bearer(secretA), status: 200})
+			var list struct {
+				Items []struct {
+					EventID string `json:"eventId"`
+				} `json:"items"`
+				NextCursor string `json:"nextCursor"`
+			}
+			if err := json.Unmarshal(page.Body, &list); err != nil || len(list.Items) != 2 || list.NextCursor == "" {
+				t.Fatalf("a page of events: %s", page.Body)
+			}
+			c.check(specExchange{name: "200 events, next page", method: "GET", path: "/events?limit=2&cursor=" + list.NextCursor, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 events of a type", method: "GET", path: "/events?type=refund.succeeded", header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 an event", method: "GET", path: "/events/" + list.Items[0].EventID, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "404 another tenant's event", method: "GET", path: "/events/" + list.Items[0].EventID, header: bearer(secretB),
+				status: 404, code: "NOT_FOUND"})
+			c.check(specExchange{name: "400 events of an unknown type", method: "GET", path: "/events?type=payment.exploded", header: bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "type"`})
+			c.check(specExchange{name: "400 events, a cursor not issued", method: "GET", path: "/events?cursor=nope", header: bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED"})
+			c.check(specExchange{name: "401 events", method: "GET", path: "/events", status: 401, code: "UNAUTHORIZED",
+				specRejects: "security requirements failed"})
 		}},
 
 		{"refunds", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {

@@ -30,5 +30,8 @@ func addRoutes(r chi.Router, d Deps) {
 		for _, op := range d.Operations {
 			op.Routes(r, api{errs: errs})
 		}
+		for _, routes := range d.Features {
+			routes(r, api{errs: errs})
+		}
 	})
 }

@@ -46,6 +46,10 @@ type Deps struct {
 	// StripeWebhooks handles POST /webhooks/stripe (internal/webhooks);
 	// nil: the route does not exist (404).
 	StripeWebhooks http.Handler
+	// Features add the routes of the service's features that are not
+	// operations (the event log), behind the same authentication, rate
+	// limit and middleware as the operations' routes.
+	Features []func(r chi.Router, api operation.HTTP)
 }
 
 func (d Deps) clock() clock.Clock {

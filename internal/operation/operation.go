@@ -93,6 +93,13 @@ type Event struct {
 	Type string
 	// Ledger, if set, is how the ledger books an event of this type.
 	Ledger func(outbox.Event) (LedgerEntry, error)
+	// Name is the event's name for merchants (the event log, GET /events:
+	// payment.succeeded); "" keeps it out of the log.
+	Name string
+	// Data reads, from an event of this type, its tenant and what a
+	// merchant sees of it (the resource's body as of the event). Required
+	// with Name.
+	Data func(outbox.Event) (tenant string, data []byte, err error)
 }
 
 // LedgerEntry is what the ledger books for one event: one entry per

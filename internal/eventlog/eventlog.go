@@ -1,0 +1,250 @@
+// Package eventlog is the log of every event of a tenant's payments and
+// refunds, as merchants see it: GET /events and GET /events/{eventId}, kept
+// EVENT_RETENTION (package cleanup runs DeleteExpired). The events and their
+// names for merchants (payment.succeeded) are the registered operations'
+// (operation.Event's Name and Data): this package names none.
+//
+// The outbox relay records each event here before it publishes it
+// (Log.Publisher wraps the relay's publisher), so the log sees what the
+// broker sees, at least once; the event's id is the key, so a second
+// recording of one event changes nothing.
+package eventlog
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+)
+
+// Log is the event log of the registered operations' events.
+type Log struct {
+	db    *pgxpool.Pool
+	clock clock.Clock
+	log   *slog.Logger
+	kinds map[string]operation.Event // by outbox type, the events with a Name
+	names map[string]bool            // the names, for the type filter
+}
+
+// New returns the log of mods' named events.
+func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.Module) *Log {
+	l := &Log{db: db, clock: clk, log: log, kinds: map[string]operation.Event{}, names: map[string]bool{}}
+	for _, m := range mods {
+		for _, e := range m.Events {
+			if e.Name != "" && e.Data != nil {
+				l.kinds[e.Type], l.names[e.Name] = e, true
+			}
+		}
+	}
+	return l
+}
+
+// Entry is one event of the log.
+type Entry struct {
+	ID         string          `json:"eventId"`
+	Type       string          `json:"type"`
+	OccurredAt time.Time       `json:"createdAt"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// Record adds events to the log, those of a named type only, in one
+// statement; an event already there is left as it is. An event whose
+// payload its operation cannot read is left out, and logged: it must not
+// hold back the events after it.
+func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
+	var (
+		id, tenant, typ, aggregate []string
+		occurred                   []time.Time
+		data                       []string
+	)
+	for _, e := range events {
+		k, ok := l.kinds[e.Type]
+		if !ok {
+			continue
+		}
+		t, d, err := k.Data(e)
+		if err != nil {
+			l.log.ErrorContext(ctx, "event left out of the event log: its payload cannot be read", "event_id", e.ID, "type", e.Type, "error", err)
+			continue
+		}
+		id, tenant, typ, aggregate = append(id, e.ID), append(tenant, t), append(typ, k.Name), append(aggregate, e.AggregateID)
+		occurred, data = append(occurred, e.OccurredAt), append(data, string(d))
+	}
+	if len(id) == 0 {
+		return nil
+	}
+	_, err := l.db.Exec(ctx, `
+		INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at)
+		SELECT i::uuid, t, ty, a, o, d::jsonb, $7
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[]) AS x(i, t, ty, a, o, d)
+		ON CONFLICT (id) DO NOTHING`, id, tenant, typ, aggregate, occurred, data, l.clock.Now())
+	if err != nil {
+		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
+	}
+	return nil
+}
+
+// Publisher returns next, each of whose publishes first records its events
+// in the log: when the log cannot, nothing is published and every event
+// comes back as the broker's failure, so that the relay backs off and hands
+// them to a later pass.
+func (l *Log) Publisher(next outbox.Publisher) outbox.BatchPublisher {
+	return &publisher{log: l, next: next}
+}
+
+type publisher struct {
+	log  *Log
+	next outbox.Publisher
+}
+
+func (p *publisher) Publish(ctx context.Context, e outbox.Event) error {
+	return p.PublishBatch(ctx, []outbox.Event{e})[0]
+}
+
+func (p *publisher) PublishBatch(ctx context.Context, events []outbox.Event) []error {
+	if err := p.log.Record(ctx, events); err != nil {
+		errs := make([]error, len(events))
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: %w", outbox.ErrBrokerUnavailable, err)
+		}
+		return errs
+	}
+	if b, ok := p.next.(outbox.BatchPublisher); ok {
+		return b.PublishBatch(ctx, events)
+	}
+	errs := make([]error, len(events))
+	for i, e := range events {
+		errs[i] = p.next.Publish(ctx, e)
+	}
+	return errs
+}
+
+// Query selects a page of a tenant's events, newest first.
+type Query struct {
+	Type   string    // optional: one name (payment.succeeded)
+	After  time.Time // optional: only events that happened after it
+	Limit  int
+	Cursor string // from a previous Page
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Items      []Entry `json:"items"`
+	NextCursor string  `json:"nextCursor,omitempty"`
+}
+
+// Errors of the reads.
+var (
+	ErrNotFound      = errors.New("event not found")
+	ErrInvalidCursor = errors.New("invalid cursor")
+	ErrUnknownType   = errors.New("unknown event type")
+)
+
+// List returns a page of the tenant's events, newest first.
+func (l *Log) List(ctx context.Context, tenant string, q Query) (Page, error) {
+	where, args := []string{"tenant_id = $1"}, []any{tenant}
+	if q.Type != "" {
+		if !l.names[q.Type] {
+			return Page{}, ErrUnknownType
+		}
+		args = append(args, q.Type)
+		where = append(where, fmt.Sprintf("type = $%d", len(args)))
+	}
+	if !q.After.IsZero() {
+		args = append(args, q.After)
+		where = append(where, fmt.Sprintf("occurred_at > $%d", len(args)))
+	}
+	if q.Cursor != "" {
+		at, id, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		args = append(args, at, id)
+		where = append(where, fmt.Sprintf("(occurred_at, id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
+	}
+	args = append(args, q.Limit+1)
+	rows, err := l.db.Query(ctx, `SELECT id::text, type, occurred_at, data FROM events
+		WHERE `+strings.Join(where, " AND ")+`
+		ORDER BY occurred_at DESC, id DESC LIMIT $`+fmt.Sprint(len(args)), args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("list events: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return Page{}, fmt.Errorf("list events: %w", err)
+	}
+	page := Page{Items: items}
+	if len(items) > q.Limit {
+		page.Items = items[:q.Limit]
+		last := page.Items[q.Limit-1]
+		page.NextCursor = encodeCursor(last.OccurredAt, last.ID)
+	}
+	if page.Items == nil {
+		page.Items = []Entry{}
+	}
+	return page, nil
+}
+
+// Get returns the tenant's event id, or ErrNotFound.
+func (l *Log) Get(ctx context.Context, tenant, id string) (Entry, error) {
+	if !ids.IsUUID(id) {
+		return Entry{}, ErrNotFound
+	}
+	rows, err := l.db.Query(ctx, `SELECT id::text, type, occurred_at, data FROM events WHERE id = $1::uuid AND tenant_id = $2`, id, tenant)
+	if err != nil {
+		return Entry{}, fmt.Errorf("read event: %w", err)
+	}
+	e, err := pgx.CollectExactlyOneRow(rows, scanEntry)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Entry{}, ErrNotFound
+	}
+	return e, err
+}
+
+func scanEntry(row pgx.CollectableRow) (Entry, error) {
+	var e Entry
+	err := row.Scan(&e.ID, &e.Type, &e.OccurredAt, &e.Data)
+	e.OccurredAt = e.OccurredAt.UTC()
+	return e, err
+}
+
+// DeleteExpired is the event log's clean-up, run by package cleanup: it
+// deletes at most $2 events recorded before $1 (EVENT_RETENTION), chosen
+// with SKIP LOCKED.
+const DeleteExpired = `
+		DELETE FROM events
+		WHERE id = ANY(ARRAY(
+		    SELECT id FROM events WHERE recorded_at <= $1
+		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
+}
+
+func decodeCursor(s string) (time.Time, string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return time.Time{}, "", ErrInvalidCursor
+	}
+	ts, id, ok := strings.Cut(string(raw), "|")
+	if !ok || !ids.IsUUID(id) {
+		return time.Time{}, "", ErrInvalidCursor
+	}
+	at, err := time.Parse(time.RFC3339Nano, ts)
+	if err != nil {
+		return time.Time{}, "", ErrInvalidCursor
+	}
+	return at, id, nil
+}

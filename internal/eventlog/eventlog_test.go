@@ -1,0 +1,346 @@
+package eventlog_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/cleanup"
+	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+const (
+	secretA = "sk_test_events_a"
+	secretB = "sk_test_events_b"
+)
+
+// env is the API as cmd/paymentsapi wires it, on a database of its own,
+// with the relay run by hand: its publisher is the event log's, wrapping a
+// publisher that remembers what it was given (or fails, while failing).
+type env struct {
+	t     *testing.T
+	url   string
+	pool  *pgxpool.Pool
+	clk   *clock.Fake
+	core  *app.Core
+	relay *outbox.Relay
+	next  *recorder
+}
+
+type recorder struct {
+	mu        sync.Mutex
+	published []outbox.Event
+}
+
+func (r *recorder) Publish(_ context.Context, e outbox.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.published = append(r.published, e)
+	return nil
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	simSrv := httptest.NewServer(sim.New(sim.Options{}))
+	t.Cleanup(simSrv.Close)
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL, nil), Clock: clk, Log: log, Metrics: m}, app.Config{
+		ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
+		ProviderKeyWindow: 24 * time.Hour,
+	})
+	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
+		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
+		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) }, Clock: clk,
+	})))
+	t.Cleanup(srv.Close)
+	next := &recorder{}
+	relay, err := outbox.NewRelay(outbox.RelayDeps{DB: pool, Publisher: core.EventLog.Publisher(next), Clock: clk, Log: log}, outbox.RelayConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, relay: relay, next: next}
+}
+
+type response struct {
+	status int
+	body   []byte
+}
+
+func (e *env) do(secret, method, path, key, body string) response {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = bytes.NewReader([]byte(body))
+	}
+	req, err := http.NewRequest(method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+secret)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, b}
+}
+
+func (e *env) pay(secret, key, method, capture string) string {
+	e.t.Helper()
+	r := e.do(secret, "POST", "/payments", key, fmt.Sprintf(
+		`{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"inv-%s","paymentMethod":%q%s}`, key, method, capture))
+	if r.status >= 300 && r.status != http.StatusPaymentRequired {
+		e.t.Fatalf("payment: %d %s", r.status, r.body)
+	}
+	var v struct{ PaymentID string }
+	_ = json.Unmarshal(r.body, &v)
+	return v.PaymentID
+}
+
+func (e *env) relayAll() {
+	e.t.Helper()
+	for {
+		n, err := e.relay.RunOnce(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+type page struct {
+	Items []struct {
+		EventID   string          `json:"eventId"`
+		Type      string          `json:"type"`
+		CreatedAt time.Time       `json:"createdAt"`
+		Data      json.RawMessage `json:"data"`
+	} `json:"items"`
+	NextCursor string `json:"nextCursor"`
+}
+
+func (e *env) events(secret, query string) page {
+	e.t.Helper()
+	r := e.do(secret, "GET", "/events"+query, "", "")
+	if r.status != http.StatusOK {
+		e.t.Fatalf("GET /events%s: %d %s", query, r.status, r.body)
+	}
+	var p page
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// Every event of a tenant's payments and refunds is in its log once the
+// relay has published it, named for merchants, with the resource's body as
+// of the event, newest first; never another tenant's.
+func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	paid := e.pay(secretA, "p1", "pm_card_visa", "")
+	e.clk.Advance(time.Second)
+	declined := e.pay(secretA, "p2", "pm_card_chargeDeclined", "")
+	e.clk.Advance(time.Second)
+	authorized := e.pay(secretA, "p3", "pm_card_visa", `,"captureMethod":"manual"`)
+	e.clk.Advance(time.Second)
+	if r := e.do(secretA, "POST", "/payments/"+authorized+"/cancel", "c3", ""); r.status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", r.status, r.body)
+	}
+	e.clk.Advance(time.Second)
+	if r := e.do(secretA, "POST", "/payments/"+paid+"/refunds", "r1", `{"amount":"4.00"}`); r.status != http.StatusCreated {
+		t.Fatalf("refund: %d %s", r.status, r.body)
+	}
+	e.pay(secretB, "other", "pm_card_visa", "")
+	e.relayAll()
+
+	got := e.events(secretA, "?limit=100")
+	var types []string
+	for _, it := range got.Items {
+		types = append(types, it.Type)
+	}
+	// Events of one instant have no order among them (one request's).
+	want := []string{"payment.authorized", "payment.canceled", "payment.created", "payment.created", "payment.created",
+		"payment.declined", "payment.succeeded", "refund.created", "refund.succeeded"}
+	sorted := slices.Sorted(slices.Values(types))
+	if fmt.Sprint(sorted) != fmt.Sprint(want) {
+		t.Fatalf("tenant A's events:\n got %v\nwant %v", sorted, want)
+	}
+	for i := 1; i < len(got.Items); i++ {
+		if got.Items[i].CreatedAt.After(got.Items[i-1].CreatedAt) {
+			t.Fatalf("not newest first: %v after %v", got.Items[i].CreatedAt, got.Items[i-1].CreatedAt)
+		}
+	}
+	if last := got.Items[len(got.Items)-1]; last.Type != "payment.created" && last.Type != "payment.succeeded" {
+		t.Fatalf("the oldest event is %s", last.Type)
+	}
+	var data struct{ PaymentID, Status string }
+	for _, it := range got.Items {
+		if it.Type == "payment.succeeded" {
+			if err := json.Unmarshal(it.Data, &data); err != nil || data.PaymentID != paid || data.Status != "SUCCEEDED" {
+				t.Fatalf("payment.succeeded's data: %s", it.Data)
+			}
+		}
+	}
+	if bytes.Contains(got.Items[0].Data, []byte("tenant")) {
+		t.Fatalf("an event's data shows the tenant: %s", got.Items[0].Data)
+	}
+	_ = declined
+
+	// The relay publishes what it records; a second recording of the same
+	// events (the relay publishes at least once) changes nothing.
+	if len(e.next.published) != 11 {
+		t.Fatalf("published %d events, want 11", len(e.next.published))
+	}
+	if err := e.core.EventLog.Record(t.Context(), e.next.published); err != nil {
+		t.Fatal(err)
+	}
+	if again := e.events(secretA, "?limit=100"); len(again.Items) != len(want) {
+		t.Fatalf("after a second recording: %d events, want %d", len(again.Items), len(want))
+	}
+
+	// One event, the tenant's own only.
+	id := got.Items[0].EventID
+	if r := e.do(secretA, "GET", "/events/"+id, "", ""); r.status != http.StatusOK || !bytes.Contains(r.body, []byte(`"`+got.Items[0].Type+`"`)) {
+		t.Fatalf("GET /events/%s: %d %s", id, r.status, r.body)
+	}
+	if r := e.do(secretB, "GET", "/events/"+id, "", ""); r.status != http.StatusNotFound {
+		t.Fatalf("another tenant's GET /events/%s: %d %s", id, r.status, r.body)
+	}
+	if b := e.events(secretB, ""); len(b.Items) != 2 {
+		t.Fatalf("tenant B's events: %+v", b.Items)
+	}
+}
+
+// The listing pages with a cursor, filters by type and by time, and
+// refuses what it cannot read.
+func TestListingPagesAndFilters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := range 5 {
+		e.pay(secretA, fmt.Sprintf("p%d", i), "pm_card_visa", "")
+		e.clk.Advance(time.Second)
+	}
+	e.relayAll()
+	var seen []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		q := "?type=payment.succeeded&limit=2"
+		if cursor != "" {
+			q += "&cursor=" + cursor
+		}
+		p := e.events(secretA, q)
+		for _, it := range p.Items {
+			if it.Type != "payment.succeeded" {
+				t.Fatalf("type filter let %s through", it.Type)
+			}
+			seen = append(seen, it.EventID)
+		}
+		if p.NextCursor == "" {
+			if pages != 2 {
+				t.Fatalf("%d pages, want 3", pages+1)
+			}
+			break
+		}
+		cursor = p.NextCursor
+	}
+	if len(seen) != 5 {
+		t.Fatalf("paged through %d events, want 5", len(seen))
+	}
+	after := e.events(secretA, "?type=payment.created&after=2026-11-26T12:00:02Z")
+	if len(after.Items) != 2 {
+		t.Fatalf("events after 12:00:02: %d, want 2", len(after.Items))
+	}
+	for _, q := range []string{"?type=payment.exploded", "?cursor=nope", "?limit=0", "?after=yesterday"} {
+		if r := e.do(secretA, "GET", "/events"+q, "", ""); r.status != http.StatusBadRequest {
+			t.Errorf("GET /events%s: %d %s, want 400", q, r.status, r.body)
+		}
+	}
+	if r := e.do(secretA, "GET", "/events/not-a-uuid", "", ""); r.status != http.StatusNotFound {
+		t.Errorf("GET /events/not-a-uuid: %d", r.status)
+	}
+}
+
+// When the log cannot record, nothing is published: the relay hands the
+// events back as the broker's failure and publishes them later, recorded.
+func TestNothingIsPublishedThatTheLogDidNotRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.pay(secretA, "p1", "pm_card_visa", "")
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE events RENAME TO events_away`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.relay.RunOnce(t.Context()); err != nil && !errors.Is(err, outbox.ErrBrokerUnavailable) {
+		t.Logf("relay pass while the log is away: %v", err)
+	}
+	if len(e.next.published) != 0 {
+		t.Fatalf("published %d events the log did not record", len(e.next.published))
+	}
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE events_away RENAME TO events`); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Hour) // past the relay's backoff
+	e.relayAll()
+	if got := e.events(secretA, ""); len(got.Items) != 2 || len(e.next.published) != 2 {
+		t.Fatalf("after the log came back: %d recorded, %d published; want 2 and 2", len(got.Items), len(e.next.published))
+	}
+}
+
+// Clean-up deletes the events recorded longer ago than EVENT_RETENTION.
+func TestCleanupKeepsEventsForTheirRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.pay(secretA, "p1", "pm_card_visa", "")
+	e.relayAll()
+	j := cleanup.New(e.pool, e.clk, cleanup.Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: time.Hour, OutboxRetention: time.Hour,
+		EventRetention: 720 * time.Hour}, slog.New(slog.DiscardHandler))
+	e.clk.Advance(719 * time.Hour)
+	if st, err := j.RunOnce(t.Context()); err != nil || st.LogEventsDeleted != 0 {
+		t.Fatalf("before the retention: %+v, %v", st, err)
+	}
+	e.clk.Advance(time.Hour)
+	if st, err := j.RunOnce(t.Context()); err != nil || st.LogEventsDeleted != 2 {
+		t.Fatalf("at the retention: %+v, %v; want 2 events deleted", st, err)
+	}
+}
