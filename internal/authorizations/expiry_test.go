@@ -1,6 +1,8 @@
 package authorizations_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -58,5 +60,41 @@ func TestExpiredAuthorizationIsVoided(t *testing.T) {
 	e.reconcile()
 	if c := e.charge(expiring); c.VoidRequestCount != 1 {
 		t.Fatalf("voided again: %+v", c)
+	}
+}
+
+// refusesCaptures refuses every capture before processing (503).
+type refusesCaptures struct{ provider.Provider }
+
+func (p refusesCaptures) Capture(context.Context, provider.CaptureRequest) (provider.Charge, error) {
+	return provider.Charge{}, fmt.Errorf("%w: 503", provider.ErrUnavailable)
+}
+
+// The expiry's void finds another action holding the authorization (a
+// capture the provider refused, whose client never comes back): it waits
+// for that action to end instead of ending itself, so that when the capture
+// is abandoned and hands the authorization back after the expiry, the
+// authorization is still voided (found by the money simulation, issue 18).
+func TestExpiryWaitsForAnActionThatHoldsTheAuthorization(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{wrap: func(p provider.Provider) provider.Provider { return refusesCaptures{p} }})
+	id := e.authorized("pay", "pm_card_visa")
+	e.clk.Advance(authTTL - time.Hour)
+	wantStatus(t, e.capture(0, id, "cap", ""), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
+
+	e.clk.Advance(time.Hour) // the expiry, with the capture holding the authorization
+	e.reconcile()
+	if p := e.payment(id); p["status"] != "PROCESSING" {
+		t.Fatalf("at the expiry: %v", p)
+	}
+	for range 26 { // a day: the refused capture is abandoned, the authorization handed back
+		e.clk.Advance(time.Hour)
+		e.reconcile()
+	}
+	if p := e.payment(id); p["status"] != "CANCELED" {
+		t.Fatalf("a day after the expiry: %v, want CANCELED (voided)", p)
+	}
+	if c := e.charge(id); c.Status != provider.StatusCanceled || c.VoidRequestCount != 1 {
+		t.Fatalf("the provider's charge: %+v", c)
 	}
 }

@@ -244,10 +244,11 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 }
 
 // beforeExpiry settles a scheduled void that has nothing to do yet: it is
-// early (the look is booked again for the expiry), or the payment is no
-// longer authorized (captured, or canceled, by another action: the void
-// ends without a call, with a stored answer nobody asks for). done is false
-// when the void is due.
+// early (the look is booked again for the expiry), another action holds the
+// authorization (the look is booked again soon), or the payment has ended
+// (captured, or canceled, by another action: the void ends without a call,
+// with a stored answer nobody asks for). done is false when the void is
+// due.
 func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Action, p payments.Payment) (done bool, res idempotency.Result, err error) {
 	now := s.d.Clock.Now()
 	switch {
@@ -257,10 +258,63 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 		return true, nil, own.Commit(ctx, b)
 	case p.State == payments.StateAuthorized:
 		return false, nil, nil
+	case !p.State.Final():
+		// Another action holds the authorization (a capture or a cancel at
+		// the provider): it may end it, or hand it back, even after the
+		// expiry (a declined capture, an abandoned one). Look again until
+		// the payment has ended; only then is there nothing to void.
+		// If that action was left for a person, so is this void: the
+		// person who settles one settles the other.
+		switch review, err := s.holderInReview(ctx, own.Tenant, a); {
+		case err != nil:
+			return true, nil, err
+		case review:
+			return true, nil, own.MarkForReview(ctx, "the action holding the expired authorization of payment "+p.ID+" is left for a person")
+		}
+		// Each look waits as long as the previous ones together, up to an
+		// hour: a long wait costs few looks, and the void follows the
+		// hand-back within the hour.
+		wait := expiryRecheck
+		if p.AuthorizationExpiresAt != nil {
+			wait = min(max(wait, now.Sub(*p.AuthorizationExpiresAt)), time.Hour)
+		}
+		b := &pgx.Batch{}
+		own.QueueRelease(b, idempotency.LookAt(now.Add(wait)))
+		return true, nil, own.Commit(ctx, b)
 	}
 	res, err = s.end(ctx, own, a, p, StateCanceled, "", "nothing to void: the payment is "+string(p.State))
 	return true, res, err
 }
+
+// holderInReview reports whether an action on a's payment other than a, not
+// ended yet, has its key left for a person.
+func (s *Service) holderInReview(ctx context.Context, tenant string, a Action) (bool, error) {
+	others, err := unendedActions(ctx, s.d.DB, tenant, a.PaymentID, a.ID)
+	if err != nil {
+		return false, err
+	}
+	for _, o := range others {
+		typ := ResourceCapture
+		if o.Kind == payments.ActionVoid {
+			typ = ResourceCancellation
+		}
+		rec, err := idempotency.LoadByResource(ctx, s.d.DB, idempotency.Resource{Type: typ, ID: o.ID})
+		if errors.Is(err, idempotency.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if rec.ManualReviewAt != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// expiryRecheck is how long after it found another action holding an
+// expired authorization the service's void looks at it again.
+const expiryRecheck = time.Minute
 
 // end ends action a, which made no call, in `to`, with its key's final
 // answer: a cancel of a payment that moved no money, or an expiry's void

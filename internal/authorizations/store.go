@@ -45,3 +45,19 @@ func getAction(ctx context.Context, db *pgxpool.Pool, tenant, id string) (Action
 	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
 	return a, nil
 }
+
+// unendedActions are the tenant's actions on payment paymentID, but except,
+// that have not ended.
+func unendedActions(ctx context.Context, db *pgxpool.Pool, tenant, paymentID, except string) ([]Action, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, kind FROM payment_actions
+		WHERE payment_id = $1 AND tenant_id = $2 AND id <> $3 AND state NOT IN ($4, $5, $6)`,
+		paymentID, tenant, except, StateSucceeded, StateDeclined, StateCanceled)
+	if err != nil {
+		return nil, fmt.Errorf("read a payment's actions: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Action, error) {
+		var a Action
+		return a, row.Scan(&a.ID, &a.Kind)
+	})
+}
