@@ -55,6 +55,9 @@ INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES
     ('payment', 'CAPTURE_REQUESTED', 'CANCELED'),
     ('payment', 'VOID_REQUESTED', 'CANCELED'),
     ('payment', 'VOID_REQUESTED', 'AUTHORIZED'),
+    -- a void that finds the charge captured (elsewhere, or by a request of
+    -- ours processed after all): the money moved
+    ('payment', 'VOID_REQUESTED', 'COMPLETED'),
     -- cancel_payment of a payment that moved no money: its key's next owner
     -- ends it as abandoned, or settles what the provider holds after all
     ('payment', 'RECEIVED', 'CANCEL_REQUESTED'),

@@ -45,12 +45,13 @@ const (
 // simulator, each with its own pool, engine and reconciler, as separate
 // processes would run.
 type env struct {
-	t     *testing.T
-	urls  []string
-	pool  *pgxpool.Pool
-	clk   *clock.Fake
-	sim   *sim.Simulator
-	cores []*app.Core
+	t      *testing.T
+	urls   []string
+	pool   *pgxpool.Pool
+	clk    *clock.Fake
+	sim    *sim.Simulator
+	simURL string
+	cores  []*app.Core
 }
 
 type envOptions struct {
@@ -81,7 +82,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	simulator := sim.New(sim.Options{HangFor: opts.providerTimeout + time.Second})
 	simSrv := httptest.NewServer(simulator)
 	t.Cleanup(simSrv.Close)
-	e := &env{t: t, pool: pool, clk: clk, sim: simulator}
+	e := &env{t: t, pool: pool, clk: clk, sim: simulator, simURL: simSrv.URL}
 	for range opts.instances {
 		instPool := pool
 		if opts.instances > 1 {

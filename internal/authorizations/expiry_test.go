@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
 
 // An authorization nobody captured by its authorizationExpiresAt is voided
@@ -96,5 +97,29 @@ func TestExpiryWaitsForAnActionThatHoldsTheAuthorization(t *testing.T) {
 	}
 	if c := e.charge(id); c.Status != provider.StatusCanceled || c.VoidRequestCount != 1 {
 		t.Fatalf("the provider's charge: %+v", c)
+	}
+}
+
+// A void that finds the charge captured at the provider (from its
+// dashboard, or by a request of ours processed after all) settles the
+// payment as captured, for what the provider took, with its event for the
+// ledger: never back to REQUIRES_CAPTURE (found by review, issue 18).
+func TestAVoidThatFindsTheChargeCapturedSettlesIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	id := e.authorized("pay", "pm_card_visa")
+	charge := e.charge(id)
+	if _, err := simclient.New(e.simURL, nil).Capture(t.Context(), provider.CaptureRequest{
+		IdempotencyKey: "dashboard-capture", ChargeID: charge.ID, AmountMinor: 700, Currency: "EUR", PaymentID: id,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.cancel(0, id, "cxl", "")
+	wantStatus(t, r, http.StatusConflict, "PAYMENT_NOT_CANCELABLE")
+	if p := e.payment(id); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "7.00" {
+		t.Fatalf("payment: %v", p)
+	}
+	if n := e.count("outbox_events WHERE event_type = 'PaymentSucceeded' AND aggregate_id = $1", id); n != 1 {
+		t.Fatalf("%d PaymentSucceeded events, want 1", n)
 	}
 }

@@ -380,7 +380,7 @@ const (
 // action succeeded when the charge is captured (a capture) or voided (a
 // void); a charge that went the other way declines it.
 func (s *Service) answer(a Action, c provider.Charge) providerflow.Answer {
-	ans := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode}
+	ans := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode, AmountMinor: c.AmountCapturedMinor}
 	switch {
 	case a.Kind == payments.ActionCapture && c.Status == provider.StatusCanceled:
 		ans.Status, ans.DeclineCode = provider.StatusDeclined, declineChargeCanceled
@@ -420,8 +420,9 @@ func (s *Service) settle(b *pgx.Batch, a Action, p payments.Payment, to State, a
 	}
 	a.State = to
 	var (
-		end    payments.ActionEnd
-		reason string
+		end      payments.ActionEnd
+		reason   string
+		captured = a.AmountMinor
 	)
 	switch to {
 	case StateSucceeded:
@@ -429,19 +430,28 @@ func (s *Service) settle(b *pgx.Batch, a Action, p payments.Payment, to State, a
 		end, reason = payments.Voided, "voided at the provider"
 		if a.Kind == payments.ActionCapture {
 			end, reason = payments.Captured, "captured at the provider"
+			if ans.AmountMinor > 0 {
+				captured = ans.AmountMinor // what the provider says it took
+			}
 		}
 	case StateDeclined:
 		a.ProviderReference, a.DeclineCode = ans.ID, ans.DeclineCode
 		end, reason = payments.Released, string(a.Kind)+" declined: "+ans.DeclineCode
-		if a.Kind == payments.ActionCapture && ans.DeclineCode == declineChargeCanceled {
+		switch {
+		case a.Kind == payments.ActionCapture && ans.DeclineCode == declineChargeCanceled:
 			end, reason = payments.Voided, "the provider had voided the authorization"
+		case a.Kind == payments.ActionVoid && ans.DeclineCode == declineChargeAlreadyCaptured && ans.AmountMinor > 0:
+			// Captured elsewhere (the provider's dashboard, a request
+			// of ours that was processed after all): the money moved,
+			// and the payment says so, with its event for the ledger.
+			end, reason, captured = payments.Captured, "the provider had captured it", ans.AmountMinor
 		}
 	case StateCanceled:
 		end, reason = payments.Released, string(a.Kind)+" abandoned: it never reached the provider"
 	default:
 		return Result{Action: a, Payment: p}, nil
 	}
-	p, err := s.pay.QueueEnd(b, p, a.Kind, end, a.AmountMinor, reason, now)
+	p, err := s.pay.QueueEnd(b, p, a.Kind, end, captured, reason, now)
 	if err != nil {
 		return nil, err
 	}

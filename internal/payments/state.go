@@ -70,7 +70,7 @@ var machine = statemachine.New("payment",
 		// abandoned unsent), or canceled if the provider voided the
 		// authorization first; a void ends canceled or back where it was.
 		StateCaptureRequested: {StateCompleted, StateAuthorized, StateCanceled},
-		StateVoidRequested:    {StateCanceled, StateAuthorized},
+		StateVoidRequested:    {StateCanceled, StateAuthorized, StateCompleted},
 	})
 
 // States lists every state, in the order of the life of a payment.

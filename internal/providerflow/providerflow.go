@@ -100,6 +100,9 @@ type Answer struct {
 	ID          string
 	Status      provider.Status
 	DeclineCode string
+	// AmountMinor is what the provider's object says moved, when the
+	// operation reads it (a capture's captured amount); 0 otherwise.
+	AmountMinor int64
 }
 
 // Hooks are failpoints for tests; each runs after the named step.
