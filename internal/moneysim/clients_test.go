@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
@@ -29,6 +31,11 @@ func (s retryStyle) String() string {
 
 // retrier is what every client shares: its key, and how it retries.
 type retrier struct {
+	// rng is the stream the client draws its choices from: the world's
+	// main one for payments and their refunds, its manual-capture one for
+	// the clients of captures and cancels (and the refunds of what they
+	// captured).
+	rng         *rand.Rand
 	name        string // the resource's name for the current key
 	key         string
 	keys        int
@@ -38,13 +45,16 @@ type retrier struct {
 	style       retryStyle
 	steady      time.Duration
 	id          string // the resource of the current key, once known
+	// inFlight, if set, runs once inside the provider call of the client's
+	// next request (a rival's request while this one is at the provider).
+	inFlight func()
 }
 
-func (w *world) newRetrier(name string) retrier {
+func (w *world) newRetrier(name string, rng *rand.Rand) retrier {
 	r := retrier{
-		name: name, style: pick(w.rng, styleFast, styleFast, styleSteady, styleSteady, styleSteady, styleBackoff,
+		rng: rng, name: name, style: pick(rng, styleFast, styleFast, styleSteady, styleSteady, styleSteady, styleBackoff,
 			styleNearAbandon, styleNearAbandon, styleNearAbandon, styleNearAbandon),
-		steady: pick(w.rng, 2*time.Minute, 5*time.Minute, 20*time.Minute), maxAttempts: pick(w.rng, 2, 5, 12, 25, 40),
+		steady: pick(rng, 2*time.Minute, 5*time.Minute, 20*time.Minute), maxAttempts: pick(rng, 2, 5, 12, 25, 40),
 	}
 	if r.style == styleNearAbandon {
 		r.maxAttempts = min(r.maxAttempts, 4) // a daily job gives up within days
@@ -68,10 +78,10 @@ func (r *retrier) newKey(base string) {
 func (w *world) delay(r *retrier) time.Duration {
 	switch r.style {
 	case styleSteady:
-		return time.Duration(float64(r.steady) * (0.8 + 0.4*w.rng.Float64()))
+		return time.Duration(float64(r.steady) * (0.8 + 0.4*r.rng.Float64()))
 	case styleBackoff:
 		d := min(time.Duration(1<<min(r.attempts, 20))*time.Second, 6*time.Hour)
-		return d/2 + between(w.rng, 0, d/2)
+		return d/2 + between(r.rng, 0, d/2)
 	case styleNearAbandon:
 		// A daily job: it runs again a little before the time of day of
 		// the key's first request, so its first retry comes just before
@@ -80,14 +90,14 @@ func (w *world) delay(r *retrier) time.Duration {
 		if first.IsZero() { // a new key: its first request is the next
 			first = w.clock.Now()
 		}
-		early := between(w.rng, time.Second, time.Minute)
+		early := between(r.rng, time.Second, time.Minute)
 		for day := time.Duration(1); day < 100; day++ {
 			if d := first.Add(day*replayTTL - early).Sub(w.clock.Now()); d > 2*time.Minute {
 				return d
 			}
 		}
 	}
-	return between(w.rng, time.Second, 30*time.Second)
+	return between(r.rng, time.Second, 30*time.Second)
 }
 
 // payClient pays one invoice: one key at a time, retried by its style; a
@@ -101,25 +111,41 @@ type payClient struct {
 	againOnCancel    bool
 	againOnDecline   bool
 	refundsScheduled bool
+	// manual: its payments are made with captureMethod manual; what
+	// follows their authorization is planned once per key (plannedFor).
+	manual     bool
+	plannedFor string
+	actions    int // action clients made, for their names
 }
 
 func (w *world) newPayClient(n int) {
 	c := &payClient{
-		retrier: w.newRetrier(fmt.Sprintf("pay%d", n)), n: n,
+		retrier: w.newRetrier(fmt.Sprintf("pay%d", n), w.rng), n: n,
 		account: fmt.Sprintf("acc_%d", 1+w.rng.IntN(2)), ref: fmt.Sprintf("invoice-%d", n),
 		amountMinor:   100 * int64(10+w.rng.IntN(90)),
 		method:        pick(w.rng, methodOK, methodOK, methodOK, methodOK, methodOK, methodOK, methodDeclined, methodRefundDeclined),
 		againOnCancel: w.rng.Float64() < 0.7, againOnDecline: w.rng.Float64() < 0.3,
 	}
+	// Manual capture: from the second stream, so that the first draws
+	// what it drew before manual capture existed.
+	manual := ""
+	if c.manual = w.mrng.Float64() < w.knobs.PManual; c.manual {
+		c.method = pick(w.mrng, methodOK, methodOK, methodOK, methodOK, sim.MethodCaptureDeclined, methodDeclined, methodRefundDeclined)
+		manual = ", captureMethod manual"
+	}
 	c.newKey(fmt.Sprintf("pay%d", n))
 	w.pays = append(w.pays, c)
-	w.tracef("client %s: %s %s %s, retries %s up to %d", c.name, c.ref, money.Format(c.amountMinor, "EUR"), c.method, c.style, c.maxAttempts)
+	w.tracef("client %s: %s %s %s%s, retries %s up to %d", c.name, c.ref, money.Format(c.amountMinor, "EUR"), c.method, manual, c.style, c.maxAttempts)
 	w.schedule(w.start.Add(between(w.rng, 0, 2*time.Hour)), true, "pay", func() { w.pay(c) })
 }
 
 func (c *payClient) command() payments.Command {
-	return payments.Command{AccountID: c.account, AmountMinor: c.amountMinor, Currency: "EUR",
+	cmd := payments.Command{AccountID: c.account, AmountMinor: c.amountMinor, Currency: "EUR",
 		MerchantReference: c.ref, PaymentMethod: c.method, Channel: payments.ChannelWeb}
+	if c.manual {
+		cmd.CaptureMethod = payments.CaptureManual
+	}
+	return cmd
 }
 
 // resourceOfKey returns the resource id of the tenant's key of operation,
@@ -147,9 +173,21 @@ func (w *world) request(r *retrier, operation, resType string, send func() (idem
 	if r.id == "" {
 		w.pendingName = r.name
 	}
-	if w.faults && w.rng.Float64() < w.knobs.PDuplicate {
+	var mid []func()
+	if w.faults && r.rng.Float64() < w.knobs.PDuplicate {
+		mid = append(mid, func() { w.duplicate(r, operation, resType, send) })
+	}
+	if r.inFlight != nil {
+		mid = append(mid, r.inFlight)
+		r.inFlight = nil
+	}
+	if len(mid) > 0 {
 		w.prov.mu.Lock()
-		w.prov.midFlight = func() { w.duplicate(r, operation, resType, send) }
+		w.prov.midFlight = func() {
+			for _, f := range mid {
+				f()
+			}
+		}
 		w.prov.mu.Unlock()
 	}
 	w.tracef("client %s: request with %s (attempt %d)", r.name, r.key, r.attempts)
@@ -160,7 +198,11 @@ func (w *world) request(r *retrier, operation, resType string, send func() (idem
 	w.actor = "client"
 	if r.id == "" {
 		if r.id = w.resourceOfKey(operation, r.key); r.id != "" {
-			w.name(r.id)
+			if _, named := w.names[r.id]; !named {
+				// (A rival's request inside this one's provider call
+				// may have used the pending name up.)
+				w.names[r.id] = r.name
+			}
 		}
 	}
 	w.pendingName = ""
@@ -210,9 +252,14 @@ func (w *world) pay(c *payClient) {
 				return w.core.Payments.Create(w.ctx, tenant, key, cmd, 0)
 			})
 			switch {
+			case st == http.StatusCreated && c.manual:
+				if c.plannedFor != c.key {
+					c.plannedFor = c.key
+					w.planActions(c, reply)
+				}
 			case st == http.StatusCreated && !c.refundsScheduled:
 				c.refundsScheduled = true
-				w.planRefunds(c)
+				w.planRefunds(c, c.amountMinor, 0, w.rng)
 			case st == http.StatusConflict && c.againOnCancel, st == http.StatusPaymentRequired && c.againOnDecline:
 				c.againOnCancel, c.againOnDecline = false, false
 				if st == http.StatusPaymentRequired {
@@ -220,20 +267,27 @@ func (w *world) pay(c *payClient) {
 				}
 				c.newKey(fmt.Sprintf("pay%d", c.n))
 				w.tracef("client %s: pays the same invoice again with a new key", c.name)
-				w.schedule(w.clock.Now().Add(between(w.rng, time.Second, time.Hour)), true, "pay", func() { w.pay(c) })
+				w.schedule(w.clock.Now().Add(between(c.rng, time.Second, time.Hour)), true, "pay", func() { w.pay(c) })
 			}
 		case http.StatusAccepted:
-			w.retry(&c.retrier, between(w.rng, 2*time.Second, 2*time.Minute), func() { w.pay(c) })
+			w.retry(&c.retrier, between(c.rng, 2*time.Second, 2*time.Minute), func() { w.pay(c) })
 		default:
 			w.fail("answer", c.name, "%s: unexpected answer %d %s", c.name, st, reply.Response.Body)
 		}
 	case errors.Is(err, payments.ErrProviderUnavailable), errors.Is(err, idempotency.ErrCrashed),
 		errors.Is(err, payments.ErrReferenceContended):
 		w.tracef("client %s: %v", c.name, short(err))
+		if c.manual && c.id != "" && errors.Is(err, payments.ErrProviderUnavailable) && w.mrng.Float64() < 0.2 {
+			// It cancels the payment, which moved no money, rather than
+			// retry it (cancel_payment of a payment never authorized).
+			w.tracef("client %s: cancels the payment instead of retrying", c.name)
+			w.newActionClient(c, payments.ActionVoid, 0, time.Time{}, w.clock.Now().Add(between(w.mrng, time.Second, 10*time.Minute)))
+			return
+		}
 		w.retry(&c.retrier, w.delay(&c.retrier), func() { w.pay(c) })
 	case errors.As(err, &inUse):
 		w.tracef("client %s: 409 in use", c.name)
-		w.retry(&c.retrier, between(w.rng, lease/2, 2*lease), func() { w.pay(c) })
+		w.retry(&c.retrier, between(c.rng, lease/2, 2*lease), func() { w.pay(c) })
 	case errors.As(err, &dup):
 		w.tracef("client %s: 409 duplicate merchant reference (held by %s): stops", c.name, w.name(dup.PaymentID))
 	case errors.As(err, &expired):
@@ -272,11 +326,11 @@ func (w *world) sawFinal(id, name string, reply idempotency.Reply) {
 // maybeReplayLater sends the same request again much later: it must be
 // answered by the same bytes, or (past the replay window) as expired.
 func (w *world) maybeReplayLater(r *retrier, first idempotency.Reply, send func() (idempotency.Reply, error)) {
-	if !w.faults || w.rng.Float64() >= 0.25 {
+	if !w.faults || r.rng.Float64() >= 0.25 {
 		return
 	}
 	name, id := r.name, r.id
-	w.schedule(w.clock.Now().Add(between(w.rng, time.Minute, 30*time.Hour)), true, "replay "+name, func() {
+	w.schedule(w.clock.Now().Add(between(r.rng, time.Minute, 30*time.Hour)), true, "replay "+name, func() {
 		w.actor = "client"
 		reply, err := send()
 		var expired *idempotency.KeyExpiredError
@@ -302,23 +356,30 @@ type refundClient struct {
 	newKeyOn503 bool // a careless client: a refusal makes it start over with a new key
 }
 
-func (w *world) planRefunds(c *payClient) {
-	if w.rng.Float64() >= w.knobs.PRefund {
+// planRefunds plans the refunds of c's payment, which captured captured:
+// all of it or half, each; or, for a payment that captured less than it
+// authorized (over), now and then the authorized amount, which must be
+// refused. Its choices come from rng.
+func (w *world) planRefunds(c *payClient, captured, over int64, rng *rand.Rand) {
+	if rng.Float64() >= w.knobs.PRefund {
 		return
 	}
-	n := 1 + w.rng.IntN(2)
+	n := 1 + rng.IntN(2)
 	for i := 1; i <= n; i++ {
-		amount := c.amountMinor
-		if w.rng.Float64() < 0.6 {
-			amount = c.amountMinor / 2
+		amount := captured
+		if rng.Float64() < 0.6 {
+			amount = captured / 2
+		}
+		if over > captured && rng.Float64() < 0.25 {
+			amount = over
 		}
 		base := fmt.Sprintf("ref%d.%d", c.n, i)
-		rc := &refundClient{retrier: w.newRetrier(base), pay: c, paymentID: c.id, base: base, amountMinor: amount,
-			newKeyOn503: w.rng.Float64() < 0.3}
+		rc := &refundClient{retrier: w.newRetrier(base, rng), pay: c, paymentID: c.id, base: base, amountMinor: amount,
+			newKeyOn503: rng.Float64() < 0.3}
 		rc.newKey(base)
 		w.refs = append(w.refs, rc)
 		w.tracef("client %s: will refund %s of %s, retries %s up to %d", rc.name, money.Format(amount, "EUR"), c.name, rc.style, rc.maxAttempts)
-		w.schedule(w.clock.Now().Add(between(w.rng, 10*time.Second, 30*time.Hour)), true, "refund", func() { w.refund(rc) })
+		w.schedule(w.clock.Now().Add(between(rng, 10*time.Second, 30*time.Hour)), true, "refund", func() { w.refund(rc) })
 	}
 }
 
@@ -348,13 +409,13 @@ func (w *world) refund(rc *refundClient) {
 				return w.core.Refunds.Create(w.ctx, tenant, key, cmd, 0)
 			})
 		case http.StatusAccepted:
-			w.retry(&rc.retrier, between(w.rng, 2*time.Second, 2*time.Minute), func() { w.refund(rc) })
+			w.retry(&rc.retrier, between(rc.rng, 2*time.Second, 2*time.Minute), func() { w.refund(rc) })
 		default:
 			w.fail("answer", rc.name, "%s: unexpected answer %d %s", rc.name, st, reply.Response.Body)
 		}
 	case errors.Is(err, refunds.ErrProviderUnavailable):
 		w.tracef("client %s: %v", rc.name, short(err))
-		if rc.newKeyOn503 && w.rng.Float64() < 0.5 {
+		if rc.newKeyOn503 && rc.rng.Float64() < 0.5 {
 			rc.newKeyOn503 = false
 			rc.newKey(rc.base)
 			w.tracef("client %s: starts over with a new key", rc.name)
@@ -364,7 +425,7 @@ func (w *world) refund(rc *refundClient) {
 		w.retry(&rc.retrier, w.delay(&rc.retrier), func() { w.refund(rc) })
 	case errors.As(err, &inUse):
 		w.tracef("client %s: 409 in use", rc.name)
-		w.retry(&rc.retrier, between(w.rng, lease/2, 2*lease), func() { w.refund(rc) })
+		w.retry(&rc.retrier, between(rc.rng, lease/2, 2*lease), func() { w.refund(rc) })
 	case errors.As(err, &exceeds):
 		w.tracef("client %s: 409 exceeds refundable (%s left): stops", rc.name, money.Format(exceeds.RefundableMinor, "EUR"))
 	case errors.Is(err, refunds.ErrNotRefundable):

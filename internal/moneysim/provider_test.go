@@ -34,8 +34,9 @@ import (
 //     (which the service must never cause: ProviderKeyWindow).
 //
 // Captures and voids draw the same fates as creates (a refusal, hidden or
-// not, a lost or late answer), and are keyed the same way, but announce no
-// webhooks. A capture or void processed late moves its charge at once, as
+// not, a lost or late answer), from the world's manual-capture stream, and
+// are keyed the same way; each new one may announce a webhook about its
+// payment (as Stripe's payment_intent.succeeded or .canceled would). A capture or void processed late moves its charge at once, as
 // far as other requests are concerned, but GetCharge and Lookup show the
 // move only from when it was processed. GetCharge is read-after-write
 // (no lag) and may only fail to say, like a lookup.
@@ -117,14 +118,16 @@ func (f fate) String() string {
 	return [...]string{"ok", "refused", "refused-but-processed", "answer-lost", "answer-after-timeout"}[f]
 }
 
-// drawFate draws the fate of a create request (none while faults are off).
-func (p *simProvider) drawFate() fate {
+// drawFate draws the fate of a request from rng (none while faults are
+// off): the world's main stream for charges and refunds, its manual-capture
+// stream for captures and voids.
+func (p *simProvider) drawFate(rng *rand.Rand) fate {
 	w := p.w
 	if !w.faults {
 		return fateOK
 	}
 	k := w.knobs
-	switch r := w.rng.Float64(); {
+	switch r := rng.Float64(); {
 	case r < k.PRefuse*(1-k.PRefuseHidden):
 		return fateRefused
 	case r < k.PRefuse:
@@ -209,7 +212,7 @@ func (p *simProvider) Charge(_ context.Context, req provider.ChargeRequest) (pro
 	p.runMidFlight()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := p.drawFate()
+	f := p.drawFate(p.w.rng)
 	now := p.clock.Now()
 	if f != fateOK {
 		p.noteUncertain(req.IdempotencyKey)
@@ -332,7 +335,7 @@ func (p *simProvider) Refund(_ context.Context, req provider.RefundRequest) (pro
 	p.runMidFlight()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := p.drawFate()
+	f := p.drawFate(p.w.rng)
 	now := p.clock.Now()
 	if f != fateOK {
 		p.noteUncertain(req.IdempotencyKey)
@@ -412,6 +415,32 @@ func (p *simProvider) Void(_ context.Context, req provider.VoidRequest) (provide
 	})
 }
 
+// simKill is what a capture or void call panics with to kill its caller
+// as kill -9 would: nothing after it runs (no answer written, no lease
+// handed back). The capture path has no failpoints (payments.Hooks are the
+// payments' only), so the simulation kills there; world.sendAction
+// recovers it. Only a client's request is killed, never the reconciler's.
+type simKill struct{ point string }
+
+// killPoint draws whether the client's owner of a capture or void dies at
+// the provider, at each of the two points where the payments' failpoints
+// kill theirs, with the same probability (PCrash, while faults are on):
+// "before" its request reaches it (the action is PROVIDER_REQUEST_SENT, the
+// provider holds nothing: payments' AfterRequestSent), or "after" the
+// provider processed it (AfterProviderAnswer); "" if it lives.
+func (p *simProvider) killPoint() string {
+	w := p.w
+	switch {
+	case !w.faults || w.actor != "client":
+		return ""
+	case w.mrng.Float64() < w.knobs.PCrash:
+		return "before"
+	case w.mrng.Float64() < w.knobs.PCrash:
+		return "after"
+	}
+	return ""
+}
+
 // act runs a capture or void (kind) of charge chargeID with key in book:
 // the fate of the request, then the key's object, or a new one that decide
 // fills in (its id, verdict) and applies to the charge.
@@ -419,8 +448,19 @@ func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID,
 	p.runMidFlight()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := p.drawFate()
+	kill := p.killPoint()
+	if kill == "before" {
+		p.w.tracef("crash: owner of %s's %s dies after request sent (the provider never gets it)", p.w.name(ourID), kind)
+		panic(simKill{point: "after request sent"})
+	}
+	f := p.drawFate(p.w.mrng)
 	now := p.clock.Now()
+	if kind == "capture" && p.w.pool != nil { // (TestProviderCaptures has no service)
+		if exp := p.w.expiryOf(ourID); exp != nil && !now.Before(*exp) {
+			p.w.note("capture-after-expiry", "capture of %s sent to the provider at %s, %s after its authorization expired (%s)",
+				p.w.name(ourID), p.w.at(now), fmtDur(now.Sub(*exp)), f)
+		}
+	}
 	if f != fateOK {
 		p.noteUncertain(key)
 	}
@@ -433,14 +473,21 @@ func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID,
 		p.w.tracef("provider: %s %s of unknown charge %s", kind, p.w.name(ourID), chargeID)
 		return provider.Charge{}, fmt.Errorf("simulated 404: no charge %s", chargeID)
 	}
-	o, _ := p.keyed(book, key, f, func(o *object) {
+	o, made := p.keyed(book, key, f, func(o *object) {
 		o.ChargeID, o.OurID = chargeID, ourID
 		decide(o, ch)
 		o.AmountCapturedMinor = ch.AmountCapturedMinor
 	})
+	if made {
+		p.w.chargeMoved(o)
+	}
 	err := answerErr(f, o, now)
 	p.w.tracef("provider: %s %s of %s -> %s %s %s (%s, request %d, processed %s)", kind, p.w.name(ourID), ch.ID, o.ID, o.Status, o.DeclineCode,
 		f, o.Requests, p.w.at(o.ProcessedAt))
+	if kill == "after" {
+		p.w.tracef("crash: owner of %s's %s dies after the provider processed it", p.w.name(ourID), kind)
+		panic(simKill{point: "after provider answer"})
+	}
 	if err != nil {
 		return provider.Charge{}, err
 	}
@@ -456,7 +503,8 @@ func (p *simProvider) GetCharge(_ context.Context, chargeID string) (provider.Ch
 	defer p.mu.Unlock()
 	w := p.w
 	now := p.clock.Now()
-	if w.faults && w.rng.Float64() < w.knobs.PLookupUnavailable {
+	if w.faults && w.mrng.Float64() < w.knobs.PLookupUnavailable {
+		p.noteUncertain(chargeID) // an action's lookup: counted by its charge
 		w.tracef("provider: get charge %s cannot say (503)", chargeID)
 		return provider.Charge{}, fmt.Errorf("%w: simulated 503 on get", provider.ErrUnavailable)
 	}
@@ -498,9 +546,15 @@ func (p *simProvider) LookupRefund(_ context.Context, l provider.RefundLookup) (
 	return refundOf(o), nil
 }
 
-// snapshot returns every object the provider holds (for the invariants),
-// charges then refunds, each oldest first.
-func (p *simProvider) snapshot() (charges, refunds map[string][]object, ambiguous map[string]bool) {
+// books are the provider's books as a snapshot holds them: by key, each
+// oldest first.
+type books struct {
+	charges, refunds, captures, voids map[string][]object
+	ambiguous                         map[string]bool
+}
+
+// snapshot returns every object the provider holds (for the invariants).
+func (p *simProvider) snapshot() books {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cp := func(book map[string][]*object) map[string][]object {
@@ -516,7 +570,7 @@ func (p *simProvider) snapshot() (charges, refunds map[string][]object, ambiguou
 	for k := range p.ambiguous {
 		amb[k] = true
 	}
-	return cp(p.charges), cp(p.refunds), amb
+	return books{charges: cp(p.charges), refunds: cp(p.refunds), captures: cp(p.captures), voids: cp(p.voids), ambiguous: amb}
 }
 
 // TestProviderCaptures runs the Captures port's conformance cases against
@@ -525,7 +579,7 @@ func (p *simProvider) snapshot() (charges, refunds map[string][]object, ambiguou
 // every adapter's do.
 func TestProviderCaptures(t *testing.T) {
 	providertest.RunCaptures(t, func(t *testing.T) providertest.CapturesSubject {
-		w := &world{t: t, rng: rand.New(rand.NewPCG(1, 2)), ctx: context.Background(), clock: clock.NewFake(epoch), start: epoch,
+		w := &world{t: t, rng: rand.New(rand.NewPCG(1, 2)), mrng: rand.New(rand.NewPCG(3, 4)), ctx: context.Background(), clock: clock.NewFake(epoch), start: epoch,
 			knobs: Knobs{ProviderKeyTTL: keyWindow}, names: map[string]string{}, failed: map[string]bool{},
 			looked: map[string]string{}, uncertain: map[string]int{}}
 		p := newSimProvider(w)

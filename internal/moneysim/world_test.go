@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -67,6 +68,12 @@ type Knobs struct {
 	PWebhook                       float64 // an object's events are delivered
 	PDuplicate                     float64 // a client request gets a duplicate while in flight
 	PRefund                        float64 // a succeeded payment is refunded
+	// Manual capture, drawn from the run's second stream (world.mrng):
+	// the share of payments made with captureMethod manual (0: the run is
+	// the one this seed played before manual capture existed), and the
+	// service's AUTHORIZATION_TTL.
+	PManual          float64
+	AuthorizationTTL time.Duration
 }
 
 func pick[T any](rng *rand.Rand, xs ...T) T { return xs[rng.IntN(len(xs))] }
@@ -110,6 +117,24 @@ func drawKnobs(rng *rand.Rand) Knobs {
 	return k
 }
 
+// drawManualKnobs draws the manual-capture knobs from the run's second
+// stream, so that the knobs above stay what the seed drew before manual
+// capture existed. The TTL is the production default, or short enough
+// that authorizations expire while clients still retry, around the replay
+// window (24 h: when an action that moved no money is abandoned and the
+// payment authorized again).
+func drawManualKnobs(rng *rand.Rand, k *Knobs) {
+	k.PManual = pick(rng, 0.0, 0.3, 0.6, 0.9)
+	switch r := rng.Float64(); {
+	case r < 0.4:
+		k.AuthorizationTTL = payments.DefaultAuthorizationTTL
+	case r < 0.7:
+		k.AuthorizationTTL = between(rng, 20*time.Minute, 6*time.Hour)
+	default:
+		k.AuthorizationTTL = between(rng, 20*time.Hour, 30*time.Hour)
+	}
+}
+
 // event is something that happens at a simulated time: a client's
 // request, a webhook's delivery, a clean-up pass.
 type event struct {
@@ -141,9 +166,14 @@ func (q *queue) Pop() any {
 // world is one run: the real service on its own database, the simulated
 // provider, the clients, and the schedule of what happens next.
 type world struct {
-	t     testing.TB
-	seed  uint64
-	rng   *rand.Rand
+	t    testing.TB
+	seed uint64
+	rng  *rand.Rand
+	// mrng is the run's second stream: every choice about manual capture
+	// (its knobs, the captures and cancels, the faults of the provider's
+	// Capture, Void and GetCharge) comes from it, so that a run without
+	// manual payments draws from rng exactly what it drew before.
+	mrng  *rand.Rand
 	knobs Knobs
 	ctx   context.Context
 
@@ -166,11 +196,18 @@ type world struct {
 	trace       []string
 	failures    []string
 	failed      map[string]bool
+	// notes are what the run saw that breaks no invariant but is worth a
+	// look (logged with -v): note.
+	notes []string
 
-	pays   []*payClient
-	refs   []*refundClient
-	saw    map[string]seen // final answers clients got, by resource id
-	looked map[string]string
+	pays []*payClient
+	refs []*refundClient
+	acts []*actionClient
+	// captures and cancels are the capture_payment and cancel_payment
+	// operations, as app.New built them.
+	captures, cancels *authorizations.Service
+	saw               map[string]seen // final answers clients got, by resource id
+	looked            map[string]string
 	// uncertain counts, by provider key, the answers to the reconciler
 	// that left the outcome unknown (a refused or lost send, a lookup
 	// that could not say).
@@ -196,8 +233,9 @@ func (w *world) serviceConfig() app.Config {
 		// tick grid only: the backoff's jitter (package backoff draws it
 		// from the global source) then never changes which pass claims a
 		// key, and the run stays the seed's.
-		Recovery:     idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 2 * tick, Max: 2 * tick}},
-		PaymentHooks: w.hooks(),
+		Recovery:         idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 2 * tick, Max: 2 * tick}},
+		PaymentHooks:     w.hooks(),
+		AuthorizationTTL: w.knobs.AuthorizationTTL,
 	}
 }
 
@@ -208,21 +246,46 @@ func simLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// worldRand is a seed's two random streams (see world.mrng).
+type worldRand struct{ rng, mrng *rand.Rand }
+
+func newWorldRand(seed uint64) worldRand {
+	return worldRand{
+		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		mrng: rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed)),
+	}
+}
+
 func newWorld(t testing.TB, seed uint64) *world {
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	streams := newWorldRand(seed)
+	rng := streams.rng
 	w := &world{
-		t: t, seed: seed, rng: rng, ctx: context.Background(),
+		t: t, seed: seed, rng: rng, mrng: streams.mrng, ctx: context.Background(),
 		clock: clock.NewFake(epoch), start: epoch, faults: true,
 		names: map[string]string{}, failed: map[string]bool{}, saw: map[string]seen{}, looked: map[string]string{},
 		uncertain: map[string]int{},
 	}
 	w.knobs = drawKnobs(rng)
+	drawManualKnobs(w.mrng, &w.knobs)
 	w.pool = pgtest.NewPool(t)
 	w.prov = newSimProvider(w)
 	log := simLogger()
 	w.core = app.New(app.Deps{
 		DB: w.pool, Provider: w.prov, Clock: w.clock, Log: log, Metrics: metrics.New(prometheus.NewRegistry()),
 	}, w.serviceConfig())
+	for _, op := range w.core.Operations {
+		if svc, ok := op.(*authorizations.Service); ok {
+			switch svc.Name() {
+			case authorizations.OperationCapture:
+				w.captures = svc
+			case authorizations.OperationCancel:
+				w.cancels = svc
+			}
+		}
+	}
+	if w.captures == nil || w.cancels == nil {
+		t.Fatal("app.New built no capture_payment or cancel_payment operation")
+	}
 	w.janitor = cleanup.New(w.pool, w.clock, cleanup.Policy{ReplayTTL: replayTTL, MetadataTTL: metadataTTL}, log)
 	w.lastTick = w.start.Add(-tick)
 	return w
@@ -257,6 +320,10 @@ func (w *world) name(id string) string {
 	if n, ok := w.names[id]; ok {
 		return n
 	}
+	if n := w.actionName(id); n != "" {
+		w.names[id] = n
+		return n
+	}
 	n := w.pendingName
 	if n == "" {
 		n = "?" + id
@@ -279,6 +346,14 @@ func (w *world) fail(kind, resource, format string, args ...any) {
 	msg := fmt.Sprintf("[%s] at %s: ", kind, w.at(w.clock.Now())) + fmt.Sprintf(format, args...)
 	w.failures = append(w.failures, msg)
 	w.tracef("INVARIANT BROKEN %s", msg)
+}
+
+// note records something worth a look that breaks no invariant: kind,
+// then what; it is traced and logged (go test -v).
+func (w *world) note(kind, format string, args ...any) {
+	msg := fmt.Sprintf("[%s] at %s: ", kind, w.at(w.clock.Now())) + fmt.Sprintf(format, args...)
+	w.notes = append(w.notes, msg)
+	w.tracef("NOTE %s", msg)
 }
 
 func (w *world) schedule(at time.Time, client bool, what string, fn func()) {
@@ -384,6 +459,30 @@ func (w *world) reconcile(at time.Time) {
 	if len(stats) > 0 {
 		w.tracef("reconciler pass: %v", map[string]int(stats))
 	}
+	w.alignLooks()
+}
+
+// alignLooks rounds every booked look up to the reconciler's grid. The
+// reconciler books its next look at a key it could not resolve after a
+// wait that package backoff jitters with the global random source, which
+// a seed cannot control: on the grid, the pass that claims the key is the
+// seed's all the same, but the order of the keys due in one pass (by
+// recovery_next_at, then id) would not be, and with it the order of the
+// provider's calls and of the faults they draw. Rounded up, a key is
+// claimed by the same pass as before (passes run on the grid only), and
+// the keys of one pass in the order of their ids.
+func (w *world) alignLooks() {
+	_, err := w.pool.Exec(w.ctx, `
+		UPDATE idempotency_keys
+		SET recovery_next_at = $1::timestamptz
+		    + ceil(extract(epoch FROM recovery_next_at - $1::timestamptz) / $2::numeric) * $2::numeric * interval '1 second'
+		WHERE response_status IS NULL AND recovery_next_at IS NOT NULL
+		  AND recovery_next_at <> $1::timestamptz
+		    + ceil(extract(epoch FROM recovery_next_at - $1::timestamptz) / $2::numeric) * $2::numeric * interval '1 second'`,
+		w.start, int64(tick/time.Second))
+	if err != nil {
+		w.t.Fatalf("align the reconciler's looks: %v", err)
+	}
 }
 
 // run plays the run: the clients' requests, the webhooks, clean-up and
@@ -467,8 +566,12 @@ func (w *world) report() {
 	involved := map[string]bool{}
 	for _, f := range w.failures {
 		for _, word := range strings.FieldsFunc(f, func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == '(' || r == ')' }) {
-			if strings.HasPrefix(word, "pay") || strings.HasPrefix(word, "ref") {
+			if (strings.HasPrefix(word, "pay") || strings.HasPrefix(word, "ref")) && len(word) > 3 && word[3] >= '0' && word[3] <= '9' {
 				involved[word] = true
+				// An action (pay3.cap) involves its payment (pay3).
+				if base, _, ok := strings.Cut(word, "."); ok && strings.HasPrefix(word, "pay") {
+					involved[base] = true
+				}
 			}
 		}
 	}
