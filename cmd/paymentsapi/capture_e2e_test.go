@@ -57,27 +57,7 @@ func TestKilledAPIMidCaptureThenRetryCapturesOnce(t *testing.T) {
 	}
 
 	_, urlB := startProcess(t, apiBin, env)
-	deadline := time.Now().Add(25 * time.Second)
-	var final httpResult
-	conflicts := 0
-	for final.status == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no final answer by the deadline (%d conflicts)", conflicts)
-		}
-		r, err := recPostTo(urlB+captureURL, key, body, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch r.status {
-		case http.StatusConflict:
-			conflicts++
-			time.Sleep(max(recCheckInUse(t, r)/2, 200*time.Millisecond))
-		case http.StatusOK:
-			final = r
-		default:
-			t.Fatalf("retry answered %d %s, want 409 while the lease runs, then 200", r.status, r.body)
-		}
-	}
+	final, conflicts := recRetryWhileInUse(t, urlB+captureURL, key, body, http.StatusOK)
 	if conflicts == 0 {
 		t.Error("no retry was refused while the dead owner's lease ran")
 	}

@@ -78,27 +78,7 @@ func TestKilledAPIMidRefundThenRetryRefundsOnce(t *testing.T) {
 	}
 
 	_, urlB := startProcess(t, apiBin, env)
-	deadline := time.Now().Add(25 * time.Second)
-	var final httpResult
-	conflicts := 0
-	for final.status == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no final answer by the deadline (%d conflicts)", conflicts)
-		}
-		r, err := recPostTo(urlB+refundsURL, key, body, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch r.status {
-		case http.StatusConflict:
-			conflicts++
-			time.Sleep(max(recCheckInUse(t, r)/2, 200*time.Millisecond))
-		case http.StatusCreated:
-			final = r
-		default:
-			t.Fatalf("retry answered %d %s, want 409 while the lease runs, then 201", r.status, r.body)
-		}
-	}
+	final, conflicts := recRetryWhileInUse(t, urlB+refundsURL, key, body, http.StatusCreated)
 	if conflicts == 0 {
 		t.Error("no retry was refused while the dead owner's lease ran")
 	}
@@ -121,5 +101,32 @@ func TestKilledAPIMidRefundThenRetryRefundsOnce(t *testing.T) {
 	}
 	if n := recCount(t, db, "idempotency_keys WHERE idempotency_key = $1 AND fencing_token = 2", key); n != 1 {
 		t.Error("the refund's key was not taken over exactly once")
+	}
+}
+
+// recRetryWhileInUse retries a command at url with key until it gets an
+// answer other than 409 IDEMPOTENCY_KEY_IN_USE, which must be want (the
+// dead owner's lease runs meanwhile), within 25 s; conflicts counts the
+// 409s.
+func recRetryWhileInUse(t *testing.T, url, key, body string, want int) (final httpResult, conflicts int) {
+	t.Helper()
+	deadline := time.Now().Add(25 * time.Second)
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no final answer by the deadline (%d conflicts)", conflicts)
+		}
+		r, err := recPostTo(url, key, body, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r.status {
+		case http.StatusConflict:
+			conflicts++
+			time.Sleep(max(recCheckInUse(t, r)/2, 200*time.Millisecond))
+		case want:
+			return r, conflicts
+		default:
+			t.Fatalf("retry answered %d %s, want 409 while the lease runs, then %d", r.status, r.body, want)
+		}
 	}
 }

@@ -12,7 +12,6 @@ package eventlog
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/cursor"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
@@ -229,20 +229,10 @@ const DeleteExpired = `
 		    SELECT id FROM events WHERE recorded_at <= $1
 		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
 
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
+func encodeCursor(at time.Time, id string) string { return cursor.Encode(at, id) }
 
 func decodeCursor(s string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, "", ErrInvalidCursor
-	}
-	ts, id, ok := strings.Cut(string(raw), "|")
-	if !ok || !ids.IsUUID(id) {
-		return time.Time{}, "", ErrInvalidCursor
-	}
-	at, err := time.Parse(time.RFC3339Nano, ts)
+	at, id, err := cursor.Decode(s, ids.IsUUID)
 	if err != nil {
 		return time.Time{}, "", ErrInvalidCursor
 	}

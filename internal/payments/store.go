@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
+	"github.com/paymentsapi/paymentsapi/internal/cursor"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
@@ -188,21 +188,10 @@ func listPayments(ctx context.Context, q Querier, tenant string, lq ListQuery) (
 	return page, nil
 }
 
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id))
-}
+func encodeCursor(at time.Time, id string) string { return cursor.Encode(at, id) }
 
 func decodeCursor(s string) (time.Time, string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return time.Time{}, "", ErrInvalidCursor
-	}
-	ts, id, ok := strings.Cut(string(raw), "|")
-	// The id goes to PostgreSQL as text.
-	if !ok || !strings.HasPrefix(id, "pay_") || !validate.StorableText(id) {
-		return time.Time{}, "", ErrInvalidCursor
-	}
-	at, err := time.Parse(time.RFC3339Nano, ts)
+	at, id, err := cursor.Decode(s, func(id string) bool { return strings.HasPrefix(id, "pay_") && validate.StorableText(id) })
 	if err != nil {
 		return time.Time{}, "", ErrInvalidCursor
 	}
