@@ -157,12 +157,18 @@ type Outcome struct {
 	Location string
 	// RetryAfter is the server's advice, with a 202, before asking again.
 	RetryAfter time.Duration
+
+	// accepted marks a call whose 202 is its final answer (ResendEvent:
+	// the resend is queued), not an outcome still unknown.
+	accepted bool
 }
 
-// StillProcessing reports a 202: the provider's outcome is not known yet.
-// It is not a failure: money may have moved. Retry with the same key
-// (Outcome.IdempotencyKey) or Get the resource later to learn the outcome.
-func (o Outcome) StillProcessing() bool { return o.StatusCode == http.StatusAccepted }
+// StillProcessing reports a 202 whose outcome is not known yet (the
+// provider's, for a create, a capture or a cancel). It is not a failure:
+// money may have moved. Retry with the same key (Outcome.IdempotencyKey)
+// or Get the resource later to learn the outcome. A resend's 202 is its
+// answer, not this.
+func (o Outcome) StillProcessing() bool { return o.StatusCode == http.StatusAccepted && !o.accepted }
 
 // PaymentResult is the answer to CreatePayment, CapturePayment and
 // CancelPayment: the payment as the call left it.
@@ -271,12 +277,18 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID string) (*RefundList
 // create runs an idempotent call (a create, a capture, a cancel) under o's
 // key and decodes its resource.
 func create[T any](ctx context.Context, c *Client, op string, o callOptions, send func(context.Context) (*http.Response, error)) (*T, Outcome, error) {
-	a, out, err := c.run(ctx, exchange{op: op, create: true, key: o.key, wait: o.preferWait, send: send})
+	return idempotent[T](ctx, c, exchange{op: op, create: true, key: o.key, wait: o.preferWait, send: send})
+}
+
+// idempotent runs x, an idempotent call under a key, and decodes its
+// resource.
+func idempotent[T any](ctx context.Context, c *Client, x exchange) (*T, Outcome, error) {
+	a, out, err := c.run(ctx, x)
 	if err != nil {
 		return nil, out, err
 	}
 	var v T
-	return &v, out, decodeInto(op, a, &v)
+	return &v, out, decodeInto(x.op, a, &v)
 }
 
 // get runs a read and decodes its resource.
@@ -307,9 +319,12 @@ func (c *Client) edit(_ context.Context, req *http.Request) error {
 type exchange struct {
 	op     string
 	create bool // an idempotent call under a key: a 202 and 409 IDEMPOTENCY_KEY_IN_USE are retried
-	key    string
-	wait   time.Duration // Prefer: wait, added to the attempt's timeout
-	send   func(ctx context.Context) (*http.Response, error)
+	// accepted says that a 202 is the call's answer (a resend queued),
+	// not an outcome still unknown: it is not retried.
+	accepted bool
+	key      string
+	wait     time.Duration // Prefer: wait, added to the attempt's timeout
+	send     func(ctx context.Context) (*http.Response, error)
 }
 
 // answer is an HTTP answer, read whole.
@@ -327,7 +342,7 @@ const maxAnswerBytes = 1 << 20
 // call.
 func (c *Client) run(ctx context.Context, x exchange) (*answer, Outcome, error) {
 	c.budget.call()
-	out := Outcome{IdempotencyKey: x.key}
+	out := Outcome{IdempotencyKey: x.key, accepted: x.accepted}
 	for {
 		out.Attempts++
 		a, err := c.attempt(ctx, x)
@@ -346,7 +361,7 @@ func (c *Client) run(ctx context.Context, x exchange) (*answer, Outcome, error) 
 			out.Replayed = a.header.Get("Idempotent-Replayed") == "true"
 			out.Location = a.header.Get("Location")
 			out.RetryAfter = parseRetryAfter(a.header.Get("Retry-After"), c.clock.Now())
-			if a.status != http.StatusAccepted || !x.create {
+			if a.status != http.StatusAccepted || !x.create || x.accepted {
 				return a, out, nil
 			}
 			retryable, advised = true, out.RetryAfter

@@ -3,10 +3,10 @@
 // from that file) and retries the way the contract asks:
 //
 //   - One idempotency key per logical operation. CreatePayment,
-//     CreateRefund, CapturePayment and CancelPayment generate a key once,
-//     before the first attempt, and send the same key on every attempt;
-//     WithIdempotencyKey supplies your own (store it before you call, and
-//     you can retry even after a crash).
+//     CreateRefund, CapturePayment, CancelPayment and the webhook calls
+//     below generate a key once, before the first attempt, and send the
+//     same key on every attempt; WithIdempotencyKey supplies your own
+//     (store it before you call, and you can retry even after a crash).
 //   - Only what may succeed on a repeat is retried: network errors and
 //     timeouts, 5xx, 429 RATE_LIMITED, 409 IDEMPOTENCY_KEY_IN_USE, and a 202
 //     whose outcome is not yet known. Never another 4xx (400, 401, 402, 404,
@@ -26,6 +26,15 @@
 //
 // A create answers a *PaymentResult or *RefundResult, a capture or a cancel
 // (of a payment created with CaptureMethod CaptureManual) a *PaymentResult.
+//
+// Webhooks to merchants: CreateWebhookEndpoint and RotateWebhookSecret are
+// idempotent calls like the creates (one key, reused on every attempt) and
+// answer a *WebhookEndpointResult, whose secret is shown there only;
+// ResendEvent is one too, and its 202 is its answer. ListWebhookEndpoints,
+// GetWebhookEndpoint, DeleteWebhookEndpoint, ListEvents, GetEvent and
+// ListEventDeliveries are retried like reads. Verifying the deliveries
+// themselves is the receiver's work, with a Standard Webhooks library (see
+// examples/webhook-receiver in the repository).
 // A 202 after the last attempt is a result, not an error: StillProcessing
 // reports it, and a later retry with the same key, or a Get, tells the
 // outcome. A payment, refund or capture the provider declined (402) is a

@@ -46,6 +46,8 @@ const (
 	CodeNotFound                   Code = apigen.NOTFOUND
 	CodeMethodNotAllowed           Code = apigen.METHODNOTALLOWED
 	CodeInternal                   Code = apigen.INTERNAL
+	CodeWebhookURLForbidden        Code = apigen.WEBHOOKURLFORBIDDEN
+	CodeWebhookEndpointDisabled    Code = apigen.WEBHOOKENDPOINTDISABLED
 )
 
 // Error is a problem (RFC 9457) the server answered, or, for an answer that
@@ -72,6 +74,12 @@ type Error struct {
 	// created (IDEMPOTENCY_KEY_EXPIRED of such a key).
 	CaptureID      string
 	CancellationID string
+	// EndpointID, RotationID and ResendID name what a webhook endpoint's
+	// registration, a secret's rotation or an event's resend key made
+	// (IDEMPOTENCY_KEY_EXPIRED of such a key).
+	EndpointID string
+	RotationID string
+	ResendID   string
 	// DeclineCode is the provider's reason (PAYMENT_DECLINED,
 	// CAPTURE_DECLINED, a void the provider refused).
 	DeclineCode string
@@ -131,6 +139,7 @@ func decodeProblem(status int, header http.Header, body []byte, retryAfter time.
 		e.Code, e.Type, e.Title, e.Detail = p.Code, p.Type, p.Title, p.Detail
 		e.RequestID, e.PaymentID, e.RefundID = p.RequestID, p.PaymentID, p.RefundID
 		e.CaptureID, e.CancellationID = p.CaptureID, p.CancellationID
+		e.EndpointID, e.RotationID, e.ResendID = p.EndpointID, p.RotationID, p.ResendID
 		e.DeclineCode, e.RefundableAmount, e.CapturableAmount, e.Errors = p.DeclineCode, p.RefundableAmount, p.CapturableAmount, p.Errors
 		return e
 	}

@@ -23,9 +23,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/api"
 )
 
-// fakeAPI speaks the contract of payments (automatic capture only) and
-// refunds from memory, in EUR only, for the calls the real server cannot
-// answer yet (refunds) and for the package example. Every answer it gives is checked against
+// fakeAPI speaks the contract of payments (automatic capture only),
+// refunds, and webhook endpoints and events (fakewebhooks_test.go) from
+// memory, in EUR only, for the calls the real server cannot answer yet and
+// for the package example. Every answer it gives is checked against
 // api/openapi.yaml, so that the fake cannot drift from the contract.
 type fakeAPI struct {
 	*httptest.Server
@@ -36,6 +37,7 @@ type fakeAPI struct {
 	n        int // ids handed out
 	payments map[string]*fakePayment
 	answers  map[string]fakeAnswer // by operation and idempotency key
+	hooks    fakeHooks             // webhook endpoints and events
 	dropNext int                   // answers to lose after doing the work
 	requests []*http.Request
 }
@@ -195,7 +197,9 @@ func (f *fakeAPI) handle(w http.ResponseWriter, r *http.Request, body []byte) {
 		}
 		fakeProblem(w, 404, "NOT_FOUND", "no such refund", nil)
 	default:
-		fakeProblem(w, 404, "NOT_FOUND", "no such route", nil)
+		if !f.handleHooks(w, r, body) {
+			fakeProblem(w, 404, "NOT_FOUND", "no such route", nil)
+		}
 	}
 }
 
@@ -207,8 +211,8 @@ func (f *fakeAPI) idempotent(w http.ResponseWriter, r *http.Request, op string, 
 		fakeProblem(w, 400, "IDEMPOTENCY_KEY_MISSING", "the Idempotency-Key header is required", nil)
 		return
 	}
-	var cmd map[string]any
-	if err := json.Unmarshal(body, &cmd); err != nil {
+	cmd := map[string]any{} // no body: the optional body's empty command
+	if err := json.Unmarshal(body, &cmd); len(body) > 0 && err != nil {
 		fakeProblem(w, 400, "MALFORMED_JSON", "the request body is not a valid JSON object", nil)
 		return
 	}
@@ -234,7 +238,7 @@ func (f *fakeAPI) idempotent(w http.ResponseWriter, r *http.Request, op string, 
 	} else {
 		fakeJSON(rec, status, v, header)
 	}
-	if status == 201 || status == 402 {
+	if (status >= 200 && status < 300) || status == 402 {
 		f.answers[scope] = fakeAnswer{command: string(canonical), status: status, header: rec.Header().Clone(), body: rec.Body.Bytes()}
 	}
 	for k, vs := range rec.Header() {
@@ -268,11 +272,14 @@ func (f *fakeAPI) createPayment(cmd map[string]any) (int, http.Header, any) {
 		"captureMethod": "automatic", "capturedAmount": formatCents(amount), // the fake captures at once
 	}
 	f.payments[id] = &fakePayment{view: view, method: method, amount: amount}
+	f.recordEvent("payment.created", view)
 	if method == "pm_card_chargeDeclined" {
 		view["status"], view["declineCode"] = "DECLINED", "generic_decline"
 		delete(view, "capturedAmount")
+		f.recordEvent("payment.declined", view)
 		return 402, nil, problemBody{"PAYMENT_DECLINED", "the provider declined the payment", map[string]any{"paymentId": id, "declineCode": "generic_decline"}}
 	}
+	f.recordEvent("payment.succeeded", view)
 	return 201, http.Header{"Location": {"/payments/" + id}}, view
 }
 

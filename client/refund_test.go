@@ -11,11 +11,7 @@ import (
 // fakeClient is a Client of the fake API that retries at once.
 func fakeClient(t *testing.T, f *fakeAPI) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Config{BaseURL: f.URL, APIKey: fakeSecret, Clock: newFakeClock(), Rand: func() float64 { return 0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return fakeClientWithSecret(t, f, fakeSecret)
 }
 
 // paid creates a payment with method on the fake API.

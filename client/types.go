@@ -1,6 +1,10 @@
 package client
 
-import "github.com/paymentsapi/paymentsapi/client/internal/apigen"
+import (
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/client/internal/apigen"
+)
 
 // The resources and requests of the API, generated from api/openapi.yaml.
 type (
@@ -38,6 +42,39 @@ type (
 	CancelReason = apigen.CancelReason
 	// FieldError names one invalid field of a VALIDATION_FAILED problem.
 	FieldError = apigen.FieldError
+
+	// CreateWebhookEndpointRequest is the body of POST /webhook-endpoints:
+	// URL is required; empty EventTypes means every type.
+	CreateWebhookEndpointRequest = apigen.CreateWebhookEndpointRequest
+	// WebhookEndpoint is a webhook endpoint as the API answers it, without
+	// its secret.
+	WebhookEndpoint = apigen.WebhookEndpoint
+	// WebhookEndpointWithSecret is a webhook endpoint with its signing
+	// secret, as only its registration and its rotation answer it.
+	WebhookEndpointWithSecret = apigen.WebhookEndpointWithSecret
+	// WebhookEndpointStatus says whether events are sent to an endpoint.
+	WebhookEndpointStatus = apigen.WebhookEndpointStatus
+	// WebhookEndpointList is the tenant's webhook endpoints, newest first.
+	WebhookEndpointList = apigen.WebhookEndpointList
+	// EventType is the type of an event, such as payment.succeeded.
+	EventType = apigen.EventType
+	// Event is one event of the tenant's log, as its webhook deliveries
+	// carry it.
+	Event = apigen.Event
+	// EventData is an event's payment (payment.* types) or refund
+	// (refund.* types): read it with AsPayment or AsRefund.
+	EventData = apigen.Event_Data
+	// EventList is one page of events, newest first.
+	EventList = apigen.EventList
+	// Delivery is one attempt to deliver an event to one endpoint.
+	Delivery = apigen.Delivery
+	// DeliveryList is the delivery attempts of one event, newest first.
+	DeliveryList = apigen.DeliveryList
+	// ResendEventRequest is the body of POST /events/{eventId}/resend: an
+	// empty EndpointID sends the event to every endpoint subscribed to it.
+	ResendEventRequest = apigen.ResendEventRequest
+	// ResendReceipt is what a resend queued: the endpoints the event goes to.
+	ResendReceipt = apigen.ResendReceipt
 )
 
 // The channels of a payment.
@@ -87,6 +124,24 @@ const (
 	CancelAbandoned           CancelReason = apigen.CancelReasonAbandoned
 )
 
+// The types of events.
+const (
+	EventPaymentCreated    EventType = apigen.PaymentCreated
+	EventPaymentAuthorized EventType = apigen.PaymentAuthorized
+	EventPaymentSucceeded  EventType = apigen.PaymentSucceeded
+	EventPaymentDeclined   EventType = apigen.PaymentDeclined
+	EventPaymentCanceled   EventType = apigen.PaymentCanceled
+	EventRefundCreated     EventType = apigen.RefundCreated
+	EventRefundSucceeded   EventType = apigen.RefundSucceeded
+	EventRefundDeclined    EventType = apigen.RefundDeclined
+)
+
+// The statuses of a webhook endpoint.
+const (
+	WebhookEndpointEnabled  WebhookEndpointStatus = apigen.Enabled
+	WebhookEndpointDisabled WebhookEndpointStatus = apigen.Disabled
+)
+
 // ListPaymentsParams filters and pages GET /payments; zero fields are left
 // out.
 type ListPaymentsParams struct {
@@ -103,6 +158,36 @@ func (p ListPaymentsParams) generated() *apigen.ListPaymentsParams {
 	var g apigen.ListPaymentsParams
 	if p.AccountID != "" {
 		g.AccountID = &p.AccountID
+	}
+	if p.Limit != 0 {
+		g.Limit = &p.Limit
+	}
+	if p.Cursor != "" {
+		g.Cursor = &p.Cursor
+	}
+	return &g
+}
+
+// ListEventsParams filters and pages GET /events; zero fields are left out.
+type ListEventsParams struct {
+	// Type keeps the events of one type.
+	Type EventType
+	// After keeps the events that happened after this time.
+	After time.Time
+	// Limit is the page size, 1 to 100 (the server's default is 20).
+	Limit int
+	// Cursor is the NextCursor of the previous page, with the same filters.
+	Cursor string
+}
+
+// generated returns p as the generated call takes it.
+func (p ListEventsParams) generated() *apigen.ListEventsParams {
+	var g apigen.ListEventsParams
+	if p.Type != "" {
+		g.Type = &p.Type
+	}
+	if !p.After.IsZero() {
+		g.After = &p.After
 	}
 	if p.Limit != 0 {
 		g.Limit = &p.Limit

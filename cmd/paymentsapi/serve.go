@@ -26,9 +26,12 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/delivery"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
@@ -179,8 +182,14 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 			MaxAttempts: cfg.ReconcileMaxAttempts,
 		},
 		StripeWebhookSecret: cfg.StripeWebhookSecret,
+		Webhooks:            endpoints.Options{Policy: webhookPolicy(cfg)},
 	})
 	return a, nil
+}
+
+// webhookPolicy is where merchants' webhook endpoints may point.
+func webhookPolicy(cfg config.Config) outbound.Policy {
+	return outbound.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate}
 }
 
 // serve runs the API until ctx ends, then shuts down in order: stop taking
@@ -197,12 +206,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	defer closePublisher() // runs after the workers below have stopped
+	clk := clock.System{}
+	deliveries, err := delivery.NewWorker(delivery.Deps{
+		DB: a.pool, Clock: clk, Log: log.With("component", "webhook-delivery"),
+		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log),
+	}, delivery.Config{Policy: webhookPolicy(cfg), Timeout: cfg.WebhookTimeout, Schedule: cfg.WebhookRetrySchedule})
+	if err != nil {
+		return err
+	}
 
 	workers, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keys.Run(workers) })
 	wg.Go(func() { a.core.Reconciler.Run(workers, cfg.ReconcileInterval) })
 	wg.Go(func() { relay.Run(workers, outbox.DefaultRelayInterval) })
+	wg.Go(func() { deliveries.Run(workers) }) // every instance sends webhooks, with or without NATS
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
 	defer func() {
 		stopWorkers()

@@ -11,6 +11,7 @@
 //	paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
 //	paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
 //	paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
+//	paymentsctl listen [-events payment.succeeded,...] [-forward-to URL] [-addr 127.0.0.1:0]
 //
 // -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 // the dev server (http://127.0.0.1:8080, sk_test_demo). Without
@@ -18,6 +19,13 @@
 // command and print it on stderr, so that the command can be run again with
 // it. pay -capture manual only authorizes the payment (REQUIRES_CAPTURE):
 // capture takes all of it, or -amount of it, and cancel voids it.
+//
+// listen receives the tenant's webhooks on this machine until interrupted:
+// it registers a temporary endpoint on 127.0.0.1, prints each delivery it
+// verified (Standard Webhooks) as one JSON line on stdout, or forwards it
+// to -forward-to, and deletes the endpoint on exit. It needs a server that
+// sends to plain http and loopback addresses (WEBHOOK_ALLOW_HTTP and
+// WEBHOOK_ALLOW_PRIVATE, the defaults of dev mode).
 //
 // Exit status: 0 done (201, 200); 2 declined (402: a payment, refund or
 // capture the provider declined); 3 still processing after the last attempt
@@ -76,12 +84,25 @@ const usage = `usage:
   paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
   paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
   paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
+  paymentsctl listen [-events payment.succeeded,refund.succeeded,...] [-forward-to URL] \
+      [-addr 127.0.0.1:0]
 
 pay -capture manual only authorizes the payment (REQUIRES_CAPTURE): capture
 takes all of it (or -amount of it), cancel voids it. Refund reasons:
 requested_by_customer, duplicate, fraudulent; cancel reasons: those and
 abandoned. Without -idempotency-key a command generates one key and prints
 it on stderr: run the same command with it to retry.
+
+listen receives the tenant's webhooks here until interrupted (Ctrl-C): it
+listens on -addr (default: a random port on 127.0.0.1), registers a
+temporary webhook endpoint for it, prints the signing secret on stderr,
+verifies every delivery's signature (Standard Webhooks), prints each
+verified event as one JSON line on stdout ({"id","type","timestamp","data"};
+retries and resends show up again), or forwards it with its webhook-*
+headers to -forward-to, and deletes the endpoint on exit. -events keeps
+some types (default: all). The server must allow plain http and loopback
+destinations: WEBHOOK_ALLOW_HTTP=true and WEBHOOK_ALLOW_PRIVATE=true, the
+defaults of dev mode (make run).
 
 -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 http://127.0.0.1:8080 and sk_test_demo. Exit status: 0 done (200, 201),
@@ -103,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := global.Parse(args); err != nil {
 		return out.usage(err)
 	}
-	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel}
+	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel, "listen": listen}
 	name := global.Arg(0)
 	cmd, ok := commands[name]
 	if !ok {
@@ -228,6 +249,7 @@ func (o *output) failure(err error) int {
 		{"paymentId", p.PaymentID}, {"refundId", p.RefundID}, {"captureId", p.CaptureID},
 		{"cancellationId", p.CancellationID}, {"declineCode", p.DeclineCode},
 		{"refundableAmount", p.RefundableAmount}, {"capturableAmount", p.CapturableAmount},
+		{"endpointId", p.EndpointID}, {"rotationId", p.RotationID}, {"resendId", p.ResendID},
 		{"requestId", p.RequestID},
 	} {
 		if m.value != "" {

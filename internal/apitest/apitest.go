@@ -25,9 +25,11 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
@@ -45,6 +47,11 @@ type Options struct {
 	SlowDelay time.Duration
 	// RetryAfter is the Retry-After of 202 and 409 answers. Default 1 s.
 	RetryAfter time.Duration
+	// Webhooks is where merchants' webhook endpoints may point. The zero
+	// value is production's: https only, public addresses only; a test
+	// that registers a receiver on 127.0.0.1 sets AllowHTTP and
+	// AllowPrivate, as dev mode does.
+	Webhooks outbound.Policy
 }
 
 // Server is the API started for one test.
@@ -92,6 +99,7 @@ func Start(t testing.TB, opts Options) *Server {
 	}, app.Config{
 		ReplayTTL: 24 * time.Hour, Lease: opts.ProviderTimeout + 30*time.Second, ProviderTimeout: opts.ProviderTimeout,
 		ProviderKeyWindow: 24 * time.Hour, RetryAfter: opts.RetryAfter,
+		Webhooks: endpoints.Options{Policy: opts.Webhooks},
 	})
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,

@@ -15,6 +15,8 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/delivery"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
@@ -44,6 +46,11 @@ type Config struct {
 	// StripeWebhookSecret verifies POST /webhooks/stripe (STRIPE_WEBHOOK_SECRET);
 	// empty: the route does not exist.
 	StripeWebhookSecret string
+	// Webhooks is where merchants' webhook endpoints may point
+	// (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE), checked at registration;
+	// the delivery worker (internal/delivery) checks the same at every
+	// connection.
+	Webhooks endpoints.Options
 	// ExtraModules are operations registered by tests, built after the
 	// ones of Modules (so they may act through their ports) and then
 	// treated exactly like them. A forker adds a line to Modules instead.
@@ -70,6 +77,7 @@ func Modules(cfg Config) []operation.Module {
 		payments.Module(cfg.PaymentHooks),
 		refunds.Module(),
 		authorizations.CaptureModule(), authorizations.CancelModule(),
+		endpoints.CreateModule(cfg.Webhooks), endpoints.RotateModule(), delivery.ResendModule(),
 	}
 }
 
@@ -122,7 +130,9 @@ func New(d Deps, cfg Config) *Core {
 		Modules:    mods,
 		Operations: ops,
 		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, engineOps...),
-		EventLog:   eventlog.New(d.DB, d.Clock, d.Log.With("component", "event-log"), mods),
+		// Each event the log records is fanned out to the webhook endpoints
+		// in the same statement.
+		EventLog: eventlog.New(d.DB, d.Clock, d.Log.With("component", "event-log"), mods, eventlog.WithFanOut(delivery.FanOut)),
 	}
 	for _, op := range ops {
 		switch op := op.(type) {
@@ -145,7 +155,7 @@ func New(d Deps, cfg Config) *Core {
 // traffic and that clean-up keeps bounded (package cleanup).
 func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock, log *slog.Logger) {
 	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log), payments.NewStateCollector(db, log),
-		database.NewTableSizeCollector(db, log, "idempotency_keys", "outbox_events", "inbox"))
+		database.NewTableSizeCollector(db, log, "idempotency_keys", "outbox_events", "inbox", "webhook_messages", "webhook_attempts"))
 }
 
 // HTTPDeps returns the part of the HTTP API's dependencies the core provides.

@@ -53,6 +53,19 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	RateLimit       float64 // requests per second per tenant, per instance; 0: off
 	RateLimitBurst  int     // 0: one second's worth of RateLimit
+
+	// WebhookAllowHTTP allows plain http webhook endpoints, and
+	// WebhookAllowPrivate endpoints whose host has a loopback, private,
+	// link-local or otherwise non-public address (WEBHOOK_ALLOW_HTTP,
+	// WEBHOOK_ALLOW_PRIVATE): both true in dev mode, false otherwise,
+	// unless set.
+	WebhookAllowHTTP    bool
+	WebhookAllowPrivate bool
+	// WebhookTimeout bounds one webhook delivery attempt.
+	WebhookTimeout time.Duration
+	// WebhookRetrySchedule is the wait after each failed delivery attempt,
+	// the n-th for the n-th; after the last the message has failed.
+	WebhookRetrySchedule []time.Duration
 }
 
 // DevMode reports whether the service runs with an embedded PostgreSQL.
@@ -121,6 +134,14 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.EventRetention, "event-retention", "EVENT_RETENTION", "720h", "how long the event log (GET /events) keeps an event")
 	dur(&c.InboxRetention, "inbox-retention", "INBOX_RETENTION", "720h", "how long the event consumers' inbox rows are kept (rejected ones are kept until a person deletes them)")
 	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")
+	dur(&c.WebhookTimeout, "webhook-timeout", "WEBHOOK_TIMEOUT", "10s", "bound of one webhook delivery attempt, from dial to the last byte read")
+	var allowHTTP, allowPrivate, schedule string
+	fs.StringVar(&allowHTTP, "webhook-allow-http", env("WEBHOOK_ALLOW_HTTP", ""),
+		"allow plain http webhook endpoints: true or false; default true in dev mode only (WEBHOOK_ALLOW_HTTP)")
+	fs.StringVar(&allowPrivate, "webhook-allow-private", env("WEBHOOK_ALLOW_PRIVATE", ""),
+		"allow webhook endpoints on loopback, private, link-local and other non-public addresses: true or false; default true in dev mode only (WEBHOOK_ALLOW_PRIVATE)")
+	fs.StringVar(&schedule, "webhook-retry-schedule", env("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule),
+		"waits after each failed webhook delivery attempt, comma-separated; after the last the message has failed (WEBHOOK_RETRY_SCHEDULE)")
 	maxAttempts, err := strconv.Atoi(env("RECONCILE_MAX_ATTEMPTS", "20"))
 	if err != nil || maxAttempts < 1 {
 		durErr = errors.Join(durErr, fmt.Errorf("RECONCILE_MAX_ATTEMPTS must be a positive integer"))
@@ -157,7 +178,49 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	if c.APIKeys == "" && c.DevMode() {
 		c.APIKeys = DevAPIKeys
 	}
+	// The webhook destinations' default depends on dev mode, known only
+	// now that DATABASE_URL is read.
+	var errs []error
+	allow := func(p *bool, envName, v string) {
+		*p = c.DevMode()
+		if v == "" {
+			return
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s must be true or false, not %q", envName, v))
+		}
+		*p = b
+	}
+	allow(&c.WebhookAllowHTTP, "WEBHOOK_ALLOW_HTTP", allowHTTP)
+	allow(&c.WebhookAllowPrivate, "WEBHOOK_ALLOW_PRIVATE", allowPrivate)
+	if c.WebhookRetrySchedule, err = parseSchedule(schedule); err != nil {
+		errs = append(errs, fmt.Errorf("WEBHOOK_RETRY_SCHEDULE: %w", err))
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
 	return c, c.validate()
+}
+
+// DefaultWebhookRetrySchedule is WEBHOOK_RETRY_SCHEDULE's default: ten
+// attempts over 3 days and 7 hours.
+const DefaultWebhookRetrySchedule = "5s,5m,30m,2h,5h,10h,14h,24h,24h"
+
+// parseSchedule reads a comma-separated list of positive durations.
+func parseSchedule(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for part := range strings.SplitSeq(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
+		}
+		if d <= 0 {
+			return nil, fmt.Errorf("every wait must be positive, not %s", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 func (c Config) validate() error {
@@ -186,6 +249,7 @@ func (c Config) validate() error {
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
 		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention, "EVENT_RETENTION": c.EventRetention,
 		"REFUSAL_RECHECK": c.RefusalRecheck, "AUTHORIZATION_TTL": c.AuthorizationTTL,
+		"WEBHOOK_TIMEOUT": c.WebhookTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))

@@ -2,9 +2,12 @@ package config
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/delivery"
 )
 
 func TestLoadFlagsOverEnvironment(t *testing.T) {
@@ -45,6 +48,11 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		"burst not an integer":      {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "1.5"},
 		"negative burst":            {"RATE_LIMIT": "10", "RATE_LIMIT_BURST": "-1"},
 		"burst without a rate":      {"RATE_LIMIT_BURST": "20"},
+		"webhook http not a bool":   {"WEBHOOK_ALLOW_HTTP": "sometimes"},
+		"webhook private not bool":  {"WEBHOOK_ALLOW_PRIVATE": "yes please"},
+		"webhook timeout zero":      {"WEBHOOK_TIMEOUT": "0s"},
+		"webhook schedule empty":    {"WEBHOOK_RETRY_SCHEDULE": "5s,,1m"},
+		"webhook schedule negative": {"WEBHOOK_RETRY_SCHEDULE": "5s,-1m"},
 	} {
 		if _, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -117,5 +125,49 @@ func TestRateLimitIsOffByDefaultAndFlagsMirrorVariables(t *testing.T) {
 	}
 	if _, err := Load([]string{"-rate-limit", "-3"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
 		t.Error("a negative -rate-limit is accepted")
+	}
+}
+
+// Webhook destinations are relaxed in dev mode only, unless set; the
+// timeout and the retry schedule have the contract's defaults.
+func TestWebhookSettings(t *testing.T) {
+	load := func(env map[string]string) Config {
+		t.Helper()
+		c, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dev := load(nil)
+	if !dev.WebhookAllowHTTP || !dev.WebhookAllowPrivate {
+		t.Errorf("dev mode: allow http %v, private %v; want both", dev.WebhookAllowHTTP, dev.WebhookAllowPrivate)
+	}
+	if dev.WebhookTimeout != 10*time.Second || len(dev.WebhookRetrySchedule) != 9 ||
+		dev.WebhookRetrySchedule[0] != 5*time.Second || dev.WebhookRetrySchedule[8] != 24*time.Hour {
+		t.Errorf("defaults: timeout %s, schedule %v", dev.WebhookTimeout, dev.WebhookRetrySchedule)
+	}
+	if !slices.Equal(dev.WebhookRetrySchedule, delivery.DefaultSchedule()) {
+		t.Errorf("the default schedule %v is not the delivery worker's %v", dev.WebhookRetrySchedule, delivery.DefaultSchedule())
+	}
+	var total time.Duration
+	for _, d := range dev.WebhookRetrySchedule {
+		total += d
+	}
+	if total < 72*time.Hour {
+		t.Errorf("the default schedule retries for %s, less than 3 days", total)
+	}
+	prod := load(map[string]string{"DATABASE_URL": "postgres://db"})
+	if prod.WebhookAllowHTTP || prod.WebhookAllowPrivate {
+		t.Errorf("with a database: allow http %v, private %v; want neither", prod.WebhookAllowHTTP, prod.WebhookAllowPrivate)
+	}
+	set := load(map[string]string{"DATABASE_URL": "postgres://db", "WEBHOOK_ALLOW_HTTP": "true",
+		"WEBHOOK_TIMEOUT": "3s", "WEBHOOK_RETRY_SCHEDULE": "1s, 2m"})
+	if !set.WebhookAllowHTTP || set.WebhookAllowPrivate || set.WebhookTimeout != 3*time.Second ||
+		len(set.WebhookRetrySchedule) != 2 || set.WebhookRetrySchedule[1] != 2*time.Minute {
+		t.Errorf("set: %+v", set)
+	}
+	if c := load(map[string]string{"WEBHOOK_ALLOW_PRIVATE": "false"}); !c.WebhookAllowHTTP || c.WebhookAllowPrivate {
+		t.Errorf("dev mode with WEBHOOK_ALLOW_PRIVATE=false: http %v, private %v", c.WebhookAllowHTTP, c.WebhookAllowPrivate)
 	}
 }

@@ -36,10 +36,23 @@ type Log struct {
 	log   *slog.Logger
 	kinds map[string]operation.Event // by outbox type, the events with a Name
 	names map[string]bool            // the names, for the type filter
+	// fanOut is run by each recording, in its statement (WithFanOut).
+	fanOut string
 }
 
+// Option configures a Log.
+type Option func(*Log)
+
+// WithFanOut makes each recording run stmt too, in the same statement: stmt
+// reads the events the recording added, and only those (not an event that
+// was already there, so a second recording of an event fans nothing out),
+// from the CTE recorded(id, tenant_id, type, occurred_at, recorded_at). So
+// what follows from an event (the webhook messages to merchants) exists
+// exactly when the event is in the log, at no extra round trip.
+func WithFanOut(stmt string) Option { return func(l *Log) { l.fanOut = stmt } }
+
 // New returns the log of mods' named events.
-func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.Module) *Log {
+func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.Module, opts ...Option) *Log {
 	l := &Log{db: db, clock: clk, log: log, kinds: map[string]operation.Event{}, names: map[string]bool{}}
 	for _, m := range mods {
 		for _, e := range m.Events {
@@ -47,6 +60,9 @@ func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.M
 				l.kinds[e.Type], l.names[e.Name] = e, true
 			}
 		}
+	}
+	for _, o := range opts {
+		o(l)
 	}
 	return l
 }
@@ -85,11 +101,16 @@ func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
 	if len(id) == 0 {
 		return nil
 	}
-	_, err := l.db.Exec(ctx, `
+	stmt := `
 		INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at)
 		SELECT i::uuid, t, ty, a, o, d::jsonb, $7
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[]) AS x(i, t, ty, a, o, d)
-		ON CONFLICT (id) DO NOTHING`, id, tenant, typ, aggregate, occurred, data, l.clock.Now())
+		ON CONFLICT (id) DO NOTHING`
+	if l.fanOut != "" {
+		stmt = `WITH recorded AS (` + stmt + `
+		RETURNING id, tenant_id, type, occurred_at, recorded_at) ` + l.fanOut
+	}
+	_, err := l.db.Exec(ctx, stmt, id, tenant, typ, aggregate, occurred, data, l.clock.Now())
 	if err != nil {
 		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
 	}

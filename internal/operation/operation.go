@@ -147,6 +147,10 @@ type Env struct {
 	// operation can act on another's resource through the port that one
 	// exports (a refund through its payment's).
 	Built map[string]Instance
+	// Modules are all the registered modules, this one's included, for an
+	// operation that needs what the others declare (the event names a
+	// webhook endpoint may subscribe to).
+	Modules []Module
 }
 
 // Config is the service's timing rules, as operations need them.
@@ -217,6 +221,7 @@ func Lookup[T any](env Env, name string) (T, error) {
 // (Env.Built). It refuses two modules of one name or of one resource type.
 func Build(mods []Module, env Env) ([]Instance, error) {
 	env.Built = make(map[string]Instance, len(mods))
+	env.Modules = mods
 	types := map[string]bool{}
 	out := make([]Instance, 0, len(mods))
 	for _, m := range mods {

@@ -41,6 +41,7 @@ const (
 	NotFound                Code = "NOT_FOUND"
 	MethodNotAllowed        Code = "METHOD_NOT_ALLOWED"
 	WebhookSignatureInvalid Code = "WEBHOOK_SIGNATURE_INVALID"
+	WebhookURLForbidden     Code = "WEBHOOK_URL_FORBIDDEN"
 	Internal                Code = "INTERNAL"
 )
 
@@ -79,6 +80,8 @@ func title(code Code) string {
 		return "Method not allowed"
 	case WebhookSignatureInvalid:
 		return "Webhook signature invalid"
+	case WebhookURLForbidden:
+		return "Webhook URL forbidden"
 	default:
 		return "Internal server error"
 	}

@@ -83,6 +83,42 @@ func (e CreatePaymentRequestChannel) Valid() bool {
 	}
 }
 
+// Defines values for EventType.
+const (
+	PaymentAuthorized EventType = "payment.authorized"
+	PaymentCanceled   EventType = "payment.canceled"
+	PaymentCreated    EventType = "payment.created"
+	PaymentDeclined   EventType = "payment.declined"
+	PaymentSucceeded  EventType = "payment.succeeded"
+	RefundCreated     EventType = "refund.created"
+	RefundDeclined    EventType = "refund.declined"
+	RefundSucceeded   EventType = "refund.succeeded"
+)
+
+// Valid indicates whether the value is a known member of the EventType enum.
+func (e EventType) Valid() bool {
+	switch e {
+	case PaymentAuthorized:
+		return true
+	case PaymentCanceled:
+		return true
+	case PaymentCreated:
+		return true
+	case PaymentDeclined:
+		return true
+	case PaymentSucceeded:
+		return true
+	case RefundCreated:
+		return true
+	case RefundDeclined:
+		return true
+	case RefundSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PaymentChannel.
 const (
 	PaymentChannelAPI    PaymentChannel = "api"
@@ -166,7 +202,9 @@ const (
 	UNAUTHORIZED               ProblemCode = "UNAUTHORIZED"
 	UNSUPPORTEDMEDIATYPE       ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
 	VALIDATIONFAILED           ProblemCode = "VALIDATION_FAILED"
+	WEBHOOKENDPOINTDISABLED    ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
 	WEBHOOKSIGNATUREINVALID    ProblemCode = "WEBHOOK_SIGNATURE_INVALID"
+	WEBHOOKURLFORBIDDEN        ProblemCode = "WEBHOOK_URL_FORBIDDEN"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -226,7 +264,11 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case VALIDATIONFAILED:
 		return true
+	case WEBHOOKENDPOINTDISABLED:
+		return true
 	case WEBHOOKSIGNATUREINVALID:
+		return true
+	case WEBHOOKURLFORBIDDEN:
 		return true
 	default:
 		return false
@@ -278,6 +320,24 @@ func (e RefundStatus) Valid() bool {
 	}
 }
 
+// Defines values for WebhookEndpointStatus.
+const (
+	Disabled WebhookEndpointStatus = "disabled"
+	Enabled  WebhookEndpointStatus = "enabled"
+)
+
+// Valid indicates whether the value is a known member of the WebhookEndpointStatus enum.
+func (e WebhookEndpointStatus) Valid() bool {
+	switch e {
+	case Disabled:
+		return true
+	case Enabled:
+		return true
+	default:
+		return false
+	}
+}
+
 // CancelPaymentRequest A cancel. Every field is optional: `{}` and no body at all are the same command. Unknown
 // fields are rejected (`400 VALIDATION_FAILED`).
 type CancelPaymentRequest struct {
@@ -310,6 +370,9 @@ type CaptureDeclinedProblem struct {
 	// Detail What went wrong in this occurrence, for people.
 	Detail string `json:"detail"`
 
+	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
+	EndpointID string `json:"endpointId,omitempty"`
+
 	// Errors Every invalid field, with `VALIDATION_FAILED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
@@ -331,8 +394,15 @@ type CaptureDeclinedProblem struct {
 	// RequestID The server's id of the request, for support and log correlation, when the server
 	// sets one. A replayed answer is the original's bytes, so it carries the original
 	// request's id.
-	RequestID string      `json:"requestId,omitempty"`
-	Status    interface{} `json:"status"`
+	RequestID string `json:"requestId,omitempty"`
+
+	// ResendID The resend a key of `POST /events/{eventId}/resend` made, with `IDEMPOTENCY_KEY_EXPIRED`.
+	ResendID string `json:"resendId,omitempty"`
+
+	// RotationID The rotation a key of `POST /webhook-endpoints/{endpointId}/rotate-secret` made, with
+	// `IDEMPOTENCY_KEY_EXPIRED`.
+	RotationID string      `json:"rotationId,omitempty"`
+	Status     interface{} `json:"status"`
 
 	// Title A short summary of the problem type, for people.
 	Title string `json:"title"`
@@ -438,6 +508,102 @@ type CreateRefundRequest struct {
 	// Reason Why the payment is refunded. Optional.
 	Reason RefundReason `json:"reason,omitempty"`
 }
+
+// CreateWebhookEndpointRequest A webhook endpoint to register. Unknown fields are rejected (`400 VALIDATION_FAILED`). Two
+// requests are the same command when their normalised forms are equal (`eventTypes` as a
+// set: order and repeats do not matter; an omitted `eventTypes` is `null`; an omitted
+// `description` is `""`).
+type CreateWebhookEndpointRequest struct {
+	// Description Free text for people, at most 256 bytes. Omitted means `""`.
+	//
+	// Examples: order service
+	Description string `json:"description,omitempty"`
+
+	// EventTypes The event types to send. Omitted or `null`: every type, including types added later.
+	// An empty list, or an unknown type, is refused (`400 VALIDATION_FAILED`).
+	EventTypes []EventType `json:"eventTypes,omitempty"`
+
+	// URL Where to POST the events: an absolute `https` URL (`http` only where the server allows
+	// it, `WEBHOOK_ALLOW_HTTP`), without credentials, whose host resolves to public
+	// addresses (unless `WEBHOOK_ALLOW_PRIVATE`). At most 2048 bytes.
+	//
+	//
+	// Examples: https://merchant.example/webhooks/payments
+	URL string `json:"url"`
+}
+
+// Delivery One attempt to deliver an event to one endpoint.
+type Delivery struct {
+	// AttemptedAt When the attempt started (its `webhook-timestamp`), RFC 3339, UTC.
+	//
+	// Examples: 2026-01-15T10:30:02Z
+	AttemptedAt time.Time `json:"attemptedAt"`
+
+	// DurationMs How long the attempt took, in milliseconds.
+	//
+	// Examples: 41
+	DurationMs int `json:"durationMs"`
+
+	// EndpointID The endpoint the attempt was sent to.
+	//
+	// Examples: we_4t8k2m6q0r3v7x1z5b9d3f7h
+	EndpointID string `json:"endpointId"`
+
+	// Error What went wrong, for people. `null` when the attempt succeeded.
+	//
+	// Examples: the endpoint answered 503, timeout after 10s
+	Error string `json:"error,omitempty"`
+
+	// NextAttemptAt When the next attempt after this failed one is due. `null` after a success, after the
+	// last attempt of the schedule, and when the endpoint was disabled or deleted.
+	//
+	//
+	// Examples: 2026-01-15T10:30:07Z
+	NextAttemptAt *time.Time `json:"nextAttemptAt,omitempty"`
+
+	// StatusCode The endpoint's HTTP status. `null` when no answer came (refused connection, timeout,
+	// forbidden destination). A `2xx` within `WEBHOOK_TIMEOUT` is a delivery; a `3xx` is not
+	// (redirects are not followed).
+	//
+	//
+	// Examples: 200, 503
+	StatusCode int `json:"statusCode,omitempty"`
+}
+
+// DeliveryList defines model for DeliveryList.
+type DeliveryList struct {
+	// Items The attempts, newest first.
+	Items []Delivery `json:"items"`
+}
+
+// Event defines model for Event.
+type Event struct {
+	// CreatedAt When the event happened.
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Data The payment's (`payment.*`) or the refund's (`refund.*`) body as of the event.
+	Data Event_Data `json:"data"`
+
+	// EventID The event's id (a UUID), the same on every delivery of it.
+	EventID string    `json:"eventId"`
+	Type    EventType `json:"type"`
+}
+
+// Event_Data The payment's (`payment.*`) or the refund's (`refund.*`) body as of the event.
+type Event_Data struct {
+	union json.RawMessage
+}
+
+// EventList defines model for EventList.
+type EventList struct {
+	Items []Event `json:"items"`
+
+	// NextCursor Pass it back as `cursor` for the next page; absent on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// EventType defines model for EventType.
+type EventType string
 
 // FieldError defines model for FieldError.
 type FieldError struct {
@@ -579,6 +745,9 @@ type PaymentDeclinedProblem struct {
 	// Detail What went wrong in this occurrence, for people.
 	Detail string `json:"detail"`
 
+	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
+	EndpointID string `json:"endpointId,omitempty"`
+
 	// Errors Every invalid field, with `VALIDATION_FAILED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
@@ -600,8 +769,15 @@ type PaymentDeclinedProblem struct {
 	// RequestID The server's id of the request, for support and log correlation, when the server
 	// sets one. A replayed answer is the original's bytes, so it carries the original
 	// request's id.
-	RequestID string      `json:"requestId,omitempty"`
-	Status    interface{} `json:"status"`
+	RequestID string `json:"requestId,omitempty"`
+
+	// ResendID The resend a key of `POST /events/{eventId}/resend` made, with `IDEMPOTENCY_KEY_EXPIRED`.
+	ResendID string `json:"resendId,omitempty"`
+
+	// RotationID The rotation a key of `POST /webhook-endpoints/{endpointId}/rotate-secret` made, with
+	// `IDEMPOTENCY_KEY_EXPIRED`.
+	RotationID string      `json:"rotationId,omitempty"`
+	Status     interface{} `json:"status"`
 
 	// Title A short summary of the problem type, for people.
 	Title string `json:"title"`
@@ -661,7 +837,7 @@ type Problem struct {
 	// | `IDEMPOTENCY_KEY_INVALID` | 400 | the key is not 1 to 255 printable ASCII characters |
 	// | `IDEMPOTENCY_KEY_IN_USE` | 409 | the original request with this key is still in flight |
 	// | `IDEMPOTENCY_KEY_REUSED` | 422 | the key was used for a different command |
-	// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment; `refundId`, `captureId` or `cancellationId` what a refund's, capture's or cancel's key created) |
+	// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment; `refundId`, `captureId` or `cancellationId` what a refund's, capture's or cancel's key created; `endpointId`, `rotationId` or `resendId` what a webhook endpoint's registration, a secret's rotation or an event's resend key made) |
 	// | `DUPLICATE_MERCHANT_REFERENCE` | 409 | the merchant reference already has a live payment (`paymentId`) |
 	// | `PAYMENT_DECLINED` | 402 | the provider declined (`paymentId`, `declineCode`) |
 	// | `PAYMENT_CANCELED` | 409 | the key's payment was canceled: it moved no money and was abandoned (`paymentId`); pay with a new key |
@@ -681,9 +857,11 @@ type Problem struct {
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
-	// | `NOT_FOUND` | 404 | no such payment (or route) for this tenant |
+	// | `NOT_FOUND` | 404 | no such payment, refund, event or webhook endpoint (or route) for this tenant |
 	// | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 	// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
+	// | `WEBHOOK_ENDPOINT_DISABLED` | 409 | a resend names a disabled webhook endpoint: nothing is sent to it |
+	// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`) |
 	// | `INTERNAL` | 500 | unexpected error |
 	Code ProblemCode `json:"code"`
 
@@ -693,6 +871,9 @@ type Problem struct {
 
 	// Detail What went wrong in this occurrence, for people.
 	Detail string `json:"detail"`
+
+	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
+	EndpointID string `json:"endpointId,omitempty"`
 
 	// Errors Every invalid field, with `VALIDATION_FAILED`.
 	Errors []FieldError `json:"errors,omitempty"`
@@ -717,6 +898,13 @@ type Problem struct {
 	// request's id.
 	RequestID string `json:"requestId,omitempty"`
 
+	// ResendID The resend a key of `POST /events/{eventId}/resend` made, with `IDEMPOTENCY_KEY_EXPIRED`.
+	ResendID string `json:"resendId,omitempty"`
+
+	// RotationID The rotation a key of `POST /webhook-endpoints/{endpointId}/rotate-secret` made, with
+	// `IDEMPOTENCY_KEY_EXPIRED`.
+	RotationID string `json:"rotationId,omitempty"`
+
 	// Status The HTTP status code.
 	Status int `json:"status"`
 
@@ -739,7 +927,7 @@ type Problem struct {
 // | `IDEMPOTENCY_KEY_INVALID` | 400 | the key is not 1 to 255 printable ASCII characters |
 // | `IDEMPOTENCY_KEY_IN_USE` | 409 | the original request with this key is still in flight |
 // | `IDEMPOTENCY_KEY_REUSED` | 422 | the key was used for a different command |
-// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment; `refundId`, `captureId` or `cancellationId` what a refund's, capture's or cancel's key created) |
+// | `IDEMPOTENCY_KEY_EXPIRED` | 409 | the key's replay window is over (`paymentId` names its payment; `refundId`, `captureId` or `cancellationId` what a refund's, capture's or cancel's key created; `endpointId`, `rotationId` or `resendId` what a webhook endpoint's registration, a secret's rotation or an event's resend key made) |
 // | `DUPLICATE_MERCHANT_REFERENCE` | 409 | the merchant reference already has a live payment (`paymentId`) |
 // | `PAYMENT_DECLINED` | 402 | the provider declined (`paymentId`, `declineCode`) |
 // | `PAYMENT_CANCELED` | 409 | the key's payment was canceled: it moved no money and was abandoned (`paymentId`); pay with a new key |
@@ -759,9 +947,11 @@ type Problem struct {
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
-// | `NOT_FOUND` | 404 | no such payment (or route) for this tenant |
+// | `NOT_FOUND` | 404 | no such payment, refund, event or webhook endpoint (or route) for this tenant |
 // | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 // | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
+// | `WEBHOOK_ENDPOINT_DISABLED` | 409 | a resend names a disabled webhook endpoint: nothing is sent to it |
+// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`) |
 // | `INTERNAL` | 500 | unexpected error |
 type ProblemCode string
 
@@ -838,6 +1028,9 @@ type RefundDeclinedProblem struct {
 	// Detail What went wrong in this occurrence, for people.
 	Detail string `json:"detail"`
 
+	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
+	EndpointID string `json:"endpointId,omitempty"`
+
 	// Errors Every invalid field, with `VALIDATION_FAILED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
@@ -859,8 +1052,15 @@ type RefundDeclinedProblem struct {
 	// RequestID The server's id of the request, for support and log correlation, when the server
 	// sets one. A replayed answer is the original's bytes, so it carries the original
 	// request's id.
-	RequestID string      `json:"requestId,omitempty"`
-	Status    interface{} `json:"status"`
+	RequestID string `json:"requestId,omitempty"`
+
+	// ResendID The resend a key of `POST /events/{eventId}/resend` made, with `IDEMPOTENCY_KEY_EXPIRED`.
+	ResendID string `json:"resendId,omitempty"`
+
+	// RotationID The rotation a key of `POST /webhook-endpoints/{endpointId}/rotate-secret` made, with
+	// `IDEMPOTENCY_KEY_EXPIRED`.
+	RotationID string      `json:"rotationId,omitempty"`
+	Status     interface{} `json:"status"`
 
 	// Title A short summary of the problem type, for people.
 	Title string `json:"title"`
@@ -890,6 +1090,135 @@ type RefundReason string
 //	    with the same `Idempotency-Key` resumes the same refund.
 type RefundStatus string
 
+// ResendEventRequest A resend. Every field is optional: `{}` and no body at all send the event to every enabled
+// endpoint that subscribes to its type. Unknown fields are rejected (`400 VALIDATION_FAILED`).
+type ResendEventRequest struct {
+	// EndpointID Send it to this endpoint only (it need not subscribe to the event's type).
+	//
+	// Examples: we_4t8k2m6q0r3v7x1z5b9d3f7h
+	EndpointID string `json:"endpointId,omitempty"`
+}
+
+// ResendReceipt What a resend queued.
+type ResendReceipt struct {
+	// EndpointIds The endpoints it is being sent to; empty when none is enabled and subscribed.
+	EndpointIds []string `json:"endpointIds"`
+
+	// EventID The event resent.
+	//
+	// Examples: 019ac0b2-7f3e-7c1a-9d2b-5e4f3a2b1c0d
+	EventID string `json:"eventId"`
+
+	// ResendID The resend's id, which `IDEMPOTENCY_KEY_EXPIRED` names for its key.
+	//
+	// Examples: evr_2b5d8f1h4k7m0q3r6t9v2x5z
+	ResendID string `json:"resendId"`
+}
+
+// WebhookEndpoint A webhook endpoint, without its secret.
+type WebhookEndpoint struct {
+	// CreatedAt RFC 3339, UTC.
+	//
+	// Examples: 2026-01-15T09:00:00Z
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Description `""` when the registration had none.
+	Description string `json:"description"`
+
+	// DisabledAt RFC 3339, UTC. When the endpoint was disabled; present only when `status` is `disabled`.
+	//
+	// Examples: 2026-01-20T10:30:02Z
+	DisabledAt time.Time `json:"disabledAt,omitempty"`
+
+	// DisabledReason Why the endpoint was disabled, for people; present only when `status` is `disabled`.
+	//
+	// Examples: the endpoint answered 410 Gone
+	DisabledReason string `json:"disabledReason,omitempty"`
+
+	// EndpointID The endpoint's id.
+	//
+	// Examples: we_4t8k2m6q0r3v7x1z5b9d3f7h
+	EndpointID string `json:"endpointId"`
+
+	// EventTypes The event types sent to it; `null` means every type, including types added later.
+	EventTypes []EventType `json:"eventTypes"`
+
+	// Status * `enabled`: events are sent to it.
+	// * `disabled`: the service stopped sending to it, because it answered `410 Gone` or had no
+	//   successful delivery for 5 days. Register the URL again to receive events anew.
+	Status WebhookEndpointStatus `json:"status"`
+
+	// URL Where the events are sent.
+	//
+	// Examples: https://merchant.example/webhooks/payments
+	URL string `json:"url"`
+}
+
+// WebhookEndpointList defines model for WebhookEndpointList.
+type WebhookEndpointList struct {
+	// Items The tenant's endpoints, newest first.
+	Items []WebhookEndpoint `json:"items"`
+}
+
+// WebhookEndpointStatus * `enabled`: events are sent to it.
+//   - `disabled`: the service stopped sending to it, because it answered `410 Gone` or had no
+//     successful delivery for 5 days. Register the URL again to receive events anew.
+type WebhookEndpointStatus string
+
+// WebhookEndpointWithSecret A webhook endpoint and its signing secret, as registration and rotation answer it: the only
+// answers that show the secret. The members of `WebhookEndpoint`, plus `secret` (and, for a
+// rotation, `rotationId`).
+type WebhookEndpointWithSecret struct {
+	// CreatedAt RFC 3339, UTC.
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Description `""` when the registration had none.
+	Description string `json:"description"`
+
+	// DisabledAt RFC 3339, UTC. When the endpoint was disabled; present only when `status` is `disabled`.
+	DisabledAt time.Time `json:"disabledAt,omitempty"`
+
+	// DisabledReason Why the endpoint was disabled, for people; present only when `status` is `disabled`.
+	DisabledReason string `json:"disabledReason,omitempty"`
+
+	// EndpointID The endpoint's id.
+	//
+	// Examples: we_4t8k2m6q0r3v7x1z5b9d3f7h
+	EndpointID string `json:"endpointId"`
+
+	// EventTypes The event types sent to it; `null` means every type, including types added later.
+	EventTypes []EventType `json:"eventTypes"`
+
+	// RotationID In a rotation's answer only: the rotation's id, which `IDEMPOTENCY_KEY_EXPIRED` names
+	// for a key of `POST /webhook-endpoints/{endpointId}/rotate-secret`.
+	//
+	//
+	// Examples: wsr_8m3k6q9r2t5v8x1z4b7d0f3h
+	RotationID string `json:"rotationId,omitempty"`
+
+	// Secret The Standard Webhooks signing secret: `whsec_` and the base64 of 24 or more random
+	// bytes. The HMAC-SHA256 key is the decoded bytes, not the string. Give it, whole, to a
+	// Standard Webhooks library to verify deliveries.
+	//
+	//
+	// Examples: whsec_Di2bPyAbJ6xwjqf+yNmfSzx8g//5mcy27VgVEpFlfHk=
+	Secret string `json:"secret"`
+
+	// Status * `enabled`: events are sent to it.
+	// * `disabled`: the service stopped sending to it, because it answered `410 Gone` or had no
+	//   successful delivery for 5 days. Register the URL again to receive events anew.
+	Status WebhookEndpointStatus `json:"status"`
+
+	// URL Where the events are sent.
+	URL string `json:"url"`
+}
+
+// EndpointID defines model for EndpointId.
+type EndpointID = string
+
+// EventID defines model for EventId.
+type EventID = string
+
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
@@ -917,6 +1246,39 @@ type ServiceUnavailable = Problem
 // Unauthorized An RFC 9457 problem detail, served as `application/problem+json`. Branch on `code`.
 // Members other than those below may be added.
 type Unauthorized = Problem
+
+// ListEventsParams defines parameters for ListEvents.
+type ListEventsParams struct {
+	// Type Only events of this type. An unknown type gets `400 VALIDATION_FAILED`.
+	Type *EventType `form:"type,omitempty" json:"type,omitempty"`
+
+	// After Only events that happened after this time (RFC 3339).
+	After *time.Time `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque: the `nextCursor` of the previous page, passed back unchanged with the same
+	// filters. A cursor the server did not issue gets `400 VALIDATION_FAILED`.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ResendEventParams defines parameters for ResendEvent.
+type ResendEventParams struct {
+	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
+	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
+	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
+	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
+	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// Prefer `wait=N` (RFC 7240): when this request finds the original request with the same key still
+	// in flight, hold it up to N seconds (at most 10) for the original to finish, then answer as
+	// a retry would (the replayed answer, or `409 IDEMPOTENCY_KEY_IN_USE` if it is still in
+	// flight). Has no effect on a request that finds no original in flight.
+	Prefer Prefer `json:"Prefer,omitempty"`
+}
 
 // ListPaymentsParams defines parameters for ListPayments.
 type ListPaymentsParams struct {
@@ -999,6 +1361,43 @@ type CreateRefundParams struct {
 	Prefer Prefer `json:"Prefer,omitempty"`
 }
 
+// CreateWebhookEndpointParams defines parameters for CreateWebhookEndpoint.
+type CreateWebhookEndpointParams struct {
+	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
+	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
+	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
+	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
+	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// Prefer `wait=N` (RFC 7240): when this request finds the original request with the same key still
+	// in flight, hold it up to N seconds (at most 10) for the original to finish, then answer as
+	// a retry would (the replayed answer, or `409 IDEMPOTENCY_KEY_IN_USE` if it is still in
+	// flight). Has no effect on a request that finds no original in flight.
+	Prefer Prefer `json:"Prefer,omitempty"`
+}
+
+// RotateWebhookSecretParams defines parameters for RotateWebhookSecret.
+type RotateWebhookSecretParams struct {
+	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
+	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
+	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
+	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
+	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// Prefer `wait=N` (RFC 7240): when this request finds the original request with the same key still
+	// in flight, hold it up to N seconds (at most 10) for the original to finish, then answer as
+	// a retry would (the replayed answer, or `409 IDEMPOTENCY_KEY_IN_USE` if it is still in
+	// flight). Has no effect on a request that finds no original in flight.
+	Prefer Prefer `json:"Prefer,omitempty"`
+}
+
+// ResendEventJSONRequestBody defines body for ResendEvent for application/json ContentType.
+type ResendEventJSONRequestBody = ResendEventRequest
+
 // CreatePaymentJSONRequestBody defines body for CreatePayment for application/json ContentType.
 type CreatePaymentJSONRequestBody = CreatePaymentRequest
 
@@ -1010,6 +1409,71 @@ type CapturePaymentJSONRequestBody = CapturePaymentRequest
 
 // CreateRefundJSONRequestBody defines body for CreateRefund for application/json ContentType.
 type CreateRefundJSONRequestBody = CreateRefundRequest
+
+// CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
+type CreateWebhookEndpointJSONRequestBody = CreateWebhookEndpointRequest
+
+// AsPayment returns the union data inside the Event_Data as a Payment
+func (t Event_Data) AsPayment() (Payment, error) {
+	var body Payment
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromPayment overwrites any union data inside the Event_Data as the provided Payment
+func (t *Event_Data) FromPayment(v Payment) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergePayment performs a merge with any union data inside the Event_Data, using the provided Payment
+func (t *Event_Data) MergePayment(v Payment) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsRefund returns the union data inside the Event_Data as a Refund
+func (t Event_Data) AsRefund() (Refund, error) {
+	var body Refund
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromRefund overwrites any union data inside the Event_Data as the provided Refund
+func (t *Event_Data) FromRefund(v Refund) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeRefund performs a merge with any union data inside the Event_Data, using the provided Refund
+func (t *Event_Data) MergeRefund(v Refund) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Event_Data) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Event_Data) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1084,6 +1548,108 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 
 // The interface specification for the client above.
 type ClientInterface interface {
+
+	// ListEvents List events
+	//
+	// Every event of the tenant's payments and refunds, newest first, for `EVENT_RETENTION`
+	// (default `720h`) after the outbox relay recorded it (it records each event before it
+	// publishes it, a moment after the change). Types: `payment.created`, `payment.authorized`,
+	// `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
+	// `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
+	// event. Events of one instant (one request's) have no order among them; `data.updatedAt`
+	// tells which state is newer. Cursor-paginated like `GET /payments`.
+	//
+	// Corresponds with GET /events (the `ListEvents` operationId).
+	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEvent Get an event
+	//
+	// One event of the tenant's log, as its webhook deliveries carry it (`type`, `createdAt` as
+	// `timestamp`, `data`; `eventId` as `webhook-id`). Another tenant's event, like an unknown
+	// id, answers `404 NOT_FOUND`.
+	//
+	// Corresponds with GET /events/{eventId} (the `GetEvent` operationId).
+	GetEvent(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListEventDeliveries List an event's delivery attempts
+	//
+	// Every attempt to deliver the event to the tenant's webhook endpoints, newest first: which
+	// endpoint, when, the endpoint's HTTP status (`null` when no answer came: a refused
+	// connection, a timeout, a forbidden destination), how long it took, what went wrong, and
+	// when the next attempt is due (`null` once the delivery succeeded, gave up, or its endpoint
+	// was disabled or deleted). An event no endpoint subscribes to has no attempts: `items` is
+	// empty. Another tenant's event, like an unknown id, answers `404 NOT_FOUND`.
+	//
+	// Corresponds with GET /events/{eventId}/deliveries (the `ListEventDeliveries` operationId).
+	ListEventDeliveries(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResendEventWithBody Deliver an event again
+	//
+	// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+	// its type, or only to `endpointId`. The message is the same as the first time, with the same
+	// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+	// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+	// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+	// `resend_event`, its own key scope): a retry with the same key does not send the event once
+	// more.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+	ResendEventWithBody(ctx context.Context, eventID EventID, params *ResendEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResendEvent Deliver an event again
+	//
+	// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+	// its type, or only to `endpointId`. The message is the same as the first time, with the same
+	// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+	// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+	// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+	// `resend_event`, its own key scope): a retry with the same key does not send the event once
+	// more.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+	ResendEvent(ctx context.Context, eventID EventID, params *ResendEventParams, body ResendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListPayments List payments
 	//
@@ -1422,6 +1988,288 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /payments/{paymentId}/refunds/{refundId} (the `GetRefund` operationId).
 	GetRefund(ctx context.Context, paymentID PaymentID, refundID RefundID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWebhookEndpoints List webhook endpoints
+	//
+	// The tenant's webhook endpoints, enabled and disabled, newest first; deleted ones are gone.
+	// Never their secrets.
+	//
+	// Corresponds with GET /webhook-endpoints (the `ListWebhookEndpoints` operationId).
+	ListWebhookEndpoints(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateWebhookEndpointWithBody Register a webhook endpoint
+	//
+	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+	// above and the `event` webhook), and answers its signing secret: **the only time it is
+	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+	// new.
+	//
+	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+	// host must resolve to public addresses only: loopback, private, link-local, unique-local
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+	// false otherwise. The check is made again at every connection, and redirects are never
+	// followed.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+	CreateWebhookEndpointWithBody(ctx context.Context, params *CreateWebhookEndpointParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateWebhookEndpoint Register a webhook endpoint
+	//
+	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+	// above and the `event` webhook), and answers its signing secret: **the only time it is
+	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+	// new.
+	//
+	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+	// host must resolve to public addresses only: loopback, private, link-local, unique-local
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+	// false otherwise. The check is made again at every connection, and redirects are never
+	// followed.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+	CreateWebhookEndpoint(ctx context.Context, params *CreateWebhookEndpointParams, body CreateWebhookEndpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteWebhookEndpoint Delete a webhook endpoint
+	//
+	// Deletes the endpoint: no delivery to it starts after this answer, including the retries it
+	// had pending, and it is no longer listed. Its past delivery attempts stay in
+	// `GET /events/{eventId}/deliveries`. No `Idempotency-Key`: deleting is idempotent by
+	// nature, and a second delete answers `404 NOT_FOUND`.
+	//
+	// Corresponds with DELETE /webhook-endpoints/{endpointId} (the `DeleteWebhookEndpoint` operationId).
+	DeleteWebhookEndpoint(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWebhookEndpoint Get a webhook endpoint
+	//
+	// One endpoint of the tenant, without its secret. `status: disabled` says the service stopped
+	// sending to it (it answered `410 Gone`, or had no successful delivery for 5 days). Another
+	// tenant's endpoint, like an unknown or deleted one, answers `404 NOT_FOUND`.
+	//
+	// Corresponds with GET /webhook-endpoints/{endpointId} (the `GetWebhookEndpoint` operationId).
+	GetWebhookEndpoint(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RotateWebhookSecret Rotate a webhook endpoint's secret
+	//
+	// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
+	// answer, within the replay window). For 24 hours after the rotation both secrets sign every
+	// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
+	// either while it switches to the new one; after that only the new one signs. The same
+	// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
+	// own key scope): a retry with the same key answers the same new secret and rotates nothing
+	// more. No body is needed (the body `{}` is the same command).
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | rotated | `200`, the endpoint with its new `secret` | yes |
+	// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+	// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecret(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// ListEvents List events
+//
+// Every event of the tenant's payments and refunds, newest first, for `EVENT_RETENTION`
+// (default `720h`) after the outbox relay recorded it (it records each event before it
+// publishes it, a moment after the change). Types: `payment.created`, `payment.authorized`,
+// `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
+// `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
+// event. Events of one instant (one request's) have no order among them; `data.updatedAt`
+// tells which state is newer. Cursor-paginated like `GET /payments`.
+//
+// Corresponds with GET /events (the `ListEvents` operationId).
+func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEvent Get an event
+//
+// One event of the tenant's log, as its webhook deliveries carry it (`type`, `createdAt` as
+// `timestamp`, `data`; `eventId` as `webhook-id`). Another tenant's event, like an unknown
+// id, answers `404 NOT_FOUND`.
+//
+// Corresponds with GET /events/{eventId} (the `GetEvent` operationId).
+func (c *Client) GetEvent(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEventRequest(c.Server, eventID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListEventDeliveries List an event's delivery attempts
+//
+// Every attempt to deliver the event to the tenant's webhook endpoints, newest first: which
+// endpoint, when, the endpoint's HTTP status (`null` when no answer came: a refused
+// connection, a timeout, a forbidden destination), how long it took, what went wrong, and
+// when the next attempt is due (`null` once the delivery succeeded, gave up, or its endpoint
+// was disabled or deleted). An event no endpoint subscribes to has no attempts: `items` is
+// empty. Another tenant's event, like an unknown id, answers `404 NOT_FOUND`.
+//
+// Corresponds with GET /events/{eventId}/deliveries (the `ListEventDeliveries` operationId).
+func (c *Client) ListEventDeliveries(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListEventDeliveriesRequest(c.Server, eventID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResendEventWithBody Deliver an event again
+//
+// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+// its type, or only to `endpointId`. The message is the same as the first time, with the same
+// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+// `resend_event`, its own key scope): a retry with the same key does not send the event once
+// more.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+func (c *Client) ResendEventWithBody(ctx context.Context, eventID EventID, params *ResendEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResendEventRequestWithBody(c.Server, eventID, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResendEvent Deliver an event again
+//
+// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+// its type, or only to `endpointId`. The message is the same as the first time, with the same
+// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+// `resend_event`, its own key scope): a retry with the same key does not send the event once
+// more.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+func (c *Client) ResendEvent(ctx context.Context, eventID EventID, params *ResendEventParams, body ResendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResendEventRequest(c.Server, eventID, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // ListPayments List payments
@@ -1882,6 +2730,423 @@ func (c *Client) GetRefund(ctx context.Context, paymentID PaymentID, refundID Re
 	return c.Client.Do(req)
 }
 
+// ListWebhookEndpoints List webhook endpoints
+//
+// The tenant's webhook endpoints, enabled and disabled, newest first; deleted ones are gone.
+// Never their secrets.
+//
+// Corresponds with GET /webhook-endpoints (the `ListWebhookEndpoints` operationId).
+func (c *Client) ListWebhookEndpoints(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWebhookEndpointsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateWebhookEndpointWithBody Register a webhook endpoint
+//
+// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+// above and the `event` webhook), and answers its signing secret: **the only time it is
+// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+// new.
+//
+// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+// host must resolve to public addresses only: loopback, private, link-local, unique-local
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+// false otherwise. The check is made again at every connection, and redirects are never
+// followed.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+func (c *Client) CreateWebhookEndpointWithBody(ctx context.Context, params *CreateWebhookEndpointParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookEndpointRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateWebhookEndpoint Register a webhook endpoint
+//
+// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+// above and the `event` webhook), and answers its signing secret: **the only time it is
+// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+// new.
+//
+// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+// host must resolve to public addresses only: loopback, private, link-local, unique-local
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+// false otherwise. The check is made again at every connection, and redirects are never
+// followed.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+func (c *Client) CreateWebhookEndpoint(ctx context.Context, params *CreateWebhookEndpointParams, body CreateWebhookEndpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookEndpointRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteWebhookEndpoint Delete a webhook endpoint
+//
+// Deletes the endpoint: no delivery to it starts after this answer, including the retries it
+// had pending, and it is no longer listed. Its past delivery attempts stay in
+// `GET /events/{eventId}/deliveries`. No `Idempotency-Key`: deleting is idempotent by
+// nature, and a second delete answers `404 NOT_FOUND`.
+//
+// Corresponds with DELETE /webhook-endpoints/{endpointId} (the `DeleteWebhookEndpoint` operationId).
+func (c *Client) DeleteWebhookEndpoint(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteWebhookEndpointRequest(c.Server, endpointID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWebhookEndpoint Get a webhook endpoint
+//
+// One endpoint of the tenant, without its secret. `status: disabled` says the service stopped
+// sending to it (it answered `410 Gone`, or had no successful delivery for 5 days). Another
+// tenant's endpoint, like an unknown or deleted one, answers `404 NOT_FOUND`.
+//
+// Corresponds with GET /webhook-endpoints/{endpointId} (the `GetWebhookEndpoint` operationId).
+func (c *Client) GetWebhookEndpoint(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWebhookEndpointRequest(c.Server, endpointID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RotateWebhookSecret Rotate a webhook endpoint's secret
+//
+// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
+// answer, within the replay window). For 24 hours after the rotation both secrets sign every
+// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
+// either while it switches to the new one; after that only the new one signs. The same
+// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
+// own key scope): a retry with the same key answers the same new secret and rotates nothing
+// more. No body is needed (the body `{}` is the same command).
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | rotated | `200`, the endpoint with its new `secret` | yes |
+// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+func (c *Client) RotateWebhookSecret(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateWebhookSecretRequest(c.Server, endpointID, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewListEventsRequest constructs an http.Request for the ListEvents method
+func NewListEventsRequest(server string, params *ListEventsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetEventRequest constructs an http.Request for the GetEvent method
+func NewGetEventRequest(server string, eventID EventID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "eventId", eventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListEventDeliveriesRequest constructs an http.Request for the ListEventDeliveries method
+func NewListEventDeliveriesRequest(server string, eventID EventID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "eventId", eventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/%s/deliveries", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewResendEventRequest calls the generic ResendEvent builder with application/json body
+func NewResendEventRequest(server string, eventID EventID, params *ResendEventParams, body ResendEventJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResendEventRequestWithBody(server, eventID, params, "application/json", bodyReader)
+}
+
+// NewResendEventRequestWithBody constructs an http.Request for the ResendEvent method, with any body, and a specified content type
+func NewResendEventRequestWithBody(server string, eventID EventID, params *ResendEventParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "eventId", eventID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/events/%s/resend", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Prefer", headerParam1)
+
+	}
+
+	return req, nil
+}
+
 // NewListPaymentsRequest constructs an http.Request for the ListPayments method
 func NewListPaymentsRequest(server string, params *ListPaymentsParams) (*http.Request, error) {
 	var err error
@@ -2338,6 +3603,219 @@ func NewGetRefundRequest(server string, paymentID PaymentID, refundID RefundID) 
 	return req, nil
 }
 
+// NewListWebhookEndpointsRequest constructs an http.Request for the ListWebhookEndpoints method
+func NewListWebhookEndpointsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhook-endpoints")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateWebhookEndpointRequest calls the generic CreateWebhookEndpoint builder with application/json body
+func NewCreateWebhookEndpointRequest(server string, params *CreateWebhookEndpointParams, body CreateWebhookEndpointJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateWebhookEndpointRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateWebhookEndpointRequestWithBody constructs an http.Request for the CreateWebhookEndpoint method, with any body, and a specified content type
+func NewCreateWebhookEndpointRequestWithBody(server string, params *CreateWebhookEndpointParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhook-endpoints")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Prefer", headerParam1)
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteWebhookEndpointRequest constructs an http.Request for the DeleteWebhookEndpoint method
+func NewDeleteWebhookEndpointRequest(server string, endpointID EndpointID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "endpointId", endpointID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhook-endpoints/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetWebhookEndpointRequest constructs an http.Request for the GetWebhookEndpoint method
+func NewGetWebhookEndpointRequest(server string, endpointID EndpointID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "endpointId", endpointID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhook-endpoints/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRotateWebhookSecretRequest constructs an http.Request for the RotateWebhookSecret method
+func NewRotateWebhookSecretRequest(server string, endpointID EndpointID, params *RotateWebhookSecretParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "endpointId", endpointID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhook-endpoints/%s/rotate-secret", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+		var headerParam1 string
+
+		headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Prefer", params.Prefer, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Prefer", headerParam1)
+
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -2381,6 +3859,114 @@ func WithBaseURL(baseURL string) ClientOption {
 
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
+
+	// ListEventsWithResponse List events
+	//
+	// Every event of the tenant's payments and refunds, newest first, for `EVENT_RETENTION`
+	// (default `720h`) after the outbox relay recorded it (it records each event before it
+	// publishes it, a moment after the change). Types: `payment.created`, `payment.authorized`,
+	// `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
+	// `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
+	// event. Events of one instant (one request's) have no order among them; `data.updatedAt`
+	// tells which state is newer. Cursor-paginated like `GET /payments`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /events (the `ListEvents` operationId).
+	ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error)
+
+	// GetEventWithResponse Get an event
+	//
+	// One event of the tenant's log, as its webhook deliveries carry it (`type`, `createdAt` as
+	// `timestamp`, `data`; `eventId` as `webhook-id`). Another tenant's event, like an unknown
+	// id, answers `404 NOT_FOUND`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /events/{eventId} (the `GetEvent` operationId).
+	GetEventWithResponse(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*GetEventResponse, error)
+
+	// ListEventDeliveriesWithResponse List an event's delivery attempts
+	//
+	// Every attempt to deliver the event to the tenant's webhook endpoints, newest first: which
+	// endpoint, when, the endpoint's HTTP status (`null` when no answer came: a refused
+	// connection, a timeout, a forbidden destination), how long it took, what went wrong, and
+	// when the next attempt is due (`null` once the delivery succeeded, gave up, or its endpoint
+	// was disabled or deleted). An event no endpoint subscribes to has no attempts: `items` is
+	// empty. Another tenant's event, like an unknown id, answers `404 NOT_FOUND`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /events/{eventId}/deliveries (the `ListEventDeliveries` operationId).
+	ListEventDeliveriesWithResponse(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*ListEventDeliveriesResponse, error)
+
+	// ResendEventWithBodyWithResponse Deliver an event again
+	//
+	// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+	// its type, or only to `endpointId`. The message is the same as the first time, with the same
+	// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+	// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+	// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+	// `resend_event`, its own key scope): a retry with the same key does not send the event once
+	// more.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+	ResendEventWithBodyWithResponse(ctx context.Context, eventID EventID, params *ResendEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResendEventResponse, error)
+
+	// ResendEventWithResponse Deliver an event again
+	//
+	// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+	// its type, or only to `endpointId`. The message is the same as the first time, with the same
+	// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+	// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+	// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+	// `resend_event`, its own key scope): a retry with the same key does not send the event once
+	// more.
+	//
+	// The body is optional: a request without a body (and without `Content-Type`) and the body
+	// `{}` are the same command.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+	ResendEventWithResponse(ctx context.Context, eventID EventID, params *ResendEventParams, body ResendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ResendEventResponse, error)
 
 	// ListPaymentsWithResponse List payments
 	//
@@ -2727,6 +4313,554 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /payments/{paymentId}/refunds/{refundId} (the `GetRefund` operationId).
 	GetRefundWithResponse(ctx context.Context, paymentID PaymentID, refundID RefundID, reqEditors ...RequestEditorFn) (*GetRefundResponse, error)
+
+	// ListWebhookEndpointsWithResponse List webhook endpoints
+	//
+	// The tenant's webhook endpoints, enabled and disabled, newest first; deleted ones are gone.
+	// Never their secrets.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /webhook-endpoints (the `ListWebhookEndpoints` operationId).
+	ListWebhookEndpointsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListWebhookEndpointsResponse, error)
+
+	// CreateWebhookEndpointWithBodyWithResponse Register a webhook endpoint
+	//
+	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+	// above and the `event` webhook), and answers its signing secret: **the only time it is
+	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+	// new.
+	//
+	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+	// host must resolve to public addresses only: loopback, private, link-local, unique-local
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+	// false otherwise. The check is made again at every connection, and redirects are never
+	// followed.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+	CreateWebhookEndpointWithBodyWithResponse(ctx context.Context, params *CreateWebhookEndpointParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookEndpointResponse, error)
+
+	// CreateWebhookEndpointWithResponse Register a webhook endpoint
+	//
+	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+	// above and the `event` webhook), and answers its signing secret: **the only time it is
+	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+	// new.
+	//
+	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+	// host must resolve to public addresses only: loopback, private, link-local, unique-local
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+	// false otherwise. The check is made again at every connection, and redirects are never
+	// followed.
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+	CreateWebhookEndpointWithResponse(ctx context.Context, params *CreateWebhookEndpointParams, body CreateWebhookEndpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookEndpointResponse, error)
+
+	// DeleteWebhookEndpointWithResponse Delete a webhook endpoint
+	//
+	// Deletes the endpoint: no delivery to it starts after this answer, including the retries it
+	// had pending, and it is no longer listed. Its past delivery attempts stay in
+	// `GET /events/{eventId}/deliveries`. No `Idempotency-Key`: deleting is idempotent by
+	// nature, and a second delete answers `404 NOT_FOUND`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /webhook-endpoints/{endpointId} (the `DeleteWebhookEndpoint` operationId).
+	DeleteWebhookEndpointWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*DeleteWebhookEndpointResponse, error)
+
+	// GetWebhookEndpointWithResponse Get a webhook endpoint
+	//
+	// One endpoint of the tenant, without its secret. `status: disabled` says the service stopped
+	// sending to it (it answered `410 Gone`, or had no successful delivery for 5 days). Another
+	// tenant's endpoint, like an unknown or deleted one, answers `404 NOT_FOUND`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /webhook-endpoints/{endpointId} (the `GetWebhookEndpoint` operationId).
+	GetWebhookEndpointWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*GetWebhookEndpointResponse, error)
+
+	// RotateWebhookSecretWithResponse Rotate a webhook endpoint's secret
+	//
+	// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
+	// answer, within the replay window). For 24 hours after the rotation both secrets sign every
+	// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
+	// either while it switches to the new one; after that only the new one signs. The same
+	// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
+	// own key scope): a retry with the same key answers the same new secret and rotates nothing
+	// more. No body is needed (the body `{}` is the same command).
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | rotated | `200`, the endpoint with its new `secret` | yes |
+	// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+	// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecretWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
+}
+
+// ListEventsResponse429Headers the declared response headers of an HTTP 429 response for ListEvents
+type ListEventsResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListEventsResponse503Headers the declared response headers of an HTTP 503 response for ListEvents
+type ListEventsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListEventsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *EventList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListEventsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListEventsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventsResponse) GetJSON200() *EventList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetEventResponse429Headers the declared response headers of an HTTP 429 response for GetEvent
+type GetEventResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetEventResponse503Headers the declared response headers of an HTTP 503 response for GetEvent
+type GetEventResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetEventResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Event
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetEventResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetEventResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetEventResponse) GetJSON200() *Event {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetEventResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetEventResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetEventResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetEventResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetEventResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetEventResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEventResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEventResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEventResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListEventDeliveriesResponse429Headers the declared response headers of an HTTP 429 response for ListEventDeliveries
+type ListEventDeliveriesResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListEventDeliveriesResponse503Headers the declared response headers of an HTTP 503 response for ListEventDeliveries
+type ListEventDeliveriesResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListEventDeliveriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DeliveryList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListEventDeliveriesResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListEventDeliveriesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListEventDeliveriesResponse) GetJSON200() *DeliveryList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListEventDeliveriesResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListEventDeliveriesResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListEventDeliveriesResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListEventDeliveriesResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListEventDeliveriesResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListEventDeliveriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListEventDeliveriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListEventDeliveriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListEventDeliveriesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResendEventResponse202Headers the declared response headers of an HTTP 202 response for ResendEvent
+type ResendEventResponse202Headers struct {
+	IdempotentReplayed string
+	Location           string
+}
+
+// ResendEventResponse409Headers the declared response headers of an HTTP 409 response for ResendEvent
+type ResendEventResponse409Headers struct {
+	RetryAfter int
+}
+
+// ResendEventResponse429Headers the declared response headers of an HTTP 429 response for ResendEvent
+type ResendEventResponse429Headers struct {
+	RetryAfter int
+}
+
+// ResendEventResponse503Headers the declared response headers of an HTTP 503 response for ResendEvent
+type ResendEventResponse503Headers struct {
+	RetryAfter int
+}
+
+type ResendEventResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *ResendReceipt
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Problem
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *Problem
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *Problem
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ResendEventResponse202Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *ResendEventResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ResendEventResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResendEventResponse503Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ResendEventResponse) GetJSON202() *ResendReceipt {
+	return r.JSON202
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON409() *Problem {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON413() *Problem {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON415() *Problem {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON422() *Problem {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResendEventResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ResendEventResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResendEventResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResendEventResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResendEventResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // ListPaymentsResponse429Headers the declared response headers of an HTTP 429 response for ListPayments
@@ -3744,6 +5878,673 @@ func (r GetRefundResponse) ContentType() string {
 	return ""
 }
 
+// ListWebhookEndpointsResponse429Headers the declared response headers of an HTTP 429 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse429Headers struct {
+	RetryAfter int
+}
+
+// ListWebhookEndpointsResponse503Headers the declared response headers of an HTTP 503 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse503Headers struct {
+	RetryAfter int
+}
+
+type ListWebhookEndpointsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookEndpointList
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListWebhookEndpointsResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListWebhookEndpointsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWebhookEndpointsResponse) GetJSON200() *WebhookEndpointList {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWebhookEndpointsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWebhookEndpointsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWebhookEndpointsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWebhookEndpointsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateWebhookEndpointResponse201Headers the declared response headers of an HTTP 201 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse201Headers struct {
+	IdempotentReplayed string
+	Location           string
+}
+
+// CreateWebhookEndpointResponse409Headers the declared response headers of an HTTP 409 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse409Headers struct {
+	RetryAfter int
+}
+
+// CreateWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse429Headers struct {
+	RetryAfter int
+}
+
+// CreateWebhookEndpointResponse503Headers the declared response headers of an HTTP 503 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse503Headers struct {
+	RetryAfter int
+}
+
+type CreateWebhookEndpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *WebhookEndpointWithSecret
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Problem
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *Problem
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *Problem
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateWebhookEndpointResponse201Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateWebhookEndpointResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateWebhookEndpointResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateWebhookEndpointResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateWebhookEndpointResponse) GetJSON201() *WebhookEndpointWithSecret {
+	return r.JSON201
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON409() *Problem {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON413() *Problem {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON415() *Problem {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON422() *Problem {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateWebhookEndpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateWebhookEndpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateWebhookEndpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateWebhookEndpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse429Headers struct {
+	RetryAfter int
+}
+
+// DeleteWebhookEndpointResponse503Headers the declared response headers of an HTTP 503 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse503Headers struct {
+	RetryAfter int
+}
+
+type DeleteWebhookEndpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteWebhookEndpointResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteWebhookEndpointResponse503Headers
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteWebhookEndpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteWebhookEndpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteWebhookEndpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteWebhookEndpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetWebhookEndpointResponse503Headers the declared response headers of an HTTP 503 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetWebhookEndpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookEndpoint
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWebhookEndpointResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetWebhookEndpointResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWebhookEndpointResponse) GetJSON200() *WebhookEndpoint {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWebhookEndpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWebhookEndpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWebhookEndpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWebhookEndpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RotateWebhookSecretResponse200Headers the declared response headers of an HTTP 200 response for RotateWebhookSecret
+type RotateWebhookSecretResponse200Headers struct {
+	IdempotentReplayed string
+	Location           string
+}
+
+// RotateWebhookSecretResponse409Headers the declared response headers of an HTTP 409 response for RotateWebhookSecret
+type RotateWebhookSecretResponse409Headers struct {
+	RetryAfter int
+}
+
+// RotateWebhookSecretResponse429Headers the declared response headers of an HTTP 429 response for RotateWebhookSecret
+type RotateWebhookSecretResponse429Headers struct {
+	RetryAfter int
+}
+
+// RotateWebhookSecretResponse503Headers the declared response headers of an HTTP 503 response for RotateWebhookSecret
+type RotateWebhookSecretResponse503Headers struct {
+	RetryAfter int
+}
+
+type RotateWebhookSecretResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookEndpointWithSecret
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *Problem
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationProblemJSON409 *Problem
+	// ApplicationProblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationProblemJSON413 *Problem
+	// ApplicationProblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationProblemJSON415 *Problem
+	// ApplicationProblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationProblemJSON422 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RotateWebhookSecretResponse200Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *RotateWebhookSecretResponse409Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RotateWebhookSecretResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RotateWebhookSecretResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON200() *WebhookEndpointWithSecret {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON400() *Problem {
+	return r.ApplicationProblemJSON400
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON409() *Problem {
+	return r.ApplicationProblemJSON409
+}
+
+// GetApplicationProblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON413() *Problem {
+	return r.ApplicationProblemJSON413
+}
+
+// GetApplicationProblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON415() *Problem {
+	return r.ApplicationProblemJSON415
+}
+
+// GetApplicationProblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON422() *Problem {
+	return r.ApplicationProblemJSON422
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r RotateWebhookSecretResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RotateWebhookSecretResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RotateWebhookSecretResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RotateWebhookSecretResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListEventsWithResponse List events
+//
+// Every event of the tenant's payments and refunds, newest first, for `EVENT_RETENTION`
+// (default `720h`) after the outbox relay recorded it (it records each event before it
+// publishes it, a moment after the change). Types: `payment.created`, `payment.authorized`,
+// `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
+// `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
+// event. Events of one instant (one request's) have no order among them; `data.updatedAt`
+// tells which state is newer. Cursor-paginated like `GET /payments`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /events (the `ListEvents` operationId).
+func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*ListEventsResponse, error) {
+	rsp, err := c.ListEvents(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventsResponse(rsp)
+}
+
+// GetEventWithResponse Get an event
+//
+// One event of the tenant's log, as its webhook deliveries carry it (`type`, `createdAt` as
+// `timestamp`, `data`; `eventId` as `webhook-id`). Another tenant's event, like an unknown
+// id, answers `404 NOT_FOUND`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /events/{eventId} (the `GetEvent` operationId).
+func (c *ClientWithResponses) GetEventWithResponse(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*GetEventResponse, error) {
+	rsp, err := c.GetEvent(ctx, eventID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEventResponse(rsp)
+}
+
+// ListEventDeliveriesWithResponse List an event's delivery attempts
+//
+// Every attempt to deliver the event to the tenant's webhook endpoints, newest first: which
+// endpoint, when, the endpoint's HTTP status (`null` when no answer came: a refused
+// connection, a timeout, a forbidden destination), how long it took, what went wrong, and
+// when the next attempt is due (`null` once the delivery succeeded, gave up, or its endpoint
+// was disabled or deleted). An event no endpoint subscribes to has no attempts: `items` is
+// empty. Another tenant's event, like an unknown id, answers `404 NOT_FOUND`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /events/{eventId}/deliveries (the `ListEventDeliveries` operationId).
+func (c *ClientWithResponses) ListEventDeliveriesWithResponse(ctx context.Context, eventID EventID, reqEditors ...RequestEditorFn) (*ListEventDeliveriesResponse, error) {
+	rsp, err := c.ListEventDeliveries(ctx, eventID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListEventDeliveriesResponse(rsp)
+}
+
+// ResendEventWithBodyWithResponse Deliver an event again
+//
+// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+// its type, or only to `endpointId`. The message is the same as the first time, with the same
+// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+// `resend_event`, its own key scope): a retry with the same key does not send the event once
+// more.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+func (c *ClientWithResponses) ResendEventWithBodyWithResponse(ctx context.Context, eventID EventID, params *ResendEventParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResendEventResponse, error) {
+	rsp, err := c.ResendEventWithBody(ctx, eventID, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResendEventResponse(rsp)
+}
+
+// ResendEventWithResponse Deliver an event again
+//
+// Delivers the event again, now, to every enabled endpoint of the tenant that subscribes to
+// its type, or only to `endpointId`. The message is the same as the first time, with the same
+// `webhook-id` (the event's id): a receiver that already handled it deduplicates it. The
+// attempts appear in `GET /events/{eventId}/deliveries`; a failed one is retried on the
+// usual schedule. The same headers and idempotency rules as `POST /payments` (operation
+// `resend_event`, its own key scope): a retry with the same key does not send the event once
+// more.
+//
+// The body is optional: a request without a body (and without `Content-Type`) and the body
+// `{}` are the same command.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
+// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
+// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `resendId`) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /events/{eventId}/resend (the `ResendEvent` operationId).
+func (c *ClientWithResponses) ResendEventWithResponse(ctx context.Context, eventID EventID, params *ResendEventParams, body ResendEventJSONRequestBody, reqEditors ...RequestEditorFn) (*ResendEventResponse, error) {
+	rsp, err := c.ResendEvent(ctx, eventID, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResendEventResponse(rsp)
+}
+
 // ListPaymentsWithResponse List payments
 //
 // The tenant's payments, newest first, in their current representation (never a replay),
@@ -4160,6 +6961,578 @@ func (c *ClientWithResponses) GetRefundWithResponse(ctx context.Context, payment
 		return nil, err
 	}
 	return ParseGetRefundResponse(rsp)
+}
+
+// ListWebhookEndpointsWithResponse List webhook endpoints
+//
+// The tenant's webhook endpoints, enabled and disabled, newest first; deleted ones are gone.
+// Never their secrets.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /webhook-endpoints (the `ListWebhookEndpoints` operationId).
+func (c *ClientWithResponses) ListWebhookEndpointsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListWebhookEndpointsResponse, error) {
+	rsp, err := c.ListWebhookEndpoints(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWebhookEndpointsResponse(rsp)
+}
+
+// CreateWebhookEndpointWithBodyWithResponse Register a webhook endpoint
+//
+// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+// above and the `event` webhook), and answers its signing secret: **the only time it is
+// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+// new.
+//
+// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+// host must resolve to public addresses only: loopback, private, link-local, unique-local
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+// false otherwise. The check is made again at every connection, and redirects are never
+// followed.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+func (c *ClientWithResponses) CreateWebhookEndpointWithBodyWithResponse(ctx context.Context, params *CreateWebhookEndpointParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookEndpointResponse, error) {
+	rsp, err := c.CreateWebhookEndpointWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateWebhookEndpointResponse(rsp)
+}
+
+// CreateWebhookEndpointWithResponse Register a webhook endpoint
+//
+// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
+// above and the `event` webhook), and answers its signing secret: **the only time it is
+// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
+// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
+// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
+// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
+// new.
+//
+// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
+// host must resolve to public addresses only: loopback, private, link-local, unique-local
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
+// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
+// false otherwise. The check is made again at every connection, and redirects are never
+// followed.
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
+// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
+// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `endpointId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | malformed JSON (not UTF-8, a member twice), invalid or unknown field (a URL that is not absolute `http(s)`, has credentials, or whose host does not resolve; an unknown event type) | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /webhook-endpoints (the `CreateWebhookEndpoint` operationId).
+func (c *ClientWithResponses) CreateWebhookEndpointWithResponse(ctx context.Context, params *CreateWebhookEndpointParams, body CreateWebhookEndpointJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookEndpointResponse, error) {
+	rsp, err := c.CreateWebhookEndpoint(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateWebhookEndpointResponse(rsp)
+}
+
+// DeleteWebhookEndpointWithResponse Delete a webhook endpoint
+//
+// Deletes the endpoint: no delivery to it starts after this answer, including the retries it
+// had pending, and it is no longer listed. Its past delivery attempts stay in
+// `GET /events/{eventId}/deliveries`. No `Idempotency-Key`: deleting is idempotent by
+// nature, and a second delete answers `404 NOT_FOUND`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /webhook-endpoints/{endpointId} (the `DeleteWebhookEndpoint` operationId).
+func (c *ClientWithResponses) DeleteWebhookEndpointWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*DeleteWebhookEndpointResponse, error) {
+	rsp, err := c.DeleteWebhookEndpoint(ctx, endpointID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteWebhookEndpointResponse(rsp)
+}
+
+// GetWebhookEndpointWithResponse Get a webhook endpoint
+//
+// One endpoint of the tenant, without its secret. `status: disabled` says the service stopped
+// sending to it (it answered `410 Gone`, or had no successful delivery for 5 days). Another
+// tenant's endpoint, like an unknown or deleted one, answers `404 NOT_FOUND`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /webhook-endpoints/{endpointId} (the `GetWebhookEndpoint` operationId).
+func (c *ClientWithResponses) GetWebhookEndpointWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*GetWebhookEndpointResponse, error) {
+	rsp, err := c.GetWebhookEndpoint(ctx, endpointID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWebhookEndpointResponse(rsp)
+}
+
+// RotateWebhookSecretWithResponse Rotate a webhook endpoint's secret
+//
+// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
+// answer, within the replay window). For 24 hours after the rotation both secrets sign every
+// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
+// either while it switches to the new one; after that only the new one signs. The same
+// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
+// own key scope): a retry with the same key answers the same new secret and rotates nothing
+// more. No body is needed (the body `{}` is the same command).
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | rotated | `200`, the endpoint with its new `secret` | yes |
+// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error) {
+	rsp, err := c.RotateWebhookSecret(ctx, endpointID, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRotateWebhookSecretResponse(rsp)
+}
+
+// ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
+func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest EventList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListEventsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEventResponse parses an HTTP response from a GetEventWithResponse call
+func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEventResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Event
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListEventDeliveriesResponse parses an HTTP response from a ListEventDeliveriesWithResponse call
+func ParseListEventDeliveriesResponse(rsp *http.Response) (*ListEventDeliveriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListEventDeliveriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DeliveryList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListEventDeliveriesResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListEventDeliveriesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResendEventResponse parses an HTTP response from a ResendEventWithResponse call
+func ParseResendEventResponse(rsp *http.Response) (*ResendEventResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResendEventResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest ResendReceipt
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ResendEventResponse202Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 409:
+		var headers ResendEventResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers ResendEventResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ResendEventResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseListPaymentsResponse parses an HTTP response from a ListPaymentsWithResponse call
@@ -5209,6 +8582,532 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetRefundResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListWebhookEndpointsResponse parses an HTTP response from a ListWebhookEndpointsWithResponse call
+func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpointsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWebhookEndpointsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookEndpointList
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListWebhookEndpointsResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListWebhookEndpointsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateWebhookEndpointResponse parses an HTTP response from a CreateWebhookEndpointWithResponse call
+func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateWebhookEndpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest WebhookEndpointWithSecret
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateWebhookEndpointResponse201Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreateWebhookEndpointResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateWebhookEndpointResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateWebhookEndpointResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteWebhookEndpointResponse parses an HTTP response from a DeleteWebhookEndpointWithResponse call
+func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteWebhookEndpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers DeleteWebhookEndpointResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteWebhookEndpointResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetWebhookEndpointResponse parses an HTTP response from a GetWebhookEndpointWithResponse call
+func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWebhookEndpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookEndpoint
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers GetWebhookEndpointResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetWebhookEndpointResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRotateWebhookSecretResponse parses an HTTP response from a RotateWebhookSecretWithResponse call
+func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RotateWebhookSecretResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookEndpointWithSecret
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest ServiceUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RotateWebhookSecretResponse200Headers
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: "uri-reference"}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 409:
+		var headers RotateWebhookSecretResponse409Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 429:
+		var headers RotateWebhookSecretResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers RotateWebhookSecretResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
