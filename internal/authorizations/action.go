@@ -52,7 +52,9 @@ var machine = statemachine.New("payment_action",
 		StateReceived:            {StateProviderRequestSent, StateCanceled, StateSucceeded, StateDeclined},
 		StateProviderRequestSent: {StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown},
 		StateUnknown:             {StateSucceeded, StateDeclined, StateProviderRequestSent},
-		StateFailedRetryable:     {StateProviderRequestSent, StateCanceled},
+		// A refused capture past its authorization's expiry that the
+		// provider surely never processed is declined without a call.
+		StateFailedRetryable: {StateProviderRequestSent, StateCanceled, StateDeclined},
 	})
 
 // States lists every state.

@@ -79,7 +79,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secret}, {Tenant: "tenant_b", Secret: otherSecret}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	simulator := sim.New(sim.Options{HangFor: opts.providerTimeout + time.Second})
+	simulator := sim.New(sim.Options{HangFor: opts.providerTimeout + time.Second, Clock: clk})
 	simSrv := httptest.NewServer(simulator)
 	t.Cleanup(simSrv.Close)
 	e := &env{t: t, pool: pool, clk: clk, sim: simulator, simURL: simSrv.URL}

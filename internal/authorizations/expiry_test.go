@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,31 +65,42 @@ func TestExpiredAuthorizationIsVoided(t *testing.T) {
 	}
 }
 
-// refusesCaptures refuses every capture before processing (503).
-type refusesCaptures struct{ provider.Provider }
+// refusesFirstVoid refuses the first void before processing (503).
+type refusesFirstVoid struct {
+	provider.Provider
+	done atomic.Bool
+}
 
-func (p refusesCaptures) Capture(context.Context, provider.CaptureRequest) (provider.Charge, error) {
-	return provider.Charge{}, fmt.Errorf("%w: 503", provider.ErrUnavailable)
+func (p *refusesFirstVoid) Void(ctx context.Context, req provider.VoidRequest) (provider.Charge, error) {
+	if p.done.CompareAndSwap(false, true) {
+		return provider.Charge{}, fmt.Errorf("%w: 503", provider.ErrUnavailable)
+	}
+	return p.Provider.Void(ctx, req)
 }
 
 // The expiry's void finds another action holding the authorization (a
-// capture the provider refused, whose client never comes back): it waits
-// for that action to end instead of ending itself, so that when the capture
+// cancel the provider refused, whose client never comes back): it waits
+// for that action to end instead of ending itself, so that when the cancel
 // is abandoned and hands the authorization back after the expiry, the
 // authorization is still voided (found by the money simulation, issue 18).
+// (A refused capture no longer holds it past the expiry: it is declined
+// there, TestACaptureIsNeverSentPastTheExpiry.)
 func TestExpiryWaitsForAnActionThatHoldsTheAuthorization(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{wrap: func(p provider.Provider) provider.Provider { return refusesCaptures{p} }})
+	e := newEnv(t, envOptions{wrap: func(p provider.Provider) provider.Provider { return &refusesFirstVoid{Provider: p} }})
 	id := e.authorized("pay", "pm_card_visa")
 	e.clk.Advance(authTTL - time.Hour)
-	wantStatus(t, e.capture(0, id, "cap", ""), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
+	wantStatus(t, e.cancel(0, id, "cxl", ""), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
 
-	e.clk.Advance(time.Hour) // the expiry, with the capture holding the authorization
+	e.clk.Advance(time.Hour) // the expiry, with the cancel holding the authorization
 	e.reconcile()
 	if p := e.payment(id); p["status"] != "PROCESSING" {
 		t.Fatalf("at the expiry: %v", p)
 	}
-	for range 26 { // a day: the refused capture is abandoned, the authorization handed back
+	if c := e.charge(id); c.VoidRequestCount != 0 {
+		t.Fatalf("voided while another action held the authorization: %+v", c)
+	}
+	for range 26 { // a day: the refused cancel is abandoned, the authorization handed back
 		e.clk.Advance(time.Hour)
 		e.reconcile()
 	}

@@ -125,7 +125,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Fingerprint: cmd.fingerprint(s.k.operation),
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {
-			s.pay.QueueBegin(b, s.k.action, tenant, a.PaymentID, a.AmountMinor, now)
+			s.pay.QueueBegin(b, s.k.action, a.ID, tenant, a.PaymentID, a.AmountMinor, now)
 			queueInsert(b, a)
 			b.Queue(machine.Created(a.ID, string(a.Kind)+" requested", a.CreatedAt))
 		},
@@ -157,7 +157,9 @@ func (s *Service) refusal(err error, currency string) error {
 const ReasonExpired = "authorization_expired"
 
 // expiryKey is the scope key of the void of payment id's expiry.
-func expiryKey(paymentID string) string { return "authorization-expiry:" + paymentID }
+func expiryKey(paymentID string) string {
+	return idempotency.ServiceKey("authorization-expiry:" + paymentID)
+}
 
 // scheduleExpiry queues, with p's move to AUTHORIZED, the void the service
 // issues itself at p's authorizationExpiresAt: its action, and a key of
@@ -202,7 +204,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			return res, err
 		}
 	}
-	if !scheduled && a.Kind == payments.ActionVoid && a.State == machine.Initial() && p.State != payments.StateVoidRequested {
+	if !scheduled && a.Kind == payments.ActionVoid && a.State == machine.Initial() && !p.HeldFor(a.Kind, a.ID) {
 		// The claim found a payment that moved no money, not an
 		// authorization: it asked the payment to end instead.
 		if p.State == payments.StateCancelRequested {
@@ -217,8 +219,16 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			b := &pgx.Batch{}
 			own.QueueRelease(b, idempotency.LookSoon())
 			return Result{Action: a, Payment: p}, own.Commit(ctx, b)
+		case payments.StateCaptureRequested, payments.StateVoidRequested:
+			// Found authorized after all, and another action took the
+			// authorization first: this cancel waits for its end (a void
+			// that ends the payment ends this cancel too; a capture
+			// declines it) and never touches its hold.
+			b := &pgx.Batch{}
+			own.QueueRelease(b, idempotency.LookSoon())
+			return Result{Action: a, Payment: p}, own.Commit(ctx, b)
 		case payments.StateCanceled:
-			return s.end(ctx, own, a, p, StateSucceeded, "", "the payment never moved money: canceled")
+			return s.end(ctx, own, a, p, StateSucceeded, "", "the payment is canceled")
 		case payments.StateAuthorized:
 			// The provider had authorized it after all: void it, as the
 			// client asked (the service sends it, whoever owns the key).
@@ -230,11 +240,24 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	}
 	var begin func(b *pgx.Batch, now time.Time)
 	if scheduled {
-		begin = func(b *pgx.Batch, now time.Time) { s.pay.QueueStart(b, p, a.Kind, "authorization expired", now) }
+		reason := "authorization expired"
+		if a.Reason != ReasonExpired {
+			reason = "cancel of a payment found authorized after all"
+		}
+		// The flow commits the begin before it sends, and settles only
+		// after: from then on this action holds the payment.
+		begin = func(b *pgx.Batch, now time.Time) { p = s.pay.QueueStart(b, p, a.Kind, a.ID, reason, now) }
+	}
+	var expires *providerflow.Expiry
+	if a.Kind == payments.ActionCapture && p.AuthorizationExpiresAt != nil {
+		// A capture is never sent past the authorization's expiry: the
+		// claim checked it, and a retry of a refused capture, or a resend
+		// after a lost one, checks it again.
+		expires = &providerflow.Expiry{At: *p.AuthorizationExpiresAt, DeclineCode: ReasonExpired}
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
 		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
-		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Begin: begin,
+		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Begin: begin, Expires: expires,
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.send(ctx, a, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, a, p) },
 		Settle: func(b *pgx.Batch, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
@@ -392,11 +415,26 @@ func (s *Service) answer(a Action, c provider.Charge) providerflow.Answer {
 	return ans
 }
 
-// lookup asks the provider what became of the action: the charge as it now
-// stands says it (read-after-write). A charge still authorized never saw
-// the action: provider.ErrNotFound, so that the flow sends it again (with
-// the same key) or, for a refused one, knows that nothing moved.
+// lookup asks the provider what became of the action: a capture's own
+// record, if the provider holds one (a declined capture), else the charge
+// as it now stands (read-after-write). A charge still authorized, with no
+// record of the capture, never saw the action: provider.ErrNotFound, so
+// that the flow sends it again (with the same key) or, for a refused one,
+// knows that nothing moved.
 func (s *Service) lookup(ctx context.Context, a Action, p payments.Payment) (providerflow.Answer, error) {
+	if a.Kind == payments.ActionCapture {
+		// A declined capture leaves the charge authorized, as one that
+		// never arrived does: only the capture's own record tells them
+		// apart (read as "not found", a declined capture would be sent
+		// again once the provider forgot its key).
+		c, err := s.d.Provider.LookupCapture(ctx, provider.ActionLookup{IdempotencyKey: ProviderKey(a.ID), ChargeID: p.ProviderReference})
+		if !errors.Is(err, provider.ErrNotFound) {
+			if err != nil {
+				return providerflow.Answer{}, err
+			}
+			return s.answer(a, c), nil
+		}
+	}
 	c, err := s.d.Provider.GetCharge(ctx, p.ProviderReference)
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
@@ -451,7 +489,12 @@ func (s *Service) settle(b *pgx.Batch, a Action, p payments.Payment, to State, a
 	default:
 		return Result{Action: a, Payment: p}, nil
 	}
-	p, err := s.pay.QueueEnd(b, p, a.Kind, end, captured, reason, now)
+	if !p.HeldFor(a.Kind, a.ID) {
+		// This action never held the authorization (its begin never
+		// committed): whoever holds it, if anyone, moves the payment on.
+		return Result{Action: a, Payment: p}, nil
+	}
+	p, err := s.pay.QueueEnd(b, p, a.Kind, a.ID, end, captured, reason, now)
 	if err != nil {
 		return nil, err
 	}

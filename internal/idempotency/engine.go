@@ -196,10 +196,12 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 // and the reconciler first looks at it at `at`: it takes the key over and
 // resumes its resource as a recovering owner, as it would a dead client's
 // key. req.Create's statements follow the claim, claim.Statements as a
-// request's are, so a key already claimed makes it all a no-op. A client
-// that sends the same scope is answered as a retry of that command (a
-// fingerprint no client command has makes that a 422).
+// request's are, so a key already claimed makes it all a no-op. Its key is
+// a ServiceKey, which no client can send.
 func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
+	if !IsServiceKey(req.Scope.Key) {
+		panic(fmt.Sprintf("idempotency: the service's own command needs a ServiceKey, not %q", req.Scope.Key))
+	}
 	var id int64
 	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, e.clock.Now(), 0, &at)
 	if req.Create != nil {

@@ -59,6 +59,19 @@ func ParseKey(values []string) (string, error) {
 	return v, nil
 }
 
+// serviceKeyPrefix begins every ServiceKey: a character outside printable
+// ASCII, which ParseKey refuses.
+const serviceKeyPrefix = "service\u00b7"
+
+// ServiceKey is the key, named name, of a command the service issues to
+// itself (Engine.QueueScheduled): no client can send it, since ParseKey
+// refuses its first bytes, so no client can take it first (and keep the
+// service's own command from ever being scheduled).
+func ServiceKey(name string) string { return serviceKeyPrefix + name }
+
+// IsServiceKey reports whether key is a ServiceKey.
+func IsServiceKey(key string) bool { return strings.HasPrefix(key, serviceKeyPrefix) }
+
 // unquoteSFString decodes an RFC 8941 sf-string: DQUOTE *chr DQUOTE, where
 // only \" and \\ are escapes.
 func unquoteSFString(s string) (string, bool) {

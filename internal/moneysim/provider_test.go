@@ -496,6 +496,26 @@ func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID,
 	return out, nil
 }
 
+// LookupCapture returns the key's capture, as its answer was: the charge
+// with the capture's verdict as its status (the lookups' lag and faults
+// apply).
+func (p *simProvider) LookupCapture(_ context.Context, l provider.ActionLookup) (provider.Charge, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o, err := p.lookup(p.captures, l.IdempotencyKey, "capture "+p.w.nameOfKey(l.IdempotencyKey))
+	p.noteLook(l.IdempotencyKey, o, err)
+	if err != nil {
+		return provider.Charge{}, err
+	}
+	ch := p.byID[o.ChargeID]
+	if ch == nil {
+		return provider.Charge{}, fmt.Errorf("simulated: capture %s of unknown charge %s", o.ID, o.ChargeID)
+	}
+	out := chargeOf(ch)
+	out.Status, out.DeclineCode, out.AmountCapturedMinor = o.Status, o.DeclineCode, o.AmountCapturedMinor
+	return out, nil
+}
+
 // GetCharge reads a charge by id as it stands (no lag), unless the read
 // fails to say (the lookups' 503, while faults are on).
 func (p *simProvider) GetCharge(_ context.Context, chargeID string) (provider.Charge, error) {

@@ -41,8 +41,13 @@ type Payment struct {
 	// AuthorizationExpiresAt is when a manual payment's authorization runs
 	// out (AUTHORIZATION_TTL after it was authorized); nil before.
 	AuthorizationExpiresAt *time.Time
-	CreatedAt              time.Time
-	UpdatedAt              time.Time
+	// HeldBy is the id of the action (a capture, a void) that holds the
+	// authorization while the payment is StateCaptureRequested or
+	// StateVoidRequested (see HeldFor). Only that action moves the payment
+	// on (Actions.QueueEnd).
+	HeldBy    string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 	// FirstSentAt and LastSentAt are the payment's provider history
 	// (providerflow.Columns).
 	FirstSentAt, LastSentAt *time.Time
@@ -170,4 +175,12 @@ func (p Payment) eventPayload() any {
 		View
 		TenantID string `json:"tenantId"`
 	}{p.View(), p.TenantID}
+}
+
+// HeldFor reports whether action actionID holds p: p is in action's
+// requested state and names it. A hold taken by a release before holds
+// were named (migration 00023) names none: it is read by its state alone,
+// as those releases read it.
+func (p Payment) HeldFor(action Action, actionID string) bool {
+	return p.State == action.requested() && (p.HeldBy == actionID || p.HeldBy == "")
 }

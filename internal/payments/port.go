@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,12 +92,15 @@ func (s *Service) QueueRefunded(b *pgx.Batch, id string, amountMinor int64) {
 // The payment's move out of StateAuthorized is the lock: QueueBegin moves it
 // to StateCaptureRequested or StateVoidRequested in the action's claim, so
 // that of any number of concurrent actions on one payment exactly one
-// begins; the others' claims refuse (ActionRefusal). Only the action that
-// began then moves the payment on, fenced by its own key: QueueEnd.
+// begins; the others' claims refuse (ActionRefusal). The move names the
+// action that made it (Payment.HeldBy), and only that action moves the
+// payment on, fenced by its own key and by that name: QueueEnd. An action
+// that never held the payment (a cancel whose claim found a payment that
+// moved no money) cannot hand back another's hold.
 type Actions interface {
 	Get(ctx context.Context, tenant, id string) (Payment, error)
-	// QueueBegin adds to a claim's batch the begin of action on the
-	// tenant's payment id at now: the payment must be authorized and, for a
+	// QueueBegin adds to a claim's batch the begin of action actionID on
+	// the tenant's payment id at now: the payment must be authorized and, for a
 	// capture, its authorization not expired and amountMinor at most what
 	// it may capture; otherwise the statement refuses. A void may also
 	// begin on a payment that moved no money (never sent, or refused) and
@@ -104,16 +108,21 @@ type Actions interface {
 	// ResolveCancel ends it. Like every
 	// statement of a claim's batch it does nothing unless the claim took
 	// its key (a claim.Statement).
-	QueueBegin(b *claim.Batch, action Action, tenant, id string, amountMinor int64, now time.Time)
-	// QueueEnd adds to b the payment's move at the end of action, begun on
-	// p: Captured (capturedMinor captured), Voided, or Released (the
-	// authorization stands as it was). It returns the payment as it will
-	// stand, and writes its event (PaymentSucceeded, PaymentCanceled).
-	QueueEnd(b *pgx.Batch, p Payment, action Action, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error)
-	// QueueStart adds to b the begin of action on p, which its writer saw
-	// authorized, outside a claim (an action the service issued itself):
-	// a guarded move, refused (statemachine.IsStaleWrite) if p moved since.
-	QueueStart(b *pgx.Batch, p Payment, action Action, reason string, now time.Time)
+	QueueBegin(b *claim.Batch, action Action, actionID, tenant, id string, amountMinor int64, now time.Time)
+	// QueueEnd adds to b the payment's move at the end of action actionID,
+	// which holds p (p.HeldFor): Captured (capturedMinor captured), Voided,
+	// or Released (the authorization stands as it was). It returns the
+	// payment as it will stand, and writes its event (PaymentSucceeded,
+	// PaymentCanceled). The move is refused (statemachine.IsStaleWrite)
+	// if another action holds the payment; one that does not hold p as
+	// its writer saw it is refused before anything is queued.
+	QueueEnd(b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error)
+	// QueueStart adds to b the begin of action actionID on p, which its
+	// writer saw authorized, outside a claim (an action the service issued
+	// itself, or a cancel that found the payment authorized after all): a
+	// guarded move, refused (statemachine.IsStaleWrite) if p moved since.
+	// It returns p as it will stand, held by actionID.
+	QueueStart(b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment
 	// ResolveCancel ends now a payment that a void's claim put in
 	// StateCancelRequested (it moved no money), and returns it as it then
 	// stands.
@@ -188,7 +197,7 @@ const (
 	refuseBeginExceeds       refuse.Code = "PA116" // detail: the capturable amount, in minor units
 )
 
-func (s *Service) QueueBegin(b *claim.Batch, action Action, tenant, id string, amountMinor int64, now time.Time) {
+func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id string, amountMinor int64, now time.Time) {
 	// What a void may also end: a payment that moved no money and whose
 	// key nobody holds (its client is not sending it right now).
 	unsent := "FALSE"
@@ -217,16 +226,17 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, tenant, id string, a
 		from = append(from, StateReceived, StateFailedRetryable)
 	}
 	for _, f := range from {
-		to := action.requested()
+		mv := statemachine.Move[State]{ID: id, From: f, To: action.requested(), Reason: string(action) + " requested", At: now,
+			Set: []statemachine.Column{{Name: heldBy, Value: actionID}}}
 		if f != StateAuthorized {
-			to = StateCancelRequested
+			mv.To, mv.Set = StateCancelRequested, nil
 		}
-		mv, err := machine.MoveIfClaimed(statemachine.Move[State]{ID: id, From: f, To: to, Reason: string(action) + " requested", At: now},
+		stmt, err := machine.MoveIfClaimed(mv,
 			"(SELECT state FROM payments WHERE id = $1) = '"+string(f)+"'")
 		if err != nil {
 			panic(err) // the moves are the machine's own: a mistake here is a programming error
 		}
-		b.Queue(mv)
+		b.Queue(stmt)
 	}
 }
 
@@ -271,14 +281,26 @@ func ActionRefusal(err error, currency string) error {
 	return nil
 }
 
-func (s *Service) QueueEnd(b *pgx.Batch, p Payment, action Action, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error) {
+// heldBy is the column that names the action holding a payment.
+const heldBy = "held_by"
+
+func (s *Service) QueueEnd(b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error) {
+	if !p.HeldFor(action, actionID) {
+		return Payment{}, fmt.Errorf("payments: %s %s ends on payment %s (%s), which %s holds", action, actionID, p.ID, p.State, cmp.Or(p.HeldBy, "no action"))
+	}
 	from := action.requested()
-	mv := statemachine.Move[State]{ID: p.ID, From: from, Reason: reason, At: now}
+	mv := statemachine.Move[State]{ID: p.ID, From: from, Reason: reason, At: now,
+		Set: []statemachine.Column{{Name: heldBy, Value: nil}}}
+	if p.HeldBy != "" {
+		// An unnamed hold (taken before 00023) is guarded by its state
+		// alone, as it was.
+		mv.If = []statemachine.Column{{Name: heldBy, Value: actionID}}
+	}
 	var eventType string
 	switch end {
 	case Captured:
 		mv.To, eventType = StateCompleted, EventSucceeded
-		mv.Set = []statemachine.Column{{Name: "captured_minor", Value: capturedMinor}}
+		mv.Set = append(mv.Set, statemachine.Column{Name: "captured_minor", Value: capturedMinor})
 		p.CapturedMinor = &capturedMinor
 	case Voided:
 		mv.To, eventType = StateCanceled, EventCanceled
@@ -290,13 +312,16 @@ func (s *Service) QueueEnd(b *pgx.Batch, p Payment, action Action, end ActionEnd
 	if err := machine.QueueMove(b, mv); err != nil {
 		return Payment{}, err
 	}
-	p.State, p.UpdatedAt = mv.To, now
+	p.State, p.UpdatedAt, p.HeldBy = mv.To, now, ""
 	return p, queueEvent(b, eventType, p, now)
 }
 
-func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, reason string, now time.Time) {
+func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment {
 	// A move the machine allows: QueueMove cannot fail.
-	_ = machine.QueueMove(b, statemachine.Move[State]{ID: p.ID, From: StateAuthorized, To: action.requested(), Reason: reason, At: now})
+	_ = machine.QueueMove(b, statemachine.Move[State]{ID: p.ID, From: StateAuthorized, To: action.requested(), Reason: reason, At: now,
+		Set: []statemachine.Column{{Name: heldBy, Value: actionID}}})
+	p.State, p.UpdatedAt, p.HeldBy = action.requested(), now, actionID
+	return p
 }
 
 func (s *Service) WhenAuthorized(hook func(b *pgx.Batch, p Payment, now time.Time) error) {

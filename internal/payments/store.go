@@ -92,7 +92,7 @@ const holdsReference = "holds_reference"
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	payment_method, channel, description, state, COALESCE(provider_reference, ''),
 	COALESCE(decline_code, ''), refunded_minor, created_at, updated_at, first_sent_at, last_sent_at,
-	capture_method, captured_minor, authorization_expires_at`
+	capture_method, captured_minor, authorization_expires_at, COALESCE(held_by, '')`
 
 func scanPayment(row pgx.Row) (Payment, error) {
 	var p Payment
@@ -100,7 +100,7 @@ func scanPayment(row pgx.Row) (Payment, error) {
 	err := row.Scan(&p.ID, &p.TenantID, &c.AccountID, &c.AmountMinor, &c.Currency,
 		&c.MerchantReference, &c.PaymentMethod, &c.Channel, &c.Description, &p.State,
 		&p.ProviderReference, &p.DeclineCode, &p.RefundedMinor, &p.CreatedAt, &p.UpdatedAt, &p.FirstSentAt, &p.LastSentAt,
-		&c.CaptureMethod, &p.CapturedMinor, &p.AuthorizationExpiresAt)
+		&c.CaptureMethod, &p.CapturedMinor, &p.AuthorizationExpiresAt, &p.HeldBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
 	}

@@ -121,6 +121,13 @@ type VoidRequest struct {
 	PaymentID      string
 }
 
+// ActionLookup names a capture to look up: its key, and the charge it acts
+// on.
+type ActionLookup struct {
+	IdempotencyKey string
+	ChargeID       string
+}
+
 // RefundRequest asks the provider to return money of a charge once.
 // IdempotencyKey is derived from the refund (never from the client's key)
 // and is the same on every attempt for that refund.
@@ -223,6 +230,16 @@ type Captures interface {
 	// with a DeclineCode and a nil error when it cannot be voided (already
 	// captured: charge_already_captured).
 	Void(ctx context.Context, req VoidRequest) (Charge, error)
+	// LookupCapture returns the charge as the capture made with
+	// l.IdempotencyKey left it, its Status the capture's verdict (as
+	// Capture answers it), or ErrNotFound when the provider holds no
+	// capture of that key; another error when the provider cannot say. A
+	// declined capture is found: the charge stays authorized after it as
+	// after a capture that never arrived, and only the capture's own
+	// record tells them apart. (A provider that keeps no record of a
+	// refused capture, as Stripe, reports any charge not captured as not
+	// found.)
+	LookupCapture(ctx context.Context, l ActionLookup) (Charge, error)
 	// GetCharge returns the charge with the provider's id chargeID as it now
 	// stands (StatusAuthorized, StatusSucceeded, StatusCanceled, ...), or
 	// ErrNotFound; another error when the provider cannot say.

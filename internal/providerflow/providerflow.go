@@ -162,6 +162,12 @@ type Subject[S State] struct {
 	// it sends it (and sends a refused one again) where it would otherwise
 	// only wait for a client, and it is never abandoned.
 	Scheduled bool
+	// Expires, if set, is when the resource's command lapses (a capture's
+	// authorization runs out): from then on the flow never sends it. One
+	// that never left, or whose requests the provider surely never
+	// processed, is declined without a call (Expiry.DeclineCode); one the
+	// provider holds is settled as the provider says.
+	Expires *Expiry
 	// Begin, if set, queues what must commit with the resource's first
 	// move to the sent state (a scheduled action's claim on the resource
 	// it acts on); a refusal there stops the send.
@@ -171,6 +177,13 @@ type Subject[S State] struct {
 	// when `to` is final. The move itself records the provider's reference
 	// and decline code (Columns).
 	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, error)
+}
+
+// Expiry is when a resource's command lapses, and the decline code it
+// then ends with.
+type Expiry struct {
+	At          time.Time
+	DeclineCode string
 }
 
 // call makes one provider call, bounded by f.Timeout and measured as op.
@@ -190,6 +203,8 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 		return f.recoverOutcome(ctx, own, s)
 	case f.States.CancelRequested != "" && s.State == f.States.CancelRequested:
 		return f.abandon(ctx, own, s)
+	case f.lapsed(s) && (s.State == f.Machine.Initial() || s.State == f.States.Retryable):
+		return f.expire(ctx, own, s)
 	case own.Recovering && !s.Scheduled && !f.settled(s.State) && f.abandoned(s):
 		return f.abandon(ctx, own, s)
 	case s.State == f.States.Retryable && own.Recovering && !s.Scheduled:
@@ -281,6 +296,13 @@ func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s 
 			return nil, err
 		}
 		return res, nil
+	case errors.Is(err, provider.ErrNotFound) && f.lapsed(s):
+		// The command lapsed: it is not sent again. If the provider surely
+		// never processed it, it ends declined; until then it is unknown.
+		if certain, _ := f.notFoundCertain(s); certain {
+			return f.commit(ctx, own, s, f.States.Declined, "lapsed before the provider processed it", f.lapse(s))
+		}
+		return f.settle(ctx, own, s, Answer{}, fmt.Errorf("%w: lapsed, and the provider may not show it yet: %v", provider.ErrUnknownOutcome, err)) //nolint:errorlint
 	case errors.Is(err, provider.ErrNotFound) && f.insideKeyWindow(s) && !own.LookupOnly:
 		if err := f.move(ctx, own, &s, f.States.Sent, "provider never saw the key: sending again"); err != nil {
 			return nil, err
@@ -377,6 +399,45 @@ func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject
 		}
 	}
 	return f.commit(ctx, own, s, f.States.Canceled, "abandoned: no request moved money, nobody finished it", Answer{})
+}
+
+// lapsed reports whether s's command lapsed (Subject.Expires).
+func (f *Flow[S]) lapsed(s Subject[S]) bool {
+	return s.Expires != nil && !f.Clock.Now().Before(s.Expires.At)
+}
+
+// lapse is the answer a lapsed command ends with.
+func (f *Flow[S]) lapse(s Subject[S]) Answer {
+	return Answer{Status: provider.StatusDeclined, DeclineCode: s.Expires.DeclineCode}
+}
+
+// expire ends a resource whose command lapsed before it was sent, or while
+// refused: declined, once the provider surely holds nothing of it (a
+// refused request may have been processed: asked first); what the provider
+// holds is settled. Nothing is sent. While the provider cannot say, a
+// client is answered ErrUnavailable, and the look is booked again.
+func (f *Flow[S]) expire(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	if f.lastSent(s) != nil {
+		a, err := f.call(ctx, f.LookupOp, s.Lookup)
+		look := idempotency.LookSoon()
+		switch {
+		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+			return f.settleFrom(ctx, own, s, f.States.Sent, a)
+		case errors.Is(err, provider.ErrNotFound):
+			certain, at := f.notFoundCertain(s)
+			if certain {
+				break
+			}
+			look = idempotency.LookAt(at)
+			fallthrough
+		default:
+			if rerr := f.release(ctx, own, look); rerr != nil {
+				return nil, rerr
+			}
+			return nil, fmt.Errorf("%w (the command lapsed; looking up its refused request first: %v)", ErrUnavailable, undecided(a, err)) //nolint:errorlint
+		}
+	}
+	return f.commit(ctx, own, s, f.States.Declined, "lapsed before it reached the provider", f.lapse(s))
 }
 
 // notFoundCertain reports whether a lookup's "not found" is certain now:

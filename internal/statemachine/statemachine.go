@@ -144,6 +144,10 @@ type Move[S ~string] struct {
 	Reason   string // recorded in the audit table
 	At       time.Time
 	Set      []Column // other columns the move writes (provider reference, ...)
+	// If guards the move beyond its state: it is made only if each column
+	// holds its value (compared with =), and refused like a stale write
+	// otherwise (the action that holds a payment: only it moves it on).
+	If []Column
 }
 
 // QueueMove adds m to b as one guarded statement: the row moves only if it
@@ -201,11 +205,16 @@ func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
 		args = append(args, c.Value)
 		fmt.Fprintf(&set, ", %s = $%d", c.Name, len(args))
 	}
+	var guard strings.Builder
+	for _, c := range mv.If {
+		args = append(args, c.Value)
+		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, len(args))
+	}
 	t := m.table
 	return `
 		WITH moved AS (
 		    UPDATE ` + t.Name + ` SET state = $3, updated_at = $4` + set.String() + `
-		    WHERE id = $1 AND state = $2` + where + `
+		    WHERE id = $1 AND state = $2` + guard.String() + where + `
 		    RETURNING id
 		), audit AS (
 		    INSERT INTO ` + t.Transitions + ` (` + t.ForeignKey + `, from_state, to_state, reason, occurred_at)

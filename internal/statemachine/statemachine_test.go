@@ -229,6 +229,41 @@ func TestQueueMoveFromAStaleStateRefusesAndUndoesTheBatch(t *testing.T) {
 	}
 }
 
+// A move guarded beyond its state (Move.If) is made only while each column
+// holds its value: otherwise it refuses as a stale write, with nothing
+// written or recorded (a payment held by another action than the one
+// ending it).
+func TestQueueMoveGuardedByAColumnRefusesWhenItDiffers(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	widgetAt(t, pool, "w_1", smt.WidgetSent, t0)
+	if _, err := pool.Exec(context.Background(), `UPDATE widgets SET note = 'held by a' WHERE id = 'w_1'`); err != nil {
+		t.Fatal(err)
+	}
+	move := func(holder string) error {
+		b := &pgx.Batch{}
+		if err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{
+			ID: "w_1", From: smt.WidgetSent, To: smt.WidgetSucceeded, Reason: "ended by " + holder, At: t0.Add(time.Minute),
+			If: []statemachine.Column{{Name: "note", Value: "held by " + holder}}, Set: []statemachine.Column{{Name: "note", Value: ""}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return send(pool, b)
+	}
+	if err := move("b"); !statemachine.IsStaleWrite(err) {
+		t.Fatalf("the move of another holder: got %v, want a stale write", err)
+	}
+	if got := read(t, pool, "w_1"); got.State != smt.WidgetSent || got.Note != "held by a" || len(got.Transitions) != 0 {
+		t.Fatalf("after the refusal: %+v", got)
+	}
+	if err := move("a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, pool, "w_1"); got.State != smt.WidgetSucceeded || got.Note != "" || len(got.Transitions) != 1 {
+		t.Fatalf("after the holder's move: %+v", got)
+	}
+}
+
 // A move the machine does not allow is refused in Go before anything is
 // queued; sent anyway, it is refused by the database's trigger, with
 // nothing written or recorded.

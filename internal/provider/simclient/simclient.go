@@ -302,6 +302,23 @@ func (c *Client) Void(ctx context.Context, req provider.VoidRequest) (provider.C
 	return provider.Charge{}, fmt.Errorf("simclient: void of %s with key %q: %w", req.ChargeID, req.IdempotencyKey, err)
 }
 
+// LookupCapture returns the capture the simulator created with
+// l.IdempotencyKey, as Capture answered it (its verdict, and the charge as
+// the capture left it). See the package documentation for errors.
+func (c *Client) LookupCapture(ctx context.Context, l provider.ActionLookup) (provider.Charge, error) {
+	if l.IdempotencyKey == "" || l.ChargeID == "" {
+		return provider.Charge{}, errors.New("simclient: capture lookup: empty idempotency key or charge id")
+	}
+	b, err := c.get(ctx, "/v1/captures", url.Values{"idempotencyKey": {l.IdempotencyKey}})
+	if err == nil {
+		var ch provider.Charge
+		if ch, err = decodeAction(b, "capture", l.IdempotencyKey, l.ChargeID, provider.StatusSucceeded); err == nil {
+			return ch, nil
+		}
+	}
+	return provider.Charge{}, fmt.Errorf("simclient: capture lookup of key %q: %w", l.IdempotencyKey, err)
+}
+
 // GetCharge returns the charge chargeID as the simulator now holds it
 // (read-after-write), or provider.ErrNotFound. Its IdempotencyKey is the
 // key the charge was created with. See the package documentation for

@@ -113,6 +113,21 @@ func (p *Provider) Void(ctx context.Context, req provider.VoidRequest) (provider
 	return ch, nil
 }
 
+// LookupCapture reads the PaymentIntent l.ChargeID: Stripe keeps no record
+// of a capture it refused (the PaymentIntent stays requires_capture), so a
+// PaymentIntent captured is the capture found, and any other one is
+// provider.ErrNotFound (the caller reads the charge for the rest).
+func (p *Provider) LookupCapture(ctx context.Context, l provider.ActionLookup) (provider.Charge, error) {
+	ch, err := p.GetCharge(ctx, l.ChargeID)
+	switch {
+	case err != nil:
+		return provider.Charge{}, err
+	case ch.Status != provider.StatusSucceeded:
+		return provider.Charge{}, fmt.Errorf("stripeprovider: capture lookup of %s: %w: the PaymentIntent is not captured", l.ChargeID, provider.ErrNotFound)
+	}
+	return ch, nil
+}
+
 // GetCharge retrieves the PaymentIntent chargeID as it stands. See the
 // package documentation for errors.
 func (p *Provider) GetCharge(ctx context.Context, chargeID string) (provider.Charge, error) {
