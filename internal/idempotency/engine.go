@@ -43,6 +43,26 @@ type Operation interface {
 	Render(Result) (Response, error)
 }
 
+// Renamed is what an Operation whose scope is being renamed also
+// implements: the other names its keys may be stored under (by the release
+// before the rename or the one after it), read as its own. Its keys are
+// still written under Name. The rename's migration adds a unique index
+// over (tenant, key) across the names, so that a key claimed under one
+// name is never claimed again under another: a claim that meets it answers
+// it as a retry (README, "Migrations").
+type Renamed interface {
+	Aliases() []string
+}
+
+// names are the names op's keys may be stored under: its Name first.
+func names(op Operation) []string {
+	n := []string{op.Name()}
+	if r, ok := op.(Renamed); ok {
+		n = append(n, r.Aliases()...)
+	}
+	return n
+}
+
 // Waiter tells a request when a key changes, on any instance (Listener).
 type Waiter interface {
 	Subscribe(keyID int64) (<-chan struct{}, func())
@@ -144,7 +164,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
-		id, claimed, seen, err := e.claim(ctx, req)
+		id, claimed, seen, err := e.claim(ctx, req, names(op))
 		if err != nil {
 			return Reply{}, err
 		}
@@ -167,7 +187,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 // the key was already claimed; then seen is its record, read in the same
 // round trip just before the claim (nil if it was claimed in between), so
 // that a retry, the common case of a taken key, costs one round trip.
-func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, seen *Record, err error) {
+func (e *Engine) claim(ctx context.Context, req Request, names []string) (id int64, claimed bool, seen *Record, err error) {
 	// The client going away must not cut the batch off halfway: once its
 	// Sync is sent, the claim may have committed, and a cut connection
 	// would leave it in doubt. It is bounded like any owner step instead.
@@ -175,7 +195,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 	defer cancel()
 	now := e.clock.Now()
 	b := &pgx.Batch{}
-	queueLoad(b, &seen, req.Scope)
+	queueLoad(b, &seen, req.Scope, names)
 	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, lookAfter(now, req.FirstLook))
 	if req.Create != nil {
 		req.Create(claim.After(b))
@@ -232,7 +252,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			rec, seen = *seen, nil
 		} else {
 			var err error
-			if rec, err = Load(ctx, e.db, req.Scope); err != nil {
+			if rec, err = load(ctx, e.db, req.Scope, names(op)); err != nil {
 				return Reply{}, err // ErrNotFound: deleted by clean-up meanwhile; Do claims again
 			}
 		}

@@ -65,8 +65,10 @@ type Reconciler struct {
 func NewReconciler(e *Engine, policy RecoveryPolicy, ops ...Operation) *Reconciler {
 	r := &Reconciler{e: e, policy: policy.withDefaults(), ops: map[string]Operation{}}
 	for _, op := range ops {
-		r.ops[op.Name()] = op
-		r.names = append(r.names, op.Name())
+		for _, name := range names(op) { // a key stored under an alias is op's too
+			r.ops[name] = op
+			r.names = append(r.names, name)
+		}
 	}
 	return r
 }

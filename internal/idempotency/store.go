@@ -49,7 +49,7 @@ func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Re
 		        (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		         fencing_token, lease_expires_at, created_at, recovery_next_at)
 		    VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9)
-		    ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
+		    ON CONFLICT DO NOTHING -- any of the scope's unique indexes (Renamed)
 		    RETURNING id
 		)
 		SELECT COALESCE((SELECT id FROM claimed), 0),
@@ -64,17 +64,25 @@ const selectRecord = `
 	       created_at, completed_at, manual_review_at
 	FROM idempotency_keys`
 
-const selectByScope = selectRecord + ` WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3`
+// selectByScope reads the key of a scope stored under any of the
+// operation's names ($2: Renamed).
+const selectByScope = selectRecord + ` WHERE tenant_id = $1 AND operation = ANY($2::text[]) AND idempotency_key = $3`
 
 // Load returns the record of scope, or ErrNotFound.
 func Load(ctx context.Context, q Querier, scope Scope) (Record, error) {
-	return scanRecord(q.QueryRow(ctx, selectByScope, scope.Tenant, scope.Operation, scope.Key))
+	return load(ctx, q, scope, []string{scope.Operation})
 }
 
-// queueLoad adds to b the read of scope's record into *rec, left nil if
-// there is none.
-func queueLoad(b *pgx.Batch, rec **Record, scope Scope) {
-	b.Queue(selectByScope, scope.Tenant, scope.Operation, scope.Key).QueryRow(func(row pgx.Row) error {
+// load returns the record of scope stored under any of names, or
+// ErrNotFound.
+func load(ctx context.Context, q Querier, scope Scope, names []string) (Record, error) {
+	return scanRecord(q.QueryRow(ctx, selectByScope, scope.Tenant, names, scope.Key))
+}
+
+// queueLoad adds to b the read of scope's record, stored under any of
+// names, into *rec, left nil if there is none.
+func queueLoad(b *pgx.Batch, rec **Record, scope Scope, names []string) {
+	b.Queue(selectByScope, scope.Tenant, names, scope.Key).QueryRow(func(row pgx.Row) error {
 		r, err := scanRecord(row)
 		if errors.Is(err, ErrNotFound) {
 			return nil

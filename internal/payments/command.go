@@ -12,7 +12,22 @@ import (
 
 // OperationCreate names the create-payment operation. It is part of every
 // idempotency key's scope and of every command fingerprint.
+//
+// The name is being renamed to OperationCreateNext, the one naming scheme
+// of the other operations (verb_noun), in three releases (README,
+// "Migrations"): this release writes keys under OperationCreate and reads
+// them under both names (idempotency.Renamed); the next writes them under
+// the new name, still reads both, and moves the stored keys over; the one
+// after reads the new name only. The fingerprint keeps OperationCreate's
+// letters for ever (fingerprintName): a stored key's fingerprint must
+// still match its retries.
 const OperationCreate = "payments.create"
+
+// OperationCreateNext is the name OperationCreate is being renamed to.
+const OperationCreateNext = "create_payment"
+
+// fingerprintName is the operation's name as every fingerprint holds it.
+const fingerprintName = "payments.create"
 
 // APIVersion is the version of the request semantics. Changing what a field
 // means must change this, so that old keys never match new commands.
@@ -150,7 +165,7 @@ func (r CreateRequest) Validate() (Command, error) {
 // match their retries.
 func (c Command) Fingerprint() []byte {
 	fields := []any{ // a fixed-order array: no field-order ambiguity
-		OperationCreate, APIVersion,
+		fingerprintName, APIVersion,
 		c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
 		c.PaymentMethod, c.Channel, c.Description,
 	}
