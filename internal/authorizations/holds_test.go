@@ -242,3 +242,25 @@ func TestADeclinedCaptureBehindARefusalIsNeverSentAgain(t *testing.T) {
 		t.Fatalf("payment: %v", p)
 	}
 }
+
+// A hold the release before 00023 took names no holder: the action that
+// took it still ends it, read by the payment's state as that release read
+// it, during a rolling upgrade.
+func TestAnUnnamedHoldIsEndedByItsAction(t *testing.T) {
+	t.Parallel()
+	f := &faults{}
+	e := newEnv(t, withFaults(f))
+	id := e.authorized("pay", "pm_card_visa")
+	f.capturesLost.Store(true)
+	wantStatus(t, e.capture(0, id, "cap", ""), http.StatusAccepted, "")
+	f.capturesLost.Store(false)
+	// As the previous release leaves a hold it took.
+	if _, err := e.pool.Exec(t.Context(), `UPDATE payments SET held_by = NULL WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(time.Minute)
+	e.reconcile()
+	if p := e.payment(id); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "10.00" {
+		t.Fatalf("payment: %v", p)
+	}
+}
