@@ -315,7 +315,8 @@ func (f *fakeAPI) createRefund(paymentID string, cmd map[string]any) (int, http.
 	p.refunds = append(p.refunds, re)
 	if p.method == "pm_sim_refund_declined" {
 		re["status"] = "DECLINED"
-		return 402, nil, problemBody{"REFUND_DECLINED", "the provider declined the refund", map[string]any{"refundId": id}}
+		return 402, nil, problemBody{"REFUND_DECLINED", "the provider declined the refund",
+			map[string]any{"refundId": id, "paymentId": paymentID, "declineCode": "refund_declined"}}
 	}
 	refunded, _ := cents(p.view["refundedAmount"])
 	p.view["refundedAmount"] = formatCents(refunded + amount)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
@@ -304,5 +305,32 @@ func TestEndToEndWithRealBinaries(t *testing.T) {
 	}
 	if err := api.Wait(); err != nil {
 		t.Errorf("API did not exit cleanly on SIGTERM: %v", err)
+	}
+}
+
+// The banner says which provider the service calls, and in dev mode where
+// its database is (issue 21: it said "in-process provider simulator" under
+// PROVIDER_URL and Stripe too, and printed no database URL).
+func TestBannerNamesTheProviderAndTheDevDatabase(t *testing.T) {
+	for _, c := range []struct {
+		cfg  config.Config
+		want []string
+	}{
+		{config.Config{Provider: "sim"}, []string{"provider: the in-process provider simulator", "database: postgres://dev"}},
+		{config.Config{Provider: "sim", ProviderURL: "http://127.0.0.1:8081"}, []string{"provider: the provider simulator at http://127.0.0.1:8081"}},
+		{config.Config{Provider: "stripe", StripeAPIBase: "http://127.0.0.1:12111", DatabaseURL: "postgres://db"}, []string{"provider: Stripe's API at http://127.0.0.1:12111"}},
+	} {
+		var b strings.Builder
+		printBanner(&b, "http://127.0.0.1:8080", c.cfg, "/data", "postgres://dev")
+		for _, w := range c.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("banner for %+v lacks %q:\n%s", c.cfg, w, b.String())
+			}
+		}
+		if c.cfg.ProviderURL != "" || c.cfg.Provider == "stripe" {
+			if strings.Contains(b.String(), "in-process") {
+				t.Errorf("banner for %+v says in-process:\n%s", c.cfg, b.String())
+			}
+		}
 	}
 }

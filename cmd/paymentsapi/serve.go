@@ -56,6 +56,7 @@ type instance struct {
 	keys    *idempotency.Listener
 	janitor *cleanup.Janitor
 	dataDir string // dev mode: where the embedded PostgreSQL keeps its data
+	devURL  string // dev mode: the embedded database's URL, for psql and the operator commands
 	closers []func()
 }
 
@@ -123,8 +124,8 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 		if err := cluster.EnsureDatabase(ctx, devDatabase); err != nil {
 			return nil, err
 		}
-		dbURL, a.dataDir = cluster.URL(devDatabase), cluster.DataDir()
-		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir())
+		dbURL, a.dataDir, a.devURL = cluster.URL(devDatabase), cluster.DataDir(), cluster.URL(devDatabase)
+		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir(), "database_url", a.devURL)
 	}
 
 	a.pool, err = database.Open(ctx, dbURL)
@@ -252,7 +253,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	base := "http://" + displayAddr(ln.Addr())
 	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
 		"rate_limit_per_tenant_per_instance", cfg.RateLimit, "stripe_webhooks", cfg.StripeWebhookSecret != "")
-	printBanner(stdout, base, cfg, a.dataDir)
+	printBanner(stdout, base, cfg, a.dataDir, a.devURL)
 
 	select {
 	case err := <-serveErr:
@@ -392,7 +393,7 @@ func displayAddr(a net.Addr) string {
 }
 
 // printBanner tells a person how to try the service.
-func printBanner(w io.Writer, base string, cfg config.Config, dataDir string) {
+func printBanner(w io.Writer, base string, cfg config.Config, dataDir, devURL string) {
 	secret := "<your secret>"
 	if pairs, err := apikeys.ParsePairs(cfg.APIKeys); err == nil && cfg.APIKeys == config.DevAPIKeys && len(pairs) == 1 {
 		secret = pairs[0].Secret
@@ -400,8 +401,10 @@ func printBanner(w io.Writer, base string, cfg config.Config, dataDir string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\npaymentsapi is listening on %s\n", base)
 	if cfg.DevMode() {
-		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, in-process provider simulator, demo key\n", dataDir)
+		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, demo key\n", dataDir)
+		fmt.Fprintf(&b, "database: %s (psql, and DATABASE_URL for the operator commands)\n", devURL)
 	}
+	fmt.Fprintf(&b, "provider: %s\n", providerName(cfg))
 	fmt.Fprintf(&b, "\nTry it (run it twice: the second answer is a replay):\n\n")
 	fmt.Fprintf(&b, "curl -i -X POST %s/payments \\\n", base)
 	fmt.Fprintf(&b, "  -H 'Authorization: Bearer %s' \\\n", secret)
@@ -409,4 +412,18 @@ func printBanner(w io.Writer, base string, cfg config.Config, dataDir string) {
 	fmt.Fprintf(&b, "  -H 'Content-Type: application/json' \\\n")
 	fmt.Fprintf(&b, "  -d '{\"accountId\":\"acc_1\",\"amount\":\"10.00\",\"currency\":\"EUR\",\"merchantReference\":\"invoice-1\",\"paymentMethod\":\"pm_card_visa\"}'\n\n")
 	_, _ = io.WriteString(w, b.String())
+}
+
+// providerName says which provider the service calls, as the banner shows
+// it.
+func providerName(cfg config.Config) string {
+	switch {
+	case cfg.Provider == "stripe" && cfg.StripeAPIBase != "":
+		return "Stripe's API at " + cfg.StripeAPIBase
+	case cfg.Provider == "stripe":
+		return "Stripe"
+	case cfg.ProviderURL != "":
+		return "the provider simulator at " + cfg.ProviderURL
+	}
+	return "the in-process provider simulator"
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,4 +273,56 @@ func rawRequest(t *testing.T, base, raw string) int {
 	}
 	defer resp.Body.Close()
 	return resp.StatusCode
+}
+
+// A body with unknown members is answered with all there is to fix at
+// once: every unknown member, and the invalid known fields beside them
+// (issue 21: an unknown field hid the other errors).
+func TestUnknownMembersAndInvalidFieldsAreReportedTogether(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	b := body("amount", `"-1.00"`, "extra", `1`)
+	r := e.post("k-all-errors", b[:len(b)-1]+`,"Other":"x"}`)
+	if r.Status != http.StatusBadRequest || r.json(t)["code"] != "VALIDATION_FAILED" {
+		t.Fatalf("got %d %s", r.Status, r.Body)
+	}
+	var p struct {
+		Errors []struct{ Field string } `json:"errors"`
+	}
+	if err := json.Unmarshal(r.Body, &p); err != nil {
+		t.Fatal(err)
+	}
+	var fields []string
+	for _, f := range p.Errors {
+		fields = append(fields, f.Field)
+	}
+	slices.Sort(fields)
+	if !slices.Equal(fields, []string{"Other", "amount", "extra"}) {
+		t.Fatalf("fields %v, want Other, amount and extra: %s", fields, r.Body)
+	}
+	if n := e.count("payments"); n != 0 {
+		t.Fatalf("%d payments made", n)
+	}
+}
+
+// What the spec says of the payments' identifiers holds: GET /payments
+// refuses an empty or over-long accountId, and a 128-character limit counts
+// characters, not bytes (issue 21).
+func TestIdentifierLimitsCountCharacters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, q := range []string{"accountId=", "accountId=" + strings.Repeat("a", 129)} {
+		if r := e.get(secretA, "/payments?"+q); r.Status != http.StatusBadRequest || r.json(t)["code"] != "VALIDATION_FAILED" {
+			t.Errorf("GET /payments?%.20s...: %d %s, want 400", q, r.Status, r.Body)
+		}
+	}
+	if r := e.get(secretA, "/payments?accountId="+url.QueryEscape(strings.Repeat("é", 128))); r.Status != http.StatusOK {
+		t.Errorf("128 é: %d %s, want 200", r.Status, r.Body)
+	}
+	if r := e.post("k-chars", body("accountId", `"`+strings.Repeat("é", 100)+`"`)); r.Status != http.StatusCreated {
+		t.Errorf("an accountId of 100 é (200 bytes): %d %s, want 201", r.Status, r.Body)
+	}
+	if r := e.post("k-chars-2", body("accountId", `"`+strings.Repeat("é", 129)+`"`)); r.Status != http.StatusBadRequest {
+		t.Errorf("an accountId of 129 é: %d %s, want 400", r.Status, r.Body)
+	}
 }

@@ -396,6 +396,11 @@ func TestProviderUnavailableIs503AndTheRetryResumesTheSamePayment(t *testing.T) 
 	if first.Status != http.StatusServiceUnavailable || first.json(t)["code"] != "PROVIDER_UNAVAILABLE" || first.Header.Get("Retry-After") == "" {
 		t.Fatalf("got %d %v %s", first.Status, first.Header, first.Body)
 	}
+	// The problem names the payment the retry resumes.
+	var id string
+	if err := e.pool.QueryRow(t.Context(), `SELECT id FROM payments`).Scan(&id); err != nil || first.json(t)["paymentId"] != id {
+		t.Fatalf("503 names payment %v, want %s (%v)", first.json(t)["paymentId"], id, err)
+	}
 	if n := e.count("payments WHERE state = 'FAILED_RETRYABLE'"); n != 1 {
 		t.Fatalf("payment not FAILED_RETRYABLE")
 	}

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +19,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // ReplayedHeader marks an answer replayed from the idempotency store.
@@ -95,6 +100,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			return unknownFields(body, dst)
+		}
 		return jsonProblem(err)
 	}
 	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, " \t\r\n"))) {
@@ -102,6 +110,57 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 			"The body must hold exactly one JSON object.")
 	}
 	return nil
+}
+
+// unknownFields answers a body with members dst does not know: every one
+// of them, and with them what the command's own check finds wrong with the
+// fields it does know (operation.Checked), so that one answer lists all
+// there is to fix.
+func unknownFields(body []byte, dst any) *problem.Problem {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(body, &members); err != nil {
+		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body is not a valid JSON object.")
+	}
+	known := jsonNames(reflect.TypeOf(dst))
+	var fields []problem.FieldError
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		if !known[strings.ToLower(name)] {
+			fields = append(fields, problem.FieldError{Field: name, Message: "is not a known field"})
+		}
+	}
+	if c, ok := dst.(operation.Checked); ok && json.Unmarshal(body, dst) == nil {
+		var invalid *validate.Error
+		if errors.As(c.Check(), &invalid) {
+			fields = append(fields, invalid.Fields...)
+		}
+	}
+	p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
+	p.Errors = fields
+	return p
+}
+
+// jsonNames are the member names, lower-cased (encoding/json matches them
+// ignoring case), of the struct t points to.
+func jsonNames(t reflect.Type) map[string]bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	names := map[string]bool{}
+	if t.Kind() != reflect.Struct {
+		return names
+	}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-":
+			continue
+		case name == "":
+			name = f.Name
+		}
+		names[strings.ToLower(name)] = true
+	}
+	return names
 }
 
 // jsonProblem explains a decoding error: a wrong type or an unknown field is

@@ -51,7 +51,14 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		p.Errors = invalid.Fields
 		p.Write(w)
 	case errors.Is(err, providerflow.ErrUnavailable):
-		ew.problem(w, problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).WithRetryAfter())
+		p := problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).WithRetryAfter()
+		var on *idempotency.ResourceError
+		if errors.As(err, &on) {
+			// The resource the retry resumes (paymentId): the client may
+			// read it meanwhile.
+			p.Set(ew.idFields[on.Resource.Type], on.Resource.ID)
+		}
+		ew.problem(w, p)
 	case database.Unavailable(err):
 		logFrom(r).WarnContext(r.Context(), "database unavailable", "error", err)
 		ew.unavailable(w)

@@ -269,7 +269,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {
-				return Reply{}, e.inUse()
+				return Reply{}, e.inUseBy(rec, now)
 			}
 			if changed == nil {
 				// Subscribe, then look again: a change between the load
@@ -362,6 +362,25 @@ func (e *Engine) inUse() error {
 	return &KeyInUseError{RetryAfter: e.cfg.RetryAfter}
 }
 
+// inUseBy is inUse for a key whose owner holds rec's lease at now, with
+// advice that follows the owner's silence: an owner that held the key a
+// moment ago is most likely at work and done soon (the engine's
+// RetryAfter), while one silent for a while may be dead, and then only the
+// lease's end frees the key. So the advice is as long as the owner has
+// been silent, at least RetryAfter and never past the lease's end: an
+// obedient client asks a few times over a dead owner's lease, not once a
+// second.
+func (e *Engine) inUseBy(rec Record, now time.Time) error {
+	err := e.inUse()
+	if rec.LeaseExpiresAt == nil {
+		return err
+	}
+	left := rec.LeaseExpiresAt.Sub(now)
+	silent := e.cfg.Lease - left // since the owner last held the key
+	err.(*KeyInUseError).RetryAfter = max(e.cfg.RetryAfter, min(silent, left))
+	return err
+}
+
 // resume runs op as own and answers with what it came to: the answer it
 // stored (final), or its result rendered afresh (not final: not stored).
 func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, error) {
@@ -374,7 +393,7 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 		if errors.Is(err, ErrFenced) {
 			return e.afterLostWrite(ctx, own, err)
 		}
-		return Reply{}, err
+		return Reply{}, &ResourceError{Resource: own.Resource, Err: err}
 	}
 	if own.answer != nil {
 		return Reply{Response: *own.answer, Resource: own.Resource}, nil

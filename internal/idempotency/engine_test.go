@@ -498,3 +498,30 @@ func TestLooksBookedByOwners(t *testing.T) {
 	release(true, LookAt(later))
 	check("a look by a look-up-only owner when none is booked", &later, 7)
 }
+
+// A duplicate of a request in flight is told to come back after as long as
+// the owner has been silent: at once after the owner's last hold (the
+// engine's RetryAfter), later as the silence grows, never past the lease's
+// end (issue 21: a dead owner's 30 s lease cost an obedient client 28
+// polls at Retry-After: 1).
+func TestInUseAdviceFollowsTheOwnersSilence(t *testing.T) {
+	t.Parallel()
+	e, pool, clk := testEngine(t)
+	e.cfg.RetryAfter = time.Second
+	start := clk.Now()
+	claimWidget(t, pool, start)
+	req := Request{Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
+		Resource: Resource{Type: "widget", ID: "w_2"}}
+	for _, c := range []struct {
+		at, want time.Duration
+	}{
+		{0, time.Second}, {500 * time.Millisecond, time.Second}, {20 * time.Second, 20 * time.Second}, {50 * time.Second, 10 * time.Second},
+	} {
+		clk.Set(start.Add(c.at))
+		_, err := e.Do(context.Background(), failingOp{}, req)
+		var inUse *KeyInUseError
+		if !errors.As(err, &inUse) || inUse.RetryAfter != c.want {
+			t.Errorf("at +%s: %v (advice %v), want 409 in use after %s", c.at, err, inUse, c.want)
+		}
+	}
+}

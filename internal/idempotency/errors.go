@@ -34,3 +34,14 @@ type KeyExpiredError struct{ Resource Resource }
 func (e *KeyExpiredError) Error() string {
 	return "the stored answer for this Idempotency-Key has expired; GET the " + e.Resource.Type + " instead"
 }
+
+// ResourceError is an error of the work on a key's resource (a refusal
+// the client should retry, an operation's own error), naming the resource,
+// so that an answer can tell the client which one it is about.
+type ResourceError struct {
+	Resource Resource
+	Err      error
+}
+
+func (e *ResourceError) Error() string { return e.Err.Error() }
+func (e *ResourceError) Unwrap() error { return e.Err }

@@ -142,7 +142,11 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 	}
 	if attempt < r.policy.MaxAttempts {
 		if err != nil {
-			log.WarnContext(ctx, "reconciler attempt failed", "error", err)
+			// A failed attempt is the reconciler's ordinary business (it
+			// backs off and tries again): information, not a warning. The
+			// error may be what a client was told (retry with the same
+			// key), so it is logged as the attempt's cause.
+			log.InfoContext(ctx, "reconciler attempt did not resolve the key; it will try again", "cause", err.Error(), "next_attempt", attempt+1)
 			return OutcomeError
 		}
 		return OutcomeUnresolved

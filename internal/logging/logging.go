@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -65,10 +66,26 @@ type handler struct{ slog.Handler }
 func (h handler) Handle(ctx context.Context, r slog.Record) error {
 	if f, ok := ctx.Value(fieldsKey{}).(*fields); ok {
 		f.mu.Lock()
-		r.AddAttrs(f.attrs...)
+		attrs := f.attrs
+		if r.NumAttrs() > 0 {
+			// A field the call names itself (tenant, payment_id) is
+			// written once, as the call gives it.
+			attrs = slices.DeleteFunc(slices.Clone(attrs), func(a slog.Attr) bool { return hasAttr(r, a.Key) })
+		}
+		r.AddAttrs(attrs...)
 		f.mu.Unlock()
 	}
 	return h.Handler.Handle(ctx, r)
+}
+
+// hasAttr reports whether r has an attribute named key.
+func hasAttr(r slog.Record, key string) bool {
+	found := false
+	r.Attrs(func(a slog.Attr) bool {
+		found = a.Key == key
+		return !found
+	})
+	return found
 }
 
 func (h handler) WithAttrs(attrs []slog.Attr) slog.Handler {
@@ -90,5 +107,14 @@ func New(w io.Writer, level string) *slog.Logger {
 	default:
 		lv = slog.LevelInfo
 	}
-	return slog.New(handler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv})})
+	return slog.New(handler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv, ReplaceAttr: readableDurations})})
+}
+
+// readableDurations writes a duration as Go spells it ("1.5s"), not as
+// the nanoseconds JSON would otherwise show.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }

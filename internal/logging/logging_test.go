@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 func TestRequestFieldsAppearOnEveryRecord(t *testing.T) {
@@ -28,5 +29,25 @@ func TestRequestFieldsAppearOnEveryRecord(t *testing.T) {
 	}
 	if Get(ctx, "tenant") != "acme" || Get(context.Background(), "tenant") != "" {
 		t.Errorf("Get returned the wrong value")
+	}
+}
+
+// A field the call names itself is written once, as the call gives it; a
+// duration reads as Go spells it, not in nanoseconds.
+func TestNoRepeatedFieldsAndReadableDurations(t *testing.T) {
+	var buf bytes.Buffer
+	log := New(&buf, "info")
+	ctx := WithFields(context.Background())
+	Add(ctx, "tenant", "demo")
+	log.InfoContext(ctx, "hello", "tenant", "demo", "wait", 1500*time.Millisecond)
+	if n := bytes.Count(buf.Bytes(), []byte(`"tenant"`)); n != 1 {
+		t.Errorf("tenant written %d times: %s", n, buf.Bytes())
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["wait"] != "1.5s" {
+		t.Errorf("wait = %v, want 1.5s", rec["wait"])
 	}
 }

@@ -202,6 +202,14 @@ type HTTP interface {
 	InvalidParameter(w http.ResponseWriter, name, message string)
 }
 
+// Checked is what a command's request body may implement so that a body
+// with unknown members is answered with every problem at once: the
+// unknown members, and what Check finds wrong with the known ones (a
+// *validate.Error), in one VALIDATION_FAILED.
+type Checked interface {
+	Check() error
+}
+
 // Lookup returns the built operation called name as a T, the port its
 // package exports.
 func Lookup[T any](env Env, name string) (T, error) {

@@ -79,6 +79,12 @@ type Command struct {
 	CaptureMethod     string // CaptureAutomatic or CaptureManual
 }
 
+// Check is Validate's verdict alone (operation.Checked).
+func (r *CreateRequest) Check() error {
+	_, err := r.Validate()
+	return err
+}
+
 // Validate checks a request and returns the normalised Command, or a
 // *validate.Error naming every invalid field.
 func (r CreateRequest) Validate() (Command, error) {
@@ -89,7 +95,7 @@ func (r CreateRequest) Validate() (Command, error) {
 		switch {
 		case v == "":
 			add(field, "is required")
-		case len(v) > maxIDLength:
+		case utf8.RuneCountInString(v) > maxIDLength:
 			add(field, "must be at most 128 characters")
 		case !printable(v):
 			add(field, "must be printable text")

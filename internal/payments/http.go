@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -50,8 +51,12 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 	r.Get("/payments", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		lq := ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
-		if !validate.StorableText(lq.AccountID) {
+		switch {
+		case !validate.StorableText(lq.AccountID):
 			api.InvalidParameter(w, "accountId", "must be valid UTF-8 text without NUL")
+			return
+		case q.Has("accountId") && (lq.AccountID == "" || utf8.RuneCountInString(lq.AccountID) > maxIDLength):
+			api.InvalidParameter(w, "accountId", "must be 1 to 128 characters")
 			return
 		}
 		if v := q.Get("limit"); v != "" {

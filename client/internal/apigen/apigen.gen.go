@@ -1006,7 +1006,7 @@ type Refund struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// RefundDeclinedProblem A `REFUND_DECLINED` problem; `refundId` is always present.
+// RefundDeclinedProblem A `REFUND_DECLINED` problem; `refundId`, `paymentId` and `declineCode` are always present.
 type RefundDeclinedProblem struct {
 	// CancellationID The cancellation a cancel's key created, with `IDEMPOTENCY_KEY_EXPIRED` for a key of
 	// `POST /payments/{paymentId}/cancel`.
@@ -1021,9 +1021,8 @@ type RefundDeclinedProblem struct {
 	CaptureID string      `json:"captureId,omitempty"`
 	Code      interface{} `json:"code"`
 
-	// DeclineCode The provider's reason, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`, and
-	// `PAYMENT_NOT_CANCELABLE` when the provider refused to void the authorization.
-	DeclineCode string `json:"declineCode,omitempty"`
+	// DeclineCode Why the provider declined it (`refund_declined`, `insufficient_balance`, ...).
+	DeclineCode string `json:"declineCode"`
 
 	// Detail What went wrong in this occurrence, for people.
 	Detail string `json:"detail"`
@@ -1037,12 +1036,10 @@ type RefundDeclinedProblem struct {
 	// Instance Identifies this occurrence, when given.
 	Instance string `json:"instance,omitempty"`
 
-	// PaymentID The payment concerned, with `PAYMENT_DECLINED`, `CAPTURE_DECLINED`,
-	// `IDEMPOTENCY_KEY_EXPIRED` (for a payment's key), `DUPLICATE_MERCHANT_REFERENCE`, and a
-	// stored `PAYMENT_NOT_CAPTURABLE` or `PAYMENT_NOT_CANCELABLE`.
-	PaymentID string `json:"paymentId,omitempty"`
+	// PaymentID The payment it was to return money of.
+	PaymentID string `json:"paymentId"`
 
-	// RefundID The refund concerned, with `REFUND_DECLINED` (and `IDEMPOTENCY_KEY_EXPIRED` for a refund's key).
+	// RefundID The declined refund.
 	RefundID string `json:"refundId"`
 
 	// RefundableAmount With `REFUND_EXCEEDS_REFUNDABLE`: what may still be refunded now, the payment's
@@ -1268,7 +1265,9 @@ type ResendEventParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
@@ -1282,7 +1281,7 @@ type ResendEventParams struct {
 
 // ListPaymentsParams defines parameters for ListPayments.
 type ListPaymentsParams struct {
-	// AccountID Only payments of this account. Text that is not UTF-8, or holds a NUL, gets `400 VALIDATION_FAILED`.
+	// AccountID Only payments of this account. Empty, more than 128 characters, not UTF-8, or holding a NUL gets `400 VALIDATION_FAILED`.
 	AccountID *string `form:"accountId,omitempty" json:"accountId,omitempty"`
 
 	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
@@ -1298,7 +1297,9 @@ type CreatePaymentParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
@@ -1315,7 +1316,9 @@ type CancelPaymentParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
@@ -1332,7 +1335,9 @@ type CapturePaymentParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
@@ -1349,7 +1354,9 @@ type CreateRefundParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
@@ -1366,7 +1373,9 @@ type CreateWebhookEndpointParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
@@ -1383,7 +1392,9 @@ type RotateWebhookSecretParams struct {
 	// IdempotencyKey Names this operation, so that a retry is recognised. 1 to 255 printable ASCII characters
 	// (0x20 to 0x7E); surrounding white space is ignored. The RFC 8941 structured-field string
 	// form is also accepted and means its content: `"abc"` is the key `abc` (inside the quotes
-	// only `\"` and `\\` are escapes). Exactly one header line. Missing: `400
+	// only `\"` and `\\` are escapes), so the header value may be up to 512 characters (a
+	// 255-character key with every character escaped, in quotes) while the key it names is at
+	// most 255. Exactly one header line. Missing: `400
 	// IDEMPOTENCY_KEY_MISSING`; malformed: `400 IDEMPOTENCY_KEY_INVALID`. Use a fresh random
 	// value (a UUID, for example) per logical payment, and the same value on every retry of it.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
