@@ -145,6 +145,7 @@ func New(d Deps, cfg Config) *Core {
 	if cfg.StripeWebhookSecret != "" {
 		c.StripeWebhooks = webhooks.Stripe(webhooks.Deps{
 			DB: d.DB, Reconciler: c.Reconciler, Modules: mods, Clock: d.Clock, Log: d.Log.With("component", "stripe-webhooks"),
+			Metrics: d.Metrics,
 		}, cfg.StripeWebhookSecret)
 	}
 	return c
@@ -154,7 +155,11 @@ func New(d Deps, cfg Config) *Core {
 // keys', the payments' states, and the sizes of the tables that grow with
 // traffic and that clean-up keeps bounded (package cleanup).
 func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock, log *slog.Logger) {
-	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log), payments.NewStateCollector(db, log),
+	var ops []string
+	for _, m := range Modules(Config{}) {
+		ops = append(ops, m.Name)
+	}
+	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log, ops...), payments.NewStateCollector(db, log),
 		database.NewTableSizeCollector(db, log, "idempotency_keys", "outbox_events", "inbox", "webhook_messages", "webhook_attempts"))
 }
 

@@ -138,3 +138,32 @@ func TestTableSizesFollowTheTables(t *testing.T) {
 		}
 	}
 }
+
+// The manual-review gauge exists for every registered operation from the
+// start, at 0: an alert on it must not wait for a first key (an absent
+// series is not a zero; issue 21).
+func TestManualReviewGaugeIsZeroNotAbsent(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	app.RegisterGauges(reg, pgtest.NewPool(t), clock.NewFake(now), slog.New(slog.DiscardHandler))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "paymentsapi_idempotency_manual_review_keys" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				ops[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	for _, m := range app.Modules(app.Config{}) {
+		if v, ok := ops[m.Name]; !ok || v != 0 {
+			t.Errorf("manual review keys of %s: %v (present %v), want 0", m.Name, v, ok)
+		}
+	}
+}

@@ -512,3 +512,23 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Each key that reaches its final answer is counted once, by operation and
+// outcome, whoever finished it; a replay is not a new result (issue 21).
+func TestOperationResultsAreCountedOncePerKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for range 2 {
+		if r := e.post("k-count", body()); r.Status != http.StatusCreated {
+			t.Fatalf("%d %s", r.Status, r.Body)
+		}
+	}
+	if r := e.post("k-count-declined", body("paymentMethod", `"pm_card_declined"`, "merchantReference", `"inv-declined"`)); r.Status != http.StatusPaymentRequired {
+		t.Fatalf("declined: %d %s", r.Status, r.Body)
+	}
+	for outcome, want := range map[string]float64{"succeeded": 1, "declined": 1} {
+		if n := e.metric("paymentsapi_operation_results_total", map[string]string{"operation": "payments.create", "outcome": outcome}); n != want {
+			t.Errorf("payments %s: %v, want %v", outcome, n, want)
+		}
+	}
+}

@@ -283,6 +283,11 @@ func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 	if n := e.count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 2 {
 		t.Errorf("inbox rows %d, want 2", n)
 	}
+	for outcome, want := range map[string]float64{webhooks.OutcomeApplied: 1, webhooks.OutcomeDuplicate: 2, webhooks.OutcomeIgnored: 1} {
+		if n := e.metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": outcome}); n != want {
+			t.Errorf("stripe webhook events %s: %v, want %v", outcome, n, want)
+		}
+	}
 }
 
 // Events about what we do not know, or do not act on, are answered 200,
@@ -360,6 +365,9 @@ func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 	}
 	if n := e.count("inbox"); n != 0 {
 		t.Errorf("inbox rows %d after refused deliveries", n)
+	}
+	if n := e.metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": "signature_invalid"}); n != 5 {
+		t.Errorf("refused deliveries counted %v, want 5", n)
 	}
 	if after := e.keySnapshot(id); after != before {
 		t.Errorf("a refused delivery changed the payment:\n before %s\n after  %s", before, after)

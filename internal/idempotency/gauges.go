@@ -28,12 +28,16 @@ type KeyCollector struct {
 	// ageQuantiles are the quantiles of the unfinished keys' ages that the
 	// summary reports.
 	ageQuantiles []float64
+	operations   []string
 }
 
 // NewKeyCollector returns the collector; register it on a registry.
-func NewKeyCollector(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger) *KeyCollector {
+// operations are the registered operations' names: each has its
+// manual-review gauge from the start, at 0, so that an alert on it never
+// waits for a first key to exist (an absent series is not a zero).
+func NewKeyCollector(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, operations ...string) *KeyCollector {
 	return &KeyCollector{
-		db: db, clock: clk, log: log,
+		db: db, clock: clk, log: log, operations: operations,
 		ageQuantiles: []float64{0.5, 0.95, 0.99},
 		inFlight: prometheus.NewDesc("paymentsapi_idempotency_in_flight_keys",
 			"Keys owned by a request with a live lease.", nil, nil),
@@ -80,6 +84,9 @@ func (c *KeyCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	review := map[string]int64{}
+	for _, op := range c.operations {
+		review[op] = 0
+	}
 	rows, err := c.db.Query(ctx, `
 		SELECT operation, count(*) FROM idempotency_keys
 		WHERE manual_review_at IS NOT NULL AND response_status IS NULL GROUP BY operation`)

@@ -38,6 +38,7 @@ type Owner struct {
 	LookupOnly bool
 
 	pending      *Response // rendered by QueueFinish, stored if Commit succeeds
+	pendingOut   string    // the outcome of the result pending is the answer of
 	answer       *Response // the final answer this owner committed
 	releasing    bool      // a release is in the batch being committed
 	ended        bool      // the last commit finished or released the key
@@ -55,7 +56,7 @@ func (o *Owner) QueueFinish(b *pgx.Batch, r Result) error {
 		return fmt.Errorf("render %s result: %w", o.Resource.Type, err)
 	}
 	queueFinish(b, o.KeyID, o.Token, resp, o.e.clock.Now())
-	o.pending = &resp
+	o.pending, o.pendingOut = &resp, r.Outcome()
 	return nil
 }
 
@@ -190,6 +191,9 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.rescheduled = o.rescheduled || rescheduling
 	if pending != nil {
 		o.answer = pending
+		// Counted once per key: only the owner whose commit stored the
+		// final answer gets here.
+		o.e.metrics.OperationResults.WithLabelValues(o.op.Name(), o.pendingOut).Inc()
 	}
 	return nil
 }

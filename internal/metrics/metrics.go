@@ -29,6 +29,14 @@ type Metrics struct {
 	// ReconcilerOutcomes counts the reconciler's attempts by outcome:
 	// succeeded, declined, failed_retryable, unresolved, manual_review, error.
 	ReconcilerOutcomes *prometheus.CounterVec
+	// OperationResults counts the keys that reached their final answer,
+	// by operation and outcome (create_refund succeeded, payments.create
+	// declined, ...): each key once, whoever finished it (its request, a
+	// retry, the reconciler).
+	OperationResults *prometheus.CounterVec
+	// StripeWebhooks counts Stripe's webhook events by outcome (applied,
+	// duplicate, ignored, signature_invalid, ...).
+	StripeWebhooks *prometheus.CounterVec
 	// HTTPRequests measures requests by route pattern, method and status.
 	HTTPRequests *prometheus.HistogramVec
 }
@@ -66,6 +74,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "paymentsapi_reconciler_outcomes_total",
 			Help: "Reconciler attempts by outcome: succeeded, declined, failed_retryable, unresolved, manual_review, error.",
 		}, []string{"outcome"}),
+		OperationResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsapi_operation_results_total",
+			Help: "Keys that reached their final answer, by operation and outcome (each key once).",
+		}, []string{"operation", "outcome"}),
+		StripeWebhooks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsapi_stripe_webhook_events_total",
+			Help: "Stripe webhook events received, by outcome.",
+		}, []string{"outcome"}),
 		HTTPRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "paymentsapi_http_request_duration_seconds",
 			Help:    "HTTP requests by route pattern, method and status code.",
@@ -76,7 +92,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
 	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
-		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.HTTPRequests,
+		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.HTTPRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
@@ -90,6 +91,16 @@ type Deps struct {
 	Modules []operation.Module
 	Clock   clock.Clock
 	Log     *slog.Logger
+	// Metrics counts the events by outcome
+	// (paymentsapi_stripe_webhook_events_total); nil: not counted.
+	Metrics *metrics.Metrics
+}
+
+// count counts one event of outcome.
+func (d Deps) count(outcome string) {
+	if d.Metrics != nil {
+		d.Metrics.StripeWebhooks.WithLabelValues(outcome).Inc()
+	}
 }
 
 // Answer is the body of a 200: what became of the event.
@@ -122,9 +133,11 @@ func Stripe(d Deps, secret string) http.Handler {
 		if err != nil {
 			d.Log.WarnContext(r.Context(), "stripe webhook refused", "error", err)
 			if errors.Is(err, errMalformed) {
+				d.count("malformed")
 				problem.New(http.StatusBadRequest, problem.MalformedJSON, "The event is not a Stripe event object with an id and a type.").Write(w)
 				return
 			}
+			d.count("signature_invalid")
 			problem.New(http.StatusBadRequest, problem.WebhookSignatureInvalid,
 				"The Stripe-Signature header is missing, invalid, or older than the tolerance.").Write(w)
 			return
@@ -135,9 +148,11 @@ func Stripe(d Deps, secret string) http.Handler {
 			// the resource is looked at again (the reconciler does too).
 			d.Log.WarnContext(r.Context(), "stripe webhook not handled; Stripe will deliver it again",
 				"event_id", event.ID, "event_type", event.Type, "error", err)
+			d.count("error")
 			problem.New(http.StatusInternalServerError, problem.Internal, "An unexpected error occurred.").Write(w)
 			return
 		}
+		d.count(answer.Outcome)
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(answer)
