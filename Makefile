@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc
+.PHONY: run providersim test test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -17,8 +17,12 @@ help: ## list the targets
 run: ## start the service: embedded PostgreSQL, in-process provider simulator, demo key
 	$(GO) run ./cmd/paymentsapi $(ARGS)
 
-providersim: ## start the provider simulator alone on 127.0.0.1:8081
-	$(GO) run ./cmd/providersim -addr 127.0.0.1:8081
+stripe-demo: tools ## the API on the Stripe adapter against stripe-mock with the project's fixtures, offline (dev/stripe-demo.sh)
+	BIN=$(BIN) GO=$(GO) dev/stripe-demo.sh $(ARGS)
+
+PROVIDERSIM_ADDR ?= 127.0.0.1:8081
+providersim: ## start the provider simulator alone on PROVIDERSIM_ADDR (default 127.0.0.1:8081)
+	$(GO) run ./cmd/providersim -addr $(PROVIDERSIM_ADDR)
 
 build: ## build the binaries (paymentsapi, providersim, paymentsctl) into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/paymentsapi ./cmd/providersim ./cmd/paymentsctl

@@ -13,6 +13,8 @@
 //	paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
 //	paymentsctl listen [-events payment.succeeded,...] [-forward-to URL] [-addr 127.0.0.1:0]
 //
+//	paymentsctl stripe-webhook PAYMENT_OR_REFUND_ID [-type T] [-secret S] [-object ID]
+//
 // -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 // the dev server (http://127.0.0.1:8080, sk_test_demo). Without
 // -idempotency-key, pay, refund, capture and cancel generate one key for the
@@ -86,6 +88,7 @@ const usage = `usage:
   paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
   paymentsctl listen [-events payment.succeeded,refund.succeeded,...] [-forward-to URL] \
       [-addr 127.0.0.1:0]
+  paymentsctl stripe-webhook PAYMENT_OR_REFUND_ID [-type T] [-secret S] [-object ID]
 
 pay -capture manual only authorizes the payment (REQUIRES_CAPTURE): capture
 takes all of it (or -amount of it), cancel voids it. Refund reasons:
@@ -103,6 +106,14 @@ headers to -forward-to, and deletes the endpoint on exit. -events keeps
 some types (default: all). The server must allow plain http and loopback
 destinations: WEBHOOK_ALLOW_HTTP=true and WEBHOOK_ALLOW_PRIVATE=true, the
 defaults of dev mode (make run).
+
+stripe-webhook sends POST /webhooks/stripe a Stripe event about one of the
+service's payments (pay_...) or refunds (re_...), signed with the endpoint
+secret as Stripe signs: what Stripe would send when it settles one. -type
+defaults to payment_intent.succeeded (a payment) or refund.updated (a
+refund); -secret to $STRIPE_WEBHOOK_SECRET; -object is the Stripe object's
+id (made up by default: the service finds its resource by the metadata and
+asks Stripe, never the event, what became of it). It prints the answer.
 
 -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 http://127.0.0.1:8080 and sk_test_demo. Exit status: 0 done (200, 201),
@@ -124,7 +135,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := global.Parse(args); err != nil {
 		return out.usage(err)
 	}
-	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel, "listen": listen}
+	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel, "listen": listen,
+		"stripe-webhook": func(ctx context.Context, _ *client.Client, args []string, out *output) int {
+			return stripeWebhook(ctx, *baseURL, getenv, args, out)
+		}}
 	name := global.Arg(0)
 	cmd, ok := commands[name]
 	if !ok {

@@ -1,4 +1,4 @@
-// Package apidocs serves the interactive reference of the API: Redoc's
+// Package apidocs serves the API reference (a page to read, not to send requests from): Redoc's
 // standalone bundle (npm package redoc, RedocVersion), vendored in assets/
 // and embedded in the binary, on a page that renders the spec the same
 // server serves at /openapi.yaml. Nothing is loaded from elsewhere: the

@@ -2,6 +2,8 @@ package apidocs_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -147,7 +149,10 @@ func TestDocsPageRendersInABrowser(t *testing.T) {
 		if fi, err := os.Stat(abs); err != nil || fi.Size() == 0 {
 			t.Fatalf("no screenshot at %s: %v", abs, err)
 		}
-		t.Logf("screenshot saved to %s", abs)
+		if err := os.WriteFile(abs+".sha256", []byte(pageHash(t)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot saved to %s, with the hash of the page it shows", abs)
 	}
 }
 
@@ -176,4 +181,36 @@ func runChromium(t *testing.T, bin string, args ...string) string {
 // htmlEscape escapes text as Chromium serializes a text node.
 func htmlEscape(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+// pageHash is the SHA-256 of what the /docs page is made of: the spec and
+// the page's own files. The screenshot in docs/ records the hash of the
+// page it shows beside it (api-reference.png.sha256).
+func pageHash(t *testing.T) string {
+	t.Helper()
+	h := sha256.New()
+	h.Write(api.OpenAPI)
+	for _, name := range []string{"assets/index.html", "assets/redoc.standalone.js"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// The README's screenshot of /docs shows the page as it now is: a change
+// to the spec or to the page leaves it stale until `make docs-screenshot`
+// takes it again (issue 21).
+func TestTheScreenshotShowsTheCurrentPage(t *testing.T) {
+	t.Parallel()
+	recorded, err := os.ReadFile("../../docs/api-reference.png.sha256")
+	if err != nil {
+		t.Fatalf("no hash beside the screenshot: %v (make docs-screenshot)", err)
+	}
+	if got := pageHash(t); strings.TrimSpace(string(recorded)) != got {
+		t.Fatalf("docs/api-reference.png shows an older /docs page (hash %.12s, the page is %.12s now): run make docs-screenshot",
+			strings.TrimSpace(string(recorded)), got)
+	}
 }

@@ -296,7 +296,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	hc.Transport = &observingTransport{next: next}
 	bc.HTTPClient = &hc
-	bc.LeveledLogger = leveledLogger{log: log.With("component", "stripe-go")}
+	bc.LeveledLogger = leveledLogger{log: log.With("library", "stripe-go")} // "component" is the caller's (stripe)
 	b := stripe.GetBackendWithConfig(stripe.APIBackend, bc)
 	return &Provider{
 		intents: paymentintent.Client{B: b, Key: cfg.APIKey},
