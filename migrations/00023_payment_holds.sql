@@ -10,7 +10,7 @@
 -- (its claim found a payment that moved no money, which turned out
 -- authorized after all) can no longer hand back another action's hold.
 --
--- Expand only (README, "Migrations"): the previous release neither reads
+-- Expand only (docs/operations.md, "Migrations"): the previous release neither reads
 -- nor writes held_by; it takes holds without naming them, and this
 -- release's code treats an unnamed hold as the previous release did (by
 -- its state alone). The CHECK that only a held payment names a holder is a

@@ -10,7 +10,7 @@ import "embed"
 var FS embed.FS
 
 // Pending holds the contract steps written but not released yet
-// (pending/*.sql, README "Migrations"): each drops what the previous release
+// (pending/*.sql, docs/operations.md, "Migrations"): each drops what the previous release
 // still uses, and becomes a migration of FS one release later. Nothing
 // applies them but tests of the schema they lead to
 // (pgtest.NewContractedPool).

@@ -22,7 +22,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
-// Rolling upgrades (issue 17, README "Migrations"): while new instances
+// Rolling upgrades (issue 17, docs/operations.md, "Migrations"): while new instances
 // migrate the database and start, the previous release keeps serving on
 // the migrated schema, so every migration must leave it working: it may
 // add, never drop or rename what the previous release reads or writes

@@ -200,7 +200,7 @@ func pageHash(t *testing.T) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// The README's screenshot of /docs shows the page as it now is: a change
+// The README's screenshot of /docs (docs/api-reference.png) shows the page as it now is: a change
 // to the spec or to the page leaves it stale until `make docs-screenshot`
 // takes it again (issue 21).
 func TestTheScreenshotShowsTheCurrentPage(t *testing.T) {

@@ -1,6 +1,6 @@
 package app_test
 
-// This file is a toy operation, create_widget, written the way the README's
+// This file is a toy operation, create_widget, written the way docs/design.md's
 // recipe ("The idempotency engine, and how an operation plugs in") says an
 // operation is written, as if it were its own package: a command and its
 // fingerprint, a resource on its own table (statemachinetest's widget, with

@@ -49,7 +49,7 @@ type Operation interface {
 // still written under Name. The rename's migration adds a unique index
 // over (tenant, key) across the names, so that a key claimed under one
 // name is never claimed again under another: a claim that meets it answers
-// it as a retry (README, "Migrations").
+// it as a retry (docs/operations.md, "Migrations").
 type Renamed interface {
 	Aliases() []string
 }

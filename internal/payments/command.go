@@ -14,7 +14,7 @@ import (
 // idempotency key's scope and of every command fingerprint.
 //
 // The name is being renamed to OperationCreateNext, the one naming scheme
-// of the other operations (verb_noun), in three releases (README,
+// of the other operations (verb_noun), in three releases (docs/operations.md,
 // "Migrations"): this release writes keys under OperationCreate and reads
 // them under both names (idempotency.Renamed); the next writes them under
 // the new name, still reads both, and moves the stored keys over; the one

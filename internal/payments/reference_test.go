@@ -123,7 +123,7 @@ func happyPathMoves(t *testing.T, pool *pgxpool.Pool) (updated, hot int) {
 // moment: one payment, and the other statement refuses
 // (refuseReferenceHeld), never with a unique violation. While the release before
 // 00015 may still run, payments has two unique indexes on the reference
-// (00015, README "Migrations"); an insert whose ON CONFLICT named only one
+// (00015, docs/operations.md, "Migrations"); an insert whose ON CONFLICT named only one
 // of them got a unique violation (a 500) from the other in about one race
 // in ten (issue 17). Each batch is what the claim sends: one implicit
 // transaction, with the claim's setting on.

@@ -183,7 +183,7 @@ func newURL(t testing.TB, migrator pgtestdb.Migrator) string {
 
 // NewContractedPool is NewPool on the schema of the next release: every
 // migration, then every contract step still pending (migrations.Pending,
-// README "Migrations"), numbered after the newest migration in name order.
+// docs/operations.md, "Migrations"), numbered after the newest migration in name order.
 // A test of what a contract step buys (a HOT update an old index prevents)
 // runs here; with no step pending it is NewPool's schema.
 func NewContractedPool(t testing.TB) *pgxpool.Pool {
