@@ -40,6 +40,10 @@ func writeReply(w http.ResponseWriter, reply idempotency.Reply) {
 	for k, v := range reply.Response.Headers {
 		w.Header().Set(k, v)
 	}
+	if reply.ComeBack > 0 && w.Header().Get("Retry-After") != "" {
+		// Not known before then: the advice follows the engine's look.
+		w.Header().Set("Retry-After", retryAfterValue(reply.ComeBack))
+	}
 	if reply.Replayed {
 		w.Header().Set(ReplayedHeader, "true")
 	}

@@ -155,6 +155,10 @@ type Reply struct {
 	Response Response
 	Replayed bool
 	Resource Resource
+	// ComeBack, for an answer that is not final, is how long nothing more
+	// can be known: the look its owner booked is that far off. 0: the
+	// engine's RetryAfter.
+	ComeBack time.Duration
 }
 
 // Do runs op for req. The first request claims the key and creates the
@@ -402,7 +406,13 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 	if err != nil {
 		return Reply{}, fmt.Errorf("render %s result: %w", own.Resource.Type, err)
 	}
-	return Reply{Response: resp, Resource: own.Resource}, nil
+	reply := Reply{Response: resp, Resource: own.Resource}
+	if wait := own.comeBack(e.clock.Now()); wait > e.cfg.RetryAfter {
+		// Not known yet, and not before the look the owner booked: a
+		// retry sooner would only find the same.
+		reply.ComeBack = wait
+	}
+	return reply, nil
 }
 
 // afterLostWrite answers a request whose write was refused because another

@@ -525,3 +525,36 @@ func TestInUseAdviceFollowsTheOwnersSilence(t *testing.T) {
 		}
 	}
 }
+
+// laterOp releases its key with the look it decided (not known before at)
+// and answers "not known yet".
+type laterOp struct {
+	renders
+	at time.Time
+}
+
+func (laterOp) Name() string { return "widgets.create" }
+func (o laterOp) Resume(ctx context.Context, own *Owner) (Result, error) {
+	b := &pgx.Batch{}
+	own.QueueRelease(b, LookAt(o.at))
+	return done{}, own.Commit(ctx, b)
+}
+
+// An answer that is not final, whose owner decided nothing can be known
+// before a look it booked, tells the client to come back then, not after
+// the engine's usual second (issue 21: the time to the next look).
+func TestANotYetAnswerComesBackAtTheBookedLook(t *testing.T) {
+	t.Parallel()
+	e, _, clk := testEngine(t)
+	e.cfg.RetryAfter = time.Second
+	req := Request{Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "later"}, Fingerprint: []byte{1},
+		Resource: Resource{Type: "widget", ID: "w_later"}}
+	reply, err := e.Do(context.Background(), laterOp{at: clk.Now().Add(30 * time.Second)}, req)
+	if err != nil || reply.ComeBack != 30*time.Second {
+		t.Fatalf("reply %+v, %v; want ComeBack 30s", reply, err)
+	}
+	req.Scope.Key, req.Resource.ID = "soon", "w_soon"
+	if reply, err := e.Do(context.Background(), laterOp{at: clk.Now()}, req); err != nil || reply.ComeBack != 0 {
+		t.Fatalf("a look due now: %+v, %v; want the engine's RetryAfter", reply, err)
+	}
+}

@@ -41,6 +41,8 @@ type Owner struct {
 	pendingOut   string    // the outcome of the result pending is the answer of
 	answer       *Response // the final answer this owner committed
 	releasing    bool      // a release is in the batch being committed
+	releaseLook  Look      // the look the release in the batch books
+	released     *Look     // the look the last committed release booked
 	ended        bool      // the last commit finished or released the key
 	rescheduling bool      // a decided look (LookAt, LookNever) is in the batch being committed
 	rescheduled  bool      // a committed hold or release booked a decided look
@@ -123,6 +125,7 @@ func (o *Owner) QueueHold(b *pgx.Batch, look Look) {
 func (o *Owner) QueueRelease(b *pgx.Batch, look Look) {
 	o.queueHold(b, hold{look: look, now: o.e.clock.Now()})
 	o.releasing = true
+	o.releaseLook = look
 }
 
 func (o *Owner) queueHold(b *pgx.Batch, h hold) {
@@ -188,6 +191,10 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 		return err
 	}
 	o.ended = pending != nil || o.releasing
+	if o.releasing {
+		look := o.releaseLook
+		o.released = &look
+	}
 	o.rescheduled = o.rescheduled || rescheduling
 	if pending != nil {
 		o.answer = pending
@@ -196,6 +203,17 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 		o.e.metrics.OperationResults.WithLabelValues(o.op.Name(), o.pendingOut).Inc()
 	}
 	return nil
+}
+
+// comeBack is how long after now a client told "not known yet" should ask
+// again: when the look the owner's release booked is due, if it decided one
+// (LookAt: nothing can be known before it), else at once (0: the engine's
+// RetryAfter applies).
+func (o *Owner) comeBack(now time.Time) time.Duration {
+	if o.released == nil || o.released.kind != lookAt {
+		return 0
+	}
+	return o.released.at.Sub(now)
 }
 
 // Finished reports whether this owner committed the key's final answer.
