@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run providersim test test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
+.PHONY: run providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,6 +29,13 @@ build: ## build the binaries (paymentsapi, providersim, paymentsctl) into ./bin
 
 test: tools ## run every test, with the race detector, on real PostgreSQL
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...
+
+# The database failover tests (cmd/paymentsapi/failover_e2e_test.go): a
+# PostgreSQL primary and standby, two API processes, the primary crashed or
+# frozen and the standby promoted. About a minute on two cores, hence the
+# build tag that keeps them out of `make test`; .ci/run runs them.
+test-failover: ## the database failover tests (primary + standby, crash, freeze, lost tail), with the race detector
+	$(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
 
 test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...
@@ -76,8 +83,8 @@ bench-micro: ## the Go micro-benchmarks (speed and memory are measured here, nev
 # /docs answer no 4xx, and the spec does not invent one).
 lint: ## gofmt, go vet, staticcheck, and the OpenAPI linter when npx is available
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	$(GO) vet -tags failover ./...
+	$(GO) tool staticcheck -tags failover ./...
 	@if command -v npx >/dev/null; then \
 	  npx --yes @redocly/cli@$(REDOCLY_VERSION) lint api/openapi.yaml \
 	    --skip-rule=info-license --skip-rule=operation-4xx-response; \

@@ -42,6 +42,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ledger"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 func main() {
@@ -116,8 +117,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := logging.New(stderr, cfg.logLevel)
+	tp, stopTracing, err := tracing.Setup(ctx, "paymentsapi-ledger", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
-	pool, err := database.Open(ctx, cfg.databaseURL)
+	pool, err := database.Open(ctx, cfg.databaseURL, tracing.Pool(tp))
 	if err != nil {
 		return err
 	}
@@ -138,7 +144,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	proj := ledger.NewProjector(ledger.Deps{DB: pool, Clock: clock.System{}, Log: log, Registerer: reg, Modules: app.Modules(app.Config{})}, cfg.consumer)
+	proj := ledger.NewProjector(ledger.Deps{DB: pool, Clock: clock.System{}, Log: log, Registerer: reg, Modules: app.Modules(app.Config{}), Tracer: tp}, cfg.consumer)
 
 	if cfg.metricsAddr != "" {
 		stopMetrics, err := serveMetrics(cfg.metricsAddr, reg, stdout)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 func main() {
@@ -23,6 +24,13 @@ func main() {
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, errUsage) {
 			fmt.Fprintln(os.Stderr, "paymentsapi:", err)
+		}
+		// A command whose answer is its status (orphans: 4, some found)
+		// exits with it; anything else failed.
+		var exit *exitError
+		if errors.As(err, &exit) {
+			stop()
+			os.Exit(exit.status)
 		}
 		os.Exit(1)
 	}
@@ -36,9 +44,13 @@ var errUsage = errors.New("usage")
 //	paymentsapi [serve] [flags]                     the API, with its reconciler, relay and listener
 //	paymentsapi reconcile [-once] [flags]            the reconciler alone (an operator's tool)
 //	paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
+//	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "outbox" {
 		return outboxCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "orphans" {
+		return orphansCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	command := "serve"
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "reconcile") {
@@ -67,5 +79,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if command == "reconcile" {
 		return reconcile(ctx, cfg, log, stdout, once)
 	}
-	return serve(ctx, cfg, log, stdout)
+	tp, stopTracing, err := tracing.Setup(ctx, "paymentsapi", getenv, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	return serve(ctx, cfg, log, stdout, tp)
 }

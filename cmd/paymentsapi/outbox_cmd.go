@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
-	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
@@ -58,19 +55,11 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		return errors.New("outbox unpark: give -all or the ids of the events to unpark")
 	}
-	cfg, err := config.Load(rest, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stderr, outboxUsage)
-		return errUsage
-	}
+	cfg, log, err := operatorConfig(rest, getenv, stderr, outboxUsage)
 	if err != nil {
 		return err
 	}
-	log := logging.New(stderr, cfg.LogLevel)
-	if err := checkOperator(cfg, false); err != nil {
-		return err
-	}
-	a, err := newApp(ctx, cfg, log, useOperator)
+	a, err := newApp(ctx, cfg, log, useOperator, nil)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
@@ -39,6 +40,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // devDatabase is the database the embedded PostgreSQL serves in dev mode.
@@ -55,9 +57,14 @@ type instance struct {
 	core    *app.Core
 	keys    *idempotency.Listener
 	janitor *cleanup.Janitor
-	dataDir string // dev mode: where the embedded PostgreSQL keeps its data
-	devURL  string // dev mode: the embedded database's URL, for psql and the operator commands
+	tracer  trace.TracerProvider // a no-op one unless OTEL_* asks for traces
+	dataDir string               // dev mode: where the embedded PostgreSQL keeps its data
+	devURL  string               // dev mode: the embedded database's URL, for psql and the operator commands
 	closers []func()
+
+	// provider is the provider's adapter (nil for an operator's database
+	// tool), for the audit of its objects (package orphans).
+	provider provider.Provider
 }
 
 // close releases what newApp acquired, in reverse order.
@@ -101,8 +108,11 @@ func checkOperator(cfg config.Config, needsProvider bool) error {
 // newApp connects to (or, in dev mode, starts) the database, migrates it,
 // stores the API keys, and starts the provider; for an operator's command it
 // only connects, checks the schema is current, and connects the provider.
-func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ *instance, err error) {
-	a := &instance{cfg: cfg, log: log}
+//
+// tp traces the database's round trips and the provider's calls (nil: an
+// operator's command, untraced).
+func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp trace.TracerProvider) (_ *instance, err error) {
+	a := &instance{cfg: cfg, log: log, tracer: tp}
 	defer func() {
 		if err != nil {
 			a.close()
@@ -128,7 +138,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir(), "database_url", a.devURL)
 	}
 
-	a.pool, err = database.Open(ctx, dbURL)
+	a.pool, err = database.Open(ctx, dbURL, tracing.Pool(tp))
 	if err != nil {
 		return nil, err
 	}
@@ -153,11 +163,12 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use) (_ 
 	if u == useOperator && cfg.Provider == "sim" && cfg.ProviderURL == "" {
 		return a, nil // a database tool (outbox): no provider, and never a simulator of its own
 	}
-	prov, stopProvider, err := startProvider(ctx, cfg, log)
+	prov, stopProvider, err := startProvider(ctx, cfg, log, tp)
 	if err != nil {
 		return nil, err
 	}
 	a.closers = append(a.closers, stopProvider)
+	a.provider = prov
 
 	a.reg = prometheus.NewRegistry()
 	a.metrics = metrics.New(a.reg)
@@ -196,8 +207,11 @@ func webhookPolicy(cfg config.Config) outbound.Policy {
 // serve runs the API until ctx ends, then shuts down in order: stop taking
 // requests, let in-flight ones finish (bounded), stop the background
 // workers, then close the provider, the pool and the embedded database.
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
-	a, err := newApp(ctx, cfg, log, useServer)
+//
+// tp traces requests, the relay's publishes and the webhook deliveries (a
+// no-op provider: nothing is traced).
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, tp trace.TracerProvider) error {
+	a, err := newApp(ctx, cfg, log, useServer, tp)
 	if err != nil {
 		return err
 	}
@@ -210,7 +224,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	clk := clock.System{}
 	deliveries, err := delivery.NewWorker(delivery.Deps{
 		DB: a.pool, Clock: clk, Log: log.With("component", "webhook-delivery"),
-		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log),
+		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log), Tracer: tp,
 	}, delivery.Config{Policy: webhookPolicy(cfg), Timeout: cfg.WebhookTimeout, Schedule: cfg.WebhookRetrySchedule})
 	if err != nil {
 		return err
@@ -223,16 +237,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	wg.Go(func() { relay.Run(workers, outbox.DefaultRelayInterval) })
 	wg.Go(func() { deliveries.Run(workers) }) // every instance sends webhooks, with or without NATS
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
+	if l, ok := a.provider.(provider.Listing); ok {
+		wg.Go(func() {
+			app.Auditor(a.pool, l).Run(workers, clk, orphansInterval, orphansWindow, a.metrics.OrphanProviderObjects,
+				log.With("component", "orphans"))
+		})
+	}
 	defer func() {
 		stopWorkers()
 		wg.Wait()
 	}()
 
-	handler := httpapi.NewServer(a.core.HTTPDeps(httpapi.Deps{
+	handler := tracing.Handler(tp, httpapi.NewServer(a.core.HTTPDeps(httpapi.Deps{
 		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
 		RateLimit: httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
-	}))
+	})))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -296,7 +316,7 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 	relay, err := outbox.NewRelay(outbox.RelayDeps{
 		// Every event is recorded in the event log before it is published.
 		DB: a.pool, Publisher: a.core.EventLog.Publisher(pub), Clock: clk, Log: log.With("component", "outbox-relay"),
-		Metrics: outbox.NewMetrics(a.reg, a.pool, clk, log),
+		Metrics: outbox.NewMetrics(a.reg, a.pool, clk, log), Tracer: a.tracer,
 	}, outbox.RelayConfig{})
 	if err != nil {
 		closePub()
@@ -311,7 +331,7 @@ func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 	if err := checkOperator(cfg, true); err != nil {
 		return err
 	}
-	a, err := newApp(ctx, cfg, log, useOperator)
+	a, err := newApp(ctx, cfg, log, useOperator, nil)
 	if err != nil {
 		return err
 	}
@@ -349,12 +369,13 @@ func setUpAPIKeys(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, cl
 }
 
 // startProvider returns the configured provider and a function that stops
-// whatever it started.
-func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger) (provider.Provider, func(), error) {
-	hc := &http.Client{Transport: &http.Transport{
+// whatever it started. With tp active, each call to the provider is a
+// client span and sends it traceparent.
+func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (provider.Provider, func(), error) {
+	hc := &http.Client{Transport: tracing.Transport(tp, &http.Transport{
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	})}
 	switch cfg.Provider {
 	case "sim":
 		if cfg.ProviderURL != "" {

@@ -22,7 +22,7 @@ package authorizations
 import (
 	"time"
 
-	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
@@ -148,4 +148,11 @@ const (
 	ResourceCancellation = "cancellation"
 )
 
-func (k kind) newID() string { return ids.New(k.idPrefix) }
+// deriveID is the id of the action that the command with fingerprint
+// creates under the tenant's key: the same for the same tenant, key and
+// command (idempotency.ResourceID), so that a retry after a failover that
+// lost the action recreates it under its id, and the provider, asked with
+// the same ProviderKey, answers the original capture or void.
+func (k kind) deriveID(tenant, key string, fingerprint []byte) string {
+	return idempotency.ResourceID(k.idPrefix, idempotency.Scope{Tenant: tenant, Operation: k.operation, Key: key}, fingerprint)
+}

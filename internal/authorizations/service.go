@@ -115,14 +115,15 @@ func (s *Service) prepare(ctx context.Context, tenant, paymentID string, validat
 // answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	now := s.d.Clock.Now()
+	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{
-		ID: s.k.newID(), TenantID: tenant, PaymentID: cmd.PaymentID, Kind: s.k.action,
+		ID: s.k.deriveID(tenant, key, fingerprint), TenantID: tenant, PaymentID: cmd.PaymentID, Kind: s.k.action,
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key},
-		Fingerprint: cmd.fingerprint(s.k.operation),
+		Fingerprint: fingerprint,
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {
 			s.pay.QueueBegin(b, s.k.action, a.ID, tenant, a.PaymentID, a.AmountMinor, now)
@@ -131,6 +132,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		},
 		Wait:      wait,
 		FirstLook: s.flow.FirstLook(),
+		// A retry whose key clean-up deleted finds the payment moved on by
+		// its own action: the payment's refusal, asked about, is the key
+		// expired.
+		Exists: idempotency.RowExists(s.d.DB, `SELECT FROM payment_actions WHERE id = $1 AND tenant_id = $2`, a.ID, tenant),
 	})
 	return reply, s.refusal(err, cmd.Currency)
 }
@@ -170,14 +175,15 @@ func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time
 	if p.AuthorizationExpiresAt == nil {
 		return fmt.Errorf("payment %s authorized without an expiry", p.ID)
 	}
+	cmd := Command{PaymentID: p.ID, Currency: p.Command.Currency, Reason: ReasonExpired}
+	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{
-		ID: s.k.newID(), TenantID: p.TenantID, PaymentID: p.ID, Kind: payments.ActionVoid,
+		ID: s.k.deriveID(p.TenantID, expiryKey(p.ID), fingerprint), TenantID: p.TenantID, PaymentID: p.ID, Kind: payments.ActionVoid,
 		Currency: p.Command.Currency, Reason: ReasonExpired, State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
-	cmd := Command{PaymentID: p.ID, Currency: a.Currency, Reason: ReasonExpired}
 	s.d.Engine.QueueScheduled(b, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: p.TenantID, Operation: s.k.operation, Key: expiryKey(p.ID)},
-		Fingerprint: cmd.fingerprint(s.k.operation),
+		Fingerprint: fingerprint,
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {
 			queueInsert(b, a)
@@ -261,7 +267,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.send(ctx, a, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, a, p) },
 		Settle: func(b *pgx.Batch, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(b, a, p, to, ans, now)
+			return s.settle(ctx, b, a, p, to, ans, now)
 		},
 	})
 }
@@ -452,7 +458,7 @@ func (s *Service) lookup(ctx context.Context, a Action, p payments.Payment) (pro
 // settle is what an action writes with its move to `to`: for an end, the
 // payment's move (captured, voided, or authorized again) and its event.
 // The result is the action and its payment as they now stand.
-func (s *Service) settle(b *pgx.Batch, a Action, p payments.Payment, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (s *Service) settle(ctx context.Context, b *pgx.Batch, a Action, p payments.Payment, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
 	if to != a.State {
 		a.UpdatedAt = now
 	}
@@ -494,7 +500,7 @@ func (s *Service) settle(b *pgx.Batch, a Action, p payments.Payment, to State, a
 		// committed): whoever holds it, if anyone, moves the payment on.
 		return Result{Action: a, Payment: p}, nil
 	}
-	p, err := s.pay.QueueEnd(b, p, a.Kind, a.ID, end, captured, reason, now)
+	p, err := s.pay.QueueEnd(ctx, b, p, a.Kind, a.ID, end, captured, reason, now)
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,11 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 // older than $1, chosen with SKIP LOCKED so that clean-up never waits for,
 // or blocks, live traffic.
 
+// statementTimeout bounds one batch of deletes. A batch is a bounded
+// number of rows chosen with SKIP LOCKED; it takes well under a second on a
+// healthy database.
+const statementTimeout = 30 * time.Second
+
 // RunOnce applies the policy until nothing is left to do.
 func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	var st Stats
@@ -111,7 +116,11 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	}
 	for _, step := range steps {
 		for {
-			tag, err := j.db.Exec(ctx, step.sql, step.cutoff, j.policy.BatchSize)
+			// A deadline on each batch: a frozen primary fails the pass,
+			// which Run logs and runs again, instead of holding it forever.
+			sctx, cancel := context.WithTimeout(ctx, statementTimeout)
+			tag, err := j.db.Exec(sctx, step.sql, step.cutoff, j.policy.BatchSize)
+			cancel()
 			if err != nil {
 				return st, fmt.Errorf("%s: %w", step.name, err)
 			}

@@ -23,8 +23,15 @@ import (
 	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
-// Open connects a pool to url and checks that the server answers.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// Open connects a pool to url and checks that the server answers. url may
+// name several hosts (postgres://h1:5432,h2:5432/db?target_session_attrs=read-write):
+// pgx tries them in order, each within the connect timeout, and each new
+// connection goes to whichever is the primary now, so the pool follows a
+// failover by itself (see dial.go).
+//
+// Each non-nil option adjusts the pool's configuration before it connects
+// (tracing.Pool installs the query tracer that way).
+func Open(ctx context.Context, url string, options ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
@@ -37,10 +44,19 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	// implicit transaction, no BEGIN to set the level on) would reuse its
 	// first snapshot and could refund more than the payment.
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	configureConn(&cfg.ConnConfig.Config)
+	if !strings.Contains(url, "pool_ping_timeout") {
+		cfg.PingTimeout = DefaultPingTimeout
+	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgxpool's default (the number of CPUs, at least 4) is too small for
 		// a service whose requests each run two or three short transactions.
 		cfg.MaxConns = 20
+	}
+	for _, o := range options {
+		if o != nil {
+			o(cfg)
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -143,9 +159,12 @@ func Unavailable(err error) bool {
 		return true
 	case errors.As(err, &pgErr):
 		// Class 08: connection exception; 57P01-57P03: admin shutdown, crash
-		// shutdown, cannot connect now; 53300: too many connections.
+		// shutdown, cannot connect now; 53300: too many connections; 25006:
+		// read-only transaction, which is what a connection opened before a
+		// failover gets from a demoted primary, or one that reached a
+		// standby: the next connection finds the new primary.
 		return pgErr.Code[:2] == "08" || pgErr.Code == "57P01" || pgErr.Code == "57P02" ||
-			pgErr.Code == "57P03" || pgErr.Code == "53300"
+			pgErr.Code == "57P03" || pgErr.Code == "53300" || pgErr.Code == "25006"
 	}
 	return pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF) || pgconn.SafeToRetry(err)

@@ -24,6 +24,9 @@ func TestUnavailable(t *testing.T) {
 		{&pgconn.PgError{Code: "57P01"}, true}, // admin shutdown
 		{&pgconn.PgError{Code: "57P03"}, true}, // starting up
 		{&pgconn.PgError{Code: "08006"}, true}, // connection failure
+		// read-only transaction: a connection still on a demoted primary,
+		// or one that reached a standby, after a failover
+		{fmt.Errorf("claim: %w", &pgconn.PgError{Code: "25006"}), true},
 		{&pgconn.PgError{Code: "23505"}, false},
 		{errors.New("payment kept changing hands"), false},
 		{nil, false},

@@ -50,9 +50,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // FanOut is the event log's fan-out (eventlog.WithFanOut): one pending
@@ -138,6 +140,10 @@ type Deps struct {
 	Log   *slog.Logger
 	// Metrics counts what the worker does; nil counts nothing.
 	Metrics *Metrics
+	// Tracer makes each send a span continuing the trace of its event, and
+	// sends the receiver its traceparent; nil or a no-op provider traces
+	// nothing.
+	Tracer trace.TracerProvider
 }
 
 // Worker sends due messages. Run one in every instance; any number can run
@@ -149,6 +155,7 @@ type Worker struct {
 	metrics *Metrics
 	client  *http.Client
 	cfg     Config
+	tracer  trace.Tracer // nil: tracing is off
 
 	slots chan struct{} // one per message being sent
 	freed chan struct{} // a send ended (Run may claim again)
@@ -176,7 +183,7 @@ func NewWorker(d Deps, cfg Config) (*Worker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Worker{
-		db: d.DB, clock: d.Clock, log: log, metrics: d.Metrics, cfg: cfg,
+		db: d.DB, clock: d.Clock, log: log, metrics: d.Metrics, cfg: cfg, tracer: tracing.Tracer(d.Tracer),
 		client: cfg.Policy.Client(cfg.Timeout, cfg.Resolver),
 		slots:  make(chan struct{}, cfg.Concurrency),
 		freed:  make(chan struct{}, 1),

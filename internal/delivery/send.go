@@ -11,9 +11,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // message is the body of a delivery (Standard Webhooks' payload shape).
@@ -40,9 +45,27 @@ const keptBytes = 512
 // userAgent names the sender to receivers.
 const userAgent = "paymentsapi-webhooks/1"
 
-// send sends j's message once and books the attempt.
+// send sends j's message once and books the attempt. Traced, the send is a
+// span under the trace context of j's event (its publish), and the
+// receiver gets its traceparent.
 func (w *Worker) send(ctx context.Context, j job) {
-	w.book(ctx, j, w.attempt(ctx, j))
+	if w.tracer == nil {
+		w.book(ctx, j, w.attempt(ctx, j))
+		return
+	}
+	ctx, span := w.tracer.Start(tracing.WithTraceParent(ctx, j.traceparent), "webhook send "+j.eventType,
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("paymentsapi.event.id", j.eventID), attribute.String("paymentsapi.event.type", j.eventType),
+			attribute.String("paymentsapi.webhook.endpoint_id", j.endpointID), attribute.Int("paymentsapi.webhook.attempt", j.attempt)))
+	defer span.End()
+	a := w.attempt(ctx, j)
+	if a.statusCode != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", a.statusCode))
+	}
+	if !a.delivered {
+		span.SetStatus(codes.Error, a.err)
+	}
+	w.book(ctx, j, a)
 }
 
 // attempt POSTs j's message, signed now with j's secrets, through the
@@ -71,6 +94,9 @@ func (w *Worker) attempt(ctx context.Context, j job) attempt {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", userAgent)
+	if w.tracer != nil {
+		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
 	// A latency, measured on the monotonic clock: not a time of the
 	// service's, which all come from w.clock.
 	start := time.Now()

@@ -66,7 +66,8 @@ const ClaimSQL = `
 		WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND ev.id = m.event_id
 		  AND w.id = ANY (ARRAY(SELECT endpoint_id FROM picked)) AND w.id = m.endpoint_id
 		RETURNING m.id, m.token, m.status, m.attempts, ev.id::text, ev.type, ev.occurred_at, ev.data,
-		    w.id, w.url, w.secret, CASE WHEN w.previous_secret_expires_at > $1 THEN w.previous_secret END`
+		    w.id, w.url, w.secret, CASE WHEN w.previous_secret_expires_at > $1 THEN w.previous_secret END,
+		    coalesce(ev.traceparent, '')`
 
 // job is a message held by this worker's claim.
 type job struct {
@@ -82,6 +83,9 @@ type job struct {
 	// secrets sign the message: the endpoint's, then the one a rotation
 	// replaced, while it still signs.
 	secrets []string
+	// traceparent is the trace context the event was published under ("":
+	// untraced); its sends continue that trace.
+	traceparent string
 }
 
 // claim claims up to limit due messages, and moves the cursor on.
@@ -107,7 +111,7 @@ func (w *Worker) claim(ctx context.Context, limit int) ([]job, error) {
 			previous       *string
 		)
 		err := rows.Scan(&j.messageID, &j.token, &status, &j.attempt, &j.eventID, &j.eventType, &j.occurredAt, &j.data,
-			&j.endpointID, &j.url, &secret, &previous)
+			&j.endpointID, &j.url, &secret, &previous, &j.traceparent)
 		if err != nil {
 			return nil, fmt.Errorf("claim webhook messages: %w", err)
 		}

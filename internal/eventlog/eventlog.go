@@ -83,7 +83,7 @@ func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
 	var (
 		id, tenant, typ, aggregate []string
 		occurred                   []time.Time
-		data                       []string
+		data, traceparent          []string
 	)
 	for _, e := range events {
 		k, ok := l.kinds[e.Type]
@@ -97,20 +97,21 @@ func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
 		}
 		id, tenant, typ, aggregate = append(id, e.ID), append(tenant, t), append(typ, k.Name), append(aggregate, e.AggregateID)
 		occurred, data = append(occurred, e.OccurredAt), append(data, string(d))
+		traceparent = append(traceparent, e.TraceParent)
 	}
 	if len(id) == 0 {
 		return nil
 	}
 	stmt := `
-		INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at)
-		SELECT i::uuid, t, ty, a, o, d::jsonb, $7
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[]) AS x(i, t, ty, a, o, d)
+		INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at, traceparent)
+		SELECT i::uuid, t, ty, a, o, d::jsonb, $7, nullif(tp, '')
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $8::text[]) AS x(i, t, ty, a, o, d, tp)
 		ON CONFLICT (id) DO NOTHING`
 	if l.fanOut != "" {
 		stmt = `WITH recorded AS (` + stmt + `
 		RETURNING id, tenant_id, type, occurred_at, recorded_at) ` + l.fanOut
 	}
-	_, err := l.db.Exec(ctx, stmt, id, tenant, typ, aggregate, occurred, data, l.clock.Now())
+	_, err := l.db.Exec(ctx, stmt, id, tenant, typ, aggregate, occurred, data, l.clock.Now(), traceparent)
 	if err != nil {
 		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
 	}

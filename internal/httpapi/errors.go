@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -12,6 +13,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
+
+// StatusClientClosedRequest is the status logged (nginx's 499) for a request
+// whose client went away before its answer.
+const StatusClientClosedRequest = 499
 
 // errorWriter answers errors as problems. Its write is the one map from
 // errors to HTTP: the engine's, validation's, the database's and the
@@ -37,6 +42,15 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		invalid *validate.Error
 	)
 	switch {
+	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
+		// The client went away (it closed the connection or gave up), and
+		// the work stopped with it: not a failure of the service, and no
+		// answer reaches anyone. 499 is nginx's "client closed request",
+		// written so that the request's log line and metrics say what
+		// happened; nobody reads it. A retry with the same key resumes
+		// whatever was started.
+		logFrom(r).InfoContext(r.Context(), "client closed the request before its answer", "error", err)
+		w.WriteHeader(StatusClientClosedRequest)
 	case errors.As(err, &inUse):
 		w.Header().Set("Retry-After", retryAfterValue(inUse.RetryAfter))
 		problem.New(http.StatusConflict, problem.IdempotencyKeyInUse, err.Error()).Write(w)

@@ -12,8 +12,10 @@ import (
 )
 
 // After the replay window a same-key retry learns the payment id, never
-// causes a new charge; after the metadata retention the key is forgotten, and
-// the merchant reference still guards the payment.
+// causes a new charge; after the metadata retention the key is forgotten,
+// but the same command derives the payment's id again and is answered as
+// expired, and the merchant reference still guards the payment against
+// another command.
 func TestExpiredKeyAnswers409WithThePaymentAndNeverCharges(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -55,14 +57,22 @@ func TestExpiredKeyAnswers409WithThePaymentAndNeverCharges(t *testing.T) {
 	if n := e.count("idempotency_keys"); n != 0 {
 		t.Fatalf("the key outlived its metadata retention")
 	}
-	r := e.post("k-old", body())
+	// The same command under the forgotten key derives the payment's id
+	// again: the payment is recognised, and the key answered as expired.
+	expired("after clean-up deleted the key")
+	if n := e.count("idempotency_keys"); n != 0 {
+		t.Fatalf("the expired answer left a key behind")
+	}
+	// Another command under it is another payment, which the merchant
+	// reference still guards.
+	r := e.post("k-old", body("amount", `"11.00"`))
 	if r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" || r.json(t)["paymentId"] != id {
-		t.Errorf("forgotten key, same reference: %d %s", r.Status, r.Body)
+		t.Errorf("forgotten key, another command, same reference: %d %s", r.Status, r.Body)
 	}
 	if c := e.sim.Charges(); len(c) != 1 || c[0].RequestCount != 1 {
 		t.Errorf("charges %+v: expiry must never charge again", c)
 	}
-	if got := e.metric("paymentsapi_idempotency_conflicts_total", map[string]string{"reason": "expired"}); got != 2 {
-		t.Errorf("expired metric = %v, want 2", got)
+	if got := e.metric("paymentsapi_idempotency_conflicts_total", map[string]string{"reason": "expired"}); got != 3 {
+		t.Errorf("expired metric = %v, want 3", got)
 	}
 }

@@ -147,6 +147,12 @@ type Request struct {
 	// it this long after its claim (an owner's hold or release books the
 	// next look; see Look). Zero: not until an owner books one.
 	FirstLook time.Duration
+	// Exists, if set, reports whether Resource is stored already (in
+	// Scope's tenant). It is asked only when the database refused the
+	// claim: a resource whose id is derived (ResourceID) exists then when
+	// its key's record was deleted by clean-up, and the key is answered as
+	// expired (KeyExpiredError) instead of with the refusal.
+	Exists func(ctx context.Context) (bool, error)
 }
 
 // Reply is the answer to a request: what to send, whether it is a replay of
@@ -170,6 +176,12 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	for round := 0; ; round++ {
 		id, claimed, seen, err := e.claim(ctx, req, names(op))
 		if err != nil {
+			if expired := existingResource(ctx, req, err); expired != nil {
+				e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
+				e.log.InfoContext(ctx, "idempotency key's record deleted but its resource exists: answered as expired",
+					"resource", req.Resource.ID)
+				return Reply{}, expired
+			}
 			return Reply{}, err
 		}
 		if claimed {
@@ -255,8 +267,13 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 		if seen != nil {
 			rec, seen = *seen, nil
 		} else {
+			// Bounded like every step: a frozen primary answers a 503 within
+			// stepTimeout, and the client's retry finds the new one.
+			lctx, cancel := context.WithTimeout(ctx, stepTimeout)
 			var err error
-			if rec, err = load(ctx, e.db, req.Scope, names(op)); err != nil {
+			rec, err = load(lctx, e.db, req.Scope, names(op))
+			cancel()
+			if err != nil {
 				return Reply{}, err // ErrNotFound: deleted by clean-up meanwhile; Do claims again
 			}
 		}

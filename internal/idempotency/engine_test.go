@@ -39,7 +39,12 @@ func (renders) Render(Result) (Response, error) {
 
 func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {
 	t.Helper()
-	pool := pgtest.NewPool(t)
+	return engineOn(t, pgtest.NewPool(t))
+}
+
+// engineOn is testEngine on pool.
+func engineOn(t *testing.T, pool *pgxpool.Pool) (*Engine, *pgxpool.Pool, *clock.Fake) {
+	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	e := NewEngine(Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),

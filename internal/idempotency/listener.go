@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -97,18 +98,50 @@ func (l *Listener) listen(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+	lctx, cancel := context.WithTimeout(ctx, listenerPingTimeout)
+	_, err = conn.Exec(lctx, "LISTEN "+NotifyChannel)
+	cancel()
+	if err != nil {
 		return err
 	}
 	l.wake("") // anything may have changed while we were not listening
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
+		wctx, cancel := context.WithTimeout(ctx, listenerIdle)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case err == nil:
+			l.wake(n.Payload)
+			continue
+		case ctx.Err() != nil:
+			return nil
+		case !errors.Is(err, context.DeadlineExceeded):
 			return err
 		}
-		l.wake(n.Payload)
+		// Nothing arrived for listenerIdle. A frozen primary (or one
+		// behind a partition) keeps the connection open and silent, and
+		// after a failover the notifications come from the new primary:
+		// ask this server to answer within listenerPingTimeout, else
+		// reconnect. pgx leaves the connection usable after a
+		// WaitForNotification deadline.
+		pctx, cancel := context.WithTimeout(ctx, listenerPingTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("idempotency listener: the database did not answer a ping: %w", err)
+		}
 	}
 }
+
+// listenerIdle is how long the listener waits for a notification before it
+// checks that its server still answers; listenerPingTimeout bounds that
+// check (and LISTEN). Together they bound how long a frozen primary can keep
+// `Prefer: wait` requests from being woken by the new one; those requests
+// also check their key on their own at the end of their wait.
+const (
+	listenerIdle        = 5 * time.Second
+	listenerPingTimeout = 3 * time.Second
+)

@@ -79,7 +79,12 @@ func (r *Reconciler) RunOnce(ctx context.Context, limit int) (RecoveryStats, err
 	stats := RecoveryStats{}
 	schedule := r.schedule()
 	for range limit {
-		rec, attempt, ok, err := claimDue(ctx, r.e.db, r.names, r.e.clock.Now(), r.e.cfg.Lease, schedule)
+		// stepTimeout bounds the claim as it bounds an owner's steps: a
+		// frozen primary fails the pass, which is logged and run again,
+		// instead of holding the reconciler forever.
+		cctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		rec, attempt, ok, err := claimDue(cctx, r.e.db, r.names, r.e.clock.Now(), r.e.cfg.Lease, schedule)
+		cancel()
 		if err != nil {
 			return stats, err
 		}
@@ -151,7 +156,9 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) st
 		}
 		return OutcomeUnresolved
 	}
-	if err := markForReview(ctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), reason); err != nil {
+	mctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	if err := markForReview(mctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), reason); err != nil {
 		log.ErrorContext(ctx, "reconciler could not mark a key for manual review", "error", fmt.Errorf("%w", err))
 		return OutcomeError
 	}

@@ -2,8 +2,10 @@
 package ids
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha1" // UUIDv5 is defined with SHA-1; no security rests on it
+	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/hex"
@@ -20,6 +22,33 @@ func New(prefix string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux (Go 1.24+ panics instead)
 	return prefix + lowerBase32.EncodeToString(b[:])
+}
+
+// derivedKey keys the hash of Derive. It is no secret: it keeps the ids
+// derived here apart from any other use of SHA-256 over the same parts, and
+// it must never change, or a retry after a lost commit would derive another
+// id (and so another provider key) than the original did.
+const derivedKey = "paymentsapi derived resource id v1"
+
+// Derive returns the id, with prefix and in New's format, that the given
+// parts determine: the same parts give the same id, on any instance and
+// against any database, and different parts give ids as unrelated as New's.
+// An idempotent command's resource takes its id from its scope and command
+// (tenant, operation, key, fingerprint), so that a retry that finds none of
+// its key's records (a database failover lost the last commits) recreates
+// the resource under the id it had, and the provider, which knows the
+// resource by a key derived from that id, answers the original charge
+// instead of making a second. Each part is length-prefixed, so no two lists
+// of parts hash alike.
+func Derive(prefix string, parts ...[]byte) string {
+	h := hmac.New(sha256.New, []byte(derivedKey))
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return prefix + lowerBase32.EncodeToString(h.Sum(nil)[:16])
 }
 
 // NewEventID returns a UUIDv7 (RFC 9562) string: time-ordered, so outbox rows

@@ -56,3 +56,31 @@ func TestIsUUID(t *testing.T) {
 		}
 	}
 }
+
+// Derive gives New's format, the same id for the same parts, and another id
+// for other parts, however the parts' bytes are split between them.
+func TestDeriveIsStableAndSeparatesItsParts(t *testing.T) {
+	re := regexp.MustCompile(`^re_[0-9a-z]{26}$`)
+	a := Derive("re_", []byte("tenant"), []byte("create_refund"), []byte("k1"), []byte("fp"))
+	if !re.MatchString(a) {
+		t.Fatalf("malformed id %q", a)
+	}
+	if b := Derive("re_", []byte("tenant"), []byte("create_refund"), []byte("k1"), []byte("fp")); a != b {
+		t.Fatalf("the same parts derived %q and %q", a, b)
+	}
+	for _, parts := range [][][]byte{
+		{[]byte("tenant"), []byte("create_refund"), []byte("k2"), []byte("fp")},
+		{[]byte("tenant"), []byte("create_refund"), []byte("k1f"), []byte("p")},
+		{[]byte("tenan"), []byte("tcreate_refund"), []byte("k1"), []byte("fp")},
+		{[]byte("tenant"), []byte("create_refund"), []byte("k1"), []byte("fp"), nil},
+	} {
+		if b := Derive("re_", parts...); a == b {
+			t.Errorf("parts %q derived the same id as the original's", parts)
+		}
+	}
+	// Fixed for ever: a change would break the retry after a lost commit of
+	// every resource created before it.
+	if got := Derive("pay_", []byte("t"), []byte("payments.create"), []byte("k"), []byte("f")); got != "pay_snx5qnvnfgc25cg9bmn4z7wb0r" {
+		t.Errorf("Derive changed: %q", got)
+	}
+}

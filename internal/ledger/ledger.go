@@ -62,12 +62,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // DefaultConsumer is the inbox's consumer name and the JetStream durable
@@ -117,6 +121,10 @@ type Deps struct {
 	// Modules are the registered operations: the events they declare with
 	// a Ledger are the ones booked.
 	Modules []operation.Module
+	// Tracer makes the handling of each message a span continuing the
+	// trace its traceparent header names (the relay's publish); nil or a
+	// no-op provider traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // Projector books ledger entries from payment events.
@@ -126,6 +134,7 @@ type Projector struct {
 	log      *slog.Logger
 	consumer string
 	events   *prometheus.CounterVec
+	tracer   trace.Tracer // nil: tracing is off
 	// books maps each event type booked to how its entry is read.
 	books map[string]func(outbox.Event) (operation.LedgerEntry, error)
 }
@@ -159,7 +168,7 @@ func NewProjector(d Deps, consumer string) *Projector {
 			}
 		}
 	}
-	return &Projector{db: d.DB, clock: d.Clock, log: log, consumer: consumer, events: events, books: books}
+	return &Projector{db: d.DB, clock: d.Clock, log: log, consumer: consumer, events: events, books: books, tracer: tracing.Tracer(d.Tracer)}
 }
 
 // Apply handles one event in one transaction: it records the event in the
@@ -378,10 +387,21 @@ func (p *Projector) handle(ctx context.Context, msg jetstream.Msg, cfg ConsumerC
 	// Finish a message already started even while shutting down.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandleTimeout)
 	defer cancel()
+	if p.tracer != nil {
+		var span trace.Span
+		e.TraceParent = msg.Headers().Get(tracing.HeaderTraceParent)
+		hctx, span = p.tracer.Start(tracing.WithTraceParent(hctx, e.TraceParent), "process "+e.Type,
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("messaging.operation.type", "process"),
+				attribute.String("messaging.message.id", e.ID), attribute.String("messaging.consumer.group.name", p.consumer)))
+		defer span.End()
+		ctx = hctx // the log lines below carry the trace too
+	}
 	stopProgress := inProgress(msg, max(cfg.AckWait/3, time.Millisecond))
 	_, err = p.Apply(hctx, e)
 	stopProgress()
 	if err != nil {
+		trace.SpanFromContext(hctx).SetStatus(codes.Error, err.Error()) // a no-op span when untraced
 		p.events.WithLabelValues(outcomeError).Inc()
 		delay := time.Second
 		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered > 1 {

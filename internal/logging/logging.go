@@ -1,5 +1,6 @@
 // Package logging adds request-scoped fields (request id, tenant, payment
-// id) to every log record written with a request's context.
+// id) to every log record written with a request's context, and the trace
+// and span ids of the context's span when it is traced.
 package logging
 
 import (
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 type fieldsKey struct{}
@@ -74,6 +77,12 @@ func (h handler) Handle(ctx context.Context, r slog.Record) error {
 		}
 		r.AddAttrs(attrs...)
 		f.mu.Unlock()
+	}
+	// A traced request's records carry its trace: the line leads to the
+	// trace, and the trace to every line of the request. Without tracing
+	// the span context is invalid and nothing is added.
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 	}
 	return h.Handler.Handle(ctx, r)
 }

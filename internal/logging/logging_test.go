@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 func TestRequestFieldsAppearOnEveryRecord(t *testing.T) {
@@ -49,5 +51,29 @@ func TestNoRepeatedFieldsAndReadableDurations(t *testing.T) {
 	}
 	if rec["wait"] != "1.5s" {
 		t.Errorf("wait = %v, want 1.5s", rec["wait"])
+	}
+}
+
+// A record written with a traced context carries the trace and span ids; one
+// without a span carries neither.
+func TestTraceIDOnTracedRecords(t *testing.T) {
+	var buf bytes.Buffer
+	log := New(&buf, "info")
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(WithFields(context.Background()),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	log.InfoContext(ctx, "traced")
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["trace_id"] != tid.String() || rec["span_id"] != sid.String() {
+		t.Errorf("record %v: want trace_id %s and span_id %s", rec, tid, sid)
+	}
+	buf.Reset()
+	log.InfoContext(context.Background(), "untraced")
+	if bytes.Contains(buf.Bytes(), []byte("trace_id")) {
+		t.Errorf("untraced record has a trace_id: %s", buf.Bytes())
 	}
 }

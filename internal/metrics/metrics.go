@@ -39,6 +39,11 @@ type Metrics struct {
 	StripeWebhooks *prometheus.CounterVec
 	// HTTPRequests measures requests by route pattern, method and status.
 	HTTPRequests *prometheus.HistogramVec
+	// OrphanProviderObjects is how many of the provider's charges and
+	// refunds made with this service's keys no local row explained at the
+	// last audit (package orphans): a database failover lost their
+	// commits, and the clients' retries have not recreated them yet.
+	OrphanProviderObjects prometheus.Gauge
 }
 
 // New creates the collectors and registers them, with the Go and process
@@ -87,12 +92,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "HTTP requests by route pattern, method and status code.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method", "status"}),
+		OrphanProviderObjects: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paymentsapi_orphan_provider_objects",
+			Help: "The provider's charges and refunds made with this service's keys that no local row explained at the last audit.",
+		}),
 	}
 	for _, reason := range []string{"in_flight", "mismatch", "expired"} {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
 	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
 		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.HTTPRequests,
+		m.OrphanProviderObjects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -4,6 +4,7 @@
 package outbox
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // Event is one message to publish. ID is the message id downstream.
@@ -22,6 +24,17 @@ type Event struct {
 	AggregateID   string          `json:"aggregateId"`
 	OccurredAt    time.Time       `json:"occurredAt"`
 	Payload       json.RawMessage `json:"payload"`
+	// TraceParent is the W3C traceparent of the span the event was created
+	// under ("" when untraced). It travels beside the event, never in its
+	// body: in the outbox row, the event log, and a NATS header.
+	TraceParent string `json:"-"`
+}
+
+// Traced returns e with the trace context of ctx (see TraceParent), so that
+// its publish and deliveries continue the trace that created it.
+func (e Event) Traced(ctx context.Context) Event {
+	e.TraceParent = tracing.TraceParent(ctx)
+	return e
 }
 
 // NewEvent builds an event about the aggregate (aggregateType, aggregateID)
@@ -52,13 +65,17 @@ func IfClaimed(e Event) claim.Statement { return claim.Gated(insert, args(e)...)
 func insert(cond string) string {
 	return `
 		INSERT INTO outbox_events
-		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
-		SELECT $1, $2, $3, $4, $5, $6, $6
+		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, traceparent)
+		SELECT $1, $2, $3, $4, $5, $6, $6, $7
 		WHERE ` + cond
 }
 
 func args(e Event) []any {
-	return []any{e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt}
+	var traceparent *string // NULL when untraced
+	if e.TraceParent != "" {
+		traceparent = &e.TraceParent
+	}
+	return []any{e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt, traceparent}
 }
 
 // DeletePublished is the outbox's clean-up, run by package cleanup: it

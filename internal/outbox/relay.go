@@ -12,10 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // DB is what the relay and the metrics need of the database; *pgxpool.Pool
@@ -122,6 +126,10 @@ type RelayDeps struct {
 	Log       *slog.Logger
 	// Metrics counts what the relay does; nil counts nothing.
 	Metrics *Metrics
+	// Tracer makes each publish a span continuing the trace its event was
+	// created under (tracing.Active); nil or a no-op provider traces
+	// nothing.
+	Tracer trace.TracerProvider
 }
 
 // Relay publishes the outbox: it claims unpublished rows, publishes them
@@ -215,6 +223,7 @@ type Relay struct {
 	log     *slog.Logger
 	metrics *Metrics
 	cfg     RelayConfig
+	tracer  trace.Tracer // nil: tracing is off
 
 	outage outage
 }
@@ -241,7 +250,7 @@ func NewRelay(d RelayDeps, cfg RelayConfig) (*Relay, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, metrics: d.Metrics, cfg: cfg}, nil
+	return &Relay{db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, metrics: d.Metrics, cfg: cfg, tracer: tracing.Tracer(d.Tracer)}, nil
 }
 
 // claimedRow is an outbox row held by this pass's claim.
@@ -269,6 +278,9 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	published, _, err = r.runOnce(ctx)
 	return published, err
 }
+
+// claimTimeout bounds the claim, one statement on the primary.
+const claimTimeout = 10 * time.Second
 
 // markTimeout bounds the writes that book what happened to a row; they run
 // even while shutting down.
@@ -356,7 +368,7 @@ func (r *Relay) publishAll(ctx context.Context, p *pass, rows []claimedRow) erro
 	if bp, ok := r.pub.(BatchPublisher); ok && len(todo) > 1 {
 		return r.publishBatch(ctx, bp, p, todo)
 	}
-	for i, row := range todo {
+	for i := range todo {
 		if !r.mayStart(ctx, p) {
 			// Shutting down, or the claim is too short for one more
 			// publish: hand the rest back rather than risk a second relay
@@ -365,8 +377,13 @@ func (r *Relay) publishAll(ctx context.Context, p *pass, rows []claimedRow) erro
 			return ctx.Err()
 		}
 		pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-		pubErr := r.pub.Publish(pctx, row.event)
+		spans := r.startSpans(todo[i : i+1])
+		if spans != nil {
+			pctx = trace.ContextWithSpan(pctx, spans[0])
+		}
+		pubErr := r.pub.Publish(pctx, todo[i].event)
 		cancel()
+		endSpans(spans, []error{pubErr})
 		if stop, err := r.bookSent(ctx, p, todo[i:i+1], []error{pubErr}); stop {
 			// The rows after it were not started: hand them back.
 			p.back = append(p.back, todo[i+1:]...)
@@ -390,6 +407,7 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, to
 		p.back = append(p.back, todo...)
 		return ctx.Err()
 	}
+	spans := r.startSpans(todo)
 	events := make([]Event, len(todo))
 	for i, row := range todo {
 		events[i] = row.event
@@ -397,6 +415,7 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, to
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	errs := bp.PublishBatch(pctx, events)
 	cancel()
+	endSpans(spans, errs)
 	if len(errs) != len(todo) {
 		// A defect of the publisher: nothing says which events it took.
 		// Booked as an outage on every row, so that the relay backs off
@@ -407,6 +426,47 @@ func (r *Relay) publishBatch(ctx context.Context, bp BatchPublisher, p *pass, to
 	}
 	_, err := r.bookSent(ctx, p, todo, errs)
 	return err
+}
+
+// startSpans starts the publish span of each row's event, a child of the
+// trace context the event was created under (a root for an untraced
+// event), and gives the event the span's own traceparent: the broker's
+// message and the event log then carry the publish, and whatever follows
+// (the ledger, webhook deliveries) continues the trace under it. It returns
+// nil when tracing is off.
+func (r *Relay) startSpans(rows []claimedRow) []trace.Span {
+	if r.tracer == nil {
+		return nil
+	}
+	spans := make([]trace.Span, len(rows))
+	for i := range rows {
+		e := &rows[i].event
+		ctx, span := r.tracer.Start(tracing.WithTraceParent(context.Background(), e.TraceParent), "publish "+e.Type,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.message.id", e.ID), attribute.String("paymentsapi.event.type", e.Type),
+				attribute.String("paymentsapi.aggregate.id", e.AggregateID)))
+		spans[i] = span
+		e.TraceParent = tracing.TraceParent(ctx)
+	}
+	return spans
+}
+
+// endSpans ends the publish spans with their results (nothing when spans
+// is nil); a result missing from errs (a defective publisher) counts as a
+// failure.
+func endSpans(spans []trace.Span, errs []error) {
+	for i, span := range spans {
+		err := errors.New("no result from the publisher")
+		if i < len(errs) {
+			err = errs[i]
+		}
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, "publish failed")
+		}
+		span.End()
+	}
 }
 
 // bookSent books the results of publishes the pass started, errs[i] the
@@ -520,13 +580,18 @@ const claimSQL = `
 		SET claimed_until = $3, claim_token = $4, attempts = o.attempts + 1
 		WHERE o.id = ANY(ARRAY(SELECT id FROM due))
 		RETURNING o.id::text, o.seq, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at, o.attempts,
-		    o.id = ANY(ARRAY(SELECT id FROM due WHERE suspect))`
+		    o.id = ANY(ARRAY(SELECT id FROM due WHERE suspect)), coalesce(o.traceparent, '')`
 
 // claim takes up to BatchSize due rows, skipping rows that another relay is
 // claiming at this moment, rows another relay holds a live claim on, and
 // rows with an earlier unpublished event of their aggregate, and counts an
 // attempt on each. It returns them in seq order.
 func (r *Relay) claim(ctx context.Context, now, until time.Time, token string) ([]claimedRow, error) {
+	// A deadline on the round trip: a primary that froze keeps its
+	// connections open and silent, and the pass would wait on it forever
+	// instead of failing, logging, and claiming again on the new primary.
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
 	rows, err := r.db.Query(ctx, claimSQL, now, r.cfg.BatchSize, until, token)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox events: %w", err)
@@ -534,7 +599,7 @@ func (r *Relay) claim(ctx context.Context, now, until time.Time, token string) (
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
 		err := row.Scan(&c.event.ID, &c.seq, &c.event.AggregateType, &c.event.AggregateID,
-			&c.event.Type, &c.event.Payload, &c.event.OccurredAt, &c.attempts, &c.suspect)
+			&c.event.Type, &c.event.Payload, &c.event.OccurredAt, &c.attempts, &c.suspect, &c.event.TraceParent)
 		c.event.OccurredAt = c.event.OccurredAt.UTC()
 		return c, err
 	})

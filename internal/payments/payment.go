@@ -89,8 +89,22 @@ func (p Payment) Resource() idempotency.Resource {
 	return idempotency.Resource{Type: ResourceType, ID: p.ID}
 }
 
-// NewID returns a new payment's id, such as "pay_5k3x...".
-func NewID() string { return ids.New("pay_") }
+// NewID returns a new payment's id, such as "pay_5k3x...", at random: for
+// tests and tools; the service derives its payments' ids (DeriveID).
+func NewID() string { return ids.New(idPrefix) }
+
+const idPrefix = "pay_"
+
+// DeriveID is the id of the payment that cmd creates under the tenant's
+// key: the same for the same tenant, key and command (idempotency.ResourceID),
+// so that a retry after a failover that lost the payment recreates it under
+// its id, and the provider, asked with the same ProviderKey, answers the
+// original charge. It derives from fingerprintName, the operation's name
+// that outlives the rename of its scope, so a retry across the rename
+// derives the same id.
+func DeriveID(tenant, key string, cmd Command) string {
+	return idempotency.ResourceID(idPrefix, idempotency.Scope{Tenant: tenant, Operation: fingerprintName, Key: key}, cmd.Fingerprint())
+}
 
 // ProviderKey is the idempotency key sent to the provider for payment id. It
 // is derived from the payment, never from the client's key, so it is the same

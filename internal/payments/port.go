@@ -115,8 +115,9 @@ type Actions interface {
 	// payment as it will stand, and writes its event (PaymentSucceeded,
 	// PaymentCanceled). The move is refused (statemachine.IsStaleWrite)
 	// if another action holds the payment; one that does not hold p as
-	// its writer saw it is refused before anything is queued.
-	QueueEnd(b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error)
+	// its writer saw it is refused before anything is queued. The event
+	// keeps the trace of ctx (outbox.Event.Traced).
+	QueueEnd(ctx context.Context, b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error)
 	// QueueStart adds to b the begin of action actionID on p, which its
 	// writer saw authorized, outside a claim (an action the service issued
 	// itself, or a cancel that found the payment authorized after all): a
@@ -284,7 +285,7 @@ func ActionRefusal(err error, currency string) error {
 // heldBy is the column that names the action holding a payment.
 const heldBy = "held_by"
 
-func (s *Service) QueueEnd(b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error) {
+func (s *Service) QueueEnd(ctx context.Context, b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error) {
 	if !p.HeldFor(action, actionID) {
 		return Payment{}, fmt.Errorf("payments: %s %s ends on payment %s (%s), which %s holds", action, actionID, p.ID, p.State, cmp.Or(p.HeldBy, "no action"))
 	}
@@ -313,7 +314,7 @@ func (s *Service) QueueEnd(b *pgx.Batch, p Payment, action Action, actionID stri
 		return Payment{}, err
 	}
 	p.State, p.UpdatedAt, p.HeldBy = mv.To, now, ""
-	return p, queueEvent(b, eventType, p, now)
+	return p, queueEvent(ctx, b, eventType, p, now)
 }
 
 func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment {

@@ -156,13 +156,14 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	for range 3 {
 		now := s.clock.Now()
 		p := Payment{
-			ID: NewID(), TenantID: tenant, Command: cmd,
+			ID: DeriveID(tenant, key, cmd), TenantID: tenant, Command: cmd,
 			State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 		}
 		event, err := outbox.NewEvent(EventCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
+		event = event.Traced(ctx)
 		reply, err := s.engine.Do(ctx, s, idempotency.Request{
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 			Fingerprint: cmd.Fingerprint(),
@@ -175,6 +176,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Created:   p,
 			Wait:      wait,
 			FirstLook: s.flow.FirstLook(),
+			Exists:    idempotency.RowExists(s.db, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),
 		})
 		if holder, held := refuse.Is(err, refuseReferenceHeld); held {
 			if holder == "" {
@@ -212,14 +214,14 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
 		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
 		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(b, p, to, a, now)
+			return s.settle(ctx, b, p, to, a, now)
 		},
 	})
 }
 
 // settle is what a payment writes with its move to `to`: the event of a
 // final outcome; the result is the payment as it now stands.
-func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (s *Service) settle(ctx context.Context, b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 	from := p.State
 	if to != p.State {
 		p.UpdatedAt = now // only a move writes updated_at: show what the database holds
@@ -243,7 +245,7 @@ func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answe
 	case StateCanceled:
 		eventType = EventCanceled
 	}
-	if err := queueEvent(b, eventType, p, now); err != nil {
+	if err := queueEvent(ctx, b, eventType, p, now); err != nil {
 		return nil, err
 	}
 	// Debug: the request's own line (payment id, status) or the
@@ -253,8 +255,8 @@ func (s *Service) settle(b *pgx.Batch, p Payment, to State, a providerflow.Answe
 }
 
 // queueEvent adds to b the event eventType about p as it now stands (none
-// when eventType is empty).
-func queueEvent(b *pgx.Batch, eventType string, p Payment, now time.Time) error {
+// when eventType is empty), in the trace of ctx.
+func queueEvent(ctx context.Context, b *pgx.Batch, eventType string, p Payment, now time.Time) error {
 	if eventType == "" {
 		return nil
 	}
@@ -262,7 +264,7 @@ func queueEvent(b *pgx.Batch, eventType string, p Payment, now time.Time) error 
 	if err != nil {
 		return err
 	}
-	outbox.Queue(b, event)
+	outbox.Queue(b, event.Traced(ctx))
 	return nil
 }
 

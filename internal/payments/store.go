@@ -118,6 +118,11 @@ func getPayment(ctx context.Context, q Querier, tenant, id string) (Payment, err
 		FROM payments WHERE id = $1 AND tenant_id = $2`, id, tenant))
 }
 
+// ExistingIDs is the query of which of the ids $1 (text[]) are payments'
+// ids, of any tenant: the audit of the provider's charges (package
+// orphans) asks it which charges our rows explain.
+const ExistingIDs = `SELECT id FROM payments WHERE id = ANY($1)`
+
 // countRecoveryStates counts, for the gauges, the payments whose outcome is
 // unknown and that the reconciler has not given up on, and those it gave up
 // on. Both are among the few keys that need recovery (an indexed set).

@@ -98,6 +98,9 @@ type Charge struct {
 	// it for a charge captured at once, the captured part after a partial
 	// capture, 0 while authorized or once voided.
 	AmountCapturedMinor int64
+	// CreatedAt is when the provider created the charge: set by listings
+	// (Listing), zero in other answers.
+	CreatedAt time.Time
 }
 
 // CaptureRequest asks the provider to capture an authorized charge once.
@@ -166,6 +169,9 @@ type Refund struct {
 	DeclineCode    string // set when Status is StatusDeclined
 	AmountMinor    int64
 	Currency       string
+	// CreatedAt is when the provider created the refund: set by listings
+	// (Listing), zero in other answers.
+	CreatedAt time.Time
 }
 
 // Adapter is what every provider adapter declares, whatever ports it
@@ -244,6 +250,23 @@ type Captures interface {
 	// stands (StatusAuthorized, StatusSucceeded, StatusCanceled, ...), or
 	// ErrNotFound; another error when the provider cannot say.
 	GetCharge(ctx context.Context, chargeID string) (Charge, error)
+}
+
+// Listing is the port of the audit of the provider (paymentsapi orphans,
+// and its gauge): the charges and refunds it holds that were created since
+// a time, whoever made them. It is how a charge that no local row explains
+// is found, such as one whose payment a database failover lost (the last
+// commits of an asynchronous standby). An adapter that implements it is
+// asserted to (operation.Env.Provider).
+type Listing interface {
+	Adapter
+	// ListCharges returns the charges created at or after since, each with
+	// the idempotency key it was created with ("" when the provider cannot
+	// tell) and CreatedAt, in no particular order; an error when it cannot
+	// list them all.
+	ListCharges(ctx context.Context, since time.Time) ([]Charge, error)
+	// ListRefunds is ListCharges for refunds.
+	ListRefunds(ctx context.Context, since time.Time) ([]Refund, error)
 }
 
 // Provider is every port: what each adapter of this service implements (the

@@ -73,8 +73,20 @@ func (s Status) Outcome() string {
 	}
 }
 
-// NewID returns a new refund's id, such as "re_5k3x...".
-func NewID() string { return ids.New("re_") }
+// NewID returns a new refund's id, such as "re_5k3x...", at random: for
+// tests and tools; the service derives its refunds' ids (DeriveID).
+func NewID() string { return ids.New(idPrefix) }
+
+const idPrefix = "re_"
+
+// DeriveID is the id of the refund that cmd creates under the tenant's key:
+// the same for the same tenant, key and command (idempotency.ResourceID),
+// so that a retry after a failover that lost the refund recreates it under
+// its id and the provider, asked with the same ProviderKey, answers the
+// original refund.
+func DeriveID(tenant, key string, cmd Command) string {
+	return idempotency.ResourceID(idPrefix, idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}, cmd.Fingerprint())
+}
 
 // ProviderKey is the idempotency key sent to the provider for refund id:
 // derived from the refund, never from the client's key.

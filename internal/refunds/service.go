@@ -83,7 +83,7 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	now := s.d.Clock.Now()
 	r := Refund{
-		ID: NewID(), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
+		ID: DeriveID(tenant, key, cmd), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
@@ -91,6 +91,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	event = event.Traced(ctx)
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: cmd.Fingerprint(),
@@ -100,7 +101,8 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			b.Queue(machine.Created(r.ID, "request accepted", r.CreatedAt))
 			b.Queue(outbox.IfClaimed(event))
 		},
-		Wait: wait,
+		Wait:   wait,
+		Exists: idempotency.RowExists(s.d.DB, `SELECT FROM refunds WHERE id = $1 AND tenant_id = $2`, r.ID, tenant),
 	})
 	return reply, refusal(err, r.Currency)
 }
@@ -129,7 +131,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			return answer(s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference}))
 		},
 		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(b, r, to, a, now)
+			return s.settle(ctx, b, r, to, a, now)
 		},
 	})
 }
@@ -140,7 +142,7 @@ func answer(res provider.Refund, err error) (providerflow.Answer, error) {
 
 // settle is what a refund writes with its move to `to`: its event, and for
 // a success the payment's refunded amount.
-func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (s *Service) settle(ctx context.Context, b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
 	if to != r.State {
 		r.UpdatedAt = now // only a move writes updated_at: show what the database holds
 	}
@@ -158,7 +160,7 @@ func (s *Service) settle(b *pgx.Batch, r Refund, to State, a providerflow.Answer
 		if err != nil {
 			return nil, err
 		}
-		outbox.Queue(b, event)
+		outbox.Queue(b, event.Traced(ctx))
 	}
 	return r, nil
 }

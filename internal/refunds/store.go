@@ -106,6 +106,11 @@ func getRefund(ctx context.Context, q Querier, tenant, id string) (Refund, error
 		FROM refunds r JOIN payments p ON p.id = r.payment_id WHERE r.id = $1 AND r.tenant_id = $2`, id, tenant))
 }
 
+// ExistingIDs is the query of which of the ids $1 (text[]) are refunds'
+// ids, of any tenant: the audit of the provider's refunds (package
+// orphans) asks it which refunds our rows explain.
+const ExistingIDs = `SELECT id FROM refunds WHERE id = ANY($1)`
+
 // listRefunds returns the refunds of the tenant's payment, oldest first.
 func listRefunds(ctx context.Context, q Querier, tenant, paymentID string) ([]Refund, error) {
 	rows, err := q.Query(ctx, `SELECT `+refundColumns+`

@@ -680,7 +680,7 @@ type Payment struct {
 	// MerchantReference Examples: invoice-7781
 	MerchantReference string `json:"merchantReference"`
 
-	// PaymentID The payment's id, unguessable.
+	// PaymentID The payment's id, derived from the tenant, the Idempotency-Key and the command: a retry of the same command under the same key always names the same payment (also after a database failover lost it, which the retry recreates). It cannot be guessed without all three.
 	//
 	// Examples: pay_3k7x9m2q5r1t8v4w6y0z3b5c7d
 	PaymentID string `json:"paymentId"`
@@ -985,7 +985,7 @@ type Refund struct {
 	// Reason Why the payment is refunded. Optional.
 	Reason RefundReason `json:"reason,omitempty"`
 
-	// RefundID The refund's id, unguessable.
+	// RefundID The refund's id, derived from the tenant, the Idempotency-Key and the command, as a payment's is.
 	//
 	// Examples: re_5c2v8b1n4m7k0j3h6g9f2d5s8a
 	RefundID string `json:"refundId"`
@@ -1689,6 +1689,7 @@ type ClientInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+	// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -1724,6 +1725,7 @@ type ClientInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+	// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -2320,6 +2322,7 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -2365,6 +2368,7 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -4008,6 +4012,7 @@ type ClientWithResponsesInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+	// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -4043,6 +4048,7 @@ type ClientWithResponsesInterface interface {
 	// | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+	// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 	// | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -6591,6 +6597,7 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
@@ -6632,6 +6639,7 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | same key, same command, original abandoned | takes the key over and resumes the same payment (an answer as for a new key; `202` if the provider cannot yet say) | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
+// | same key and command after the metadata was deleted (the derived `paymentId` exists) | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `paymentId`) | |
 // | new key, `(accountId, merchantReference)` already has a payment that is not declined or canceled | `409 DUPLICATE_MERCHANT_REFERENCE` (+ `paymentId`) | |
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |

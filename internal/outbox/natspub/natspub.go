@@ -26,6 +26,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // Defaults of StreamConfig.
@@ -116,6 +117,10 @@ func Message(prefix string, e outbox.Event) (*nats.Msg, error) {
 	m.Header.Set(HeaderEventType, e.Type)
 	m.Header.Set(HeaderAggregateType, e.AggregateType)
 	m.Header.Set(HeaderAggregateID, e.AggregateID)
+	if e.TraceParent != "" {
+		// The consumers continue the trace of the event's publish.
+		m.Header.Set(tracing.HeaderTraceParent, e.TraceParent)
+	}
 	return m, nil
 }
 

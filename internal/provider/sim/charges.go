@@ -174,8 +174,12 @@ func (s *Simulator) handleGetCharge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, snap)
 }
 
-func (s *Simulator) handleList(w http.ResponseWriter, _ *http.Request) {
+func (s *Simulator) handleList(w http.ResponseWriter, r *http.Request) {
+	since, ok := listSince(w, r)
+	if !ok {
+		return
+	}
 	writeJSON(w, http.StatusOK, struct {
 		Charges []ChargeRecord `json:"charges"`
-	}{s.Charges()})
+	}{s.charges.since(s, since)})
 }

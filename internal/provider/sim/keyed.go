@@ -48,6 +48,36 @@ func (st *store[R, P]) copies(s *Simulator) []R {
 	return out
 }
 
+// since returns a copy of every record created at or after t, in creation
+// order, under s.mu.
+func (st *store[R, P]) since(s *Simulator, t time.Time) []R {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []R{}
+	for _, p := range st.all {
+		if !p.created().Before(t) {
+			out = append(out, *p)
+		}
+	}
+	return out
+}
+
+// listSince reads the optional since parameter of a listing (RFC 3339): the
+// zero time when it is absent. It answers 400 invalid_request and reports
+// false when it is malformed.
+func listSince(w http.ResponseWriter, r *http.Request) (time.Time, bool) {
+	v := r.URL.Query().Get("since")
+	if v == "" {
+		return time.Time{}, true
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "since must be an RFC 3339 time")
+		return time.Time{}, false
+	}
+	return t, true
+}
+
 // refusal is an error answer to a create that records nothing.
 type refusal struct {
 	status    int

@@ -148,8 +148,12 @@ func (s *Simulator) handleLookupRefund(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, rf)
 }
 
-func (s *Simulator) handleListRefunds(w http.ResponseWriter, _ *http.Request) {
+func (s *Simulator) handleListRefunds(w http.ResponseWriter, r *http.Request) {
+	since, ok := listSince(w, r)
+	if !ok {
+		return
+	}
 	writeJSON(w, http.StatusOK, struct {
 		Refunds []RefundRecord `json:"refunds"`
-	}{s.Refunds()})
+	}{s.refunds.since(s, since)})
 }

@@ -65,7 +65,9 @@
 // counts nothing.
 //
 // GET /_sim/charges answers {"charges":[...]}, every charge in creation order,
-// each in the representation above. This is how a test proves that money
+// each in the representation above; with since=T (RFC 3339) only those
+// created at or after T (how the service's audit, paymentsapi orphans,
+// lists the provider's charges). This is how a test proves that money
 // moved exactly once: requestCount, captureRequestCount and
 // voidRequestCount count every create, capture and void request answered
 // for the charge, replays and declines included.
@@ -111,7 +113,7 @@
 // ignores KeyTTL and increments lookupCount.
 //
 // GET /_sim/refunds answers {"refunds":[...]}, every refund in creation
-// order, each in the representation above.
+// order, each in the representation above; since=T as for charges.
 //
 // # Captures and voids
 //

@@ -118,40 +118,21 @@ func (p *Provider) LookupRefund(ctx context.Context, l provider.RefundLookup) (p
 // page, and returns those whose metadata carries l.IdempotencyKey.
 func (p *Provider) refundsWithKey(ctx context.Context, l provider.RefundLookup) ([]*stripe.Refund, error) {
 	var found []*stripe.Refund
-	after := ""
-	for range maxRefundPages {
-		ctx, trace := withCallTrace(ctx)
-		params := &stripe.RefundListParams{PaymentIntent: stripe.String(l.ChargeID)}
-		params.Context = ctx
-		params.Limit = stripe.Int64(refundPageSize)
-		params.Single = true
-		if after != "" {
-			params.StartingAfter = stripe.String(after)
+	params := stripe.RefundListParams{PaymentIntent: stripe.String(l.ChargeID)}
+	err := readPages(ctx, "refunds", maxRefundPages, refundPageSize, p.refundPages(params), func(entry any) string {
+		rf, _ := entry.(*stripe.Refund)
+		if rf == nil {
+			return ""
 		}
-		it := p.refunds.List(params)
-		read := 0
-		for it.Next() {
-			rf := it.Refund()
-			read++
-			after = rf.ID
-			if rf.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
-				found = append(found, rf)
-			}
+		if rf.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
+			found = append(found, rf)
 		}
-		if err := it.Err(); err != nil {
-			return nil, classify(err, trace)
-		}
-		if err := checkListAnswer(it.RefundList().LastResponse, "list"); err != nil {
-			return nil, err
-		}
-		switch {
-		case !it.Meta().HasMore:
-			return found, nil
-		case read == 0 || after == "":
-			return nil, fmt.Errorf("%w: a page says there are more refunds but lists none", provider.ErrUnknownOutcome)
-		}
+		return rf.ID
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: more than %d refunds, not all read", provider.ErrUnknownOutcome, maxRefundPages*refundPageSize)
+	return found, nil
 }
 
 // refundFromStripe maps a Stripe Refund of PaymentIntent chargeID to a

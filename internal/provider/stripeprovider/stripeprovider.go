@@ -404,45 +404,20 @@ func since(l provider.ChargeLookup) string {
 // those whose metadata carries l.IdempotencyKey.
 func (p *Provider) intentsWithKey(ctx context.Context, l provider.ChargeLookup) ([]*stripe.PaymentIntent, error) {
 	var found []*stripe.PaymentIntent
-	after := ""
-	for range maxIntentPages {
-		ctx, trace := withCallTrace(ctx)
-		params := &stripe.PaymentIntentListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: l.NotBefore.Unix()}}
-		params.Context = ctx
-		params.Limit = stripe.Int64(intentPageSize)
-		params.Single = true
-		if after != "" {
-			params.StartingAfter = stripe.String(after)
+	err := readPages(ctx, "PaymentIntents", maxIntentPages, intentPageSize, p.intentPages(l.NotBefore), func(entry any) string {
+		pi, _ := entry.(*stripe.PaymentIntent)
+		if pi == nil {
+			return ""
 		}
-		it := p.intents.List(params)
-		read := 0
-		for it.Next() {
-			pi := it.PaymentIntent()
-			read++
-			if pi == nil || pi.ID == "" {
-				// A page is read whole before Next returns; there is no
-				// request to abandon.
-				return nil, fmt.Errorf("%w: the listing holds an entry without an id", provider.ErrUnknownOutcome)
-			}
-			after = pi.ID
-			if pi.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
-				found = append(found, pi)
-			}
+		if pi.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
+			found = append(found, pi)
 		}
-		if err := it.Err(); err != nil {
-			return nil, classify(err, trace)
-		}
-		if err := checkListAnswer(it.PaymentIntentList().LastResponse, "list"); err != nil {
-			return nil, err
-		}
-		switch {
-		case !it.Meta().HasMore:
-			return found, nil
-		case read == 0:
-			return nil, fmt.Errorf("%w: a page says there are more PaymentIntents but lists none", provider.ErrUnknownOutcome)
-		}
+		return pi.ID
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%w: more than %d PaymentIntents, not all read", provider.ErrUnknownOutcome, maxIntentPages*intentPageSize)
+	return found, nil
 }
 
 // checkListAnswer accepts a list answer only if it says it is an object of
