@@ -13,13 +13,37 @@
 -- Expand only (docs/operations.md, "Migrations"): the previous release neither reads
 -- nor writes held_by; it takes holds without naming them, and this
 -- release's code treats an unnamed hold as the previous release did (by
--- its state alone). The CHECK that only a held payment names a holder is a
--- contract step for a later release (migrations/pending): the previous
--- release's moves out of a hold do not clear the column.
+-- its state alone); the trigger below keeps what the previous release
+-- writes from leaving a name that is not true.
 --
 -- No transaction (like 00017 and 00018): each statement commits on its
 -- own; every statement may run again after a failure.
 ALTER TABLE payments ADD COLUMN IF NOT EXISTS held_by text;
+
+-- The previous release neither clears held_by when it ends a hold nor sets
+-- it when it takes one, so a name it leaves behind could be read by this
+-- release as the holder of a later hold the previous release took: that
+-- hold's action would never move the payment on. The database keeps the
+-- name honest whoever writes: a move out of the held states clears it, and
+-- a move into them that leaves it as it was (the previous release's)
+-- clears it too, so that the hold reads as unnamed (by its state alone).
+-- The trigger runs only on those rows (WHEN): an automatic payment, whose
+-- held_by is always NULL, never calls it.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION payments_keep_held_by_honest() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.held_by := NULL;
+    RETURN NEW;
+END
+$$;
+-- +goose StatementEnd
+DROP TRIGGER IF EXISTS payments_keep_held_by_honest ON payments;
+CREATE TRIGGER payments_keep_held_by_honest BEFORE UPDATE OF state ON payments
+    FOR EACH ROW WHEN (NEW.held_by IS NOT NULL AND (
+        NEW.state NOT IN ('CAPTURE_REQUESTED', 'VOID_REQUESTED')
+        OR (OLD.state NOT IN ('CAPTURE_REQUESTED', 'VOID_REQUESTED') AND NEW.held_by IS NOT DISTINCT FROM OLD.held_by)))
+    EXECUTE FUNCTION payments_keep_held_by_honest();
 
 -- A manual payment that completed was captured, for an amount it records
 -- (every release since 00018 writes captured_minor with that move).
@@ -36,6 +60,8 @@ INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES
 ON CONFLICT DO NOTHING;
 
 -- +goose Down
+DROP TRIGGER IF EXISTS payments_keep_held_by_honest ON payments;
+DROP FUNCTION IF EXISTS payments_keep_held_by_honest();
 DELETE FROM state_machine_moves
     WHERE machine = 'payment_action' AND from_state = 'FAILED_RETRYABLE' AND to_state = 'DECLINED';
 ALTER TABLE payments DROP CONSTRAINT IF EXISTS payments_manual_captured_check;

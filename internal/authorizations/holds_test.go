@@ -264,3 +264,42 @@ func TestAnUnnamedHoldIsEndedByItsAction(t *testing.T) {
 		t.Fatalf("payment: %v", p)
 	}
 }
+
+// The release before 00023 neither clears held_by when it ends a hold nor
+// sets it when it takes one: the database keeps the name true whoever
+// writes, so a stale name can never make a later hold look like another
+// action's (which would leave that hold's payment stuck). Found by review.
+func TestTheDatabaseKeepsTheHoldersNameTrue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	id := e.authorized("pay", "pm_card_visa")
+	heldBy := func() string {
+		var h string
+		if err := e.pool.QueryRow(t.Context(), `SELECT COALESCE(held_by, '') FROM payments WHERE id = $1`, id).Scan(&h); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	exec := func(sql string) {
+		if _, err := e.pool.Exec(t.Context(), sql, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// This release takes a hold, naming it; the previous release ends it
+	// without clearing the name.
+	exec(`UPDATE payments SET state = 'CAPTURE_REQUESTED', held_by = 'cap_a' WHERE id = $1`)
+	if h := heldBy(); h != "cap_a" {
+		t.Fatalf("held by %q, want cap_a", h)
+	}
+	exec(`UPDATE payments SET state = 'AUTHORIZED' WHERE id = $1`)
+	if h := heldBy(); h != "" {
+		t.Fatalf("after the hold ended: held by %q, want nobody", h)
+	}
+	// A name left on an authorized payment (by hand) is not carried into a
+	// hold the previous release takes without naming it.
+	exec(`UPDATE payments SET held_by = 'cap_stale' WHERE id = $1`)
+	exec(`UPDATE payments SET state = 'CAPTURE_REQUESTED' WHERE id = $1`)
+	if h := heldBy(); h != "" {
+		t.Fatalf("a hold taken without a name: held by %q, want nobody (unnamed)", h)
+	}
+}

@@ -9,11 +9,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
 // renamedOp is an operation in the middle of a rename: its keys are
 // written under name and read under alias too (Renamed). The names are
-// those of the rename migration 00024 holds as one scope.
+// those the rename's second release (the pending step
+// create_payment_scope_move) holds as one scope.
 type renamedOp struct {
 	renders
 	name, alias string
@@ -40,7 +43,9 @@ func (o renamedOp) Resume(ctx context.Context, own *Owner) (Result, error) {
 // would find no key (issue 16).
 func TestARenamedScopeIsOneScopeUnderBothNames(t *testing.T) {
 	t.Parallel()
-	e, _, _ := testEngine(t)
+	// The schema of the release that writes the new name: with the
+	// rename's pending step, which builds the index of both names.
+	e, _, _ := engineOn(t, pgtest.NewContractedPool(t))
 	ctx := context.Background()
 	var resumes atomic.Int32
 	old := renamedOp{name: "payments.create", alias: "create_payment", resumes: &resumes}

@@ -10,6 +10,13 @@
 -- batch its own transaction, so that no long lock is held. The fingerprint
 -- keeps the old name's letters (payments.fingerprintName), so the moved
 -- keys still match their retries.
+-- First, one scope of both names: a key claimed under one is never claimed
+-- again under the other while releases that write different names run
+-- side by side (the engine's claim does nothing on any unique index).
+CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS idempotency_keys_create_payment_scope_key
+    ON idempotency_keys (tenant_id, idempotency_key)
+    WHERE operation IN ('payments.create', 'create_payment');
+
 -- +goose StatementBegin
 DO $$
 DECLARE moved integer;
@@ -25,5 +32,5 @@ END $$;
 -- +goose StatementEnd
 
 -- +goose Down
--- (Nothing: the release before reads both names.)
-SELECT 1;
+-- (The keys stay moved: the release before reads both names.)
+DROP INDEX CONCURRENTLY IF EXISTS idempotency_keys_create_payment_scope_key;
