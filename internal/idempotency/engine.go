@@ -171,10 +171,13 @@ type Reply struct {
 // resource in one transaction, then resumes it; a retry is answered from
 // what the key's record says, and takes the key over if its owner died.
 func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
+	// The names op's keys may be stored under, read once for every
+	// statement of this request (Renamed).
+	scope := names(op)
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
-		id, claimed, seen, err := e.claim(ctx, req, names(op))
+		id, claimed, seen, err := e.claim(ctx, req, scope)
 		if err != nil {
 			if expired := existingResource(ctx, req, err); expired != nil {
 				e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
@@ -190,7 +193,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created}
 			return e.resume(ctx, op, own)
 		}
-		reply, err := e.answerRetry(ctx, op, req, seen)
+		reply, err := e.answerRetry(ctx, op, req, scope, seen)
 		if errors.Is(err, ErrNotFound) && round == 0 {
 			continue
 		}
@@ -251,7 +254,7 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 // (the key's record as the claim found it) if it has it. While the original
 // is in flight it waits, up to req.Wait, for a notification that the key
 // changed, then answers as a retry would.
-func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, seen *Record) (reply Reply, err error) {
+func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, scope []string, seen *Record) (reply Reply, err error) {
 	var (
 		waitCtx context.Context // nil: do not wait
 		changed <-chan struct{}
@@ -271,7 +274,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, see
 			// stepTimeout, and the client's retry finds the new one.
 			lctx, cancel := context.WithTimeout(ctx, stepTimeout)
 			var err error
-			rec, err = load(lctx, e.db, req.Scope, names(op))
+			rec, err = load(lctx, e.db, req.Scope, scope)
 			cancel()
 			if err != nil {
 				return Reply{}, err // ErrNotFound: deleted by clean-up meanwhile; Do claims again
