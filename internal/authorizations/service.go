@@ -131,7 +131,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			b.Queue(machine.Created(a.ID, string(a.Kind)+" requested", a.CreatedAt))
 		},
 		Wait:      wait,
-		FirstLook: s.flow.FirstLook(),
+		FirstLook: s.flow.FirstLook(now),
 		// A retry whose key clean-up deleted finds the payment moved on by
 		// its own action: the payment's refusal, asked about, is the key
 		// expired.

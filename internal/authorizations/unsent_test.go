@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,13 +83,21 @@ func TestCancelNeverCancelsAPaymentThatWasChargedAfterAll(t *testing.T) {
 	}
 }
 
-// A payment whose client is sending it (its key's lease is live) is in
-// flight: 409 PAYMENT_NOT_CANCELABLE, nothing stored. Once its owner is
-// gone (it died after the claim, never sent), the cancel ends it.
-func TestCancelOfAPaymentInFlightThenAbandoned(t *testing.T) {
+// A payment whose client is sending it is in flight: 409
+// PAYMENT_NOT_CANCELABLE, nothing stored. So is one whose client died right
+// after the claim, even once its lease has run out: the claim moved it on
+// to PROVIDER_REQUEST_SENT (providerflow.SendOnClaim), so a request may have
+// left, and only the reconciler's lookup can tell. A payment the provider
+// refused (no request moved money) is canceled, and its client's retry gets
+// the cancellation, never a charge.
+func TestCancelOfAPaymentInFlightThenOfARefusedOne(t *testing.T) {
 	t.Parallel()
+	var crashed atomic.Bool
 	opts := envOptions{providerTimeout: 2 * time.Second, hooks: payments.Hooks{AfterClaim: func(context.Context, string) error {
-		return errors.New("crash after the claim")
+		if crashed.CompareAndSwap(false, true) {
+			return errors.New("crash after the claim")
+		}
+		return nil
 	}}}
 	e := newEnv(t, opts)
 	if r := e.pay("pay", "pm_card_visa", false); r.status < 500 {
@@ -99,20 +108,28 @@ func TestCancelOfAPaymentInFlightThenAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, e.cancel(0, id, "cxl-1", ""), http.StatusConflict, "PAYMENT_NOT_CANCELABLE")
-	if p := e.payment(id); p["status"] != "PROCESSING" {
-		t.Fatalf("payment after a refused cancel: %v", p)
-	}
 	e.clk.Advance(lease(opts))
-	r := e.cancel(0, id, "cxl-2", "")
+	wantStatus(t, e.cancel(0, id, "cxl-2", ""), http.StatusConflict, "PAYMENT_NOT_CANCELABLE")
+	if p := e.payment(id); p["status"] != "PROCESSING" {
+		t.Fatalf("payment after refused cancels: %v", p)
+	}
+
+	refused := e.pay("refused", "pm_sim_unavailable", false)
+	wantStatus(t, refused, http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
+	rid, _ := refused.json(t)["paymentId"].(string)
+	if rid == "" {
+		t.Fatalf("503 without a paymentId: %s", refused)
+	}
+	r := e.cancel(0, rid, "cxl-3", "")
 	wantStatus(t, r, http.StatusOK, "")
 	if r.json(t)["status"] != "CANCELED" {
 		t.Fatalf("cancel: %s", r)
 	}
 	// The payment's client comes back: its key answers the cancellation,
 	// and nothing is charged.
-	wantStatus(t, e.pay("pay", "pm_card_visa", false), http.StatusConflict, "PAYMENT_CANCELED")
+	wantStatus(t, e.pay("refused", "pm_sim_unavailable", false), http.StatusConflict, "PAYMENT_CANCELED")
 	for _, c := range e.sim.Charges() {
-		if c.PaymentID == id {
+		if c.PaymentID == rid {
 			t.Fatalf("the provider holds %+v", c)
 		}
 	}

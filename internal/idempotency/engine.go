@@ -143,10 +143,13 @@ type Request struct {
 	// Wait is how long a duplicate may wait for an in-flight original
 	// (Prefer: wait), at most MaxWait.
 	Wait time.Duration
-	// FirstLook: if nobody finished the key, the reconciler first looks at
-	// it this long after its claim (an owner's hold or release books the
-	// next look; see Look). Zero: not until an owner books one.
-	FirstLook time.Duration
+	// FirstLook is the look the claim books, should nobody finish the key
+	// (an owner's hold or release books the next one): LookAt(t) or
+	// LookBy(t), at t, once the claim's lease has run out; LookSoon, as
+	// soon as it has (the claim's batch began a step whose outcome only a
+	// look can tell); the zero Look or LookNever, none until an owner
+	// books one.
+	FirstLook Look
 	// Exists, if set, reports whether Resource is stored already (in
 	// Scope's tenant). It is asked only when the database refused the
 	// claim: a resource whose id is derived (ResourceID) exists then when
@@ -215,7 +218,7 @@ func (e *Engine) claim(ctx context.Context, req Request, names []string) (id int
 	now := e.clock.Now()
 	b := &pgx.Batch{}
 	queueLoad(b, &seen, req.Scope, names)
-	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, lookAfter(now, req.FirstLook))
+	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, req.FirstLook.claimAt(now))
 	if req.Create != nil {
 		req.Create(claim.After(b))
 	}
@@ -371,14 +374,6 @@ func (e *Engine) takeOverKey(ctx context.Context, rec Record, now time.Time) (ow
 	e.metrics.IdempotencyTakeovers.Inc()
 	rec.FencingToken = token
 	return e.ownerOf(rec), true, nil
-}
-
-func lookAfter(now time.Time, after time.Duration) *time.Time {
-	if after <= 0 {
-		return nil
-	}
-	at := now.Add(after)
-	return &at
 }
 
 func (e *Engine) inUse() error {

@@ -110,6 +110,19 @@ func LookNever() Look { return Look{kind: lookNever} }
 // LookNever) rather than leaving it to the reconciler's backoff.
 func (l Look) decided() bool { return l.kind == lookAt || l.kind == lookNever }
 
+// claimAt is when a claim made at now that books l first looks at its
+// key: nil for none.
+func (l Look) claimAt(now time.Time) *time.Time {
+	switch l.kind {
+	case lookAt, lookBy:
+		return &l.at
+	case lookSoon:
+		return &now
+	default:
+		return nil
+	}
+}
+
 // QueueHold adds to b the renewal of the caller's lease, for one more step
 // that may take up to an outside call (renewed before each call, so that a
 // look followed by an action never outlives it), and books look.

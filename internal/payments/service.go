@@ -164,6 +164,15 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			return idempotency.Reply{}, err
 		}
 		event = event.Traced(ctx)
+		// The claim's transaction moves the payment on to sent too: the
+		// request goes to the provider right after it commits.
+		flow := s.flowOf(p)
+		send, look, err := flow.SendOnClaim(p.ID, now)
+		if err != nil {
+			return idempotency.Reply{}, err
+		}
+		sent := p
+		sent.State, sent.FirstSentAt, sent.LastSentAt = flow.States.Sent, &now, &now
 		reply, err := s.engine.Do(ctx, s, idempotency.Request{
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 			Fingerprint: cmd.Fingerprint(),
@@ -172,10 +181,11 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 				queueInsertPayment(b, p)
 				b.Queue(machine.Created(p.ID, "request accepted", p.CreatedAt))
 				b.Queue(outbox.IfClaimed(event))
+				b.Queue(send)
 			},
-			Created:   p,
+			Created:   sent,
 			Wait:      wait,
-			FirstLook: s.flow.FirstLook(),
+			FirstLook: look,
 			Exists:    idempotency.RowExists(s.db, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),
 		})
 		if holder, held := refuse.Is(err, refuseReferenceHeld); held {

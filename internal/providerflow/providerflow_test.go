@@ -159,6 +159,9 @@ type widgets struct {
 	flow       *providerflow.Flow[smt.WidgetState]
 	provider   *fakeProvider
 	crashFirst bool // the first owner dies right after its claim
+	// sendOnClaim: the claim's batch moves the widget on to sent
+	// (Flow.SendOnClaim), as payments' does.
+	sendOnClaim bool
 }
 
 func (*widgets) Name() string { return scope.Operation }
@@ -189,6 +192,14 @@ func (w *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 
 func (w *widgets) request() idempotency.Request {
 	now := w.flow.Clock.Now()
+	firstLook := w.flow.FirstLook(now)
+	send, sendLook, err := w.flow.SendOnClaim(widgetID, now)
+	if err != nil {
+		panic(err)
+	}
+	if w.sendOnClaim {
+		firstLook = sendLook
+	}
 	return idempotency.Request{
 		Scope: scope, Fingerprint: []byte{1}, Resource: theResource,
 		Create: func(b *claim.Batch) {
@@ -197,8 +208,11 @@ func (w *widgets) request() idempotency.Request {
 				SELECT $1, 't', 'RECEIVED', $2, $2 WHERE ` + claimed
 			}, widgetID, now))
 			b.Queue(smt.WidgetMachine.Created(widgetID, "request accepted", now))
+			if w.sendOnClaim {
+				b.Queue(send)
+			}
 		},
-		FirstLook: w.flow.FirstLook(),
+		FirstLook: firstLook,
 	}
 }
 
@@ -270,6 +284,7 @@ func unchanged() look         { return look{kind: lookUnchanged} }
 type moneyRow struct {
 	name     string
 	noCancel bool          // the operation has no canceled end (States.Canceled empty)
+	claims   bool          // the claim moves the widget on to sent (widgets.sendOnClaim)
 	visible  time.Duration // the provider's real lookup lag, if not lag
 	steps    []stepT
 
@@ -602,6 +617,63 @@ func TestMoneyFlow(t *testing.T) {
 			state: smt.WidgetSucceeded, lookups: 1, moves: []smt.WidgetState{smt.WidgetSucceeded}, next: never(), stored: true,
 		},
 
+		// The claim's transaction moves the widget on to sent
+		// (SendOnClaim): one commit fewer, and the first owner is the only
+		// caller; an owner that dies before its request leaves costs a
+		// lookup before the send, never an abandon.
+		{
+			name:   "claim sends: first request succeeded",
+			claims: true,
+			steps:  []stepT{{at: 0, owner: first, sends: []behaviour{succeeds}}},
+			state:  smt.WidgetSucceeded, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetSucceeded},
+			next: never(), stored: true, sentAt: &[2]*time.Duration{pos(0), pos(0)}, reference: "ch_1",
+		},
+		{
+			name:   "claim sends: first request refused: it was the only call, so retryable",
+			claims: true,
+			steps:  []stepT{{at: 0, owner: first, sends: []behaviour{refuses}, err: errRefused}},
+			state:  smt.WidgetRetryable, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetRetryable},
+			next: at(grace), sentAt: &[2]*time.Duration{pos(0), pos(0)},
+		},
+		{
+			name:   "claim sends: an owner that died after its claim holds the key until its lease runs out",
+			claims: true,
+			steps: []stepT{
+				{at: 0, owner: first, crash: afterClaim, err: idempotency.ErrCrashed},
+				{at: lease - time.Second, owner: reconciler, outcome: "none"},
+			},
+			state: smt.WidgetSent, moves: []smt.WidgetState{}, next: at(0),
+		},
+		{
+			name:   "claim sends: an owner that died after its claim: the reconciler looks, then sends inside the window",
+			claims: true,
+			steps: []stepT{
+				{at: 0, owner: first, crash: afterClaim, err: idempotency.ErrCrashed},
+				{at: lease, owner: reconciler, sends: []behaviour{succeeds}, outcome: "succeeded"},
+			},
+			state: smt.WidgetSucceeded, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetSucceeded},
+			next: never(), stored: true, tries: 1, sentAt: &[2]*time.Duration{pos(0), pos(lease)},
+		},
+		{
+			name:   "claim sends: an owner that died after its claim, past the key window: never sent again",
+			claims: true,
+			steps: []stepT{
+				{at: 0, owner: first, crash: afterClaim, err: idempotency.ErrCrashed},
+				{at: window + time.Minute, owner: reconciler, outcome: idempotency.OutcomeUnresolved},
+			},
+			state: smt.WidgetUnknown, lookups: 1, moves: []smt.WidgetState{smt.WidgetUnknown}, next: backedOff(), tries: 1,
+		},
+		{
+			name:   "claim sends: a client retry after the lease takes over and looks first",
+			claims: true,
+			steps: []stepT{
+				{at: 0, owner: first, crash: afterClaim, err: idempotency.ErrCrashed},
+				{at: lease, owner: retry, sends: []behaviour{succeeds}},
+			},
+			state: smt.WidgetSucceeded, lookups: 1, sends: 1, moves: []smt.WidgetState{smt.WidgetSucceeded},
+			next: never(), stored: true,
+		},
+
 		// Abandoned: canceled only on what surely moved no money.
 		{
 			name: "abandon: not due before the abandon time",
@@ -726,6 +798,7 @@ func runMoneyRow(t *testing.T, r moneyRow) {
 	ctx := context.Background()
 	rg := newRig(t, r.noCancel, r.visible)
 	pool, clk, prov, engine, flow, op, rc := rg.pool, rg.clk, rg.provider, rg.engine, rg.flow, rg.op, rg.rc
+	op.sendOnClaim = r.claims
 
 	var (
 		before         keyRow
