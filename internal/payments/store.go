@@ -149,7 +149,9 @@ type Page struct {
 	NextCursor string // empty on the last page
 }
 
-func listPayments(ctx context.Context, q Querier, tenant string, lq ListQuery) (Page, error) {
+// listQuery is the statement of one page of a listing, newest first: one
+// backward scan of a listing index (migration 00026), bounded by the page.
+func listQuery(tenant string, lq ListQuery) (string, []any, error) {
 	var (
 		where = []string{"tenant_id = $1"}
 		args  = []any{tenant}
@@ -161,15 +163,23 @@ func listPayments(ctx context.Context, q Querier, tenant string, lq ListQuery) (
 	if lq.Cursor != "" {
 		at, id, err := decodeCursor(lq.Cursor)
 		if err != nil {
-			return Page{}, err
+			return "", nil, err
 		}
 		args = append(args, at, id)
 		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
 	}
 	args = append(args, lq.Limit+1)
-	rows, err := q.Query(ctx, `SELECT `+paymentColumns+` FROM payments
-		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY created_at DESC, id DESC LIMIT $`+fmt.Sprint(len(args)), args...)
+	return `SELECT ` + paymentColumns + ` FROM payments
+		WHERE ` + strings.Join(where, " AND ") + `
+		ORDER BY created_at DESC, id DESC LIMIT $` + fmt.Sprint(len(args)), args, nil
+}
+
+func listPayments(ctx context.Context, q Querier, tenant string, lq ListQuery) (Page, error) {
+	sql, args, err := listQuery(tenant, lq)
+	if err != nil {
+		return Page{}, err
+	}
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list payments: %w", err)
 	}
