@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -179,7 +180,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 	}, log)
 	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
 	a.core = app.New(app.Deps{
-		DB: a.pool, Provider: prov, Clock: clk, Log: log, Metrics: a.metrics, Waiter: a.keys,
+		DB: a.pool, Provider: prov, Clock: clk, Log: log, Metrics: a.metrics, Waiter: a.keys, Tracer: a.tracer,
 	}, app.Config{
 		ReplayTTL:         cfg.IdempotencyTTL,
 		Lease:             cfg.LeaseDuration,
@@ -269,6 +270,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if cfg.DebugAddr != "" {
+		_, stop, err := serveProfiler(cfg.DebugAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 
 	base := "http://" + displayAddr(ln.Addr())
 	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
@@ -447,4 +455,24 @@ func providerName(cfg config.Config) string {
 		return "the provider simulator at " + cfg.ProviderURL
 	}
 	return "the in-process provider simulator"
+}
+
+// serveProfiler serves Go's profiler (net/http/pprof) on addr, on a mux of
+// its own (never the API's), and returns its base URL; stop closes it.
+func serveProfiler(addr string, log *slog.Logger) (url string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("listen on %s (DEBUG_ADDR): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	url = "http://" + displayAddr(ln.Addr()) + "/debug/pprof/"
+	log.Info("profiler listening", "url", url)
+	return url, func() { _ = srv.Close() }, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -25,6 +26,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
@@ -67,6 +69,9 @@ type Deps struct {
 	// Waiter lets duplicates wait for their original (idempotency.Listener);
 	// nil: they never wait.
 	Waiter idempotency.Waiter
+	// Tracer traces the reconciler's work (tracing.Setup); nil or a no-op
+	// provider traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // Modules are the service's operations, in the order they are built: an
@@ -107,7 +112,7 @@ func New(d Deps, cfg Config) *Core {
 		cfg.RetryAfter = time.Second
 	}
 	engine := idempotency.NewEngine(idempotency.Deps{
-		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter,
+		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: tracing.Tracer(d.Tracer),
 	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
 	mods := append(Modules(cfg), cfg.ExtraModules...)
 	ops, err := operation.Build(mods, operation.Env{

@@ -15,9 +15,12 @@ import (
 
 // Config is every setting of the paymentsapi process.
 type Config struct {
-	DatabaseURL     string
-	DataDir         string // dev mode: where the embedded PostgreSQL keeps its data
-	HTTPAddr        string
+	DatabaseURL string
+	DataDir     string // dev mode: where the embedded PostgreSQL keeps its data
+	HTTPAddr    string
+	// DebugAddr is where Go's profiler (net/http/pprof) listens; empty:
+	// nowhere. Unauthenticated: bind it to loopback.
+	DebugAddr       string
 	APIKeys         string
 	Provider        string // "sim" or "stripe"
 	ProviderURL     string
@@ -115,6 +118,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	secret(&c.DatabaseURL, "database-url", "DATABASE_URL", "PostgreSQL URL; empty starts an embedded PostgreSQL")
 	fs.StringVar(&c.DataDir, "data-dir", env("DATA_DIR", ".data"), "dev mode: data directory of the embedded PostgreSQL (DATA_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
 	fs.StringVar(&c.Provider, "provider", env("PROVIDER", "sim"), "payment provider: sim or stripe (PROVIDER)")
 	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")

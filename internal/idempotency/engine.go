@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -89,6 +90,10 @@ type Deps struct {
 	// Waiter lets duplicates wait for the original (Prefer: wait). Nil:
 	// duplicates never wait.
 	Waiter Waiter
+	// Tracer makes each key the reconciler resolves a span, which the
+	// operation's provider calls, statements and events continue; nil
+	// traces nothing.
+	Tracer trace.Tracer
 }
 
 // Engine runs the idempotency protocol for any Operation: claim, decide
@@ -101,6 +106,7 @@ type Engine struct {
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	waiter  Waiter
+	tracer  trace.Tracer
 	cfg     Config
 }
 
@@ -109,7 +115,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, cfg: cfg}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: d.Tracer, cfg: cfg}
 }
 
 // RetryAfter is the engine's advice to come back later.

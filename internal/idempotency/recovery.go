@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 )
 
@@ -129,9 +133,25 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 
 // recoverOne resumes the key's resource as a takeover would. After the last
 // allowed attempt an unresolved key is marked for manual review.
-func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) string {
+func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) (outcome string) {
 	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
 		"tenant", rec.Scope.Tenant, "attempt", attempt)
+	if r.e.tracer != nil {
+		// A trace of its own per key: what the attempt asks the provider,
+		// writes, and the events it writes (their publish and webhook
+		// deliveries continue it) belong to it.
+		var span trace.Span
+		ctx, span = r.e.tracer.Start(ctx, "reconcile "+rec.Scope.Operation, trace.WithNewRoot(),
+			trace.WithAttributes(attribute.String("paymentsapi.resource.id", rec.Resource.ID),
+				attribute.String("paymentsapi.tenant.id", rec.Scope.Tenant), attribute.Int("paymentsapi.reconciler.attempt", attempt)))
+		defer func() {
+			span.SetAttributes(attribute.String("paymentsapi.reconciler.outcome", outcome))
+			if outcome == OutcomeError || outcome == OutcomeManualReview {
+				span.SetStatus(codes.Error, outcome)
+			}
+			span.End()
+		}()
+	}
 	outcome, err := r.resolve(ctx, rec.Scope.Operation, r.e.ownerOf(rec))
 	switch outcome {
 	case OutcomeManualReview:
