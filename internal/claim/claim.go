@@ -45,12 +45,25 @@ type Statement struct {
 // writes, locks or refuses (see Implies for a refusal). A builder that does
 // not use its condition is a defect: Gated panics.
 func Gated(build func(claimed string) string, args ...any) Statement {
+	return NewTemplate(build).With(args...)
+}
+
+// Template is a Gated statement's SQL, built and checked once, for a
+// statement of every request: With makes the Statement. A Template is
+// immutable, so a package may keep one in a variable.
+type Template struct{ sql string }
+
+// NewTemplate builds and checks the SQL of a Gated statement (see Gated).
+func NewTemplate(build func(claimed string) string) Template {
 	sql := build(condition)
 	if !strings.Contains(sql, condition) {
 		panic(fmt.Sprintf("claim: a statement ignores the condition it was handed: %s", strings.Join(strings.Fields(sql), " ")))
 	}
-	return Statement{sql: sql, args: args}
+	return Template{sql: sql}
 }
+
+// With is the Statement of t with args.
+func (t Template) With(args ...any) Statement { return Statement{sql: t.sql, args: args} }
 
 // Scan returns s whose one row, if any, is read by scan when the batch runs.
 func (s Statement) Scan(scan func(pgx.Row) error) Statement {

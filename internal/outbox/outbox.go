@@ -60,7 +60,9 @@ func Queue(b *pgx.Batch, e Event) { b.Queue(insert("true"), args(e)...) }
 
 // IfClaimed is the insert of e in a claim's batch: written only if the
 // claim took its key.
-func IfClaimed(e Event) claim.Statement { return claim.Gated(insert, args(e)...) }
+func IfClaimed(e Event) claim.Statement { return insertIfClaimed.With(args(e)...) }
+
+var insertIfClaimed = claim.NewTemplate(insert)
 
 func insert(cond string) string {
 	return `

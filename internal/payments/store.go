@@ -54,24 +54,27 @@ func queueInsertPayment(b *claim.Batch, p Payment) {
 	if c.CaptureMethod == "" {
 		c.CaptureMethod = CaptureAutomatic
 	}
-	b.Queue(claim.Gated(func(claimed string) string {
-		return `
-		WITH ins AS (
-		    INSERT INTO payments
-		        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
-		         payment_method, channel, description, state, created_at, updated_at, capture_method)
-		    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12
-		    WHERE ` + claimed + `
-		    ON CONFLICT DO NOTHING
-		    RETURNING id
-		)
-		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM ins)"), refuseReferenceHeld,
-			"'merchant reference held by another payment'",
-			`COALESCE((SELECT id FROM payments
-		    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`)
-	}, p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
+	b.Queue(insertPaymentIfClaimed.With(p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
 		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod))
 }
+
+// insertPaymentIfClaimed is queueInsertPayment's statement.
+var insertPaymentIfClaimed = claim.NewTemplate(func(claimed string) string {
+	return `
+	WITH ins AS (
+	    INSERT INTO payments
+	        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
+	         payment_method, channel, description, state, created_at, updated_at, capture_method)
+	    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12
+	    WHERE ` + claimed + `
+	    ON CONFLICT DO NOTHING
+	    RETURNING id
+	)
+	SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM ins)"), refuseReferenceHeld,
+		"'merchant reference held by another payment'",
+		`COALESCE((SELECT id FROM payments
+	    WHERE tenant_id = $2 AND account_id = $3 AND merchant_reference = $6 AND `+holdsReference+`), '')`)
+})
 
 // queueAuthorized adds to b the write of a payment's authorization expiry,
 // with its move to StateAuthorized (queued before it by the flow).

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,12 +52,21 @@ type Machine[S ~string] struct {
 	table   Table
 	initial S
 	moves   map[S][]S
+	created claim.Template // Created's statement
+	// claimMoves are MoveIfClaimed's templates, built once each, by
+	// moveShape.
+	claimMoves sync.Map
 }
 
 // New returns the machine called name (its name in state_machine_moves),
 // whose rows are created in initial and may move as moves says.
 func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machine[S] {
-	return &Machine[S]{name: name, table: table, initial: initial, moves: moves}
+	m := &Machine[S]{name: name, table: table, initial: initial, moves: moves}
+	m.created = claim.NewTemplate(func(claimed string) string {
+		return `INSERT INTO ` + table.Transitions + ` (` + table.ForeignKey + `, from_state, to_state, reason, occurred_at)
+		SELECT $1, NULL, $2, $3, $4 WHERE ` + claimed
+	})
+	return m
 }
 
 // Name is the machine's name in state_machine_moves.
@@ -176,13 +186,37 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, e
 		return claim.Statement{}, &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
 	}
 	_, args := m.move(mv, "")
-	return claim.Gated(func(claimed string) string {
-		if extra != "" {
-			claimed += " AND " + extra
-		}
-		sql, _ := m.move(mv, claimed)
-		return sql
-	}, args...), nil
+	shape := moveShape(mv, extra)
+	t, ok := m.claimMoves.Load(shape)
+	if !ok {
+		t, _ = m.claimMoves.LoadOrStore(shape, claim.NewTemplate(func(claimed string) string {
+			if extra != "" {
+				claimed += " AND " + extra
+			}
+			sql, _ := m.move(mv, claimed)
+			return sql
+		}))
+	}
+	return t.(claim.Template).With(args...), nil
+}
+
+// moveShape is what the SQL of mv in a claim's batch depends on: the
+// columns it writes and tests, and extra, not their values. The states are
+// parameters.
+func moveShape[S ~string](mv Move[S], extra string) string {
+	var b strings.Builder
+	for _, c := range mv.Set {
+		b.WriteString(c.Name)
+		b.WriteByte(',')
+	}
+	b.WriteByte('|')
+	for _, c := range mv.If {
+		b.WriteString(c.Name)
+		b.WriteByte(',')
+	}
+	b.WriteByte('|')
+	b.WriteString(extra)
+	return b.String()
 }
 
 // queueMove is QueueMove without the Go-side check, so that tests can show
@@ -251,11 +285,7 @@ func (m *Machine[S]) QueueSet(b *pgx.Batch, id string, in S, cols []Column) {
 // the caller's INSERT, queued before it) in the initial state: written only
 // if the claim took its key.
 func (m *Machine[S]) Created(id, reason string, at time.Time) claim.Statement {
-	t := m.table
-	return claim.Gated(func(claimed string) string {
-		return `INSERT INTO ` + t.Transitions + ` (` + t.ForeignKey + `, from_state, to_state, reason, occurred_at)
-		SELECT $1, NULL, $2, $3, $4 WHERE ` + claimed
-	}, id, string(m.initial), reason, at)
+	return m.created.With(id, string(m.initial), reason, at)
 }
 
 // IsStaleWrite reports whether err is a guarded move that found its row no

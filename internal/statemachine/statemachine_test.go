@@ -367,3 +367,49 @@ func TestCreatedRecordsOnlyAfterAClaimThatTookItsKey(t *testing.T) {
 		t.Errorf("%d transitions in all (%v), want 1", n, err)
 	}
 }
+
+// MoveIfClaimed builds each shape of move once (the columns it writes and
+// tests): moves of other shapes get SQL of their own, never one another's.
+func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	ctx := context.Background()
+	t1 := t0.Add(time.Minute)
+	moves := []struct {
+		id  string
+		set []statemachine.Column
+	}{
+		{"w_first", []statemachine.Column{{Name: "first_sent_at", Value: t1}}},
+		{"w_last", []statemachine.Column{{Name: "last_sent_at", Value: t1}}},
+		{"w_first_again", []statemachine.Column{{Name: "first_sent_at", Value: t1}}},
+		{"w_both", []statemachine.Column{{Name: "first_sent_at", Value: t1}, {Name: "last_sent_at", Value: t1}}},
+	}
+	for _, mv := range moves {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT ` + claim.Set())
+		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, mv.id, t0)
+		st, err := machine.MoveIfClaimed(statemachine.Move[smt.WidgetState]{
+			ID: mv.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: mv.set,
+		}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim.After(b).Queue(st)
+		if err := send(pool, b); err != nil {
+			t.Fatalf("%s: %v", mv.id, err)
+		}
+	}
+	for _, mv := range moves {
+		var first, last *time.Time
+		if err := pool.QueryRow(ctx, `SELECT first_sent_at, last_sent_at FROM widgets WHERE id = $1`, mv.id).Scan(&first, &last); err != nil {
+			t.Fatal(err)
+		}
+		wrote := map[string]bool{}
+		for _, c := range mv.set {
+			wrote[c.Name] = true
+		}
+		if (first != nil) != wrote["first_sent_at"] || (last != nil) != wrote["last_sent_at"] {
+			t.Errorf("%s: first_sent_at %v, last_sent_at %v; the move set %v", mv.id, first, last, mv.set)
+		}
+	}
+}
