@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -228,6 +230,34 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	for done.Load() < 16 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The crash must cut at least one payment between its charge and its
+	// record. Wait until a slow payment has just been sent to the provider:
+	// its row says PROVIDER_REQUEST_SENT, and its request left (last_sent_at,
+	// written with the move, before the call) less than inFlight ago. The
+	// simulator answers it SlowDelay (1 s) after it arrived, so it is still
+	// at the provider when the server is killed right below, and its answer
+	// comes while the database is down (2 s): the original request cannot
+	// record it, and recovery has to look the charge up at the provider.
+	const inFlight = 300 * time.Millisecond
+	var slowKey string
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		err := pool.QueryRow(ctx, `SELECT merchant_reference FROM payments
+			WHERE state = 'PROVIDER_REQUEST_SENT' AND payment_method = $1 AND last_sent_at > $2
+			ORDER BY last_sent_at DESC LIMIT 1`, sim.MethodSlow, time.Now().Add(-inFlight)).Scan(&slowKey)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			clients.Wait()
+			t.Fatal("no slow payment was at the provider in 15 s: nothing for the crash to cut")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	before := done.Load()
 	if err := cluster.Restart(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
@@ -240,8 +270,8 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	for _, reg := range []*prometheus.Registry{regA, regB} {
 		lookups += (&env{t: t, reg: reg}).metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "lookup"})
 	}
-	t.Logf("%d payments before the crash, %d by the end of the outage, %d in all; %d answers 503; %v provider lookups",
-		before, restarted, done.Load(), unavailable.Load(), lookups)
+	t.Logf("crash while %s was at the provider; %d payments before the crash, %d by the end of the outage, %d in all; %d answers 503; %v provider lookups",
+		slowKey, before, restarted, done.Load(), unavailable.Load(), lookups)
 	if t.Failed() {
 		return
 	}
