@@ -33,7 +33,7 @@ func TestTheRequestCollectionCoversEveryOperation(t *testing.T) {
 	}
 	line := regexp.MustCompile(`(?m)^(GET|POST|PUT|PATCH|DELETE) \{\{base\}\}([^?\s]*)`)
 	variable := regexp.MustCompile(`\{\{(\w+)\}\}`)
-	params := map[string]string{"paymentId": "{paymentId}", "manualPaymentId": "{paymentId}", "refundId": "{refundId}",
+	params := map[string]string{"paymentId": "{paymentId}", "manualPaymentId": "{paymentId}", "manualPaymentId2": "{paymentId}", "refundId": "{refundId}",
 		"eventId": "{eventId}", "endpointId": "{endpointId}"}
 	var collection []string
 	for _, m := range line.FindAllStringSubmatch(string(b), -1) {
