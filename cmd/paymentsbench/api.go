@@ -33,13 +33,22 @@ type apiSettings struct {
 	ProviderURL string
 	APIKeys     string // tenant:secret
 	LogPath     string // the API's stderr (its JSON logs)
-	getenv      func(string) string
+	// Env is added to the API's environment (NAME=value), after the
+	// settings above: the growth mode's clean-up phase sets its replay
+	// window and clean-up interval here.
+	Env       []string
+	AppendLog bool // a restart: keep the log of the process before
+	getenv    func(string) string
 }
 
 // startAPI starts the API on a free loopback port and returns once it
 // answers /readyz (database reachable, migrations applied).
 func startAPI(ctx context.Context, s apiSettings) (*apiProcess, error) {
-	logFile, err := os.Create(s.LogPath)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if s.AppendLog {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	logFile, err := os.OpenFile(s.LogPath, flags, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("API log: %w", err)
 	}
@@ -59,6 +68,7 @@ func startAPI(ctx context.Context, s apiSettings) (*apiProcess, error) {
 			cmd.Env = append(cmd.Env, name+"="+v)
 		}
 	}
+	cmd.Env = append(cmd.Env, s.Env...)
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = childProcAttr()
 	stdout, err := cmd.StdoutPipe()

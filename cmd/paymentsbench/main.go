@@ -15,6 +15,11 @@
 //
 //	go run ./cmd/paymentsbench [-connections 16] [-duration 15s] [-rounds 2] ...
 //
+// With -growth (issue 22; growth.go) it runs only the API, on its own
+// database: new payments on empty tables, after -growth-rows finished
+// payments were loaded, and while the API's clean-up erases their expired
+// answers; no pgbench, floor, replays, storm or soak.
+//
 // docs/BENCHMARKS.md explains what each number means.
 package main
 
@@ -73,6 +78,11 @@ type config struct {
 	FloorBin       string // bench/floorapi; empty: no floor phases
 	DataDir        string
 	PGBench        string
+	// Growth runs the growth mode (issue 22) instead of the default
+	// phases: new payments on empty tables, with GrowthRows finished
+	// payments loaded, and while clean-up erases their expired answers.
+	Growth     bool
+	GrowthRows int
 }
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
@@ -92,6 +102,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
 		"where the bench's PostgreSQL cluster and logs live; its databases are recreated on every run")
 	fs.StringVar(&c.PGBench, "pgbench", "", "pgbench binary; default: the server's version under /usr/lib/postgresql, or $PATH")
+	fs.BoolVar(&c.Growth, "growth", false,
+		"growth mode (issue 22): new payments through the API on empty tables, with -growth-rows finished payments loaded, and while clean-up erases their answers; no pgbench, floor, replays, storm or soak")
+	fs.IntVar(&c.GrowthRows, "growth-rows", 2_000_000, "finished keys, with their payments, transitions and events, loaded by -growth")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -106,6 +119,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-duration and -replay-duration must be at least 1s")
 	case c.Warmup < 0 || c.Soak < 0 || c.StormRequests < 0:
 		return c, errors.New("-warmup, -soak and -storm cannot be negative")
+	case c.Growth && c.GrowthRows < 1:
+		return c, errors.New("-growth-rows must be at least 1")
 	}
 	return c, nil
 }
@@ -123,6 +138,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer b.close()
 	if err := b.start(ctx, getenv); err != nil {
 		return err
+	}
+	if cfg.Growth {
+		g, err := b.growth(ctx)
+		if err != nil {
+			return err
+		}
+		return writeGrowthReport(stdout, b.header(), g)
 	}
 	phases, s, err := b.measure(ctx)
 	if err != nil {
@@ -153,7 +175,8 @@ type benchRun struct {
 	mon        *monitor
 	sim        *sim.Server
 	api        *service
-	floor      *service // nil: -floor-bin ''
+	apiSet     apiSettings // what the API was started with (growth restarts it)
+	floor      *service    // nil: -floor-bin ''
 	pgbench    pgbenchRun
 	loadBefore string
 	pgVersion  string
@@ -202,10 +225,45 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	if b.pgVersion, major, b.pgSettings, err = b.mon.settings(ctx); err != nil {
 		return err
 	}
-	for _, db := range []string{apiDatabase, referenceDatabase} {
-		if err := b.mon.recreateDatabase(ctx, db); err != nil {
+	if err := b.mon.recreateDatabase(ctx, apiDatabase); err != nil {
+		return err
+	}
+	if !b.cfg.Growth {
+		if err := b.startReference(ctx, getenv, dataDir, major, quiet); err != nil {
 			return err
 		}
+	}
+
+	// The provider runs here, not in the API: it stands for a remote
+	// service, so its CPU is not the API's; and its charges are at hand for
+	// the storm.
+	if b.sim, err = sim.Start(ctx, "127.0.0.1:0", sim.Options{}); err != nil {
+		return fmt.Errorf("start the provider simulator: %w", err)
+	}
+	b.closers = append(b.closers, func() { _ = b.sim.Close() })
+
+	settings := apiSettings{ProviderURL: b.sim.URL(), APIKeys: benchTenant + ":" + benchSecret, getenv: getenv}
+	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, dataDir, settings); err != nil {
+		return err
+	}
+	b.apiSet = settings
+	if b.cfg.FloorBin != "" && !b.cfg.Growth {
+		if err := b.mon.recreateDatabase(ctx, floorDatabase); err != nil {
+			return err
+		}
+		if b.floor, err = b.startService(ctx, "the floor", b.cfg.FloorBin, floorDatabase, dataDir, settings); err != nil {
+			return fmt.Errorf("%w (-floor-bin '' runs the bench without it)", err)
+		}
+		b.floor.NoRelay = true
+	}
+	return nil
+}
+
+// startReference recreates and migrates the reference database and
+// prepares pgbench.
+func (b *benchRun) startReference(ctx context.Context, getenv func(string) string, dataDir string, major int, quiet *slog.Logger) error {
+	if err := b.mon.recreateDatabase(ctx, referenceDatabase); err != nil {
+		return err
 	}
 	if err := b.mon.migrate(ctx, referenceDatabase, quiet); err != nil {
 		return fmt.Errorf("migrate the reference database: %w", err)
@@ -229,27 +287,6 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 		LogDir: filepath.Join(dataDir, "pgbench-logs"),
 	}
 
-	// The provider runs here, not in the API: it stands for a remote
-	// service, so its CPU is not the API's; and its charges are at hand for
-	// the storm.
-	if b.sim, err = sim.Start(ctx, "127.0.0.1:0", sim.Options{}); err != nil {
-		return fmt.Errorf("start the provider simulator: %w", err)
-	}
-	b.closers = append(b.closers, func() { _ = b.sim.Close() })
-
-	settings := apiSettings{ProviderURL: b.sim.URL(), APIKeys: benchTenant + ":" + benchSecret, getenv: getenv}
-	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, dataDir, settings); err != nil {
-		return err
-	}
-	if b.cfg.FloorBin != "" {
-		if err := b.mon.recreateDatabase(ctx, floorDatabase); err != nil {
-			return err
-		}
-		if b.floor, err = b.startService(ctx, "the floor", b.cfg.FloorBin, floorDatabase, dataDir, settings); err != nil {
-			return fmt.Errorf("%w (-floor-bin '' runs the bench without it)", err)
-		}
-		b.floor.NoRelay = true
-	}
 	return nil
 }
 

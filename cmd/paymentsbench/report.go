@@ -95,6 +95,9 @@ type phase struct {
 	// Drain is how long the relay took, after the last answer, to publish
 	// the events left in the outbox: its lag behind the load.
 	Drain time.Duration
+	// Maintenance is, for the growth mode, autovacuum's runs on each table
+	// during the phase (Read: vacuums, Hit: analyzes); nil elsewhere.
+	Maintenance relIO
 }
 
 // rate is operations per second.
@@ -313,30 +316,13 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 	fmt.Fprintf(&b, "load:       %d connections; %d round(s) of %s per phase, pgbench, the floor and the API interleaved\n\n",
 		h.Connections, h.Rounds, h.Duration)
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\tdrain\t")
-	row := func(p phase) {
-		api, drain := "-", "-"
-		if p.Kind != kindReference {
-			api, drain = fmtMillis(p.cpuPerOp(p.APICPU)), fmtDuration(p.Drain)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			p.Name, p.Ops, p.rate(),
-			fmtDuration(percentile(p.Latencies, 0.5)), fmtDuration(percentile(p.Latencies, 0.99)),
-			fmtFloat(p.perOp(float64(p.DB.Commits)), 2), fmtBytes(p.perOp(float64(p.DB.WALBytes))),
-			fmtFloat(p.perOp(float64(p.DB.WALRecords)), 1), fmtFloat(p.perOp(float64(p.DB.WALFPI)), 2),
-			fmtFloat(p.perOp(float64(p.DB.Inserted)), 1), fmtFloat(p.perOp(float64(p.DB.Updated)), 1),
-			api, fmtMillis(p.cpuPerOp(p.PGCPU)), drain)
-	}
-	for _, p := range phases {
-		row(p)
-	}
-	row(s.Reference)
+	rows := slices.Clone(phases)
+	rows = append(rows, s.Reference)
 	if s.Floor.Ops > 0 {
-		row(s.Floor)
+		rows = append(rows, s.Floor)
 	}
-	row(s.New)
-	if err := tw.Flush(); err != nil {
+	rows = append(rows, s.New)
+	if err := writePhaseTable(&b, rows); err != nil {
 		return err
 	}
 	for _, p := range append(slices.Clone(phases), s.Replay) {
@@ -346,7 +332,7 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 	}
 
 	fmt.Fprintf(&b, "\ntargets (issue 8); floor: the same flow behind a bare Go handler, no relay (bench/floorapi)\n")
-	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tmeasured\tfloor\twanted\tmet")
 	for _, t := range targets(s) {
 		met := "no"
@@ -374,6 +360,27 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writePhaseTable prints one row per phase: rate, latency, and the work
+// per operation.
+func writePhaseTable(w io.Writer, phases []phase) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\tdrain\t")
+	for _, p := range phases {
+		api, drain := "-", "-"
+		if p.Kind != kindReference {
+			api, drain = fmtMillis(p.cpuPerOp(p.APICPU)), fmtDuration(p.Drain)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Name, p.Ops, p.rate(),
+			fmtDuration(percentile(p.Latencies, 0.5)), fmtDuration(percentile(p.Latencies, 0.99)),
+			fmtFloat(p.perOp(float64(p.DB.Commits)), 2), fmtBytes(p.perOp(float64(p.DB.WALBytes))),
+			fmtFloat(p.perOp(float64(p.DB.WALRecords)), 1), fmtFloat(p.perOp(float64(p.DB.WALFPI)), 2),
+			fmtFloat(p.perOp(float64(p.DB.Inserted)), 1), fmtFloat(p.perOp(float64(p.DB.Updated)), 1),
+			api, fmtMillis(p.cpuPerOp(p.PGCPU)), drain)
+	}
+	return tw.Flush()
 }
 
 func fmtX(v float64) string {
