@@ -54,6 +54,14 @@ type Policy struct {
 	// (EVENT_RETENTION); zero keeps them all.
 	EventRetention time.Duration
 	BatchSize      int // rows per transaction; default 500
+	// Share is the largest share of its time a pass spends in statements
+	// while it catches up (default 0.2): after each full batch it rests
+	// (1-Share)/Share times as long as the batch took, so that clean-up of
+	// a backlog (a replay window shortened, a janitor that was down) takes
+	// a bounded part of the database from live traffic, and slows down by
+	// itself when the database is busy. A last, partial batch ends the step
+	// without a rest.
+	Share float64
 }
 
 // Stats counts what one pass did.
@@ -65,6 +73,8 @@ type Stats struct {
 	LogEventsDeleted int
 	Batches          int
 	LargestBatchRows int
+	// Rested is how long the pass rested between batches (Policy.Share).
+	Rested time.Duration
 }
 
 // Janitor runs the retention policy.
@@ -73,6 +83,8 @@ type Janitor struct {
 	clock  clock.Clock
 	policy Policy
 	log    *slog.Logger
+	// rest waits d (or until ctx ends); a test may count the rests instead.
+	rest func(ctx context.Context, d time.Duration) error
 }
 
 // New returns a Janitor.
@@ -80,7 +92,25 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 	if p.BatchSize <= 0 {
 		p.BatchSize = 500
 	}
-	return &Janitor{db: db, clock: clk, policy: p, log: log}
+	if p.Share <= 0 || p.Share > 1 {
+		p.Share = DefaultShare
+	}
+	return &Janitor{db: db, clock: clk, policy: p, log: log, rest: rest}
+}
+
+// DefaultShare is Policy.Share's default.
+const DefaultShare = 0.2
+
+// rest waits d, or until ctx ends.
+func rest(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // The steps of a pass are the statements of the packages that own the
@@ -119,7 +149,11 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 			// A deadline on each batch: a frozen primary fails the pass,
 			// which Run logs and runs again, instead of holding it forever.
 			sctx, cancel := context.WithTimeout(ctx, statementTimeout)
+			// Wall time, not the service's clock: what the batch cost the
+			// database, to rest in proportion.
+			began := time.Now()
 			tag, err := j.db.Exec(sctx, step.sql, step.cutoff, j.policy.BatchSize)
+			took := time.Since(began)
 			cancel()
 			if err != nil {
 				return st, fmt.Errorf("%s: %w", step.name, err)
@@ -132,6 +166,11 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 			}
 			if n < j.policy.BatchSize {
 				break
+			}
+			pause := time.Duration(float64(took) * (1 - j.policy.Share) / j.policy.Share)
+			st.Rested += pause
+			if err := j.rest(ctx, pause); err != nil {
+				return st, err
 			}
 		}
 	}
@@ -149,7 +188,8 @@ func (j *Janitor) Run(ctx context.Context, interval time.Duration) {
 			j.log.ErrorContext(ctx, "clean-up pass failed", "error", err)
 		case st.Batches > 0:
 			j.log.InfoContext(ctx, "clean-up pass", "bodies_erased", st.BodiesErased,
-				"keys_deleted", st.KeysDeleted, "events_deleted", st.EventsDeleted, "inbox_rows_deleted", st.InboxRowsDeleted)
+				"keys_deleted", st.KeysDeleted, "events_deleted", st.EventsDeleted, "inbox_rows_deleted", st.InboxRowsDeleted,
+				"rested", st.Rested.Round(time.Millisecond))
 		}
 		select {
 		case <-ctx.Done():

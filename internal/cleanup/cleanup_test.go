@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -155,5 +156,66 @@ func TestInboxRowsPastRetentionAreDeletedInBatches(t *testing.T) {
 	}
 	if n := count(t, db, `SELECT count(*) FROM inbox WHERE outcome <> 'rejected'`); n != 50 {
 		t.Errorf("%d recent rows kept, want 50", n)
+	}
+}
+
+// A pass that catches up on a backlog rests after each full batch, in
+// proportion to what the batch took (Policy.Share), so that it takes at
+// most that share of its time from live traffic; the last, partial batch
+// of a step ends it without a rest, and a pass with nothing to do never
+// rests.
+func TestCatchingUpRestsBetweenFullBatches(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ts := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
+	seed(t, db, "erased_", 1200, now.Add(-48*time.Hour), ts(-47*time.Hour), nil) // 1,200 answers past the replay window
+	p := policy
+	p.BatchSize, p.Share = 500, 0.25
+	j := New(db, clock.NewFake(now), p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var rests []time.Duration
+	j.rest = func(_ context.Context, d time.Duration) error {
+		rests = append(rests, d)
+		return nil
+	}
+	began := time.Now()
+	st, err := j.RunOnce(context.Background())
+	took := time.Since(began)
+	if err != nil || st.BodiesErased != 1200 {
+		t.Fatalf("pass: %+v, %v", st, err)
+	}
+	// Batches of 500, 500, 200: a rest after each of the two full ones.
+	if len(rests) != 2 {
+		t.Fatalf("rests %v, want one after each of the 2 full batches", rests)
+	}
+	var total time.Duration
+	for _, d := range rests {
+		if d <= 0 {
+			t.Errorf("rest %v, want a positive one", d)
+		}
+		total += d
+	}
+	// Three times as long as the statements took, which is less than the
+	// whole pass took.
+	if total > 3*took || st.Rested != total {
+		t.Errorf("rested %v (stats %v) after a pass of %v: want at most 3 times its statements", total, st.Rested, took)
+	}
+	rests = nil
+	if st, err := j.RunOnce(context.Background()); err != nil || st.Batches != 0 || len(rests) != 0 {
+		t.Errorf("a pass with nothing to do: %+v, %v, rests %v", st, err, rests)
+	}
+}
+
+// A pass resting between batches stops when its context ends.
+func TestARestingPassStopsWithItsContext(t *testing.T) {
+	db := pgtest.NewPool(t)
+	ts := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
+	seed(t, db, "erased_", 1200, now.Add(-48*time.Hour), ts(-47*time.Hour), nil)
+	p := policy
+	p.BatchSize, p.Share = 500, 0.0001 // rests ten thousand times as long as a batch
+	j := New(db, clock.NewFake(now), p, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	st, err := j.RunOnce(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || st.BodiesErased != 500 {
+		t.Errorf("pass: %+v, %v; want one batch, then the context's end", st, err)
 	}
 }
