@@ -55,7 +55,7 @@ type Policy struct {
 	EventRetention time.Duration
 	BatchSize      int // rows per transaction; default 500
 	// Share is the largest share of its time a pass spends in statements
-	// while it catches up (default 0.2): after each full batch it rests
+	// while it catches up (default 0.1): after each full batch it rests
 	// (1-Share)/Share times as long as the batch took, so that clean-up of
 	// a backlog (a replay window shortened, a janitor that was down) takes
 	// a bounded part of the database from live traffic, and slows down by
@@ -99,7 +99,7 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 }
 
 // DefaultShare is Policy.Share's default.
-const DefaultShare = 0.2
+const DefaultShare = 0.1
 
 // rest waits d, or until ctx ends.
 func rest(ctx context.Context, d time.Duration) error {
