@@ -63,7 +63,7 @@ func startAPI(ctx context.Context, s apiSettings) (*apiProcess, error) {
 		"OUTBOX_PUBLISHER=log",
 		"LOG_LEVEL=info",
 	}
-	for _, name := range []string{"PATH", "HOME", "TMPDIR", "GOMAXPROCS", "GOGC", "GOMEMLIMIT"} {
+	for _, name := range []string{"PATH", "HOME", "TMPDIR", "GOMAXPROCS", "GOGC", "GOMEMLIMIT", "DEBUG_ADDR"} {
 		if v := s.getenv(name); v != "" {
 			cmd.Env = append(cmd.Env, name+"="+v)
 		}
