@@ -178,7 +178,7 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 		b             pgx.Batch
 	)
 	b.Queue(`SELECT response_status, response_headers, response_body FROM idempotency_keys
-		WHERE tenant_id = $1 AND operation = 'payments.create' AND idempotency_key = $2`, s.tenant, key).
+		WHERE tenant_id = $1 AND operation = 'create_payment' AND idempotency_key = $2`, s.tenant, key).
 		QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&storedStatus, &storedHeaders, &stored)
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -191,7 +191,7 @@ func (s *server) pay(w http.ResponseWriter, r *http.Request) error {
 		    INSERT INTO idempotency_keys
 		        (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		         fencing_token, lease_expires_at, created_at)
-		    VALUES ($1, 'payments.create', $2, $3, 'payment', $4, 1, $5::timestamptz + interval '30 seconds', $5)
+		    VALUES ($1, 'create_payment', $2, $3, 'payment', $4, 1, $5::timestamptz + interval '30 seconds', $5)
 		    ON CONFLICT (tenant_id, operation, idempotency_key) DO NOTHING
 		    RETURNING id, resource_id
 		), p AS (

@@ -27,7 +27,7 @@ BEGIN;
 INSERT INTO idempotency_keys
     (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
      fencing_token, lease_expires_at, created_at)
-VALUES ('pgbench', 'payments.create', 'pgbench-' || (:r)::text, sha256(convert_to((:r)::text, 'UTF8')),
+VALUES ('pgbench', 'create_payment', 'pgbench-' || (:r)::text, sha256(convert_to((:r)::text, 'UTF8')),
         'payment', 'pay_' || lpad((:r)::text, 26, '0'),
         1, now() + interval '30 seconds', now())
 RETURNING id AS key_id, resource_id AS payment_id \gset

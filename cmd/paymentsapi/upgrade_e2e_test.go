@@ -38,17 +38,21 @@ import (
 // (byte for byte), a reference held by the other version. No answer may be
 // a 5xx. Then the old one stops, and the current one replays everything.
 //
-// It also runs from the release before 00018 (00017's, the one released
-// before this session's migrations), whose contract steps 00019 and 00020
-// drop what the releases before it used.
+// It also runs from the release before 00026 (the commit before it,
+// 33a77cd, has the schema and the key handling of the last release,
+// ce69b77), since this release's migrations are 00026 and 00027. The
+// release before 00018, which it ran from while the contract steps 00019
+// and 00020 were new, is three releases back: unsupported (a rolling
+// upgrade skips no release), and it claims keys on its own arbiter, which
+// the rename's index of 00027 refuses, as docs/operations.md says.
 //
 // It needs the repository's history (a clone, not an export or a shallow
 // clone): without it the test fails and says so.
 func TestRollingUpgrade(t *testing.T) {
 	newest := newestMigration(t)
 	versions := []int64{newest}
-	if newest > 18 {
-		versions = append(versions, 18) // the last release: 00017's
+	if newest > 26 {
+		versions = append(versions, 26) // the last release's schema: 00025's
 	}
 	apiBin, simBin := buildCurrent(t)
 	for _, v := range versions {

@@ -527,7 +527,7 @@ func TestOperationResultsAreCountedOncePerKey(t *testing.T) {
 		t.Fatalf("declined: %d %s", r.Status, r.Body)
 	}
 	for outcome, want := range map[string]float64{"succeeded": 1, "declined": 1} {
-		if n := e.metric("paymentsapi_operation_results_total", map[string]string{"operation": "payments.create", "outcome": outcome}); n != want {
+		if n := e.metric("paymentsapi_operation_results_total", map[string]string{"operation": "create_payment", "outcome": outcome}); n != want {
 			t.Errorf("payments %s: %v, want %v", outcome, n, want)
 		}
 	}

@@ -30,7 +30,7 @@ type Metrics struct {
 	// succeeded, declined, failed_retryable, unresolved, manual_review, error.
 	ReconcilerOutcomes *prometheus.CounterVec
 	// OperationResults counts the keys that reached their final answer,
-	// by operation and outcome (create_refund succeeded, payments.create
+	// by operation and outcome (create_refund succeeded, create_payment
 	// declined, ...): each key once, whoever finished it (its request, a
 	// retry, the reconciler).
 	OperationResults *prometheus.CounterVec

@@ -13,18 +13,19 @@ import (
 // OperationCreate names the create-payment operation. It is part of every
 // idempotency key's scope and of every command fingerprint.
 //
-// The name is being renamed to OperationCreateNext, the one naming scheme
-// of the other operations (verb_noun), in three releases (docs/operations.md,
-// "Migrations"): this release writes keys under OperationCreate and reads
-// them under both names (idempotency.Renamed); the next writes them under
-// the new name, still reads both, and moves the stored keys over; the one
-// after reads the new name only. The fingerprint keeps OperationCreate's
-// letters for ever (fingerprintName): a stored key's fingerprint must
-// still match its retries.
-const OperationCreate = "payments.create"
+// It was renamed from OperationCreatePrevious to the one naming scheme of
+// the other operations (verb_noun), in three releases (docs/operations.md,
+// "Migrations"): the first read keys under both names and wrote the old
+// one (idempotency.Renamed); this one writes the new name, still reads
+// both, and its migration (00027) moved the stored keys over; the next
+// reads the new name only. The fingerprint keeps the old name's letters
+// for ever (fingerprintName): a stored key's fingerprint must still match
+// its retries.
+const OperationCreate = "create_payment"
 
-// OperationCreateNext is the name OperationCreate is being renamed to.
-const OperationCreateNext = "create_payment"
+// OperationCreatePrevious is the name OperationCreate had before its
+// rename, under which the release before this one still writes keys.
+const OperationCreatePrevious = "payments.create"
 
 // fingerprintName is the operation's name as every fingerprint holds it.
 const fingerprintName = "payments.create"

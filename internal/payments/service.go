@@ -135,9 +135,9 @@ func (s *Service) flowOf(p Payment) *providerflow.Flow[State] {
 // Name is the operation's name in every key's scope.
 func (s *Service) Name() string { return OperationCreate }
 
-// Aliases are the other names its keys may be stored under: the name it is
-// being renamed to (idempotency.Renamed; OperationCreate's comment).
-func (s *Service) Aliases() []string { return []string{OperationCreateNext} }
+// Aliases are the other names its keys may be stored under: the name it had
+// before its rename (idempotency.Renamed; OperationCreate's comment).
+func (s *Service) Aliases() []string { return []string{OperationCreatePrevious} }
 
 var _ idempotency.Renamed = (*Service)(nil)
 
