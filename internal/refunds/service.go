@@ -92,6 +92,12 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		return idempotency.Reply{}, err
 	}
 	event = event.Traced(ctx)
+	// The claim's transaction moves the refund on to sent too: the request
+	// goes to the provider right after it commits.
+	send, look, err := s.flow.SendOnClaim(r.ID, now)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: cmd.Fingerprint(),
@@ -100,9 +106,11 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			queueInsert(b, s.payments, r)
 			b.Queue(machine.Created(r.ID, "request accepted", r.CreatedAt))
 			b.Queue(outbox.IfClaimed(event))
+			b.Queue(send)
 		},
-		Wait:   wait,
-		Exists: idempotency.RowExists(s.d.DB, `SELECT FROM refunds WHERE id = $1 AND tenant_id = $2`, r.ID, tenant),
+		Wait:      wait,
+		FirstLook: look,
+		Exists:    idempotency.RowExists(s.d.DB, `SELECT FROM refunds WHERE id = $1 AND tenant_id = $2`, r.ID, tenant),
 	})
 	return reply, refusal(err, r.Currency)
 }
