@@ -10,7 +10,7 @@
 // handler (bench/floorapi, "the floor": what any Go API doing this flow
 // costs here) on a third, and new payments through the API, each driven by
 // the same closed-loop load generator. Then replays, a same-key storm and a
-// short soak. It prints one table, with the targets of issue 8 and whether each
+// short soak. It prints one table, with the targets of issue 22 and whether each
 // is met; a missed target is reported, not an error.
 //
 //	go run ./cmd/paymentsbench [-connections 16] [-duration 15s] [-rounds 2] ...
