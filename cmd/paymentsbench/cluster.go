@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 )
@@ -106,9 +107,9 @@ func (m *monitor) waitBackendsGone(ctx context.Context, appName string) error {
 		if n == 0 {
 			// The exiting backend leaves pg_stat_activity just before it
 			// flushes its statistics.
-			return sleep(ctx, 500*time.Millisecond)
+			return clock.Sleep(ctx, 500*time.Millisecond)
 		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 50*time.Millisecond); err != nil {
 			return fmt.Errorf("wait for %s's connections to close: %w", appName, err)
 		}
 	}
@@ -151,7 +152,7 @@ func waitOutboxDrained(ctx context.Context, conn *pgx.Conn, limit time.Duration)
 			}
 			return time.Since(start), n, nil
 		}
-		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 200*time.Millisecond); err != nil {
 			return time.Since(start), 0, err
 		}
 	}
@@ -175,16 +176,4 @@ func (m *monitor) settings(ctx context.Context) (version string, major int, dura
 		parts = append(parts, name+"="+v)
 	}
 	return "PostgreSQL " + version, num / 10000, strings.Join(parts, " "), nil
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/clock"
 )
 
 // The growth mode (issue 22, `make bench ARGS=-growth`): new payments
@@ -63,7 +65,7 @@ func (b *benchRun) growth(ctx context.Context) (growthResult, error) {
 	if _, _, err := waitOutboxDrained(ctx, b.api.DB, drainTimeout); err != nil {
 		return g, err
 	}
-	if err := sleep(ctx, statsFlushWait); err != nil {
+	if err := clock.Sleep(ctx, statsFlushWait); err != nil {
 		return g, err
 	}
 

@@ -40,6 +40,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paymentsapi/paymentsapi/bench"
+	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -401,7 +402,7 @@ func (b *benchRun) warmUp(ctx context.Context) error {
 			return fmt.Errorf("pgbench warm-up: %w", err)
 		}
 	}
-	return sleep(ctx, time.Until(idleSince.Add(statsFlushWait)))
+	return clock.Sleep(ctx, time.Until(idleSince.Add(statsFlushWait)))
 }
 
 // referencePhase runs the pgbench flow for d.
@@ -483,7 +484,7 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
-	if err := sleep(ctx, statsFlushWait); err != nil {
+	if err := clock.Sleep(ctx, statsFlushWait); err != nil {
 		return phase{}, err
 	}
 	c1, err := b.mon.counters(ctx, svc.Database)
@@ -528,7 +529,7 @@ func (b *benchRun) storm(ctx context.Context) (stormResult, error) {
 // and goroutines before and after, both times idle.
 func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
 	// Let the storm's connections close on the server's side first.
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return soakResult{}, err
 	}
 	so := soakResult{Duration: b.cfg.Soak}
@@ -544,7 +545,7 @@ func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
 	if so.Drain, so.Unpublished, err = waitOutboxDrained(ctx, b.api.DB, soakDrainTimeout); err != nil {
 		return so, err
 	}
-	if err := sleep(ctx, time.Second); err != nil {
+	if err := clock.Sleep(ctx, time.Second); err != nil {
 		return so, err
 	}
 	if so.RSSEnd, err = processRSS(b.api.Proc.Pid); err != nil {

@@ -95,23 +95,11 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 	if p.Share <= 0 || p.Share > 1 {
 		p.Share = DefaultShare
 	}
-	return &Janitor{db: db, clock: clk, policy: p, log: log, rest: rest}
+	return &Janitor{db: db, clock: clk, policy: p, log: log, rest: clock.Sleep}
 }
 
 // DefaultShare is Policy.Share's default.
 const DefaultShare = 0.1
-
-// rest waits d, or until ctx ends.
-func rest(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // The steps of a pass are the statements of the packages that own the
 // tables (each package writes only its own): each handles at most $2 rows

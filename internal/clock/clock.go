@@ -3,6 +3,7 @@
 package clock
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -47,4 +48,22 @@ func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.now = t.UTC().Truncate(time.Microsecond)
+}
+
+// Sleep waits d of real time, or until ctx ends, and returns ctx's error in
+// that case (at once when d is not positive and ctx has ended). It is for
+// waits that pace real work (a rest between batches, a simulated delay),
+// not for the service's own timeline, which Clock tells.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -442,19 +442,7 @@ func (s *Simulator) deliver(w http.ResponseWriter, r *http.Request, log *slog.Lo
 }
 
 // wait waits d, and reports false if the request's context ended first.
-func wait(r *http.Request, d time.Duration) bool {
-	if d <= 0 {
-		return r.Context().Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-r.Context().Done():
-		return false
-	}
-}
+func wait(r *http.Request, d time.Duration) bool { return clock.Sleep(r.Context(), d) == nil }
 
 func (s *Simulator) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
