@@ -19,23 +19,27 @@ CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS idempotency_keys_create_payment_s
 -- lock is held and no batch reads what the ones before it moved. The
 -- fingerprint keeps the old name's letters (payments.fingerprintName), so
 -- a moved key still matches its retries. Keys the release before claims
--- under the old name while this one rolls out are moved again by the third
--- release's step (migrations/pending/create_payment_scope_contract.sql).
+-- under the old name while this one rolls out are moved again, by the same
+-- procedure, in the third release's step
+-- (migrations/pending/create_payment_scope_contract.sql), which drops it.
 -- +goose StatementBegin
-DO $$
+CREATE OR REPLACE PROCEDURE idempotency_keys_move_scope(from_name text, to_name text)
+LANGUAGE plpgsql AS $$
 DECLARE
     next_id bigint := (SELECT min(id) FROM idempotency_keys);
     last_id bigint := (SELECT max(id) FROM idempotency_keys);
 BEGIN
     WHILE next_id <= last_id LOOP
-        UPDATE idempotency_keys SET operation = 'create_payment'
-        WHERE id >= next_id AND id < next_id + 1000 AND operation = 'payments.create';
+        UPDATE idempotency_keys SET operation = to_name
+        WHERE id >= next_id AND id < next_id + 1000 AND operation = from_name;
         next_id := next_id + 1000;
         COMMIT;
     END LOOP;
 END $$;
 -- +goose StatementEnd
+CALL idempotency_keys_move_scope('payments.create', 'create_payment');
 
 -- +goose Down
 -- (The keys stay moved: the release before reads both names.)
+DROP PROCEDURE IF EXISTS idempotency_keys_move_scope(text, text);
 DROP INDEX CONCURRENTLY IF EXISTS idempotency_keys_create_payment_scope_key;
