@@ -185,10 +185,7 @@ func perSecond(n int64, d time.Duration) float64 {
 // per round and per phase, the targets, the load and the clean-up.
 func writeGrowthReport(w io.Writer, h header, g growthResult) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "paymentsbench -growth %s\n", h.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "machine:    %s; load average %s\n", h.Machine, h.Load)
-	fmt.Fprintf(&b, "postgres:   %s; %s\n", h.PostgreSQL, h.Settings)
-	fmt.Fprintf(&b, "go:         %s\n", h.Go)
+	writeHeader(&b, "paymentsbench -growth", h)
 	fmt.Fprintf(&b, "load:       %d connections; %d round(s) of %s per phase: empty tables, %s finished payments loaded, during clean-up\n\n",
 		h.Connections, h.Rounds, h.Duration, fmtCount(g.Rows))
 
@@ -206,11 +203,7 @@ func writeGrowthReport(w io.Writer, h header, g growthResult) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tmeasured\twanted\tmet")
 	for _, t := range growthTargets(g) {
-		met := "no"
-		if t.Met {
-			met = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.Measured, t.Want, met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.Measured, t.Want, yesNo(t.Met))
 	}
 	fmt.Fprintf(tw, "p99 during clean-up / empty tables\t%s\t-\t-\n",
 		fmtX(ratio(float64(percentile(g.Cleanup.Latencies, 0.99)), float64(percentile(g.Empty.Latencies, 0.99)))))

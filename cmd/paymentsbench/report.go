@@ -310,10 +310,7 @@ type header struct {
 // per kind, the targets, the storm and the soak.
 func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "paymentsbench %s\n", h.Started.UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "machine:    %s; load average %s\n", h.Machine, h.Load)
-	fmt.Fprintf(&b, "postgres:   %s; %s\n", h.PostgreSQL, h.Settings)
-	fmt.Fprintf(&b, "go:         %s\n", h.Go)
+	writeHeader(&b, "paymentsbench", h)
 	fmt.Fprintf(&b, "load:       %d connections; %d round(s) of %s per phase, pgbench, the floor and the API interleaved\n\n",
 		h.Connections, h.Rounds, h.Duration)
 
@@ -336,11 +333,7 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tmeasured\tfloor\twanted\tmet")
 	for _, t := range targets(s) {
-		met := "no"
-		if t.Met {
-			met = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Measured, t.Floor, t.Want, met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Measured, t.Floor, t.Want, yesNo(t.Met))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -444,4 +437,20 @@ func fmtCounts(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// writeHeader writes the lines that say where a report ran.
+func writeHeader(b *strings.Builder, title string, h header) {
+	fmt.Fprintf(b, "%s %s\n", title, h.Started.UTC().Format(time.RFC3339))
+	fmt.Fprintf(b, "machine:    %s; load average %s\n", h.Machine, h.Load)
+	fmt.Fprintf(b, "postgres:   %s; %s\n", h.PostgreSQL, h.Settings)
+	fmt.Fprintf(b, "go:         %s\n", h.Go)
+}
+
+// yesNo is a target's "met" column.
+func yesNo(met bool) string {
+	if met {
+		return "yes"
+	}
+	return "no"
 }
