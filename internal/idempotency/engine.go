@@ -79,10 +79,6 @@ type Config struct {
 	// RetryAfter is the one advice the service gives a client that should
 	// come back later: a 409 in use, a 202 processing, a 503.
 	RetryAfter time.Duration
-	// ReplayCache is how many final answers the process remembers to
-	// answer retries without the database (answers); 0 takes
-	// DefaultReplayCache, a negative number remembers none.
-	ReplayCache int
 }
 
 // Deps are the engine's collaborators.
@@ -112,7 +108,6 @@ type Engine struct {
 	waiter  Waiter
 	tracer  trace.Tracer
 	cfg     Config
-	answers *answers // nil: none remembered
 }
 
 // NewEngine returns an Engine.
@@ -120,14 +115,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	e := &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: d.Tracer, cfg: cfg}
-	switch {
-	case cfg.ReplayCache == 0:
-		e.answers = newAnswers(DefaultReplayCache)
-	case cfg.ReplayCache > 0:
-		e.answers = newAnswers(cfg.ReplayCache)
-	}
-	return e
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: d.Tracer, cfg: cfg}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -192,14 +180,6 @@ type Reply struct {
 // resource in one transaction, then resumes it; a retry is answered from
 // what the key's record says, and takes the key over if its owner died.
 func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
-	// A retry of a key whose final answer this process remembers is
-	// answered as the database would answer it (answers).
-	if rec, ok := e.answers.get(req.Scope, e.clock.Now(), e.cfg.ReplayTTL); ok {
-		if reply, decided, err := e.answerFinal(rec, req.Fingerprint); decided {
-			e.metrics.IdempotencyReplayCacheHits.Inc()
-			return reply, err
-		}
-	}
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
 	scope := names(op)
@@ -312,14 +292,12 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 		now := e.clock.Now()
 		switch rec.Decide(req.Fingerprint, now, e.cfg.ReplayTTL) {
 		case DecideMismatch:
-			e.answers.put(req.Scope, rec) // a final record only
 			e.metrics.IdempotencyConflicts.WithLabelValues("mismatch").Inc()
 			return Reply{}, ErrKeyReused
 		case DecideExpired:
 			e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
-			e.answers.put(req.Scope, rec)
 			e.metrics.IdempotencyReplays.Inc()
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
@@ -471,22 +449,4 @@ func (e *Engine) afterLostWrite(ctx context.Context, own *Owner, err error) (Rep
 		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 	}
 	return Reply{}, &KeyInUseError{RetryAfter: e.cfg.RetryAfter}
-}
-
-// answerFinal answers a request from rec, a final record inside its replay
-// window: the stored answer for the same command, 422 for another. decided
-// is false for a record that is not such a one.
-func (e *Engine) answerFinal(rec Record, fingerprint []byte) (reply Reply, decided bool, err error) {
-	if rec.Response == nil || rec.CompletedAt == nil {
-		return Reply{}, false, nil
-	}
-	switch rec.Decide(fingerprint, e.clock.Now(), e.cfg.ReplayTTL) {
-	case DecideMismatch:
-		e.metrics.IdempotencyConflicts.WithLabelValues("mismatch").Inc()
-		return Reply{}, true, ErrKeyReused
-	case DecideReplay:
-		e.metrics.IdempotencyReplays.Inc()
-		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, true, nil
-	}
-	return Reply{}, false, nil
 }

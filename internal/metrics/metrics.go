@@ -13,10 +13,6 @@ type Metrics struct {
 	IdempotencyClaims prometheus.Counter
 	// IdempotencyReplays counts stored answers replayed.
 	IdempotencyReplays prometheus.Counter
-	// IdempotencyReplayCacheHits counts the retries answered from the
-	// final answers this process remembers, without the database (a replay
-	// or a 422; each also counted as such).
-	IdempotencyReplayCacheHits prometheus.Counter
 	// IdempotencyConflicts counts retries refused, by reason:
 	// in_flight, mismatch, expired.
 	IdempotencyConflicts *prometheus.CounterVec
@@ -62,10 +58,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "paymentsapi_idempotency_replays_total",
 			Help: "Stored responses replayed to retries.",
 		}),
-		IdempotencyReplayCacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paymentsapi_idempotency_replay_cache_hits_total",
-			Help: "Retries answered from the final answers this process remembers, without the database (replays and 422s).",
-		}),
 		IdempotencyConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paymentsapi_idempotency_conflicts_total",
 			Help: "Retries refused, by reason: in_flight (409), mismatch (422), expired (409).",
@@ -108,7 +100,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, reason := range []string{"in_flight", "mismatch", "expired"} {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
-	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyReplayCacheHits, m.IdempotencyConflicts, m.IdempotencyWaits,
+	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
 		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.HTTPRequests,
 		m.OrphanProviderObjects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
