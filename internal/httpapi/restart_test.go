@@ -235,7 +235,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	// its row says PROVIDER_REQUEST_SENT, and its request left (last_sent_at,
 	// written with the move, before the call) less than inFlight ago. The
 	// simulator answers it SlowDelay (1 s) after it arrived, so it is still
-	// at the provider when the server is killed right below, and its answer
+	// at the provider when the database is killed right below, and its answer
 	// comes while the database is down (2 s): the original request cannot
 	// record it, and recovery has to look the charge up at the provider.
 	const inFlight = 300 * time.Millisecond
@@ -307,6 +307,20 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	for key, f := range finals {
 		if n := charges[payments.ProviderKey(f.paymentID)]; n != 1 {
 			t.Errorf("key %s, payment %s: charged %d times", key, f.paymentID, n)
+		}
+	}
+	// The payment the crash cut at the provider was charged by its one
+	// request, and recovery found the charge by a lookup: it never sent it
+	// again (a payment cut before its request left would be looked up too,
+	// so the lookups counted above do not prove this alone).
+	if f, ok := finals[slowKey]; !ok {
+		t.Errorf("the payment cut at the provider (key %s) has no final answer", slowKey)
+	} else {
+		for _, c := range simSrv.Simulator().Charges() {
+			if c.IdempotencyKey == payments.ProviderKey(f.paymentID) && (c.RequestCount != 1 || c.LookupCount < 1) {
+				t.Errorf("the payment cut at the provider: %d requests and %d lookups at the provider, want 1 request, then lookups",
+					c.RequestCount, c.LookupCount)
+			}
 		}
 	}
 
