@@ -32,6 +32,16 @@ func TestAListingPageReadsOnlyItsPage(t *testing.T) {
 	if _, err := db.Exec(ctx, `ANALYZE payments`); err != nil {
 		t.Fatal(err)
 	}
+	// Ascending (new payments fill their right edge), read backwards.
+	for _, idx := range []string{"payments_tenant_listing_idx", "payments_account_listing_idx"} {
+		var def string
+		if err := db.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = $1`, idx).Scan(&def); err != nil {
+			t.Fatalf("%s: %v", idx, err)
+		}
+		if strings.Contains(def, "DESC") {
+			t.Errorf("%s is declared descending: %s", idx, def)
+		}
+	}
 	cursor := encodeCursor(time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC), "pay_"+strings.Repeat("0", 21)+"10800")
 	for _, lq := range []ListQuery{
 		{Limit: 20},

@@ -877,6 +877,19 @@ func runMoneyRow(t *testing.T, r moneyRow) {
 	if got := readMoves(t, pool)[movesBefore:]; !slices.Equal(got, r.moves) {
 		t.Errorf("moves %v, want %v", got, r.moves)
 	}
+	// The first move to sent is committed with the creation exactly when
+	// the claim sends (one transaction: one xmin for both audit rows).
+	var sent, txs int
+	if err := pool.QueryRow(ctx, `
+		SELECT count(*) FILTER (WHERE from_state IS NOT NULL), count(DISTINCT xmin::text)
+		FROM widget_transitions
+		WHERE widget_id = $1 AND (from_state IS NULL OR (from_state = $2 AND to_state = $3))`,
+		widgetID, smt.WidgetReceived, smt.WidgetSent).Scan(&sent, &txs); err != nil {
+		t.Fatal(err)
+	}
+	if sent > 0 && (txs == 1) != r.claims {
+		t.Errorf("the creation and the first move to sent were committed in %d transaction(s); the claim sends: %v", txs, r.claims)
+	}
 	if key.stored != r.stored {
 		t.Errorf("stored answer: %v, want %v", key.stored, r.stored)
 	}

@@ -375,22 +375,30 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 	pool := widgets(t)
 	ctx := context.Background()
 	t1 := t0.Add(time.Minute)
+	first := []statemachine.Column{{Name: "first_sent_at", Value: t1}}
 	moves := []struct {
-		id  string
-		set []statemachine.Column
+		id    string
+		set   []statemachine.Column
+		guard []statemachine.Column // If
+		extra string
+		moved bool
 	}{
-		{"w_first", []statemachine.Column{{Name: "first_sent_at", Value: t1}}},
-		{"w_last", []statemachine.Column{{Name: "last_sent_at", Value: t1}}},
-		{"w_first_again", []statemachine.Column{{Name: "first_sent_at", Value: t1}}},
-		{"w_both", []statemachine.Column{{Name: "first_sent_at", Value: t1}, {Name: "last_sent_at", Value: t1}}},
+		{"w_first", first, nil, "", true},
+		{"w_last", []statemachine.Column{{Name: "last_sent_at", Value: t1}}, nil, "", true},
+		{"w_first_again", first, nil, "", true},
+		{"w_both", []statemachine.Column{{Name: "first_sent_at", Value: t1}, {Name: "last_sent_at", Value: t1}}, nil, "", true},
+		// The same columns written, but a guard of its own, or a condition
+		// of its own that does not hold: not w_first's statement.
+		{"w_guarded", first, []statemachine.Column{{Name: "note", Value: ""}}, "", true},
+		{"w_held_back", first, nil, "false", false},
 	}
 	for _, mv := range moves {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT ` + claim.Set())
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, mv.id, t0)
 		st, err := machine.MoveIfClaimed(statemachine.Move[smt.WidgetState]{
-			ID: mv.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: mv.set,
-		}, "")
+			ID: mv.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: mv.set, If: mv.guard,
+		}, mv.extra)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,14 +408,22 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 		}
 	}
 	for _, mv := range moves {
-		var first, last *time.Time
-		if err := pool.QueryRow(ctx, `SELECT first_sent_at, last_sent_at FROM widgets WHERE id = $1`, mv.id).Scan(&first, &last); err != nil {
+		var (
+			firstAt, lastAt *time.Time
+			state           smt.WidgetState
+		)
+		if err := pool.QueryRow(ctx, `SELECT first_sent_at, last_sent_at, state FROM widgets WHERE id = $1`, mv.id).Scan(&firstAt, &lastAt, &state); err != nil {
 			t.Fatal(err)
+		}
+		if (state == smt.WidgetSent) != mv.moved {
+			t.Errorf("%s: %s; moved: want %v", mv.id, state, mv.moved)
+			continue
 		}
 		wrote := map[string]bool{}
 		for _, c := range mv.set {
-			wrote[c.Name] = true
+			wrote[c.Name] = mv.moved
 		}
+		first, last := firstAt, lastAt
 		if (first != nil) != wrote["first_sent_at"] || (last != nil) != wrote["last_sent_at"] {
 			t.Errorf("%s: first_sent_at %v, last_sent_at %v; the move set %v", mv.id, first, last, mv.set)
 		}
