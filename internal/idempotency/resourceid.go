@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,12 +33,10 @@ func ResourceID(prefix string, scope Scope, fingerprint []byte) string {
 // metadata window passed): the key is answered as expired, naming the
 // resource, rather than with the rule's refusal or a 500, and above all
 // rather than as a new command. It is nil when req cannot tell
-// (req.Exists is nil), when claimErr is no refusal of the database (it
-// was unavailable: the claim's own error says so), or when the resource
-// does not exist.
+// (req.Exists is nil), when claimErr is no refusal (refused), or when the
+// resource does not exist.
 func existingResource(ctx context.Context, req Request, claimErr error) *KeyExpiredError {
-	var pgErr *pgconn.PgError
-	if req.Exists == nil || !errors.As(claimErr, &pgErr) {
+	if req.Exists == nil || !refused(claimErr) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
@@ -58,4 +57,15 @@ func RowExists(db *pgxpool.Pool, query string, args ...any) func(context.Context
 		}
 		return exists, nil
 	}
+}
+
+// refused reports whether err is the database refusing a claim's batch on
+// its data: a constraint (class 23) or a guard of package refuse (class PA,
+// which PostgreSQL does not use). Anything else, a read-only or shutting
+// down primary during a failover above all, is no refusal: the claim's own
+// error answers it (503), not a look for the resource on a server that
+// could not take the claim.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "23") || strings.HasPrefix(pgErr.Code, "PA"))
 }
