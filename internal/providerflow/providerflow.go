@@ -200,7 +200,7 @@ func (f *Flow[S]) call(ctx context.Context, op string, call func(context.Context
 // Resume takes s from its recorded state to a result, as own.
 func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	switch {
-	case own.First && s.State == f.States.Sent:
+	case own.First && s.State == f.States.Sent && s.Begin == nil:
 		// Moved to sent by its own claim (SendOnClaim): nobody else holds
 		// the key or could have sent it.
 		return f.sendAndSettle(ctx, own, s, true)
@@ -497,8 +497,8 @@ func (f *Flow[S]) FirstLook(now time.Time) idempotency.Look {
 //
 // The request's Resume then sees the resource in the sent state as its
 // first owner (idempotency.Owner.First), and sends it as the only caller.
-// A Subject with a Begin hook cannot take this path: Begin runs in the
-// move's own transaction.
+// A Subject with a Begin hook cannot take this path (Begin runs in the
+// move's own transaction): Resume looks such a one up before it sends.
 func (f *Flow[S]) SendOnClaim(id string, now time.Time) (claim.Statement, idempotency.Look, error) {
 	cols := f.columns()
 	st, err := f.Machine.MoveIfClaimed(statemachine.Move[S]{

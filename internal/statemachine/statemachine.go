@@ -185,7 +185,7 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, e
 	if !m.Can(mv.From, mv.To) {
 		return claim.Statement{}, &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
 	}
-	_, args := m.move(mv, "")
+	args := moveArgs(mv)
 	shape := moveShape(mv, extra)
 	t, ok := m.claimMoves.Load(shape)
 	if !ok {
@@ -198,6 +198,20 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, e
 		}))
 	}
 	return t.(claim.Template).With(args...), nil
+}
+
+// moveArgs are the parameters of mv's statement, in move's order: the row,
+// the states, the time, the reason, then the columns it writes and tests.
+func moveArgs[S ~string](mv Move[S]) []any {
+	args := make([]any, 0, 5+len(mv.Set)+len(mv.If))
+	args = append(args, mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason)
+	for _, c := range mv.Set {
+		args = append(args, c.Value)
+	}
+	for _, c := range mv.If {
+		args = append(args, c.Value)
+	}
+	return args
 }
 
 // moveShape is what the SQL of mv in a claim's batch depends on: the
@@ -233,16 +247,17 @@ func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
 	if cond != "" {
 		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
 	}
-	args := []any{mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason}
+	args := moveArgs(mv)
+	n := 5 // the parameters before the columns': moveArgs
 	var set strings.Builder
 	for _, c := range mv.Set {
-		args = append(args, c.Value)
-		fmt.Fprintf(&set, ", %s = $%d", c.Name, len(args))
+		n++
+		fmt.Fprintf(&set, ", %s = $%d", c.Name, n)
 	}
 	var guard strings.Builder
 	for _, c := range mv.If {
-		args = append(args, c.Value)
-		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, len(args))
+		n++
+		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, n)
 	}
 	t := m.table
 	return `
