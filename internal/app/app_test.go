@@ -56,7 +56,7 @@ func TestUnfinishedKeyAgesAreSummarised(t *testing.T) {
 	_, err := db.Exec(ctx, `
 		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		    response_status, created_at, completed_at)
-		SELECT 't', 'payments.create', 'k' || i, '\x01', 'payment', 'p' || i,
+		SELECT 't', 'create_payment', 'k' || i, '\x01', 'payment', 'p' || i,
 		       CASE WHEN i > 100 THEN 201 END, $1::timestamptz - i * interval '1 second',
 		       CASE WHEN i > 100 THEN $1::timestamptz END
 		FROM generate_series(1, 150) i`, now)
@@ -114,7 +114,7 @@ func TestTableSizesFollowTheTables(t *testing.T) {
 	}
 	for _, sql := range []string{`
 		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id, created_at)
-		SELECT 't', 'payments.create', 'k' || i, '\x01', 'payment', 'p' || i, $1 FROM generate_series(1, 3000) i`, `
+		SELECT 't', 'create_payment', 'k' || i, '\x01', 'payment', 'p' || i, $1 FROM generate_series(1, 3000) i`, `
 		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
 		SELECT gen_random_uuid(), 'payment', 'p' || i, 'PaymentCreated', '{}', $1, $1 FROM generate_series(1, 3000) i`, `
 		INSERT INTO inbox (consumer, event_id, event_type, aggregate_id, outcome, received_at)

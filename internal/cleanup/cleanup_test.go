@@ -36,7 +36,7 @@ func seed(t *testing.T, db *pgxpool.Pool, prefix string, n int, created time.Tim
 		)
 		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		    lease_expires_at, response_status, response_headers, response_body, created_at, completed_at)
-		SELECT 't', 'payments.create', $1::text || i, '\x01', 'payment', $1::text || i, $5,
+		SELECT 't', 'create_payment', $1::text || i, '\x01', 'payment', $1::text || i, $5,
 		       CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE 201 END,
 		       CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE '{"Content-Type":"application/json"}'::jsonb END,
 		       CASE WHEN $4::timestamptz IS NULL THEN NULL ELSE '{"paymentId":"x"}'::bytea END,

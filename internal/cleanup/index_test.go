@@ -47,7 +47,7 @@ func TestErasingBodiesReadsNoErasedKeys(t *testing.T) {
 	_, err := db.Exec(ctx, `
 		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		    response_status, created_at, completed_at)
-		SELECT 't', 'payments.create', 'k' || i, '\x01', 'payment', 'p' || i, 201, $1::timestamptz, $1::timestamptz
+		SELECT 't', 'create_payment', 'k' || i, '\x01', 'payment', 'p' || i, 201, $1::timestamptz, $1::timestamptz
 		FROM generate_series(1, 20000) i`, now.Add(-10*24*time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ func TestBookkeepingUpdatesAreHOT(t *testing.T) {
 			table: "idempotency_keys",
 			setup: `INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 				    lease_expires_at, created_at, recovery_next_at)
-				VALUES ('t', 'payments.create', 'k', '\x01', 'payment', $1, now(), now(), now() + interval '1 day')`,
+				VALUES ('t', 'create_payment', 'k', '\x01', 'payment', $1, now(), now(), now() + interval '1 day')`,
 			updates: []string{
 				`UPDATE idempotency_keys SET waiters = waiters + 1 WHERE resource_id = $1`,
 				`UPDATE idempotency_keys SET lease_expires_at = now() + interval '30 seconds' WHERE resource_id = $1`,

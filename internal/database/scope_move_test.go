@@ -10,10 +10,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
-// Migration 00027 moves every stored key of the payments' scope to its new
-// name, batch by batch over the primary key (ids far apart included), and
-// nothing of another scope; its procedure is there for the third release's
-// step to move the rollout's stragglers.
+// Migrations 00027 and 00028 move every stored key of the payments' scope
+// to its new name, batch by batch over the primary key (ids far apart
+// included), and nothing of another scope; then 00028 drops the move's
+// procedure and the index that made one scope of both names.
 func TestTheScopeMoveMovesEveryPaymentKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -45,7 +45,10 @@ func TestTheScopeMoveMovesEveryPaymentKey(t *testing.T) {
 	if n := count(`SELECT count(*) FROM idempotency_keys WHERE operation = 'create_refund'`); n != 250 {
 		t.Errorf("%d refund keys, want 250 untouched", n)
 	}
-	if n := count(`SELECT count(*) FROM pg_proc WHERE proname = 'idempotency_keys_move_scope'`); n != 1 {
-		t.Errorf("the move's procedure: %d, want it kept for the third release's step", n)
+	if n := count(`SELECT count(*) FROM pg_proc WHERE proname = 'idempotency_keys_move_scope'`); n != 0 {
+		t.Errorf("the move's procedure: %d, want it dropped by 00028", n)
+	}
+	if n := count(`SELECT count(*) FROM pg_indexes WHERE indexname = 'idempotency_keys_create_payment_scope_key'`); n != 0 {
+		t.Errorf("the rename's index: %d, want it dropped by 00028", n)
 	}
 }

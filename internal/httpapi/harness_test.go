@@ -60,6 +60,7 @@ type envOptions struct {
 	cfg      app.Config
 	provider func(provider.Provider) provider.Provider
 	limit    httpapi.RateLimit
+	pool     func(testing.TB) *pgxpool.Pool // nil: pgtest.NewPool
 }
 
 func withSlowDelay(d time.Duration) envOption {
@@ -86,6 +87,12 @@ func withRateLimit(perSecond float64, burst int) envOption {
 	return func(o *envOptions) { o.limit = httpapi.RateLimit{PerSecond: perSecond, Burst: burst} }
 }
 
+// withPool makes the environment's database with newPool (a schema of an
+// older release: pgtest.NewPoolAt).
+func withPool(newPool func(testing.TB) *pgxpool.Pool) envOption {
+	return func(o *envOptions) { o.pool = newPool }
+}
+
 // withProvider wraps the simulator's client, to inject faults.
 func withProvider(wrap func(provider.Provider) provider.Provider) envOption {
 	return func(o *envOptions) { o.provider = wrap }
@@ -104,7 +111,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		opt(&o)
 	}
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
+	newPool := pgtest.NewPool
+	if o.pool != nil {
+		newPool = o.pool
+	}
+	pool := newPool(t)
 	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}

@@ -3,31 +3,45 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
 // The payments' key scope was renamed ('payments.create' to
-// 'create_payment', docs/operations.md): this release writes keys under the
-// new name, and a key the release before it stored under the old one (while
-// a rolling upgrade runs both, after migration 00027 moved the rest) is
-// this release's too. Its retry replays the stored answer byte for byte, a
-// different command under it is 422, and nothing is charged again; the
-// same key is never claimed again under the new name (issue 16).
-func TestAPaymentKeyUnderTheOldScopeNameReplays(t *testing.T) {
+// 'create_payment', docs/operations.md, "Migrations") in three releases.
+// This one, the third, reads keys under the new name only. A key the
+// first release stored under the old name while the second rolled out
+// (after the second's migration, 00027, had moved the rest) is moved by
+// this release's migration, 00028, before this release serves: its retry
+// replays the stored answer byte for byte, a different command under it
+// is 422, and nothing is charged again. Without the move, the retry would
+// find no key under the new name and create a second payment (issue 16).
+func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	ctx := context.Background()
+	// The schema the second release ran on, while the first still served.
+	e := newEnv(t, withPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAt(t, 27) }))
 	first := e.post("renamed", body())
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
-	var operation string
-	if err := e.pool.QueryRow(context.Background(), `SELECT operation FROM idempotency_keys`).Scan(&operation); err != nil || operation != "create_payment" {
-		t.Fatalf("the key is stored under %q (%v), want create_payment", operation, err)
-	}
-	// As the release before this one writes it.
-	if _, err := e.pool.Exec(context.Background(), `UPDATE idempotency_keys SET operation = 'payments.create'`); err != nil {
+	// As the first release wrote it.
+	if _, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET operation = 'payments.create'`); err != nil {
 		t.Fatal(err)
+	}
+	if err := database.Migrate(ctx, e.pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	var operation string
+	if err := e.pool.QueryRow(ctx, `SELECT operation FROM idempotency_keys`).Scan(&operation); err != nil || operation != "create_payment" {
+		t.Fatalf("after 00028 the key is stored under %q (%v), want create_payment", operation, err)
 	}
 	retry := e.post("renamed", body())
 	if retry.Status != first.Status || !bytes.Equal(retry.Body, first.Body) || retry.Header.Get("Idempotent-Replayed") != "true" {

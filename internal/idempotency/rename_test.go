@@ -14,9 +14,7 @@ import (
 )
 
 // renamedOp is an operation in the middle of a rename: its keys are
-// written under name and read under alias too (Renamed). The names are
-// those the rename's second release (the pending step
-// create_payment_scope_move) holds as one scope.
+// written under name and read under alias too (Renamed).
 type renamedOp struct {
 	renders
 	name, alias string
@@ -40,16 +38,24 @@ func (o renamedOp) Resume(ctx context.Context, own *Owner) (Result, error) {
 // (the stored answer, replayed), and claims racing under both names create
 // one resource. Without the rename's unique index, the two names would
 // claim one key twice; without the aliases, a retry under the other name
-// would find no key (issue 16).
+// would find no key (issue 16). The payments' rename ('payments.create' to
+// 'create_payment', migrations 00027 and 00028) was the first to use it;
+// the toy names here keep the mechanism proven for the next one.
 func TestARenamedScopeIsOneScopeUnderBothNames(t *testing.T) {
 	t.Parallel()
-	// The schema of the release that writes the new name: migration
-	// 00027 builds the index of both names.
-	e, _, _ := engineOn(t, pgtest.NewPool(t))
+	pool := pgtest.NewPool(t)
 	ctx := context.Background()
+	// What a rename's second release builds (as 00027 did): one scope of
+	// both names.
+	if _, err := pool.Exec(ctx, `
+		CREATE UNIQUE INDEX idempotency_keys_toy_rename_scope_key ON idempotency_keys (tenant_id, idempotency_key)
+		    WHERE operation IN ('toy.create', 'create_toy')`); err != nil {
+		t.Fatal(err)
+	}
+	e, _, _ := engineOn(t, pool)
 	var resumes atomic.Int32
-	old := renamedOp{name: "payments.create", alias: "create_payment", resumes: &resumes}
-	next := renamedOp{name: "create_payment", alias: "payments.create", resumes: &resumes}
+	old := renamedOp{name: "toy.create", alias: "create_toy", resumes: &resumes}
+	next := renamedOp{name: "create_toy", alias: "toy.create", resumes: &resumes}
 	req := func(key, id string) Request {
 		return Request{Scope: Scope{Tenant: "t", Key: key}, Fingerprint: []byte{1}, Resource: Resource{Type: "payment", ID: id}}
 	}

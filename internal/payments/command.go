@@ -13,19 +13,16 @@ import (
 // OperationCreate names the create-payment operation. It is part of every
 // idempotency key's scope and of every command fingerprint.
 //
-// It was renamed from OperationCreatePrevious to the one naming scheme of
-// the other operations (verb_noun), in three releases (docs/operations.md,
+// It was renamed from "payments.create" to the one naming scheme of the
+// other operations (verb_noun), in three releases (docs/operations.md,
 // "Migrations"): the first read keys under both names and wrote the old
-// one (idempotency.Renamed); this one writes the new name, still reads
-// both, and its migration (00027) moved the stored keys over; the next
-// reads the new name only. The fingerprint keeps the old name's letters
-// for ever (fingerprintName): a stored key's fingerprint must still match
-// its retries.
+// one (idempotency.Renamed); the second wrote the new name, still read
+// both, and its migration (00027) moved the stored keys over; this one
+// reads the new name only, after its migration (00028) moved the keys the
+// first release wrote while the second rolled out. The fingerprint keeps
+// the old name's letters for ever (fingerprintName): a stored key's
+// fingerprint must still match its retries.
 const OperationCreate = "create_payment"
-
-// OperationCreatePrevious is the name OperationCreate had before its
-// rename, under which the release before this one still writes keys.
-const OperationCreatePrevious = "payments.create"
 
 // fingerprintName is the operation's name as every fingerprint holds it.
 const fingerprintName = "payments.create"

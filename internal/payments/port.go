@@ -248,7 +248,7 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id
 // tell yet, or a live owner is at it).
 func (s *Service) ResolveCancel(ctx context.Context, tenant, id string) (Payment, error) {
 	_, err := s.engine.ResolveNow(ctx, idempotency.Resource{Type: ResourceType, ID: id}, func(op string) idempotency.Operation {
-		if op != OperationCreate && op != OperationCreatePrevious {
+		if op != OperationCreate {
 			return nil
 		}
 		return s

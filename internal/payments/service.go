@@ -135,12 +135,6 @@ func (s *Service) flowOf(p Payment) *providerflow.Flow[State] {
 // Name is the operation's name in every key's scope.
 func (s *Service) Name() string { return OperationCreate }
 
-// Aliases are the other names its keys may be stored under: the name it had
-// before its rename (idempotency.Renamed; OperationCreate's comment).
-func (s *Service) Aliases() []string { return []string{OperationCreatePrevious} }
-
-var _ idempotency.Renamed = (*Service)(nil)
-
 // Create runs the create-payment command cmd under the tenant's key. The
 // first request claims the key and creates the payment and its
 // PaymentCreated event in one transaction, then takes the payment through
