@@ -108,6 +108,7 @@ type Engine struct {
 	waiter  Waiter
 	tracer  trace.Tracer
 	cfg     Config
+	hints   *hints // scopes seen taken lately: read them before claiming
 }
 
 // NewEngine returns an Engine.
@@ -115,7 +116,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: d.Tracer, cfg: cfg}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: d.Tracer, cfg: cfg, hints: newHints()}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -183,10 +184,28 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
 	scope := names(op)
+	// A key this engine saw taken lately is most likely a retry's: its
+	// record is read first, alone, and answered as a retry's; the claim
+	// runs only if the record is not there (hints).
+	if e.hints.taken(req.Scope) {
+		seen, err := e.look(ctx, req.Scope, scope)
+		if err != nil {
+			return Reply{}, err
+		}
+		if seen != nil {
+			reply, err := e.answerRetry(ctx, op, req, scope, seen)
+			if !errors.Is(err, ErrNotFound) {
+				return reply, err
+			}
+		}
+	}
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
 		id, claimed, seen, err := e.claim(ctx, req, scope)
+		if err == nil {
+			e.hints.add(req.Scope)
+		}
 		if err != nil {
 			if expired := existingResource(ctx, req, err); expired != nil {
 				e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
@@ -235,6 +254,21 @@ func (e *Engine) claim(ctx context.Context, req Request, names []string) (id int
 		return 0, false, seen, nil
 	}
 	return id, true, nil, nil
+}
+
+// look reads scope's record, stored under any of names; nil if there is
+// none. It is bounded as the claim is.
+func (e *Engine) look(ctx context.Context, scope Scope, names []string) (*Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	rec, err := load(ctx, e.db, scope, names)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read idempotency key: %w", err)
+	}
+	return &rec, nil
 }
 
 // QueueScheduled adds to b, an owner's batch (committed with the owner's
