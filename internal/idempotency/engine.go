@@ -202,7 +202,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
-		id, claimed, seen, err := e.claim(ctx, req, scope)
+		id, claimed, err := e.claim(ctx, req)
 		if err == nil {
 			e.hints.add(req.Scope)
 		}
@@ -221,7 +221,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created}
 			return e.resume(ctx, op, own)
 		}
-		reply, err := e.answerRetry(ctx, op, req, scope, seen)
+		reply, err := e.answerRetry(ctx, op, req, scope, nil)
 		if errors.Is(err, ErrNotFound) && round == 0 {
 			continue
 		}
@@ -231,10 +231,12 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 
 // claim is the first transaction: the key and whatever req.Create writes,
 // all or nothing, in one round trip. claimed is false, without error, when
-// the key was already claimed; then seen is its record, read in the same
-// round trip just before the claim (nil if it was claimed in between), so
-// that a retry, the common case of a taken key, costs one round trip.
-func (e *Engine) claim(ctx context.Context, req Request, names []string) (id int64, claimed bool, seen *Record, err error) {
+// the key was already claimed. The batch does not read the key's record
+// too: a new key, the common case here, would pay for a read that finds
+// nothing, and a retry mostly reaches the engine that saw its key taken,
+// which reads the record instead of claiming (hints). A retry that reaches
+// another instance reads it after the claim, in a second round trip.
+func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, err error) {
 	// The client going away must not cut the batch off halfway: once its
 	// Sync is sent, the claim may have committed, and a cut connection
 	// would leave it in doubt. It is bounded like any owner step instead.
@@ -242,18 +244,14 @@ func (e *Engine) claim(ctx context.Context, req Request, names []string) (id int
 	defer cancel()
 	now := e.clock.Now()
 	b := &pgx.Batch{}
-	queueLoad(b, &seen, req.Scope, names)
 	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, req.FirstLook.claimAt(now))
 	if req.Create != nil {
 		req.Create(claim.After(b))
 	}
 	if err = e.db.SendBatch(ctx, b).Close(); err != nil {
-		return 0, false, nil, fmt.Errorf("claim idempotency key: %w", err)
+		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
-	if id == 0 {
-		return 0, false, seen, nil
-	}
-	return id, true, nil, nil
+	return id, id != 0, nil
 }
 
 // look reads scope's record, stored under any of names; nil if there is
@@ -294,7 +292,7 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 }
 
 // answerRetry answers a request whose key was already claimed, from seen
-// (the key's record as the claim found it) if it has it. While the original
+// (the key's record, just read) if it has it. While the original
 // is in flight it waits, up to req.Wait, for a notification that the key
 // changed, then answers as a retry would.
 func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, scope []string, seen *Record) (reply Reply, err error) {

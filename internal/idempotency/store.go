@@ -79,22 +79,6 @@ func load(ctx context.Context, q Querier, scope Scope, names []string) (Record, 
 	return scanRecord(q.QueryRow(ctx, selectByScope, scope.Tenant, names, scope.Key))
 }
 
-// queueLoad adds to b the read of scope's record, stored under any of
-// names, into *rec, left nil if there is none.
-func queueLoad(b *pgx.Batch, rec **Record, scope Scope, names []string) {
-	b.Queue(selectByScope, scope.Tenant, names, scope.Key).QueryRow(func(row pgx.Row) error {
-		r, err := scanRecord(row)
-		if errors.Is(err, ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		*rec = &r
-		return nil
-	})
-}
-
 // LoadByID returns the record with row id, or ErrNotFound.
 func LoadByID(ctx context.Context, q Querier, id int64) (Record, error) {
 	return scanRecord(q.QueryRow(ctx, selectRecord+` WHERE id = $1`, id))
