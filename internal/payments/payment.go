@@ -103,7 +103,12 @@ const idPrefix = "pay_"
 // that outlives the rename of its scope, so a retry across the rename
 // derives the same id.
 func DeriveID(tenant, key string, cmd Command) string {
-	return idempotency.ResourceID(idPrefix, idempotency.Scope{Tenant: tenant, Operation: fingerprintName, Key: key}, cmd.Fingerprint())
+	return deriveID(tenant, key, cmd.Fingerprint())
+}
+
+// deriveID is DeriveID of the command whose fingerprint is fp.
+func deriveID(tenant, key string, fp []byte) string {
+	return idempotency.ResourceID(idPrefix, idempotency.Scope{Tenant: tenant, Operation: fingerprintName, Key: key}, fp)
 }
 
 // ProviderKey is the idempotency key sent to the provider for payment id. It

@@ -144,13 +144,14 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	if cmd.CaptureMethod == "" {
 		cmd.CaptureMethod = CaptureAutomatic // a Command built in Go rather than by Validate
 	}
+	fp := cmd.Fingerprint()
 	// The holder of the merchant reference may be declined (freeing it)
 	// between the conflict and the look: then the claim, undone, is tried
 	// again.
 	for range 3 {
 		now := s.clock.Now()
 		p := Payment{
-			ID: DeriveID(tenant, key, cmd), TenantID: tenant, Command: cmd,
+			ID: deriveID(tenant, key, fp), TenantID: tenant, Command: cmd,
 			State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 		}
 		event, err := outbox.NewEvent(EventCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
@@ -169,7 +170,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		sent.State, sent.FirstSentAt, sent.LastSentAt = flow.States.Sent, &now, &now
 		reply, err := s.engine.Do(ctx, s, idempotency.Request{
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
-			Fingerprint: cmd.Fingerprint(),
+			Fingerprint: fp,
 			Resource:    p.Resource(),
 			Create: func(b *claim.Batch) {
 				queueInsertPayment(b, p)

@@ -85,7 +85,12 @@ const idPrefix = "re_"
 // its id and the provider, asked with the same ProviderKey, answers the
 // original refund.
 func DeriveID(tenant, key string, cmd Command) string {
-	return idempotency.ResourceID(idPrefix, idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}, cmd.Fingerprint())
+	return deriveID(tenant, key, cmd.Fingerprint())
+}
+
+// deriveID is DeriveID of the command whose fingerprint is fp.
+func deriveID(tenant, key string, fp []byte) string {
+	return idempotency.ResourceID(idPrefix, idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}, fp)
 }
 
 // ProviderKey is the idempotency key sent to the provider for refund id:

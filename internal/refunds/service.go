@@ -82,8 +82,9 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 // retries are answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	now := s.d.Clock.Now()
+	fp := cmd.Fingerprint()
 	r := Refund{
-		ID: DeriveID(tenant, key, cmd), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
+		ID: deriveID(tenant, key, fp), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
@@ -100,7 +101,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
-		Fingerprint: cmd.Fingerprint(),
+		Fingerprint: fp,
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *claim.Batch) {
 			queueInsert(b, s.payments, r)
