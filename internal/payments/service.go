@@ -162,7 +162,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		// The claim's transaction moves the payment on to sent too: the
 		// request goes to the provider right after it commits.
 		flow := s.flowOf(p)
-		send, look, err := flow.SendOnClaim(p.ID, now)
+		send, look, err := flow.SendOnClaim(p.ID, "request accepted", now)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
@@ -174,9 +174,8 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Resource:    p.Resource(),
 			Create: func(b *claim.Batch) {
 				queueInsertPayment(b, p)
-				b.Queue(machine.Created(p.ID, "request accepted", p.CreatedAt))
 				b.Queue(outbox.IfClaimed(event))
-				b.Queue(send)
+				b.Queue(send) // the creation's audit record and the move to sent
 			},
 			Created:   sent,
 			Wait:      wait,

@@ -488,7 +488,10 @@ func (f *Flow[S]) FirstLook(now time.Time) idempotency.Look {
 // in the claim's batch, after the resource's insert, to send it at once:
 // the move from the initial state to sent, with its first and last send at
 // now, made in the claim's transaction instead of one of its own (a
-// commit and a round trip fewer per resource). It returns the statement
+// commit and a round trip fewer per resource). Its statement records the
+// resource's creation too, with the reason created, before the move
+// (statemachine.Move.Created): the claim's batch queues no
+// statemachine.Created of its own. It returns the statement
 // and the look the claim books instead of FirstLook: as soon as the
 // claim's lease runs out, since only a lookup can then tell whether a
 // request left. A resource whose owner dies before its request leaves is
@@ -499,11 +502,12 @@ func (f *Flow[S]) FirstLook(now time.Time) idempotency.Look {
 // first owner (idempotency.Owner.First), and sends it as the only caller.
 // A Subject with a Begin hook cannot take this path (Begin runs in the
 // move's own transaction): Resume looks such a one up before it sends.
-func (f *Flow[S]) SendOnClaim(id string, now time.Time) (claim.Statement, idempotency.Look, error) {
+func (f *Flow[S]) SendOnClaim(id, created string, now time.Time) (claim.Statement, idempotency.Look, error) {
 	cols := f.columns()
 	st, err := f.Machine.MoveIfClaimed(statemachine.Move[S]{
 		ID: id, From: f.Machine.Initial(), To: f.States.Sent, Reason: "sending to provider", At: now,
-		Set: []statemachine.Column{{Name: cols.FirstSentAt, Value: now}, {Name: cols.LastSentAt, Value: now}},
+		Set:     []statemachine.Column{{Name: cols.FirstSentAt, Value: now}, {Name: cols.LastSentAt, Value: now}},
+		Created: created,
 	}, "")
 	if err != nil {
 		return claim.Statement{}, idempotency.Look{}, err

@@ -95,7 +95,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	event = event.Traced(ctx)
 	// The claim's transaction moves the refund on to sent too: the request
 	// goes to the provider right after it commits.
-	send, look, err := s.flow.SendOnClaim(r.ID, now)
+	send, look, err := s.flow.SendOnClaim(r.ID, "request accepted", now)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -105,9 +105,8 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *claim.Batch) {
 			queueInsert(b, s.payments, r)
-			b.Queue(machine.Created(r.ID, "request accepted", r.CreatedAt))
 			b.Queue(outbox.IfClaimed(event))
-			b.Queue(send)
+			b.Queue(send) // the creation's audit record and the move to sent
 		},
 		Wait:      wait,
 		FirstLook: look,

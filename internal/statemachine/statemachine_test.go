@@ -429,3 +429,64 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 		}
 	}
 }
+
+// A first move that records the creation (Move.Created) writes both audit
+// records in its one statement, the creation's first, only when the claim
+// took its key; the same move without Created (the same columns written)
+// keeps its own statement, which records the move alone. Only a row's
+// first move may record its creation.
+func TestAFirstMoveRecordsTheCreationWithIt(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	t1 := t0.Add(time.Minute)
+	sent := []statemachine.Column{{Name: "first_sent_at", Value: t1}}
+	for _, c := range []struct {
+		id      string
+		created string
+		claimed bool
+		want    []string // "from>to:reason"
+	}{
+		{"w_plain", "", true, []string{"RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
+		{"w_created", "request accepted", true, []string{">RECEIVED:request accepted", "RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
+		{"w_retry", "request accepted", false, nil},
+		{"w_plain_again", "", true, []string{"RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
+	} {
+		b := &pgx.Batch{}
+		if c.claimed {
+			b.Queue(`SELECT ` + claim.Set())
+		}
+		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
+		st, err := machine.MoveIfClaimed(statemachine.Move[smt.WidgetState]{
+			ID: c.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: sent, Created: c.created,
+		}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		claim.After(b).Queue(st)
+		if err := send(pool, b); err != nil {
+			t.Fatalf("%s: %v", c.id, err)
+		}
+		var got []string
+		for _, tr := range read(t, pool, c.id).Transitions {
+			from := ""
+			if tr.From != nil {
+				from = *tr.From
+			}
+			if !tr.At.Equal(t1) {
+				t.Errorf("%s: %+v recorded at %v, want %v", c.id, tr, tr.At, t1)
+			}
+			got = append(got, from+">"+tr.To+":"+tr.Reason)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: recorded %q, want %q", c.id, got, c.want)
+		}
+	}
+
+	mv := statemachine.Move[smt.WidgetState]{ID: "w_x", From: smt.WidgetSent, To: smt.WidgetSucceeded, Reason: "done", At: t1, Created: "request accepted"}
+	if _, err := machine.MoveIfClaimed(mv, ""); err == nil {
+		t.Error("MoveIfClaimed recorded a creation with a move that is not the first")
+	}
+	if err := machine.QueueMove(&pgx.Batch{}, mv); err == nil {
+		t.Error("QueueMove recorded a creation with a move that is not the first")
+	}
+}
