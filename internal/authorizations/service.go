@@ -292,8 +292,9 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 		// the provider): it may end it, or hand it back, even after the
 		// expiry (a declined capture, an abandoned one). Look again until
 		// the payment has ended; only then is there nothing to void.
-		// If that action was left for a person, so is this void: the
-		// person who settles one settles the other.
+		// If that action was left for a person, so is this void, until
+		// that action ends: its settle wakes the void (Engine.QueueWake),
+		// whoever ends it (the person, or a retry of its client).
 		switch review, err := s.holderInReview(ctx, own.Tenant, a); {
 		case err != nil:
 			return true, nil, err
@@ -503,6 +504,13 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, a Action, p payments
 	p, err := s.pay.QueueEnd(ctx, b, p, a.Kind, a.ID, end, captured, reason, now)
 	if err != nil {
 		return nil, err
+	}
+	if a.Reason != ReasonExpired {
+		// The service's expiry void, if it was left for a person because
+		// this action held the expired authorization then (beforeExpiry),
+		// looks again now: the payment is handed back or ended, whoever
+		// ended this action (a person, or its client's retry).
+		s.d.Engine.QueueWake(b, idempotency.Scope{Tenant: p.TenantID, Operation: OperationCancel, Key: expiryKey(p.ID)}, now)
 	}
 	s.d.Log.Debug("payment action settled", "payment_id", p.ID, "tenant", p.TenantID, "action", a.Kind, "state", to)
 	return Result{Action: a, Payment: p}, nil

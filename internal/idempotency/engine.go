@@ -291,6 +291,20 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 	b.Queue(claim.Reset())
 }
 
+// QueueWake adds to b the end of the manual review of scope's key, if it
+// is left for a person (Owner.MarkForReview) and still has no final answer:
+// the reconciler looks at it again from at, as at a key its owner released.
+// It is for a key left for a person only because it waited on another
+// that b now ends (whoever ended that one: a person, or its own client's
+// retry); a key in any other condition is left as it is.
+func (e *Engine) QueueWake(b *pgx.Batch, scope Scope, at time.Time) {
+	b.Queue(`
+		UPDATE idempotency_keys SET manual_review_at = NULL, recovery_next_at = $4
+		WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
+		  AND manual_review_at IS NOT NULL AND response_status IS NULL`,
+		scope.Tenant, scope.Operation, scope.Key, at)
+}
+
 // answerRetry answers a request whose key was already claimed, from seen
 // (the key's record, just read) if it has it. While the original
 // is in flight it waits, up to req.Wait, for a notification that the key
