@@ -91,7 +91,7 @@ type Deps struct {
 	// duplicates never wait.
 	Waiter Waiter
 	// Tracer makes each key the reconciler resolves a span, which the
-	// operation's provider calls, statements and events continue; nil
+	// operation's outside calls, statements and events continue; nil
 	// traces nothing.
 	Tracer trace.Tracer
 }
@@ -161,7 +161,7 @@ type Request struct {
 	// Scope's tenant). It is asked only when the database refused the
 	// claim: a resource whose id is derived (ResourceID) exists then when
 	// its key's record was deleted by clean-up, and the key is answered as
-	// expired (KeyExpiredError) instead of with the refusal.
+	// expired (KeyExpiredError) instead of with the database's error.
 	Exists func(ctx context.Context) (bool, error)
 }
 
@@ -271,8 +271,8 @@ func (e *Engine) look(ctx context.Context, scope Scope, names []string) (*Record
 
 // QueueScheduled adds to b, an owner's batch (committed with the owner's
 // writes, or not at all), the claim of req's key by the service itself: a
-// command the service issues to itself, to run at `at` (a payment's
-// authorization expiry). Nobody holds the key (its lease runs out at once)
+// command the service issues to itself, to run at `at` (the expiry of
+// something its resource holds). Nobody holds the key (its lease runs out at once)
 // and the reconciler first looks at it at `at`: it takes the key over and
 // resumes its resource as a recovering owner, as it would a dead client's
 // key. req.Create's statements follow the claim, claim.Statements as a
@@ -377,7 +377,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 				continue
 			}
 			// Wake on a notification, or when the owner's lease runs out
-			// (a dead owner sends none): then a takeover is due.
+			// (a dead owner gives none): then a takeover is due.
 			leaseLeft := time.NewTimer(max(rec.LeaseExpiresAt.Sub(now), 0) + 10*time.Millisecond)
 			woken := "notified"
 			select {
