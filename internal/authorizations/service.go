@@ -299,7 +299,7 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 		case err != nil:
 			return true, nil, err
 		case review:
-			return true, nil, own.MarkForReview(ctx, "the action holding the expired authorization of payment "+p.ID+" is left for a person")
+			return true, nil, s.reviewWithHolder(ctx, own, a)
 		}
 		// Each look waits as long as the previous ones together, up to an
 		// hour: a long wait costs few looks, and the void follows the
@@ -314,6 +314,41 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 	}
 	res, err = s.end(ctx, own, a, p, StateCanceled, "", "nothing to void: the payment is "+string(p.State))
 	return true, res, err
+}
+
+// waitsOnHolder is the reason an expiry void is left for a person with
+// the action holding its payment's expired authorization: the reason the
+// holder's settle wakes it by (Engine.QueueWake).
+func waitsOnHolder(paymentID string) string {
+	return "the action holding the expired authorization of payment " + paymentID + " is left for a person"
+}
+
+// expiryScope is the key of the expiry void of the tenant's payment
+// paymentID.
+func expiryScope(tenant, paymentID string) idempotency.Scope {
+	return idempotency.Scope{Tenant: tenant, Operation: OperationCancel, Key: expiryKey(paymentID)}
+}
+
+// reviewWithHolder leaves the expiry void a for a person with the action
+// in review that holds its payment. That action may end between the look
+// that found it in review and this mark, its wake finding nothing to wake
+// yet: so the look is made again once the mark is committed, and if no
+// action is in review any more, the void wakes itself. Either the holder's
+// end commits after the mark (its wake sees the review), or before the
+// second look (which sees it ended).
+func (s *Service) reviewWithHolder(ctx context.Context, own *idempotency.Owner, a Action) error {
+	if err := own.MarkForReview(ctx, waitsOnHolder(a.PaymentID)); err != nil {
+		return err
+	}
+	switch still, err := s.holderInReview(ctx, own.Tenant, a); {
+	case err != nil:
+		return err
+	case still:
+		return nil
+	}
+	b := &pgx.Batch{}
+	s.d.Engine.QueueWake(b, expiryScope(own.Tenant, a.PaymentID), waitsOnHolder(a.PaymentID), s.d.Clock.Now())
+	return s.d.DB.SendBatch(ctx, b).Close()
 }
 
 // holderInReview reports whether an action on a's payment other than a, not
@@ -510,7 +545,7 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, a Action, p payments
 		// this action held the expired authorization then (beforeExpiry),
 		// looks again now: the payment is handed back or ended, whoever
 		// ended this action (a person, or its client's retry).
-		s.d.Engine.QueueWake(b, idempotency.Scope{Tenant: p.TenantID, Operation: OperationCancel, Key: expiryKey(p.ID)}, now)
+		s.d.Engine.QueueWake(b, expiryScope(p.TenantID, p.ID), waitsOnHolder(p.ID), now)
 	}
 	s.d.Log.Debug("payment action settled", "payment_id", p.ID, "tenant", p.TenantID, "action", a.Kind, "state", to)
 	return Result{Action: a, Payment: p}, nil

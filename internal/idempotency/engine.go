@@ -292,17 +292,18 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 }
 
 // QueueWake adds to b the end of the manual review of scope's key, if it
-// is left for a person (Owner.MarkForReview) and still has no final answer:
-// the reconciler looks at it again from at, as at a key its owner released.
-// It is for a key left for a person only because it waited on another
-// that b now ends (whoever ended that one: a person, or its own client's
-// retry); a key in any other condition is left as it is.
-func (e *Engine) QueueWake(b *pgx.Batch, scope Scope, at time.Time) {
+// is left for a person with the reason `because` (Owner.MarkForReview's)
+// and still has no final answer: the reconciler looks at it again from at,
+// as at a key its owner released. It is for a key left for a person only
+// because it waited on another that b now ends (whoever ended that one: a
+// person, or its own client's retry); a key in review for any other
+// reason, or finished, is left as it is.
+func (e *Engine) QueueWake(b *pgx.Batch, scope Scope, because string, at time.Time) {
 	b.Queue(`
-		UPDATE idempotency_keys SET manual_review_at = NULL, recovery_next_at = $4
+		UPDATE idempotency_keys SET manual_review_at = NULL, recovery_next_at = $5
 		WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-		  AND manual_review_at IS NOT NULL AND response_status IS NULL`,
-		scope.Tenant, scope.Operation, scope.Key, at)
+		  AND manual_review_at IS NOT NULL AND recovery_last_error = $4 AND response_status IS NULL`,
+		scope.Tenant, scope.Operation, scope.Key, because, at)
 }
 
 // answerRetry answers a request whose key was already claimed, from seen
