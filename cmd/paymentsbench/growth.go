@@ -181,45 +181,37 @@ func (b *benchRun) growthPhase(ctx context.Context, io *relIO, w workload) (phas
 	return p, nil
 }
 
-// readMaintenance reads how many times autovacuum vacuumed and analyzed
-// each table of the database db is connected to.
+// readMaintenance reads how many times autovacuum vacuumed (Read) and
+// analyzed (Hit) each table of the database db is connected to.
 func readMaintenance(ctx context.Context, db *pgx.Conn) (relIO, error) {
-	rows, err := db.Query(ctx, `SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables`)
-	if err != nil {
-		return nil, fmt.Errorf("read autovacuum statistics: %w", err)
-	}
-	m := relIO{}
-	var name string
-	var vacuums, analyzes int64
-	_, err = pgx.ForEachRow(rows, []any{&name, &vacuums, &analyzes}, func() error {
-		m[name] = blocks{Read: vacuums, Hit: analyzes}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read autovacuum statistics: %w", err)
-	}
-	return m, nil
+	return readPairs(ctx, db, "autovacuum statistics",
+		`SELECT relname, autovacuum_count, autoanalyze_count FROM pg_stat_user_tables`)
 }
 
 // readRelIO reads the block reads and hits of every table and index of
 // the database db is connected to.
 func readRelIO(ctx context.Context, db *pgx.Conn) (relIO, error) {
-	rows, err := db.Query(ctx, `
+	return readPairs(ctx, db, "block statistics", `
 		SELECT relname, coalesce(heap_blks_read, 0), coalesce(heap_blks_hit, 0) FROM pg_statio_user_tables
 		UNION ALL
 		SELECT indexrelname, coalesce(idx_blks_read, 0), coalesce(idx_blks_hit, 0) FROM pg_statio_user_indexes`)
+}
+
+// readPairs reads sql's rows (a relation's name and two counters) by name.
+func readPairs(ctx context.Context, db *pgx.Conn, what, sql string) (relIO, error) {
+	rows, err := db.Query(ctx, sql)
 	if err != nil {
-		return nil, fmt.Errorf("read block statistics: %w", err)
+		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	m := relIO{}
 	var name string
-	var read, hit int64
-	_, err = pgx.ForEachRow(rows, []any{&name, &read, &hit}, func() error {
-		m[name] = blocks{Read: read, Hit: hit}
+	var first, second int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &first, &second}, func() error {
+		m[name] = blocks{Read: first, Hit: second}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read block statistics: %w", err)
+		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	return m, nil
 }

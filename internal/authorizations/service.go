@@ -182,7 +182,7 @@ func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time
 		Currency: p.Command.Currency, Reason: ReasonExpired, State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	s.d.Engine.QueueScheduled(b, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: p.TenantID, Operation: s.k.operation, Key: expiryKey(p.ID)},
+		Scope:       expiryScope(p.TenantID, p.ID), // the cancel's: only the cancel service schedules it
 		Fingerprint: fingerprint,
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {

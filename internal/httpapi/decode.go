@@ -118,10 +118,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 // there is to fix.
 //
 // Only the body's top-level members are compared with dst's fields, and
-// that is enough for every command body decoded here (payments, refunds,
-// capture, cancel, webhook endpoints, resend, rotate-secret): each is a
-// flat struct of exported, non-embedded fields of strings, pointers to
-// strings and string slices, with no nested object of a fixed shape, so
+// that is enough for every command body decoded here: each is a flat
+// struct of exported, non-embedded fields of strings, pointers to strings
+// and string slices, with no nested object of a fixed shape, so
 // the only member json.Decoder.DisallowUnknownFields can refuse is a
 // top-level one (TestCommandBodiesAreFlat keeps it so). A command that
 // gains a nested struct must have its members checked here too, or its

@@ -187,7 +187,8 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// A key this engine saw taken lately is most likely a retry's: its
 	// record is read first, alone, and answered as a retry's; the claim
 	// runs only if the record is not there (hints).
-	if e.hints.taken(req.Scope) {
+	hint := e.hints.hash(req.Scope)
+	if e.hints.taken(hint) {
 		seen, err := e.look(ctx, req.Scope, scope)
 		if err != nil {
 			return Reply{}, err
@@ -204,7 +205,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	for round := 0; ; round++ {
 		id, claimed, err := e.claim(ctx, req)
 		if err == nil {
-			e.hints.add(req.Scope)
+			e.hints.add(hint)
 		}
 		if err != nil {
 			if expired := existingResource(ctx, req, err); expired != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,22 @@ type renders struct{}
 
 func (renders) Render(Result) (Response, error) {
 	return Response{Status: 201, Body: []byte(`{}`), Headers: map[string]string{"Content-Type": "application/json"}}, nil
+}
+
+// finishingOp finishes every key it resumes, and counts its resumes.
+type finishingOp struct {
+	renders
+	resumes *atomic.Int32
+}
+
+func (finishingOp) Name() string { return "finish" }
+func (o finishingOp) Resume(ctx context.Context, own *Owner) (Result, error) {
+	o.resumes.Add(1)
+	b := &pgx.Batch{}
+	if err := own.QueueFinish(b, done{}); err != nil {
+		return nil, err
+	}
+	return done{}, own.Commit(ctx, b)
 }
 
 func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {

@@ -36,6 +36,7 @@ func newHints() *hints {
 	return &hints{seed: maphash.MakeSeed(), young: make(map[uint64]struct{}, hintsPerGeneration)}
 }
 
+// hash is s's entry: computed once per request, for taken and add.
 func (h *hints) hash(s Scope) uint64 {
 	var m maphash.Hash
 	m.SetSeed(h.seed)
@@ -47,9 +48,8 @@ func (h *hints) hash(s Scope) uint64 {
 	return m.Sum64()
 }
 
-// add remembers that s is taken.
-func (h *hints) add(s Scope) {
-	k := h.hash(s)
+// add remembers that the scope hashed to k is taken.
+func (h *hints) add(k uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.young) >= hintsPerGeneration {
@@ -58,9 +58,8 @@ func (h *hints) add(s Scope) {
 	h.young[k] = struct{}{}
 }
 
-// taken reports whether s was seen taken lately.
-func (h *hints) taken(s Scope) bool {
-	k := h.hash(s)
+// taken reports whether the scope hashed to k was seen taken lately.
+func (h *hints) taken(k uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.young[k]

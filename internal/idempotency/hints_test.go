@@ -5,26 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 )
-
-// finishingOp finishes every key it resumes, and counts its resumes.
-type finishingOp struct {
-	renders
-	resumes *atomic.Int32
-}
-
-func (finishingOp) Name() string { return "finish" }
-func (o finishingOp) Resume(ctx context.Context, own *Owner) (Result, error) {
-	o.resumes.Add(1)
-	b := &pgx.Batch{}
-	if err := own.QueueFinish(b, done{}); err != nil {
-		return nil, err
-	}
-	return done{}, own.Commit(ctx, b)
-}
 
 // A retry that reaches the engine that saw its key taken reads the key's
 // record first and is answered from it, without the claim's batch (its

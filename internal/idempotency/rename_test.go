@@ -8,29 +8,18 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
 // renamedOp is an operation in the middle of a rename: its keys are
 // written under name and read under alias too (Renamed).
 type renamedOp struct {
-	renders
+	finishingOp
 	name, alias string
-	resumes     *atomic.Int32
 }
 
 func (o renamedOp) Name() string      { return o.name }
 func (o renamedOp) Aliases() []string { return []string{o.alias} }
-func (o renamedOp) Resume(ctx context.Context, own *Owner) (Result, error) {
-	o.resumes.Add(1)
-	b := &pgx.Batch{}
-	if err := own.QueueFinish(b, done{}); err != nil {
-		return nil, err
-	}
-	return done{}, own.Commit(ctx, b)
-}
 
 // A scope being renamed is one scope under both names, whichever release
 // (the one that writes the old name, the one that writes the new) claims
@@ -54,8 +43,8 @@ func TestARenamedScopeIsOneScopeUnderBothNames(t *testing.T) {
 	}
 	e, _, _ := engineOn(t, pool)
 	var resumes atomic.Int32
-	old := renamedOp{name: "toy.create", alias: "create_toy", resumes: &resumes}
-	next := renamedOp{name: "create_toy", alias: "toy.create", resumes: &resumes}
+	old := renamedOp{finishingOp: finishingOp{resumes: &resumes}, name: "toy.create", alias: "create_toy"}
+	next := renamedOp{finishingOp: finishingOp{resumes: &resumes}, name: "create_toy", alias: "toy.create"}
 	req := func(key, id string) Request {
 		return Request{Scope: Scope{Tenant: "t", Key: key}, Fingerprint: []byte{1}, Resource: Resource{Type: "payment", ID: id}}
 	}

@@ -74,15 +74,20 @@ func TestSimulation(t *testing.T) {
 	for _, seed := range list {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, seed)
-			w.run()
-			w.saveTrace()
-			for _, n := range w.notes {
-				t.Logf("note: %s", n)
-			}
-			w.report()
+			runSeed(t, seed)
 		})
 	}
+}
+
+// runSeed plays seed's run and reports what it broke.
+func runSeed(t *testing.T, seed uint64) {
+	w := newWorld(t, seed)
+	w.run()
+	w.saveTrace()
+	for _, n := range w.notes {
+		t.Logf("note: %s", n)
+	}
+	w.report()
 }
 
 // A seed is a run: played twice, it does the same things at the same
@@ -144,9 +149,7 @@ func TestSimulationFoundSeeds(t *testing.T) {
 	for _, seed := range foundSeeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			w := newWorld(t, seed)
-			w.run()
-			w.report()
+			runSeed(t, seed)
 		})
 	}
 }
