@@ -261,6 +261,12 @@ type ConsumerConfig struct {
 	// its delivery: the broker delivers again a message not acknowledged in
 	// time, so Prefetch times the handling time must stay well below AckWait.
 	Prefetch int
+	// PullExpiry is how long one pull request waits on the broker (default
+	// 5s); the broker sends a heartbeat every half of it. A pull request
+	// lost while the consumer elects a new leader (a broker node went away)
+	// is noticed after two missed heartbeats, one PullExpiry: with the
+	// client library's default (30s) consuming would stall 30s.
+	PullExpiry time.Duration
 }
 
 func (c ConsumerConfig) withDefaults() ConsumerConfig {
@@ -276,6 +282,9 @@ func (c ConsumerConfig) withDefaults() ConsumerConfig {
 	}
 	if c.Prefetch <= 0 {
 		c.Prefetch = 20
+	}
+	if c.PullExpiry <= 0 {
+		c.PullExpiry = 5 * time.Second
 	}
 	return c
 }
@@ -318,6 +327,7 @@ func (p *Projector) Run(ctx context.Context, js jetstream.JetStream, cfg Consume
 		p.handle(ctx, msg, cfg)
 	},
 		jetstream.PullMaxMessages(cfg.Prefetch),
+		jetstream.PullExpiry(cfg.PullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			p.log.WarnContext(ctx, "ledger consumer", "error", err)
 		}))

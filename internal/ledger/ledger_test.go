@@ -53,7 +53,9 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{t: t, pool: pgtest.NewPool(t), clock: clock.NewFake(t0), reg: prometheus.NewRegistry()}
-	e.proj = ledger.NewProjector(ledger.Deps{DB: e.pool, Clock: e.clock, Registerer: e.reg, Modules: modules}, "")
+	// The projector's log goes to the test's output, printed when it fails.
+	e.proj = ledger.NewProjector(ledger.Deps{DB: e.pool, Clock: e.clock, Registerer: e.reg, Modules: modules,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil))}, "")
 	return e
 }
 
@@ -301,19 +303,24 @@ func (b *broker) consume(p *ledger.Projector) {
 func (b *broker) waitIdle() {
 	b.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
+	var last string
 	for {
 		cons, err := b.js.Consumer(b.t.Context(), b.stream.Name, ledger.DefaultConsumer)
 		if err == nil {
 			info, err := cons.Info(b.t.Context())
-			if err != nil {
-				b.t.Fatal(err)
-			}
-			if info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.Delivered.Consumer > 0 {
+			switch {
+			case err != nil:
+				last = "consumer info: " + err.Error()
+			case info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 && info.Delivered.Consumer > 0:
 				return
+			default:
+				last = fmt.Sprintf("pending %d, ack pending %d, redelivered %d, delivered %d", info.NumPending, info.NumAckPending, info.NumRedelivered, info.Delivered.Consumer)
 			}
+		} else {
+			last = "look up the consumer: " + err.Error()
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("the ledger consumer did not catch up in 15s")
+			b.t.Fatalf("the ledger consumer did not catch up in 15s (last seen: %s)", last)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

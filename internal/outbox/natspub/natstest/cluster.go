@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -20,15 +21,40 @@ type Cluster struct {
 // StartCluster runs n NATS servers with JetStream, routed to each other as
 // one cluster, and waits until JetStream has a meta leader. They are shut
 // down when the test ends.
+//
+// Each server's cluster port must be known before any starts (the routes
+// name them), so it is a free port found and released first: another
+// process may take it in between, and then that server never becomes
+// ready. StartCluster then starts the whole cluster again on new ports.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	ports := make([]int, n)
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var c *Cluster
+		if c, err = startCluster(t, freePorts(t, n), 10*time.Second); err == nil {
+			return c
+		}
+		t.Logf("natstest: attempt %d: %v", attempt, err)
+	}
+	t.Fatalf("natstest: %v", err)
+	return nil
+}
+
+// startCluster starts one server per cluster port and waits up to ready for
+// each to accept connections.
+func startCluster(t testing.TB, ports []int, ready time.Duration) (*Cluster, error) {
+	n := len(ports)
 	routes := make([]string, n)
-	for i := range n {
-		ports[i] = freePort(t)
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+	for i, port := range ports {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", port)
 	}
 	c := &Cluster{}
+	ok := false
+	defer func() {
+		if !ok {
+			c.shutdown()
+		}
+	}()
 	for i := range n {
 		srv, err := server.NewServer(&server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
@@ -42,28 +68,33 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			NoSigs:     true,
 		})
 		if err != nil {
-			t.Fatalf("natstest: %v", err)
+			return nil, err
 		}
 		srv.Start()
 		c.Servers = append(c.Servers, srv)
-		t.Cleanup(func() {
-			srv.Shutdown()
-			srv.WaitForShutdown()
-		})
 	}
 	for _, srv := range c.Servers {
-		if !srv.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("natstest: %s not ready in 10s", srv.Name())
+		if !srv.ReadyForConnections(ready) {
+			return nil, fmt.Errorf("%s not ready in %s", srv.Name(), ready)
 		}
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for !c.hasMetaLeader() {
 		if time.Now().After(deadline) {
-			t.Fatal("natstest: the JetStream cluster elected no meta leader in 20s")
+			return nil, errors.New("the JetStream cluster elected no meta leader in 20s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return c
+	ok = true
+	t.Cleanup(c.shutdown)
+	return c, nil
+}
+
+func (c *Cluster) shutdown() {
+	for _, srv := range c.Servers {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}
 }
 
 // URL returns the client URLs of the servers still running, comma
@@ -95,6 +126,14 @@ func (c *Cluster) hasMetaLeader() bool {
 		}
 	}
 	return false
+}
+
+func freePorts(t testing.TB, n int) []int {
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	return ports
 }
 
 func freePort(t testing.TB) int {
