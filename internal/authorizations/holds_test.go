@@ -15,12 +15,14 @@ import (
 // faults is a provider whose faults the test switches on and off: the
 // first charge refused after it was processed (a refusal that hid an
 // authorization), lookups of payments refused, voids and captures whose
-// answer is lost before they reach the provider, captures refused.
+// answer is lost before they reach the provider, voids and captures
+// refused.
 type faults struct {
 	provider.Provider
 	chargeRefusedAfterProcessing atomic.Bool
 	lookupsRefused               atomic.Bool
 	voidsLost                    atomic.Bool
+	voidsRefused                 atomic.Bool
 	capturesLost                 atomic.Bool
 	capturesRefused              atomic.Bool
 }
@@ -41,8 +43,11 @@ func (p *faults) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.
 }
 
 func (p *faults) Void(ctx context.Context, req provider.VoidRequest) (provider.Charge, error) {
-	if p.voidsLost.Load() {
+	switch {
+	case p.voidsLost.Load():
 		return provider.Charge{}, fmt.Errorf("%w: the void timed out", provider.ErrUnknownOutcome)
+	case p.voidsRefused.Load():
+		return provider.Charge{}, fmt.Errorf("%w: 503", provider.ErrUnavailable)
 	}
 	return p.Provider.Void(ctx, req)
 }
@@ -72,23 +77,10 @@ func TestACancelNeverReleasesAnotherActionsHold(t *testing.T) {
 	t.Parallel()
 	f := &faults{}
 	e := newEnv(t, withFaults(f))
-	f.chargeRefusedAfterProcessing.Store(true)
-	wantStatus(t, e.pay("pay", "pm_card_visa", true), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
-	var id string
-	if err := e.pool.QueryRow(t.Context(), `SELECT id FROM payments`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-
 	// The first cancel cannot tell yet whether the refused payment moved
-	// money: the provider's lookups are down.
-	f.lookupsRefused.Store(true)
-	wantStatus(t, e.cancel(0, id, "cxl-1", ""), http.StatusAccepted, "")
-	f.lookupsRefused.Store(false)
-
-	// The payment's own client retries: the provider had authorized it.
-	if r := e.pay("pay", "pm_card_visa", true); r.json(t)["status"] != "REQUIRES_CAPTURE" {
-		t.Fatalf("the payment's retry: %s", r)
-	}
+	// money: the provider's lookups are down. The payment's own client
+	// retries: the provider had authorized it.
+	id := refusedButAuthorized(t, e, f, true)
 	// Later, a second cancel takes the authorization; its void's answer is
 	// lost.
 	e.clk.Advance(replayTTL - time.Hour)
@@ -116,17 +108,7 @@ func TestACancelNeverReleasesAnotherActionsHold(t *testing.T) {
 		e.clk.Advance(10 * time.Minute)
 		e.reconcile()
 	}
-	if p := e.payment(id); p["status"] != "CANCELED" {
-		t.Fatalf("payment: %v", p)
-	}
-	if c := e.charge(id); c.Status != provider.StatusCanceled || c.CaptureRequestCount != 0 {
-		t.Fatalf("the provider's charge: %+v", c)
-	}
-	r := e.cancel(0, id, "cxl-1", "")
-	wantStatus(t, r, http.StatusOK, "")
-	if r.json(t)["status"] != "CANCELED" {
-		t.Fatalf("the first cancel: %s", r)
-	}
+	wantCanceledByTheFirstCancel(t, e, id)
 	if n := e.count("payment_actions WHERE payment_id = $1 AND first_sent_at IS NOT NULL", id); n != 1 {
 		t.Fatalf("%d actions sent a request, want 1 (the second cancel's)", n)
 	}

@@ -221,18 +221,16 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		switch p.State {
 		case payments.StateCancelRequested:
 			// Not yet: a live owner of the payment's key ends it, or the
-			// provider cannot tell yet. Look again soon.
-			b := &pgx.Batch{}
-			own.QueueRelease(b, idempotency.LookSoon())
-			return Result{Action: a, Payment: p}, own.Commit(ctx, b)
+			// provider cannot tell yet. Look again (a look that ends the
+			// payment's key too): once it is authorized after all, this
+			// cancel voids it, not the expiry a day later.
+			return Result{Action: a, Payment: p}, s.lookAgain(ctx, own, a.CreatedAt)
 		case payments.StateCaptureRequested, payments.StateVoidRequested:
 			// Found authorized after all, and another action took the
 			// authorization first: this cancel waits for its end (a void
 			// that ends the payment ends this cancel too; a capture
 			// declines it) and never touches its hold.
-			b := &pgx.Batch{}
-			own.QueueRelease(b, idempotency.LookSoon())
-			return Result{Action: a, Payment: p}, own.Commit(ctx, b)
+			return Result{Action: a, Payment: p}, s.awaitHolder(ctx, own, a, a.CreatedAt)
 		case payments.StateCanceled:
 			return s.end(ctx, own, a, p, StateSucceeded, "", "the payment is canceled")
 		case payments.StateAuthorized:
@@ -290,37 +288,53 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 	case !p.State.Final():
 		// Another action holds the authorization (a capture or a cancel at
 		// the provider): it may end it, or hand it back, even after the
-		// expiry (a declined capture, an abandoned one). Look again until
-		// the payment has ended; only then is there nothing to void.
-		// If that action was left for a person, so is this void, until
-		// that action ends: its settle wakes the void (Engine.QueueWake),
-		// whoever ends it (the person, or a retry of its client).
-		switch review, err := s.holderInReview(ctx, own.Tenant, a); {
-		case err != nil:
-			return true, nil, err
-		case review:
-			return true, nil, s.reviewWithHolder(ctx, own, a)
-		}
-		// Each look waits as long as the previous ones together, up to an
-		// hour: a long wait costs few looks, and the void follows the
-		// hand-back within the hour.
-		wait := expiryRecheck
+		// expiry (a declined capture, an abandoned one). Wait until the
+		// payment has ended; only then is there nothing to void.
+		since := now
 		if p.AuthorizationExpiresAt != nil {
-			wait = min(max(wait, now.Sub(*p.AuthorizationExpiresAt)), time.Hour)
+			since = *p.AuthorizationExpiresAt
 		}
-		b := &pgx.Batch{}
-		own.QueueRelease(b, idempotency.LookAt(now.Add(wait)))
-		return true, nil, own.Commit(ctx, b)
+		return true, nil, s.awaitHolder(ctx, own, a, since)
 	}
 	res, err = s.end(ctx, own, a, p, StateCanceled, "", "nothing to void: the payment is "+string(p.State))
 	return true, res, err
 }
 
-// waitsOnHolder is the reason an expiry void is left for a person with
-// the action holding its payment's expired authorization: the reason the
-// holder's settle wakes it by (Engine.QueueWake).
+// awaitHolder books the next look of void a, which waits for another
+// action holding its payment's authorization to end. If that action is
+// left for a person, so is a, until that action ends: its settle wakes a
+// (Engine.QueueWake), whoever ends it (the person, or a retry of its
+// client). Otherwise a looks again (lookAgain). Waiting is never a failed
+// attempt of the reconciler's: a void that waits, however long, is not
+// left for a person for it (it was, after 20 looks: moneysim seed 5696).
+func (s *Service) awaitHolder(ctx context.Context, own *idempotency.Owner, a Action, since time.Time) error {
+	switch review, err := s.holderInReview(ctx, own.Tenant, a); {
+	case err != nil:
+		return err
+	case review:
+		return s.reviewWithHolder(ctx, own, a)
+	}
+	return s.lookAgain(ctx, own, since)
+}
+
+// lookAgain releases own's key, which waits on another key (its payment's,
+// or its holder's), with its next look booked: each look waits as long as
+// the key has waited since `since`, from holderRecheck up to an hour, so a
+// long wait costs few looks and the waiter follows within the hour. The
+// look is decided (idempotency.LookAt): it restarts the count of attempts.
+func (s *Service) lookAgain(ctx context.Context, own *idempotency.Owner, since time.Time) error {
+	now := s.d.Clock.Now()
+	wait := min(max(holderRecheck, now.Sub(since)), time.Hour)
+	b := &pgx.Batch{}
+	own.QueueRelease(b, idempotency.LookAt(now.Add(wait)))
+	return own.Commit(ctx, b)
+}
+
+// waitsOnHolder is the reason a void is left for a person with the action
+// holding its payment's authorization: the reason the holder's settle
+// wakes it by (Engine.QueueWake).
 func waitsOnHolder(paymentID string) string {
-	return "the action holding the expired authorization of payment " + paymentID + " is left for a person"
+	return "the action holding the authorization of payment " + paymentID + " is left for a person"
 }
 
 // expiryScope is the key of the expiry void of the tenant's payment
@@ -329,8 +343,8 @@ func expiryScope(tenant, paymentID string) idempotency.Scope {
 	return idempotency.Scope{Tenant: tenant, Operation: OperationCancel, Key: expiryKey(paymentID)}
 }
 
-// reviewWithHolder leaves the expiry void a for a person with the action
-// in review that holds its payment. That action may end between the look
+// reviewWithHolder leaves void a for a person with the action in review
+// that holds its payment. That action may end between the look
 // that found it in review and this mark, its wake finding nothing to wake
 // yet: so the look is made again once the mark is committed, and if no
 // action is in review any more, the void wakes itself. Either the holder's
@@ -347,7 +361,7 @@ func (s *Service) reviewWithHolder(ctx context.Context, own *idempotency.Owner, 
 		return nil
 	}
 	b := &pgx.Batch{}
-	s.d.Engine.QueueWake(b, expiryScope(own.Tenant, a.PaymentID), waitsOnHolder(a.PaymentID), s.d.Clock.Now())
+	s.d.Engine.QueueWake(b, own.Tenant, OperationCancel, waitsOnHolder(a.PaymentID), s.d.Clock.Now())
 	return s.d.DB.SendBatch(ctx, b).Close()
 }
 
@@ -377,9 +391,9 @@ func (s *Service) holderInReview(ctx context.Context, tenant string, a Action) (
 	return false, nil
 }
 
-// expiryRecheck is how long after it found another action holding an
-// expired authorization the service's void looks at it again.
-const expiryRecheck = time.Minute
+// holderRecheck is how soon a void that waits on another key first looks
+// again (lookAgain).
+const holderRecheck = time.Minute
 
 // end ends action a, which made no call, in `to`, with its key's final
 // answer: a cancel of a payment that moved no money, or an expiry's void
@@ -540,13 +554,11 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, a Action, p payments
 	if err != nil {
 		return nil, err
 	}
-	if a.Reason != ReasonExpired {
-		// The service's expiry void, if it was left for a person because
-		// this action held the expired authorization then (beforeExpiry),
-		// looks again now: the payment is handed back or ended, whoever
-		// ended this action (a person, or its client's retry).
-		s.d.Engine.QueueWake(b, expiryScope(p.TenantID, p.ID), waitsOnHolder(p.ID), now)
-	}
+	// The voids left for a person because this action held the
+	// authorization then (awaitHolder: the service's expiry void, a
+	// client's cancel) look again now: the payment is handed back or
+	// ended, whoever ended this action (a person, or its client's retry).
+	s.d.Engine.QueueWake(b, p.TenantID, OperationCancel, waitsOnHolder(p.ID), now)
 	s.d.Log.Debug("payment action settled", "payment_id", p.ID, "tenant", p.TenantID, "action", a.Kind, "state", to)
 	return Result{Action: a, Payment: p}, nil
 }

@@ -292,19 +292,21 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 	b.Queue(claim.Reset())
 }
 
-// QueueWake adds to b the end of the manual review of scope's key, if it
-// is left for a person with the reason `because` (Owner.MarkForReview's)
-// and still has no final answer: the reconciler looks at it again from at,
-// as at a key its owner released. It is for a key left for a person only
-// because it waited on another that b now ends (whoever ended that one: a
-// person, or its own client's retry); a key in review for any other
-// reason, or finished, is left as it is.
-func (e *Engine) QueueWake(b *pgx.Batch, scope Scope, because string, at time.Time) {
+// QueueWake adds to b the end of the manual review of every key of the
+// tenant's operation that is left for a person with the reason `because`
+// (Owner.MarkForReview's) and still has no final answer: the reconciler
+// looks at each again from at, as at a key its owner released. It is for
+// keys left for a person only because they waited on another that b now
+// ends (whoever ended that one: a person, or its own client's retry), so
+// `because` names what they waited on; a key in review for any other
+// reason, or finished, is left as it is. It reads only the keys in review
+// (their partial index), however many keys the tenant has.
+func (e *Engine) QueueWake(b *pgx.Batch, tenant, operation, because string, at time.Time) {
 	b.Queue(`
-		UPDATE idempotency_keys SET manual_review_at = NULL, recovery_next_at = $5
-		WHERE tenant_id = $1 AND operation = $2 AND idempotency_key = $3
-		  AND manual_review_at IS NOT NULL AND recovery_last_error = $4 AND response_status IS NULL`,
-		scope.Tenant, scope.Operation, scope.Key, because, at)
+		UPDATE idempotency_keys SET manual_review_at = NULL, recovery_next_at = $4
+		WHERE manual_review_at IS NOT NULL AND tenant_id = $1 AND operation = $2
+		  AND recovery_last_error = $3 AND response_status IS NULL`,
+		tenant, operation, because, at)
 }
 
 // answerRetry answers a request whose key was already claimed, from seen

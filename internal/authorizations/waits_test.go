@@ -1,0 +1,100 @@
+package authorizations_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+)
+
+// refusedButAuthorized is a manual payment whose request the provider
+// refused after it had authorized it, canceled by its client (cxl-1) while
+// the provider's lookups were down: the cancel answered 202, and the
+// payment waits in CANCEL_REQUESTED for a lookup to tell. With retried,
+// the payment's own client then retries, and the payment is authorized
+// (REQUIRES_CAPTURE), with nobody holding it.
+func refusedButAuthorized(t *testing.T, e *env, f *faults, retried bool) string {
+	t.Helper()
+	f.chargeRefusedAfterProcessing.Store(true)
+	wantStatus(t, e.pay("pay", "pm_card_visa", true), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
+	var id string
+	if err := e.pool.QueryRow(t.Context(), `SELECT id FROM payments`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	f.lookupsRefused.Store(true)
+	wantStatus(t, e.cancel(0, id, "cxl-1", ""), http.StatusAccepted, "")
+	f.lookupsRefused.Store(false)
+	if retried {
+		if r := e.pay("pay", "pm_card_visa", true); r.json(t)["status"] != "REQUIRES_CAPTURE" {
+			t.Fatalf("the payment's retry: %s", r)
+		}
+	}
+	return id
+}
+
+// wantCanceledByTheFirstCancel: the payment is canceled, its charge voided
+// once, and cxl-1's retry answers it.
+func wantCanceledByTheFirstCancel(t *testing.T, e *env, id string) {
+	t.Helper()
+	if p := e.payment(id); p["status"] != "CANCELED" {
+		t.Fatalf("payment: %v, want CANCELED", p)
+	}
+	if c := e.charge(id); c.Status != provider.StatusCanceled || c.CaptureRequestCount != 0 {
+		t.Fatalf("the provider's charge: %+v", c)
+	}
+	r := e.cancel(0, id, "cxl-1", "")
+	wantStatus(t, r, http.StatusOK, "")
+	if r.json(t)["status"] != "CANCELED" {
+		t.Fatalf("the first cancel: %s", r)
+	}
+}
+
+// A cancel that found a payment which moved no money, and that the provider
+// turns out to have authorized, voids the authorization within minutes of
+// the provider saying so. Before, its key kept the look its claim booked,
+// a day later (the abandonment of a cancel that moved nothing), and the
+// authorization stood until then, or until its expiry's void (moneysim
+// seed 5696).
+func TestACancelVoidsAPaymentFoundAuthorizedWithinMinutes(t *testing.T) {
+	t.Parallel()
+	f := &faults{}
+	e := newEnv(t, withFaults(f))
+	id := refusedButAuthorized(t, e, f, false)
+	for range 6 {
+		e.clk.Advance(5 * time.Minute)
+		e.reconcile()
+	}
+	wantCanceledByTheFirstCancel(t, e, id)
+}
+
+// A cancel that waits while another action holds the payment's
+// authorization waits as long as that action does (here a day: a second
+// cancel, refused, that its client never retries, abandoned once the
+// replay window has passed), and is never left for a person for waiting;
+// then it voids the authorization handed back. Before, each look counted
+// as one of the reconciler's failed attempts, and after 20 of them (hours)
+// the cancel was left for a person with nothing to decide (moneysim seed
+// 5696, where the holder was the expiry's void).
+func TestACancelWaitingOnAnotherActionIsNeverLeftForAPersonForIt(t *testing.T) {
+	t.Parallel()
+	f := &faults{}
+	e := newEnv(t, withFaults(f))
+	id := refusedButAuthorized(t, e, f, true)
+	// A second cancel takes the authorization; its void is refused.
+	f.voidsRefused.Store(true)
+	wantStatus(t, e.cancel(0, id, "cxl-2", ""), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
+	f.voidsRefused.Store(false)
+
+	for elapsed := time.Duration(0); elapsed < replayTTL+2*time.Hour; elapsed += 10 * time.Minute {
+		e.clk.Advance(10 * time.Minute)
+		e.reconcile()
+		if n := e.count("idempotency_keys WHERE manual_review_at IS NOT NULL"); n != 0 {
+			t.Fatalf("after %s, %d keys are left for a person", elapsed+10*time.Minute, n)
+		}
+	}
+	wantCanceledByTheFirstCancel(t, e, id)
+	if c := e.charge(id); c.VoidRequestCount != 1 {
+		t.Fatalf("the provider's charge: %+v, want one void (the first cancel's)", c)
+	}
+}
