@@ -306,12 +306,13 @@ func TestUnknownMembersAndInvalidFieldsAreReportedTogether(t *testing.T) {
 }
 
 // What the spec says of the payments' identifiers holds: GET /payments
-// refuses an empty or over-long accountId, and a 128-character limit counts
-// characters, not bytes (issue 21).
+// refuses an accountId that POST /payments would (empty, over-long, not
+// printable), and a 128-character limit counts characters, not bytes
+// (issue 21).
 func TestIdentifierLimitsCountCharacters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for _, q := range []string{"accountId=", "accountId=" + strings.Repeat("a", 129)} {
+	for _, q := range []string{"accountId=", "accountId=" + strings.Repeat("a", 129), "accountId=acc%091", "accountId=acc%00", "accountId=%ff"} {
 		if r := e.get(secretA, "/payments?"+q); r.Status != http.StatusBadRequest || r.json(t)["code"] != "VALIDATION_FAILED" {
 			t.Errorf("GET /payments?%.20s...: %d %s, want 400", q, r.Status, r.Body)
 		}

@@ -89,19 +89,13 @@ func (r CreateRequest) Validate() (Command, error) {
 	var errs validate.Collector
 	add := errs.Add
 
-	checkID := func(field, v string) {
-		switch {
-		case v == "":
-			add(field, "is required")
-		case utf8.RuneCountInString(v) > maxIDLength:
-			add(field, "must be at most 128 characters")
-		case !printable(v):
-			add(field, "must be printable text")
+	for _, id := range []struct{ field, v string }{
+		{"accountId", r.AccountID}, {"merchantReference", r.MerchantReference}, {"paymentMethod", r.PaymentMethod},
+	} {
+		if msg := idProblem(id.v); msg != "" {
+			add(id.field, msg)
 		}
 	}
-	checkID("accountId", r.AccountID)
-	checkID("merchantReference", r.MerchantReference)
-	checkID("paymentMethod", r.PaymentMethod)
 
 	cmd := Command{
 		AccountID:         r.AccountID,
@@ -179,6 +173,21 @@ func (c Command) Fingerprint() []byte {
 	canonical, _ := json.Marshal(fields)
 	sum := sha256.Sum256(canonical)
 	return sum[:]
+}
+
+// idProblem is what is wrong with v as an identifier a client gives
+// (accountId, merchantReference, paymentMethod), in a body or in a query
+// (GET /payments?accountId=), or "" if nothing is: the one rule of both.
+func idProblem(v string) string {
+	switch {
+	case v == "":
+		return "is required"
+	case utf8.RuneCountInString(v) > maxIDLength:
+		return "must be at most 128 characters"
+	case !printable(v):
+		return "must be printable text"
+	}
+	return ""
 }
 
 func printable(s string) bool {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
-	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // This file is the payments' HTTP surface: routes, the answers a payment's
@@ -51,13 +49,11 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 	r.Get("/payments", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		lq := ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
-		switch {
-		case !validate.StorableText(lq.AccountID):
-			api.InvalidParameter(w, "accountId", "must be valid UTF-8 text without NUL")
-			return
-		case q.Has("accountId") && (lq.AccountID == "" || utf8.RuneCountInString(lq.AccountID) > maxIDLength):
-			api.InvalidParameter(w, "accountId", "must be 1 to 128 characters")
-			return
+		if q.Has("accountId") {
+			if msg := idProblem(lq.AccountID); msg != "" {
+				api.InvalidParameter(w, "accountId", msg)
+				return
+			}
 		}
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
