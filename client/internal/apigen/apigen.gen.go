@@ -1281,7 +1281,7 @@ type ResendEventParams struct {
 
 // ListPaymentsParams defines parameters for ListPayments.
 type ListPaymentsParams struct {
-	// AccountID Only payments of this account. Empty, more than 128 characters, not UTF-8, or holding a NUL gets `400 VALIDATION_FAILED`.
+	// AccountID Only payments of this account, under the rule of a payment's `accountId` (empty, more than 128 characters, or not printable text, such as not UTF-8 or holding a control character, gets `400 VALIDATION_FAILED`).
 	AccountID *string `form:"accountId,omitempty" json:"accountId,omitempty"`
 
 	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
