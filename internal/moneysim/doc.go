@@ -231,6 +231,15 @@
 // expiry but refused is sent again by its client's retry (or the
 // reconciler) after the expiry, and captures (seed 143: 22 h after it).
 //
+// Later (TestSimulationFoundSeeds replays each): an expiry void left for a
+// person with a capture its client then ended (seed 3434); a client's
+// cancel that waited on the expiry's void, left for a person after 20
+// looks (seed 5696). And one in the simulation itself: its provider
+// declared the lag of its lookups alone, while it processed a late request
+// up to LateBy after it arrived, so a capture sent just before its expiry
+// was declined as lapsed and then captured (seed 841); it now declares
+// both, as the port's LookupLag asks.
+//
 // # Wiring new settings
 //
 // world.serviceConfig is the one place the service's settings are made;
