@@ -40,8 +40,7 @@ type Owner struct {
 	pending      *Response // rendered by QueueFinish, stored if Commit succeeds
 	pendingOut   string    // the outcome of the result pending is the answer of
 	answer       *Response // the final answer this owner committed
-	releasing    bool      // a release is in the batch being committed
-	releaseLook  Look      // the look the release in the batch books
+	releasing    *Look     // the look the release in the batch being committed books; nil: no release in it
 	released     *Look     // the look the last committed release booked
 	ended        bool      // the last commit finished or released the key
 	rescheduling bool      // a decided look (LookAt, LookNever) is in the batch being committed
@@ -137,8 +136,7 @@ func (o *Owner) QueueHold(b *pgx.Batch, look Look) {
 // look.
 func (o *Owner) QueueRelease(b *pgx.Batch, look Look) {
 	o.queueHold(b, hold{look: look, now: o.e.clock.Now()})
-	o.releasing = true
-	o.releaseLook = look
+	o.releasing = &look
 }
 
 func (o *Owner) queueHold(b *pgx.Batch, h hold) {
@@ -192,7 +190,8 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	defer cancel()
 	pending, rescheduling := o.pending, o.rescheduling
 	o.pending, o.rescheduling = nil, false
-	defer func() { o.releasing = false }()
+	releasing := o.releasing
+	o.releasing = nil
 	err := o.e.db.SendBatch(ctx, b).Close()
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
@@ -203,10 +202,9 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	if err != nil {
 		return err
 	}
-	o.ended = pending != nil || o.releasing
-	if o.releasing {
-		look := o.releaseLook
-		o.released = &look
+	o.ended = pending != nil || releasing != nil
+	if releasing != nil {
+		o.released = releasing
 	}
 	o.rescheduled = o.rescheduled || rescheduling
 	if pending != nil {
