@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,25 +119,23 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 // fields it does know (operation.Checked), so that one answer lists all
 // there is to fix.
 //
-// Only the body's top-level members are compared with dst's fields, and
-// that is enough for every command body decoded here: each is a flat
-// struct of exported, non-embedded fields of strings, pointers to strings
-// and string slices, with no nested object of a fixed shape, so
-// the only member json.Decoder.DisallowUnknownFields can refuse is a
-// top-level one (TestCommandBodiesAreFlat keeps it so). A command that
-// gains a nested struct must have its members checked here too, or its
-// unknown nested members would be refused without being named.
+// json.Decoder.DisallowUnknownFields refuses an unknown member at any
+// depth but names only the first it meets, and that one without its
+// path, so the body is walked again here beside dst's type to name
+// each one by its path from the body: "extra" at the top, "billing.line3"
+// in a nested object, "items[2].sku" in an element of an array,
+// "metadata.k.v" in an object held in a map: dotted as the path of
+// encoding/json's UnmarshalTypeError.Field, by which jsonProblem names a
+// member of the wrong type, with the index of an element added, and each
+// member spelled as the body spells it, for the client to find it there.
 func unknownFields(body []byte, dst any) *problem.Problem {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(body, &members); err != nil {
 		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body is not a valid JSON object.")
 	}
-	known := jsonNames(reflect.TypeOf(dst))
 	var fields []problem.FieldError
-	for _, name := range slices.Sorted(maps.Keys(members)) {
-		if !known[foldName(name)] {
-			fields = append(fields, problem.FieldError{Field: name, Message: "is not a known field"})
-		}
+	for _, path := range unknownMembers(nil, members, decodedType(reflect.TypeOf(dst)), "") {
+		fields = append(fields, problem.FieldError{Field: path, Message: "is not a known field"})
 	}
 	if c, ok := dst.(operation.Checked); ok && json.Unmarshal(body, dst) == nil {
 		var invalid *validate.Error
@@ -148,31 +148,202 @@ func unknownFields(body []byte, dst any) *problem.Problem {
 	return p
 }
 
-// jsonNames are the member names of the struct t points to, folded with
-// foldName: encoding/json matches a member to a field the way foldName
-// compares names (strings.EqualFold), which lower-casing does not
-// reproduce: "İ" lower-cases to "i" but is no case of it, so a member
-// "descrİption" is unknown to encoding/json and must be named as such.
-func jsonNames(t reflect.Type) map[string]bool {
-	for t.Kind() == reflect.Pointer {
+// unknownMembers appends to paths, each after prefix, the name of every
+// member of an object that the struct t has no field for, and the paths
+// of the unknown members inside the values of those it has one for.
+// Members are taken in the order of their names and elements in the order
+// of their indexes, so that one body always gets the same answer, and a
+// flat body's unknown members are listed sorted by name.
+func unknownMembers(paths []string, members map[string]json.RawMessage, t reflect.Type, prefix string) []string {
+	fields := jsonFields(t)
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		f, ok := fields.lookup(name)
+		if !ok {
+			paths = append(paths, prefix+name)
+			continue
+		}
+		paths = unknownWithin(paths, members[name], f.typ, prefix+name)
+	}
+	return paths
+}
+
+// unknownWithin appends to paths those of the unknown members inside the
+// value raw, at path, that encoding/json decodes into a t: in an object
+// for a struct, in each element of an array for a slice or an array, in
+// each value of an object for a map. A value of any other type, or of one
+// that decodes itself (decodedType), holds no member DisallowUnknownFields
+// could refuse. Neither does a value of the wrong JSON type (null, or an
+// array where an object belongs): the decoder refuses it, or leaves the
+// field empty, without looking inside.
+func unknownWithin(paths []string, raw json.RawMessage, t reflect.Type, path string) []string {
+	t = decodedType(t)
+	if t == nil {
+		return paths
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var members map[string]json.RawMessage
+		if json.Unmarshal(raw, &members) == nil {
+			paths = unknownMembers(paths, members, t, path+".")
+		}
+	case reflect.Slice, reflect.Array:
+		var elems []json.RawMessage
+		if json.Unmarshal(raw, &elems) == nil {
+			for i, elem := range elems {
+				if t.Kind() == reflect.Array && i >= t.Len() {
+					break // encoding/json skips the elements a Go array has no room for.
+				}
+				paths = unknownWithin(paths, elem, t.Elem(), path+"["+strconv.Itoa(i)+"]")
+			}
+		}
+	case reflect.Map:
+		var values map[string]json.RawMessage
+		if json.Unmarshal(raw, &values) == nil {
+			for _, key := range slices.Sorted(maps.Keys(values)) {
+				paths = unknownWithin(paths, values[key], t.Elem(), path+"."+key)
+			}
+		}
+	}
+	return paths
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// decodedType is the type encoding/json decodes a value into when it
+// decodes into a t: t past its pointers, or nil when the value decodes
+// itself, with an UnmarshalJSON method that encoding/json hands the whole
+// value to, or an UnmarshalText method that takes no object or array.
+// encoding/json looks for both at each pointer, on the value and on its
+// address.
+func decodedType(t reflect.Type) reflect.Type {
+	for {
+		for _, u := range []reflect.Type{jsonUnmarshaler, textUnmarshaler} {
+			if t.Implements(u) || reflect.PointerTo(t).Implements(u) {
+				return nil
+			}
+		}
+		if t.Kind() != reflect.Pointer {
+			return t
+		}
 		t = t.Elem()
 	}
-	names := map[string]bool{}
-	if t.Kind() != reflect.Struct {
-		return names
+}
+
+// jsonField is a member name that encoding/json decodes into a field of
+// a struct, with the field's type and what decides between two fields of
+// one name.
+type jsonField struct {
+	name   string
+	typ    reflect.Type
+	index  []int // where the field is, through the structs it is promoted from
+	tagged bool  // the name is the json tag's
+}
+
+// structFields are the fields of a struct that encoding/json decodes
+// members into, in the order of their places.
+type structFields []jsonField
+
+// jsonFields are the fields encoding/json decodes an object's members into
+// when it decodes into the struct t (none for any other t), chosen as
+// encoding/json chooses them, so that a member is named unknown exactly
+// when DisallowUnknownFields refuses it: exported fields, less those
+// tagged `json:"-"`, each under its tag's name or else its Go name, and
+// the fields of an embedded struct without a tag's name, promoted as Go
+// promotes them. Of several fields of one name, the shallowest wins, a
+// tagged one before the others at its depth; two that tie hide each other
+// and every deeper one.
+func jsonFields(t reflect.Type) structFields {
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
 	}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch {
-		case name == "-":
-			continue
-		case name == "":
-			name = f.Name
+	type embedded struct {
+		typ   reflect.Type
+		index []int
+	}
+	var fields structFields
+	decided := map[string]bool{} // the names a shallower depth has settled
+	seen := map[reflect.Type]bool{}
+	for level := []embedded{{typ: t}}; len(level) > 0; {
+		var next []embedded
+		var names []jsonField
+		for _, s := range level {
+			if seen[s.typ] {
+				// A shallower depth holds its fields, which hide these;
+				// going on could go round for ever (type T struct{ *T }).
+				continue
+			}
+			for i := range s.typ.NumField() {
+				sf := s.typ.Field(i)
+				ft := sf.Type
+				if ft.Name() == "" && ft.Kind() == reflect.Pointer {
+					ft = ft.Elem()
+				}
+				tag := sf.Tag.Get("json")
+				name, _, _ := strings.Cut(tag, ",")
+				switch {
+				case tag == "-", !sf.IsExported() && !(sf.Anonymous && ft.Kind() == reflect.Struct):
+					// Neither is decoded into; an embedded struct is, even
+					// unexported, for its exported fields.
+				case name == "" && sf.Anonymous && ft.Kind() == reflect.Struct:
+					next = append(next, embedded{typ: ft, index: append(slices.Clip(s.index), i)})
+				default:
+					names = append(names, jsonField{name: cmp.Or(name, sf.Name), typ: sf.Type,
+						index: append(slices.Clip(s.index), i), tagged: name != ""})
+				}
+			}
 		}
-		names[foldName(name)] = true
+		for _, s := range level {
+			seen[s.typ] = true
+		}
+		fields = append(fields, dominant(names, decided)...)
+		level = next
 	}
-	return names
+	slices.SortFunc(fields, func(a, b jsonField) int { return slices.Compare(a.index, b.index) })
+	return fields
+}
+
+// dominant picks, of the fields found at one depth, those whose names no
+// shallower depth has decided (decided, which it adds them to): of each
+// name the one tagged field, or else the one untagged field, or none when
+// two tie.
+func dominant(names []jsonField, decided map[string]bool) []jsonField {
+	var won []jsonField
+	byName := map[string][]jsonField{}
+	for _, f := range names {
+		byName[f.name] = append(byName[f.name], f)
+	}
+	for _, f := range names {
+		if decided[f.name] {
+			continue
+		}
+		decided[f.name] = true
+		same := byName[f.name]
+		if tagged := slices.DeleteFunc(slices.Clone(same), func(f jsonField) bool { return !f.tagged }); len(tagged) > 0 {
+			same = tagged
+		}
+		if len(same) == 1 {
+			won = append(won, same[0])
+		}
+	}
+	return won
+}
+
+// lookup finds the field encoding/json decodes the member name into: the
+// field of exactly that name, or else the first equal to it ignoring case
+// (foldName), as encoding/json matches them; "İ" lower-cases to "i" but
+// is no case of it, so "descrİption" is not "description".
+func (fs structFields) lookup(name string) (jsonField, bool) {
+	if i := slices.IndexFunc(fs, func(f jsonField) bool { return f.name == name }); i >= 0 {
+		return fs[i], true
+	}
+	folded := foldName(name)
+	if i := slices.IndexFunc(fs, func(f jsonField) bool { return foldName(f.name) == folded }); i >= 0 {
+		return fs[i], true
+	}
+	return jsonField{}, false
 }
 
 // jsonProblem explains a decoding error: a wrong type is a validation

@@ -1,21 +1,16 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
-	"github.com/paymentsapi/paymentsapi/internal/authorizations"
-	"github.com/paymentsapi/paymentsapi/internal/delivery"
-	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
-	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // A member encoding/json does not match to a field is refused as the
@@ -36,63 +31,157 @@ func TestUnknownMembersAreNamedEvenWhenTheyLowerCaseToAKnownOne(t *testing.T) {
 			[]string{"accountId", "accountİd"}},
 		{`{` + valid + `,"extra":1}`, []string{"extra"}},
 	} {
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodPost, "/payments", bytes.NewReader([]byte(tc.body)))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Idempotency-Key", "k")
-		var req payments.CreateRequest
-		if _, ok := httpapi.NewAPI(httpapi.Deps{}).Command(w, r, &req); ok {
-			t.Errorf("%s: accepted", tc.body)
+		fields, ok := refusedFields(t, tc.body, &payments.CreateRequest{})
+		if !ok {
 			continue
-		}
-		var p problem.Problem
-		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusBadRequest ||
-			w.Header().Get("Content-Type") != problem.ContentType || p.Code != problem.ValidationFailed {
-			t.Errorf("%s: %d %s %s, want 400 VALIDATION_FAILED", tc.body, w.Code, w.Header().Get("Content-Type"), w.Body)
-			continue
-		}
-		var fields []string
-		for _, f := range p.Errors {
-			fields = append(fields, f.Field)
 		}
 		slices.Sort(fields)
 		if !slices.Equal(fields, tc.fields) {
-			t.Errorf("%s: errors name %q, want %q: %s", tc.body, fields, tc.fields, w.Body)
+			t.Errorf("%s: errors name %q, want %q", tc.body, fields, tc.fields)
 		}
 	}
 }
 
-// Every command body decoded through operation.HTTP.Command is a flat
-// struct: exported, non-embedded fields, none of them (through pointers,
-// slices, arrays or map values) a struct. That is why comparing a body's
-// top-level members with the struct's fields names every member
-// DisallowUnknownFields refuses (decode.go, unknownFields); a body type
-// with a nested object of a fixed shape fails here until unknownFields
-// checks nested members too. A new command body belongs in this list.
-func TestCommandBodiesAreFlat(t *testing.T) {
+// refusedFields sends body as a command into dst and returns the fields the
+// answer's errors name, in their order; ok is false, and the test failed,
+// when the body was not refused with 400 VALIDATION_FAILED.
+func refusedFields(t *testing.T, body string, dst any) (fields []string, ok bool) {
+	t.Helper()
+	w, accepted := sendCommand(body, dst)
+	if accepted {
+		t.Errorf("%s: accepted", body)
+		return nil, false
+	}
+	var p problem.Problem
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != http.StatusBadRequest ||
+		w.Header().Get("Content-Type") != problem.ContentType || p.Code != problem.ValidationFailed {
+		t.Errorf("%s: %d %s %s, want 400 VALIDATION_FAILED", body, w.Code, w.Header().Get("Content-Type"), w.Body)
+		return nil, false
+	}
+	for _, f := range p.Errors {
+		fields = append(fields, f.Field)
+	}
+	return fields, true
+}
+
+// sendCommand sends body as a command into dst, outside a server, and
+// returns the answer, if any, and whether the command was accepted.
+func sendCommand(body string, dst any) (*httptest.ResponseRecorder, bool) {
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", "k")
+	_, ok := httpapi.NewAPI(httpapi.Deps{}).Command(w, r, dst)
+	return w, ok
+}
+
+// nestedCommand is a command body with members inside members, of every
+// shape unknownFields walks into: a nested struct, a pointer to one, a
+// slice of them (of pointers to them, deeper down), a map of them, and an
+// embedded struct whose fields are the command's own.
+type nestedCommand struct {
+	Name     string                `json:"name"`
+	Billing  nestedAddress         `json:"billing"`
+	Shipping *nestedAddress        `json:"shipping"`
+	Items    []nestedItem          `json:"items"`
+	Metadata map[string]nestedItem `json:"metadata"`
+	Ignored  string                `json:"-"`
+	nestedAudit
+}
+
+type nestedAddress struct {
+	Line1 string `json:"line1"`
+}
+
+type nestedItem struct {
+	SKU     string          `json:"sku"`
+	Options []*nestedOption `json:"options"`
+}
+
+type nestedOption struct {
+	Code string `json:"code"`
+}
+
+type nestedAudit struct {
+	Reason string        `json:"reason"`
+	Source nestedAddress `json:"source"`
+}
+
+// An unknown member is named by its path from the body wherever it is:
+// in a nested object, behind a pointer, in an element of an array, in a
+// value of a map, in an embedded struct's nested object, or several levels
+// down, all of them in one answer, members by name and elements by index.
+// (Before, only the body's top-level members were compared, so each of
+// these bodies was refused with no errors at all.)
+func TestUnknownMembersAreNamedAtEveryDepth(t *testing.T) {
 	t.Parallel()
-	for _, body := range []any{
-		payments.CreateRequest{},
-		refunds.CreateRequest{},
-		authorizations.CaptureRequest{},
-		authorizations.CancelRequest{},
-		endpoints.CreateRequest{},
-		delivery.ResendRequest{},
-		struct{}{}, // rotate-secret
+	for _, tc := range []struct {
+		body   string
+		fields []string
+	}{
+		{`{"billing":{"line1":"a","line3":"b"}}`, []string{"billing.line3"}},
+		{`{"shipping":{"line1":"a","zip":"b"}}`, []string{"shipping.zip"}},
+		{`{"items":[{"sku":"a"},{"sku":"b","qty":2},{"colour":"red","size":"L"}]}`,
+			[]string{"items[1].qty", "items[2].colour", "items[2].size"}},
+		{`{"items":[{"options":[{"code":"a"},{"code":"b","price":1}]}]}`, []string{"items[0].options[1].price"}},
+		{`{"metadata":{"k":{"sku":"a","v":1},"j":{"w":2}}}`, []string{"metadata.j.w", "metadata.k.v"}},
+		{`{"reason":"x","source":{"line1":"a","extra":1}}`, []string{"source.extra"}},
+		// An embedded struct without a json name has no member of its own,
+		// and a field tagged "-" has none at all.
+		{`{"nestedAudit":{"reason":"x"},"ignored":"y"}`, []string{"ignored", "nestedAudit"}},
+		{`{"zz":1,"billing":{"x":1},"items":[{"y":1}],"name":"n","shipping":{"w":1},"source":{"u":1},"metadata":{"k":{"t":1}}}`,
+			[]string{"billing.x", "items[0].y", "metadata.k.t", "shipping.w", "source.u", "zz"}},
 	} {
-		typ := reflect.TypeOf(body)
-		for i := range typ.NumField() {
-			f := typ.Field(i)
-			if !f.IsExported() || f.Anonymous {
-				t.Errorf("%s.%s: unexported or embedded; unknownFields assumes neither", typ, f.Name)
-			}
-			ft := f.Type
-			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array || ft.Kind() == reflect.Map {
-				ft = ft.Elem()
-			}
-			if ft.Kind() == reflect.Struct {
-				t.Errorf("%s.%s is a nested object of a fixed shape (%s): unknownFields checks top-level members only", typ, f.Name, f.Type)
-			}
+		fields, ok := refusedFields(t, tc.body, &nestedCommand{})
+		if ok && !slices.Equal(fields, tc.fields) {
+			t.Errorf("%s: errors name %q, want %q", tc.body, fields, tc.fields)
 		}
+	}
+}
+
+// A known nested member is not named, whatever its case, beside an
+// unknown one that is; and a body whose nested members are all known is
+// accepted.
+func TestKnownNestedMembersAreNotNamed(t *testing.T) {
+	t.Parallel()
+	const body = `{"billing":{"LINE1":"a"},"shipping":{"line1":"b"},"items":[{"Sku":"c","options":[{"code":"d"}]}],` +
+		`"metadata":{"k":{"sku":"e"}},"source":{"line1":"f"},"bogus":1}`
+	if fields, ok := refusedFields(t, body, &nestedCommand{}); ok && !slices.Equal(fields, []string{"bogus"}) {
+		t.Errorf("%s: errors name %q, want only \"bogus\"", body, fields)
+	}
+	known := strings.Replace(body, `,"bogus":1`, ``, 1)
+	var cmd nestedCommand
+	if w, ok := sendCommand(known, &cmd); !ok || cmd.Items[0].Options[0].Code != "d" {
+		t.Errorf("%s: refused or misread: %d %s", known, w.Code, w.Body)
+	}
+}
+
+// ambiguousCommand embeds two structs with a member of one name at one
+// depth: encoding/json decodes that member into neither, so
+// DisallowUnknownFields refuses it, and unknownFields must name it.
+type ambiguousCommand struct {
+	ambiguousLeft
+	ambiguousRight
+	Kept string `json:"kept"`
+}
+
+type ambiguousLeft struct {
+	Code string
+	Left string `json:"left"`
+}
+
+type ambiguousRight struct {
+	Code string
+}
+
+// Embedded structs promote their fields the way encoding/json promotes
+// them, so that what unknownFields names is what the decoder refused: a
+// name two embedded fields tie for is unknown, one only one of them has is
+// known.
+func TestUnknownMembersFollowEmbeddingRules(t *testing.T) {
+	t.Parallel()
+	const body = `{"code":"x","left":"y","kept":"z"}`
+	if fields, ok := refusedFields(t, body, &ambiguousCommand{}); ok && !slices.Equal(fields, []string{"code"}) {
+		t.Errorf("%s: errors name %q, want only \"code\"", body, fields)
 	}
 }
