@@ -159,10 +159,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			return idempotency.Reply{}, err
 		}
 		event = event.Traced(ctx)
-		// The claim's transaction moves the payment on to sent too: the
+		// The claim's transaction creates the payment already sent: the
 		// request goes to the provider right after it commits.
 		flow := s.flowOf(p)
-		send, look, err := flow.SendOnClaim(p.ID, "request accepted", now)
+		sentAudit, look, err := flow.SendOnClaim(p.ID, "request accepted", now)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
@@ -173,9 +173,9 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Fingerprint: fp,
 			Resource:    p.Resource(),
 			Create: func(b *claim.Batch) {
-				queueInsertPayment(b, p)
+				queueInsertPayment(b, sent)
 				b.Queue(outbox.IfClaimed(event))
-				b.Queue(send) // the creation's audit record and the move to sent
+				b.Queue(sentAudit) // its creation and its move to sent, recorded
 			},
 			Created:   sent,
 			Wait:      wait,

@@ -71,7 +71,10 @@ var machine = statemachine.New("payment",
 		// authorization first; a void ends canceled or back where it was.
 		StateCaptureRequested: {StateCompleted, StateAuthorized, StateCanceled},
 		StateVoidRequested:    {StateCanceled, StateAuthorized, StateCompleted},
-	})
+	}).
+	// A new payment is created already sent: its claim's transaction
+	// sends it (providerflow.Flow.SendOnClaim).
+	CreatedIn(StateProviderRequestSent)
 
 // States lists every state, in the order of the life of a payment.
 func States() []State {

@@ -55,7 +55,7 @@ func queueInsertPayment(b *claim.Batch, p Payment) {
 		c.CaptureMethod = CaptureAutomatic
 	}
 	b.Queue(insertPaymentIfClaimed.With(p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
-		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod))
+		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod, p.FirstSentAt, p.LastSentAt))
 }
 
 // insertPaymentIfClaimed is queueInsertPayment's statement.
@@ -64,8 +64,9 @@ var insertPaymentIfClaimed = claim.NewTemplate(func(claimed string) string {
 	WITH ins AS (
 	    INSERT INTO payments
 	        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
-	         payment_method, channel, description, state, created_at, updated_at, capture_method)
-	    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12
+	         payment_method, channel, description, state, created_at, updated_at, capture_method,
+	         first_sent_at, last_sent_at)
+	    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14
 	    WHERE ` + claimed + `
 	    ON CONFLICT DO NOTHING
 	    RETURNING id

@@ -485,30 +485,28 @@ func (f *Flow[S]) FirstLook(now time.Time) idempotency.Look {
 }
 
 // SendOnClaim is what the request that claims a new resource's key queues
-// in the claim's batch, after the resource's insert, to send it at once:
-// the move from the initial state to sent, with its first and last send at
-// now, made in the claim's transaction instead of one of its own (a
-// commit and a round trip fewer per resource). Its statement records the
-// resource's creation too, with the reason created, before the move
-// (statemachine.Move.Created): the claim's batch queues no
-// statemachine.Created of its own. It returns the statement
-// and the look the claim books instead of FirstLook: as soon as the
-// claim's lease runs out, since only a lookup can then tell whether a
-// request left. A resource whose owner dies before its request leaves is
-// looked up, then sent again inside the key window (the provider's key is
-// derived from the resource), as one whose request was lost would be.
+// in the claim's batch, after the resource's insert, to send it at once.
+// The resource is created already sent: the caller's INSERT writes it in
+// States.Sent, with its first and last send (Columns.FirstSentAt,
+// LastSentAt) at now, in a state its machine lets a row be created in
+// (statemachine.Machine.CreatedIn), and this statement records the
+// creation, with the reason created, and the move to sent, as if it had
+// been created in the initial state and moved on
+// (statemachine.Machine.CreatedAs). So the claim's transaction sends it
+// instead of a transaction of its own, and in one row version: a commit, a
+// round trip and an UPDATE fewer per resource. It returns the statement and
+// the look the claim books instead of FirstLook: as soon as the claim's
+// lease runs out, since only a lookup can then tell whether a request
+// left. A resource whose owner dies before its request leaves is looked
+// up, then sent again inside the key window (the provider's key is derived
+// from the resource), as one whose request was lost would be.
 //
 // The request's Resume then sees the resource in the sent state as its
 // first owner (idempotency.Owner.First), and sends it as the only caller.
 // A Subject with a Begin hook cannot take this path (Begin runs in the
 // move's own transaction): Resume looks such a one up before it sends.
 func (f *Flow[S]) SendOnClaim(id, created string, now time.Time) (claim.Statement, idempotency.Look, error) {
-	cols := f.columns()
-	st, err := f.Machine.MoveIfClaimed(statemachine.Move[S]{
-		ID: id, From: f.Machine.Initial(), To: f.States.Sent, Reason: "sending to provider", At: now,
-		Set:     []statemachine.Column{{Name: cols.FirstSentAt, Value: now}, {Name: cols.LastSentAt, Value: now}},
-		Created: created,
-	}, "")
+	st, err := f.Machine.CreatedAs(id, f.States.Sent, created, "sending to provider", now)
 	if err != nil {
 		return claim.Statement{}, idempotency.Look{}, err
 	}

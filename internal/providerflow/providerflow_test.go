@@ -159,7 +159,7 @@ type widgets struct {
 	flow       *providerflow.Flow[smt.WidgetState]
 	provider   *fakeProvider
 	crashFirst bool // the first owner dies right after its claim
-	// sendOnClaim: the claim's batch moves the widget on to sent
+	// sendOnClaim: the claim's batch creates the widget already sent
 	// (Flow.SendOnClaim), as payments' does.
 	sendOnClaim bool
 }
@@ -203,13 +203,18 @@ func (w *widgets) request() idempotency.Request {
 	return idempotency.Request{
 		Scope: scope, Fingerprint: []byte{1}, Resource: theResource,
 		Create: func(b *claim.Batch) {
-			b.Queue(claim.Gated(func(claimed string) string {
-				return `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at)
-				SELECT $1, 't', 'RECEIVED', $2, $2 WHERE ` + claimed
-			}, widgetID, now))
 			if w.sendOnClaim {
-				b.Queue(send) // records the creation too
+				// Created sent, as a payment is; send records both.
+				b.Queue(claim.Gated(func(claimed string) string {
+					return `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at, first_sent_at, last_sent_at)
+					SELECT $1, 't', 'PROVIDER_REQUEST_SENT', $2, $2, $2, $2 WHERE ` + claimed
+				}, widgetID, now))
+				b.Queue(send)
 			} else {
+				b.Queue(claim.Gated(func(claimed string) string {
+					return `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at)
+					SELECT $1, 't', 'RECEIVED', $2, $2 WHERE ` + claimed
+				}, widgetID, now))
 				b.Queue(smt.WidgetMachine.Created(widgetID, "request accepted", now))
 			}
 		},

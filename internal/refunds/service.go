@@ -93,20 +93,22 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		return idempotency.Reply{}, err
 	}
 	event = event.Traced(ctx)
-	// The claim's transaction moves the refund on to sent too: the request
+	// The claim's transaction creates the refund already sent: the request
 	// goes to the provider right after it commits.
-	send, look, err := s.flow.SendOnClaim(r.ID, "request accepted", now)
+	sentAudit, look, err := s.flow.SendOnClaim(r.ID, "request accepted", now)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	sent := r
+	sent.State, sent.FirstSentAt, sent.LastSentAt = s.flow.States.Sent, &now, &now
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: fp,
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *claim.Batch) {
-			queueInsert(b, s.payments, r)
+			queueInsert(b, s.payments, sent)
 			b.Queue(outbox.IfClaimed(event))
-			b.Queue(send) // the creation's audit record and the move to sent
+			b.Queue(sentAudit) // its creation and its move to sent, recorded
 		},
 		Wait:      wait,
 		FirstLook: look,

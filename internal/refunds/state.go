@@ -23,7 +23,10 @@ var machine = statemachine.New("refund",
 		StateProviderRequestSent: {StateSucceeded, StateDeclined, StateFailedRetryable, StateUnknown},
 		StateUnknown:             {StateSucceeded, StateDeclined, StateProviderRequestSent},
 		StateFailedRetryable:     {StateProviderRequestSent},
-	})
+	}).
+	// A new refund is created already sent: its claim's transaction sends
+	// it (providerflow.Flow.SendOnClaim).
+	CreatedIn(StateProviderRequestSent)
 
 // States lists every state.
 func States() []State {

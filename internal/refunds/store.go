@@ -54,13 +54,15 @@ func queueInsert(b *claim.Batch, pay payments.Port, r Refund) {
 		                                      WHERE payment_id = $3 AND state <> $9), 0)::bigint AS minor
 		    FROM payments p WHERE ` + claimed + ` AND p.id = $3
 		), ins AS (
-		    INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, reason, state, created_at, updated_at)
-		    SELECT $1, $2, $3, $4::bigint, $5, $6, $7, $8, $8 FROM left_minor WHERE minor >= $4::bigint
+		    INSERT INTO refunds (id, tenant_id, payment_id, amount_minor, currency, reason, state, created_at, updated_at,
+		                         first_sent_at, last_sent_at)
+		    SELECT $1, $2, $3, $4::bigint, $5, $6, $7, $8, $8, $10, $11 FROM left_minor WHERE minor >= $4::bigint
 		    RETURNING id
 		)
 		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM ins)"), refuseExceeds, "'refund exceeds what is left'",
 			"(SELECT minor FROM left_minor)::text")
-	}, r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined))
+	}, r.ID, r.TenantID, r.PaymentID, r.AmountMinor, r.Currency, r.Reason, r.State, r.CreatedAt, StateDeclined,
+		r.FirstSentAt, r.LastSentAt))
 }
 
 // refusal translates queueInsert's refusals, for a refund in currency, into

@@ -14,6 +14,7 @@ package statemachine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -52,7 +53,11 @@ type Machine[S ~string] struct {
 	table   Table
 	initial S
 	moves   map[S][]S
-	created claim.Template // Created's statement
+	// createdIn are the states past the initial one a row may be created
+	// in (CreatedIn), each one move from it.
+	createdIn []S
+	created   claim.Template // Created's statement
+	createdAs claim.Template // CreatedAs's statement
 	// claimMoves are MoveIfClaimed's templates, built once each, by
 	// moveShape.
 	claimMoves sync.Map
@@ -66,7 +71,40 @@ func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machi
 		return `INSERT INTO ` + table.Transitions + ` (` + table.ForeignKey + `, from_state, to_state, reason, occurred_at)
 		SELECT $1, NULL, $2, $3, $4 WHERE ` + claimed
 	})
+	// The creation's record, then the move's: ordered, so that their ids
+	// (the order the audit is read in) say so.
+	m.createdAs = claim.NewTemplate(func(claimed string) string {
+		return `INSERT INTO ` + table.Transitions + ` (` + table.ForeignKey + `, from_state, to_state, reason, occurred_at)
+		SELECT $1, r.from_state, r.to_state, r.reason, $6
+		FROM (VALUES (1, NULL, $2, $4), (2, $2, $3, $5)) AS r (n, from_state, to_state, reason)
+		WHERE ` + claimed + `
+		ORDER BY r.n`
+	})
 	return m
+}
+
+// CreatedIn declares the states past the initial one that a row may be
+// created in, each one move from it: a row created and moved on in one
+// transaction, which its INSERT writes in the state it would have moved to
+// (one row version and one statement fewer than an INSERT and an UPDATE),
+// and whose audit records both (CreatedAs). The database's machine allows
+// each such creation too (state_machine_moves: from ”). It returns m, for
+// use where m is declared; a state that is not one move from the initial
+// one is a programming error, and panics.
+func (m *Machine[S]) CreatedIn(states ...S) *Machine[S] {
+	for _, s := range states {
+		if !m.Can(m.initial, s) {
+			panic(fmt.Sprintf("statemachine: %s: a row cannot be created in %s: %s -> %s is no move", m.name, s, m.initial, s))
+		}
+	}
+	m.createdIn = append(m.createdIn, states...)
+	return m
+}
+
+// CanCreateIn reports whether a row may be created in s: the initial
+// state, or one declared by CreatedIn.
+func (m *Machine[S]) CanCreateIn(s S) bool {
+	return s == m.initial || slices.Contains(m.createdIn, s)
 }
 
 // Name is the machine's name in state_machine_moves.
@@ -117,9 +155,13 @@ func (m *Machine[S]) PathTo(s S) []S {
 	return nil
 }
 
-// Pairs lists every allowed move as "from>to", the creation as ">initial".
+// Pairs lists every allowed move as "from>to", each creation as ">state"
+// (the initial state, and CreatedIn's).
 func (m *Machine[S]) Pairs() []string {
 	pairs := []string{">" + string(m.initial)}
+	for _, s := range m.createdIn {
+		pairs = append(pairs, ">"+string(s))
+	}
 	for from, tos := range m.moves {
 		for _, to := range tos {
 			pairs = append(pairs, string(from)+">"+string(to))
@@ -158,13 +200,6 @@ type Move[S ~string] struct {
 	// holds its value (compared with =), and refused like a stale write
 	// otherwise (the action that holds a payment: only it moves it on).
 	If []Column
-	// Created, on the first move of a row created in the same transaction
-	// (From is the initial state), is the reason the row's creation is
-	// recorded with: the move's statement writes both audit records, the
-	// creation's first, instead of Created's statement and the move's
-	// apart (one statement and one foreign-key check fewer). "" records
-	// the move alone.
-	Created string
 }
 
 // QueueMove adds m to b as one guarded statement: the row moves only if it
@@ -184,14 +219,10 @@ func (m *Machine[S]) QueueMove(b *pgx.Batch, mv Move[S]) error {
 	return nil
 }
 
-// check refuses a move the machine does not allow, and a creation recorded
-// with a move that is not the row's first.
+// check refuses a move the machine does not allow.
 func (m *Machine[S]) check(mv Move[S]) error {
 	if !m.Can(mv.From, mv.To) {
 		return &IllegalMoveError{Machine: m.name, From: string(mv.From), To: string(mv.To)}
-	}
-	if mv.Created != "" && mv.From != m.initial {
-		return fmt.Errorf("statemachine: %s %s: a creation recorded with a move from %s, not from %s", m.name, mv.ID, mv.From, m.initial)
 	}
 	return nil
 }
@@ -220,19 +251,15 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, e
 }
 
 // moveArgs are the parameters of mv's statement, in move's order: the row,
-// the states, the time, the reason, the columns it writes and tests, then
-// the creation's reason if it records one.
+// the states, the time, the reason, then the columns it writes and tests.
 func moveArgs[S ~string](mv Move[S]) []any {
-	args := make([]any, 0, 6+len(mv.Set)+len(mv.If))
+	args := make([]any, 0, 5+len(mv.Set)+len(mv.If))
 	args = append(args, mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason)
 	for _, c := range mv.Set {
 		args = append(args, c.Value)
 	}
 	for _, c := range mv.If {
 		args = append(args, c.Value)
-	}
-	if mv.Created != "" {
-		args = append(args, mv.Created)
 	}
 	return args
 }
@@ -250,10 +277,6 @@ func moveShape[S ~string](mv Move[S], extra string) string {
 	for _, c := range mv.If {
 		b.WriteString(c.Name)
 		b.WriteByte(',')
-	}
-	b.WriteByte('|')
-	if mv.Created != "" {
-		b.WriteString("created")
 	}
 	b.WriteByte('|')
 	b.WriteString(extra)
@@ -287,14 +310,6 @@ func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
 		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, n)
 	}
 	t := m.table
-	audit := `SELECT id, $2, $3, $5, $4 FROM moved`
-	if mv.Created != "" {
-		// The creation's record, then the move's: ordered, so that their
-		// ids (the order the audit is read in) say so.
-		audit = fmt.Sprintf(`SELECT moved.id, r.from_state, r.to_state, r.reason, $4
-		    FROM moved, (VALUES (1, NULL, $2, $%d), (2, $2, $3, $5)) AS r (n, from_state, to_state, reason)
-		    ORDER BY r.n`, n+1)
-	}
 	return `
 		WITH moved AS (
 		    UPDATE ` + t.Name + ` SET state = $3, updated_at = $4` + set.String() + `
@@ -302,7 +317,7 @@ func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
 		    RETURNING id
 		), audit AS (
 		    INSERT INTO ` + t.Transitions + ` (` + t.ForeignKey + `, from_state, to_state, reason, occurred_at)
-		    ` + audit + `
+		    SELECT id, $2, $3, $5, $4 FROM moved
 		)
 		SELECT ` + refuse.Unless(moved, refuse.StaleState,
 		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", ""), args
@@ -336,6 +351,20 @@ func (m *Machine[S]) QueueSet(b *pgx.Batch, id string, in S, cols []Column) {
 // if the claim took its key.
 func (m *Machine[S]) Created(id, reason string, at time.Time) claim.Statement {
 	return m.created.With(id, string(m.initial), reason, at)
+}
+
+// CreatedAs is the audit, in a claim's batch, of a row created (by the
+// caller's INSERT, queued before it) directly in `in`, a state CreatedIn
+// declared: two records, as if the row had been created in the initial
+// state (with the reason created) and moved on to `in` (with reason), both
+// at `at`; written only if the claim took its key. A state not declared is
+// refused before anything is queued (and the database would refuse the
+// INSERT).
+func (m *Machine[S]) CreatedAs(id string, in S, created, reason string, at time.Time) (claim.Statement, error) {
+	if in == m.initial || !m.CanCreateIn(in) {
+		return claim.Statement{}, &IllegalMoveError{Machine: m.name, From: "", To: string(in)}
+	}
+	return m.createdAs.With(id, string(m.initial), string(in), created, reason, at), nil
 }
 
 // IsStaleWrite reports whether err is a guarded move that found its row no

@@ -75,7 +75,7 @@ func TestMachineTable(t *testing.T) {
 	pairs := machine.Pairs()
 	slices.Sort(pairs)
 	want := []string{
-		">RECEIVED",
+		">PROVIDER_REQUEST_SENT", ">RECEIVED", // created in either (CreatedIn)
 		"FAILED_RETRYABLE>CANCELED", "FAILED_RETRYABLE>PROVIDER_REQUEST_SENT",
 		"PROVIDER_REQUEST_SENT>DECLINED", "PROVIDER_REQUEST_SENT>FAILED_RETRYABLE",
 		"PROVIDER_REQUEST_SENT>SUCCEEDED", "PROVIDER_REQUEST_SENT>UNKNOWN_REQUIRES_RECOVERY",
@@ -430,35 +430,28 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 	}
 }
 
-// A first move that records the creation (Move.Created) writes both audit
-// records in its one statement, the creation's first, only when the claim
-// took its key; the same move without Created (the same columns written)
-// keeps its own statement, which records the move alone. Only a row's
-// first move may record its creation.
-func TestAFirstMoveRecordsTheCreationWithIt(t *testing.T) {
+// A row created directly in a state its machine declares (CreatedIn) has
+// both records written by CreatedAs, the creation's first, at its time,
+// only when the claim took its key; a state not declared is refused by
+// CreatedAs, and by the database when the row is inserted in it.
+func TestARowCreatedSentRecordsItsCreationAndItsMove(t *testing.T) {
 	t.Parallel()
 	pool := widgets(t)
 	t1 := t0.Add(time.Minute)
-	sent := []statemachine.Column{{Name: "first_sent_at", Value: t1}}
 	for _, c := range []struct {
 		id      string
-		created string
 		claimed bool
 		want    []string // "from>to:reason"
 	}{
-		{"w_plain", "", true, []string{"RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
-		{"w_created", "request accepted", true, []string{">RECEIVED:request accepted", "RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
-		{"w_retry", "request accepted", false, nil},
-		{"w_plain_again", "", true, []string{"RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
+		{"w_created", true, []string{">RECEIVED:request accepted", "RECEIVED>PROVIDER_REQUEST_SENT:sending"}},
+		{"w_retry", false, nil},
 	} {
 		b := &pgx.Batch{}
 		if c.claimed {
 			b.Queue(`SELECT ` + claim.Set())
 		}
-		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
-		st, err := machine.MoveIfClaimed(statemachine.Move[smt.WidgetState]{
-			ID: c.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: sent, Created: c.created,
-		}, "")
+		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at, first_sent_at) VALUES ($1, 't', 'PROVIDER_REQUEST_SENT', $2, $2, $2)`, c.id, t1)
+		st, err := machine.CreatedAs(c.id, smt.WidgetSent, "request accepted", "sending", t1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -482,11 +475,30 @@ func TestAFirstMoveRecordsTheCreationWithIt(t *testing.T) {
 		}
 	}
 
-	mv := statemachine.Move[smt.WidgetState]{ID: "w_x", From: smt.WidgetSent, To: smt.WidgetSucceeded, Reason: "done", At: t1, Created: "request accepted"}
-	if _, err := machine.MoveIfClaimed(mv, ""); err == nil {
-		t.Error("MoveIfClaimed recorded a creation with a move that is not the first")
+	for _, in := range []smt.WidgetState{smt.WidgetReceived, smt.WidgetSucceeded, smt.WidgetCanceled} {
+		if _, err := machine.CreatedAs("w_x", in, "request accepted", "sending", t1); err == nil {
+			t.Errorf("CreatedAs recorded a creation in %s, which the machine does not declare", in)
+		}
 	}
-	if err := machine.QueueMove(&pgx.Batch{}, mv); err == nil {
-		t.Error("QueueMove recorded a creation with a move that is not the first")
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ('w_y', 't', 'SUCCEEDED', $1, $1)`, t1)
+		return err
+	})
+	if !statemachine.IsIllegalMove(err) {
+		t.Errorf("a widget created SUCCEEDED: %v, want the database to refuse it", err)
 	}
+}
+
+// CreatedIn takes only states one move from the initial one: anything else
+// is a mistake in the machine's declaration.
+func TestCreatedInTakesOnlyAStateOneMoveFromTheInitialOne(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		if recover() == nil {
+			t.Error("CreatedIn took a state two moves from the initial one")
+		}
+	}()
+	statemachine.New("toy", statemachine.Table{}, smt.WidgetReceived, map[smt.WidgetState][]smt.WidgetState{
+		smt.WidgetReceived: {smt.WidgetSent}, smt.WidgetSent: {smt.WidgetSucceeded},
+	}).CreatedIn(smt.WidgetSucceeded)
 }

@@ -43,7 +43,7 @@ var WidgetMachine = statemachine.New("widget",
 		WidgetSent:      {WidgetSucceeded, WidgetDeclined, WidgetRetryable, WidgetUnknown},
 		WidgetUnknown:   {WidgetSucceeded, WidgetDeclined, WidgetSent},
 		WidgetRetryable: {WidgetSent, WidgetCanceled},
-	})
+	}).CreatedIn(WidgetSent) // as a payment is (00029)
 
 // Final reports whether no move leaves s.
 func (s WidgetState) Final() bool { return WidgetMachine.Final(s) }
@@ -54,8 +54,8 @@ func (s WidgetState) NeedsRecovery() bool { return s == WidgetSent || s == Widge
 
 // widgetSQL is the widget module's migration: its table, its audit table,
 // its machine's rows in state_machine_moves and the shared trigger, as
-// migrations 00006, 00007, 00009 and 00017 install them for payments and
-// refunds.
+// migrations 00006, 00007, 00009, 00017 and 00029 install them for
+// payments and refunds.
 const widgetSQL = `
 CREATE TABLE widgets (
     id                 text        PRIMARY KEY,
@@ -79,6 +79,7 @@ CREATE TABLE widget_transitions (
 );
 INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES
     ('widget', '', 'RECEIVED'),
+    ('widget', '', 'PROVIDER_REQUEST_SENT'),
     ('widget', 'RECEIVED', 'PROVIDER_REQUEST_SENT'),
     ('widget', 'RECEIVED', 'CANCELED'),
     ('widget', 'PROVIDER_REQUEST_SENT', 'SUCCEEDED'),

@@ -1,0 +1,45 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A new payment is created already sent (migration 00029, issue 22): its
+// claim's transaction inserts it in PROVIDER_REQUEST_SENT instead of
+// inserting it RECEIVED and updating it, one row version and one
+// statement fewer per payment, and its audit still records the creation in
+// RECEIVED, then the move to sent. A trigger that refuses any update of a
+// payment out of RECEIVED shows that none happens on the way.
+func TestANewPaymentIsCreatedSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, stmt := range []string{
+		`CREATE FUNCTION refuse_update_from_received() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'payment % updated out of RECEIVED', OLD.id; END $$`,
+		`CREATE TRIGGER payments_no_update_from_received BEFORE UPDATE ON payments
+		FOR EACH ROW WHEN (OLD.state = 'RECEIVED') EXECUTE FUNCTION refuse_update_from_received()`,
+	} {
+		if _, err := e.pool.Exec(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := e.post("created-sent", body()); r.Status != http.StatusCreated {
+		t.Fatalf("POST /payments: %d %s", r.Status, r.Body)
+	}
+	rows, err := e.pool.Query(t.Context(), `SELECT coalesce(from_state, '') || '>' || to_state || ':' || reason FROM payment_transitions ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{">RECEIVED:request accepted", "RECEIVED>PROVIDER_REQUEST_SENT:sending to provider"}
+	if len(got) != 3 || !slices.Equal(got[:2], want) || got[2][:len("PROVIDER_REQUEST_SENT>COMPLETED")] != "PROVIDER_REQUEST_SENT>COMPLETED" {
+		t.Fatalf("the payment's audit: %q, want %q then its completion", got, want)
+	}
+}
