@@ -85,6 +85,17 @@ type Janitor struct {
 	log    *slog.Logger
 	// rest waits d (or until ctx ends); a test may count the rests instead.
 	rest func(ctx context.Context, d time.Duration) error
+	// stopwatch starts timing a batch and returns what stops it and says
+	// how long the batch took; a test may report chosen durations instead.
+	// By default wall time, not the service's clock: what the batch cost
+	// the database, to rest in proportion.
+	stopwatch func() (stop func() time.Duration)
+}
+
+// wallStopwatch is Janitor.stopwatch's default.
+func wallStopwatch() func() time.Duration {
+	began := time.Now()
+	return func() time.Duration { return time.Since(began) }
 }
 
 // New returns a Janitor.
@@ -95,7 +106,7 @@ func New(db *pgxpool.Pool, clk clock.Clock, p Policy, log *slog.Logger) *Janitor
 	if p.Share <= 0 || p.Share > 1 {
 		p.Share = DefaultShare
 	}
-	return &Janitor{db: db, clock: clk, policy: p, log: log, rest: clock.Sleep}
+	return &Janitor{db: db, clock: clk, policy: p, log: log, rest: clock.Sleep, stopwatch: wallStopwatch}
 }
 
 // DefaultShare is Policy.Share's default.
@@ -137,11 +148,9 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 			// A deadline on each batch: a frozen primary fails the pass,
 			// which Run logs and runs again, instead of holding it forever.
 			sctx, cancel := context.WithTimeout(ctx, statementTimeout)
-			// Wall time, not the service's clock: what the batch cost the
-			// database, to rest in proportion.
-			began := time.Now()
+			stop := j.stopwatch()
 			tag, err := j.db.Exec(sctx, step.sql, step.cutoff, j.policy.BatchSize)
-			took := time.Since(began)
+			took := stop()
 			cancel()
 			if err != nil {
 				return st, fmt.Errorf("%s: %w", step.name, err)

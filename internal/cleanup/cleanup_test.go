@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -159,8 +160,23 @@ func TestInboxRowsPastRetentionAreDeletedInBatches(t *testing.T) {
 	}
 }
 
+// fakeStopwatch is a Janitor.stopwatch that reports the durations took, in
+// turn, as the batches' durations, and then after for every later batch.
+func fakeStopwatch(after time.Duration, took ...time.Duration) func() func() time.Duration {
+	return func() func() time.Duration {
+		return func() time.Duration {
+			if len(took) == 0 {
+				return after
+			}
+			d := took[0]
+			took = took[1:]
+			return d
+		}
+	}
+}
+
 // A pass that catches up on a backlog rests after each full batch, in
-// proportion to what the batch took (Policy.Share), so that it takes at
+// proportion to what that batch took (Policy.Share), so that it takes at
 // most that share of its time from live traffic; the last, partial batch
 // of a step ends it without a rest, and a pass with nothing to do never
 // rests.
@@ -176,46 +192,50 @@ func TestCatchingUpRestsBetweenFullBatches(t *testing.T) {
 		rests = append(rests, d)
 		return nil
 	}
-	began := time.Now()
+	// Batches of 500, 500, 200 rows, said to take 40, 30 and 10 ms; every
+	// later batch (the other steps, which find nothing) an hour, which no
+	// rest may follow.
+	j.stopwatch = fakeStopwatch(time.Hour, 40*time.Millisecond, 30*time.Millisecond, 10*time.Millisecond)
 	st, err := j.RunOnce(context.Background())
-	took := time.Since(began)
-	if err != nil || st.BodiesErased != 1200 {
+	if err != nil || st.BodiesErased != 1200 || st.Batches != 3 {
 		t.Fatalf("pass: %+v, %v", st, err)
 	}
-	// Batches of 500, 500, 200: a rest after each of the two full ones.
-	if len(rests) != 2 {
-		t.Fatalf("rests %v, want one after each of the 2 full batches", rests)
-	}
-	var total time.Duration
-	for _, d := range rests {
-		if d <= 0 {
-			t.Errorf("rest %v, want a positive one", d)
-		}
-		total += d
-	}
-	// Three times as long as the statements took, which is less than the
-	// whole pass took.
-	if total > 3*took || st.Rested != total {
-		t.Errorf("rested %v (stats %v) after a pass of %v: want at most 3 times its statements", total, st.Rested, took)
+	// (1-Share)/Share = 3 times each full batch's own time, and nothing
+	// after the partial one.
+	want := []time.Duration{120 * time.Millisecond, 90 * time.Millisecond}
+	if !slices.Equal(rests, want) || st.Rested != want[0]+want[1] {
+		t.Errorf("rests %v (stats %v), want %v (%v in all)", rests, st.Rested, want, want[0]+want[1])
 	}
 	rests = nil
-	if st, err := j.RunOnce(context.Background()); err != nil || st.Batches != 0 || len(rests) != 0 {
+	if st, err := j.RunOnce(context.Background()); err != nil || st.Batches != 0 || st.Rested != 0 || len(rests) != 0 {
 		t.Errorf("a pass with nothing to do: %+v, %v, rests %v", st, err, rests)
 	}
 }
 
-// A pass resting between batches stops when its context ends.
+// A pass resting between batches stops when its context ends: the rest,
+// here three hours after a batch said to take one, ends with it.
 func TestARestingPassStopsWithItsContext(t *testing.T) {
 	db := pgtest.NewPool(t)
 	ts := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
 	seed(t, db, "erased_", 1200, now.Add(-48*time.Hour), ts(-47*time.Hour), nil)
 	p := policy
-	p.BatchSize, p.Share = 500, 0.0001 // rests ten thousand times as long as a batch
+	p.BatchSize, p.Share = 500, 0.25
 	j := New(db, clock.NewFake(now), p, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// The context ends soon after the first batch, not during it.
+	j.stopwatch = func() func() time.Duration {
+		return func() time.Duration {
+			time.AfterFunc(50*time.Millisecond, cancel)
+			return time.Hour
+		}
+	}
+	began := time.Now()
 	st, err := j.RunOnce(ctx)
-	if !errors.Is(err, context.DeadlineExceeded) || st.BodiesErased != 500 {
+	if !errors.Is(err, context.Canceled) || st.BodiesErased != 500 || st.Rested != 3*time.Hour {
 		t.Errorf("pass: %+v, %v; want one batch, then the context's end", st, err)
+	}
+	if took := time.Since(began); took > time.Minute {
+		t.Errorf("the pass took %v: its rest outlived its context", took)
 	}
 }
