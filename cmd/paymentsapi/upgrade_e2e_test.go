@@ -38,13 +38,14 @@ import (
 // (byte for byte), a reference held by the other version. No answer may be
 // a 5xx. Then the old one stops, and the current one replays everything.
 //
-// The last release's migrations were 00026 and 00027; this release's is
-// 00028, the rename's contract step, so the previous release is the commit
-// before 00028. The release before 00026 (which claims keys under the
-// payments' old scope name, 'payments.create') is two releases back:
-// unsupported, since a rolling upgrade skips no release. Its keys written
-// after 00028 ran would be found by no one, which is why the rename takes
-// three releases (docs/operations.md).
+// This release's migration is 00029 (a payment or refund may be created
+// already sent: the previous release, which creates in RECEIVED and moves
+// on, runs on it unchanged), so the previous release is the commit before
+// 00029, which ran 00028, the scope rename's contract step. The releases
+// before 00028 are two releases back or more: unsupported, since a rolling
+// upgrade skips no release (the one before 00026 claims keys under the
+// payments' old scope name, 'payments.create', which nobody would find
+// after 00028: why the rename took three releases, docs/operations.md).
 //
 // It needs the repository's history (a clone, not an export or a shallow
 // clone): without it the test fails and says so.
