@@ -34,7 +34,7 @@ func TestRunBooksEntriesFromNATS(t *testing.T) {
 	pub := natspub.NewPublisher(js, natspub.StreamConfig{}, nil)
 	publish := func(paymentID string) {
 		t.Helper()
-		ev, err := outbox.NewEvent("PaymentSucceeded", "payment", paymentID, map[string]string{
+		ev, err := outbox.NewEvent(context.Background(), "PaymentSucceeded", "payment", paymentID, map[string]string{
 			"paymentId": paymentID, "status": "SUCCEEDED", "accountId": "acc_1", "amount": "12.34", "currency": "EUR",
 		}, time.Now().UTC())
 		if err != nil {

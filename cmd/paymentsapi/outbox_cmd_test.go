@@ -31,7 +31,7 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	var parked []outbox.Event
 	for _, p := range []string{"pay_a", "pay_b", "pay_c"} {
-		ev, err := outbox.NewEvent("PaymentCreated", "payment", p, map[string]string{"paymentId": p}, at)
+		ev, err := outbox.NewEvent(ctx, "PaymentCreated", "payment", p, map[string]string{"paymentId": p}, at)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
-	"github.com/paymentsapi/paymentsapi/internal/tracing"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
@@ -112,7 +111,7 @@ func New(d Deps, cfg Config) *Core {
 		cfg.RetryAfter = time.Second
 	}
 	engine := idempotency.NewEngine(idempotency.Deps{
-		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: tracing.Tracer(d.Tracer),
+		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: d.Tracer,
 	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
 	mods := append(Modules(cfg), cfg.ExtraModules...)
 	ops, err := operation.Build(mods, operation.Env{

@@ -284,7 +284,7 @@ func (s *widgets) create(ctx context.Context, tenant, key string, cmd widgetComm
 	now := s.env.Clock.Now()
 	w := widget{ID: ids.New("wdg_"), TenantID: tenant, State: smt.WidgetMachine.Initial(), Note: cmd.Note,
 		AccountID: cmd.AccountID, AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, CreatedAt: now, UpdatedAt: now}
-	event, err := outbox.NewEvent(eventWidgetCreated, widgetType, w.ID, w.eventPayload(), now)
+	event, err := outbox.NewEvent(ctx, eventWidgetCreated, widgetType, w.ID, w.eventPayload(), now)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -344,7 +344,7 @@ func (s *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 				w.ProviderReference, w.DeclineCode, eventType = a.ID, a.DeclineCode, eventWidgetDeclined
 			}
 			if eventType != "" {
-				e, err := outbox.NewEvent(eventType, widgetType, w.ID, w.eventPayload(), now)
+				e, err := outbox.NewEvent(ctx, eventType, widgetType, w.ID, w.eventPayload(), now)
 				if err != nil {
 					return nil, err
 				}

@@ -216,7 +216,7 @@ func (e *env) record(tenant, eventType string) string {
 func (e *env) event(tenant, eventType string) outbox.Event {
 	e.t.Helper()
 	id := ids.New("pay_")
-	ev, err := outbox.NewEvent(eventType, "payment", id, map[string]any{
+	ev, err := outbox.NewEvent(context.Background(), eventType, "payment", id, map[string]any{
 		"paymentId": id, "tenantId": tenant, "status": "SUCCEEDED", "amount": "10.00", "currency": "EUR",
 	}, e.clk.Now())
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // Result is what one run of an operation came to: a domain value (a
@@ -91,9 +92,9 @@ type Deps struct {
 	// duplicates never wait.
 	Waiter Waiter
 	// Tracer makes each key the reconciler resolves a span, which the
-	// operation's outside calls, statements and events continue; nil
-	// traces nothing.
-	Tracer trace.Tracer
+	// operation's outside calls, statements and events continue; nil (or a
+	// no-op provider) traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // Engine runs the idempotency protocol for any Operation: claim, decide
@@ -106,7 +107,7 @@ type Engine struct {
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	waiter  Waiter
-	tracer  trace.Tracer
+	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
 	hints   *hints // scopes seen taken lately: read them before claiming
 }
@@ -116,7 +117,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: d.Tracer, cfg: cfg, hints: newHints()}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints()}
 }
 
 // RetryAfter is the engine's advice to come back later.

@@ -61,7 +61,7 @@ func newEnv(t *testing.T) *env {
 
 func succeeded(t *testing.T, paymentID, amount string, at time.Time) outbox.Event {
 	t.Helper()
-	ev, err := outbox.NewEvent("PaymentSucceeded", "payment", paymentID, payments.View{
+	ev, err := outbox.NewEvent(context.Background(), "PaymentSucceeded", "payment", paymentID, payments.View{
 		PaymentID: paymentID, Status: payments.StatusSucceeded, AccountID: "acc_1", Amount: amount, Currency: "EUR",
 		MerchantReference: "inv-" + paymentID, PaymentMethod: "pm_card_visa", Channel: "web",
 		CreatedAt: at, UpdatedAt: at, ProviderReference: "ch_" + paymentID,
@@ -140,7 +140,7 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 	e.apply(ev, ledger.OutcomeDuplicateEvent)
 	e.apply(succeeded(t, "pay_a", "10.50", t0.Add(time.Second)), ledger.OutcomeDuplicateEntry)
 
-	created, err := outbox.NewEvent("PaymentCreated", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
+	created, err := outbox.NewEvent(context.Background(), "PaymentCreated", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestRedeliveryAfterInboxRetentionBooksNothing(t *testing.T) {
 func TestApplyBooksTenantWhenTheEventCarriesIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ev, err := outbox.NewEvent("PaymentSucceeded", "payment", "pay_a", map[string]string{
+	ev, err := outbox.NewEvent(context.Background(), "PaymentSucceeded", "payment", "pay_a", map[string]string{
 		"paymentId": "pay_a", "tenantId": "tenant_a", "status": "SUCCEEDED", "accountId": "acc_1", "amount": "500", "currency": "jpy",
 	}, t0)
 	if err != nil {
@@ -729,7 +729,7 @@ func TestSlowHandlingIsNotRedelivered(t *testing.T) {
 
 func refundSucceeded(t *testing.T, refundID, paymentID, amount string, at time.Time) outbox.Event {
 	t.Helper()
-	ev, err := outbox.NewEvent("RefundSucceeded", "refund", refundID, map[string]string{
+	ev, err := outbox.NewEvent(context.Background(), "RefundSucceeded", "refund", refundID, map[string]string{
 		"refundId": refundID, "paymentId": paymentID, "status": "SUCCEEDED", "amount": amount, "currency": "EUR",
 		"accountId": "acc_1", "tenantId": "tenant_a", "providerReference": "re_" + refundID,
 	}, at)

@@ -145,7 +145,7 @@ func TestLogPublisherWritesABatchAtOnce(t *testing.T) {
 	p := outbox.NewLogPublisher(&w)
 	var events []outbox.Event
 	for _, id := range []string{"pay_a", "pay_b", "pay_c"} {
-		ev, err := outbox.NewEvent("PaymentCreated", "payment", id, map[string]string{"paymentId": id}, t0)
+		ev, err := outbox.NewEvent(context.Background(), "PaymentCreated", "payment", id, map[string]string{"paymentId": id}, t0)
 		if err != nil {
 			t.Fatal(err)
 		}

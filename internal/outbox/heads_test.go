@@ -94,7 +94,7 @@ func TestEventWrittenBeforeItsPredecessorIsMarkedIsPublished(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.add("pay_a:PaymentCreated")
-	succeeded, err := outbox.NewEvent("PaymentSucceeded", "payment", "pay_a", map[string]string{}, e.clock.Now())
+	succeeded, err := outbox.NewEvent(ctx, "PaymentSucceeded", "payment", "pay_a", map[string]string{}, e.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func (e *env) addAsync(spec string) outbox.Event {
 // payments service does (one transaction per state change).
 func (e *env) write(spec string) (outbox.Event, error) {
 	paymentID, typ, _ := strings.Cut(spec, ":")
-	ev, err := outbox.NewEvent(typ, "payment", paymentID, map[string]string{"paymentId": paymentID}, e.clock.Now())
+	ev, err := outbox.NewEvent(context.Background(), typ, "payment", paymentID, map[string]string{"paymentId": paymentID}, e.clock.Now())
 	if err != nil {
 		return outbox.Event{}, err
 	}

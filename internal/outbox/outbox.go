@@ -30,16 +30,10 @@ type Event struct {
 	TraceParent string `json:"-"`
 }
 
-// Traced returns e with the trace context of ctx (see TraceParent), so that
-// its publish and deliveries continue the trace that created it.
-func (e Event) Traced(ctx context.Context) Event {
-	e.TraceParent = tracing.TraceParent(ctx)
-	return e
-}
-
 // NewEvent builds an event about the aggregate (aggregateType, aggregateID)
-// with a fresh time-ordered id.
-func NewEvent(eventType, aggregateType, aggregateID string, payload any, now time.Time) (Event, error) {
+// with a fresh time-ordered id, in the trace of ctx (see TraceParent): its
+// publish and deliveries continue the trace that created it.
+func NewEvent(ctx context.Context, eventType, aggregateType, aggregateID string, payload any, now time.Time) (Event, error) {
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("encode %s payload: %w", eventType, err)
@@ -51,6 +45,7 @@ func NewEvent(eventType, aggregateType, aggregateID string, payload any, now tim
 		AggregateID:   aggregateID,
 		OccurredAt:    now,
 		Payload:       raw,
+		TraceParent:   tracing.TraceParent(ctx),
 	}, nil
 }
 

@@ -478,7 +478,7 @@ func (brokenWriter) Write([]byte) (int, error) { return 0, errors.New("broken pi
 // event alike: the log publisher's broker is down, not the event.
 func TestLogPublisherWriteFailureIsAnOutage(t *testing.T) {
 	t.Parallel()
-	ev, err := outbox.NewEvent("PaymentCreated", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
+	ev, err := outbox.NewEvent(context.Background(), "PaymentCreated", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

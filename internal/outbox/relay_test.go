@@ -789,7 +789,7 @@ func TestLogPublisherWritesJSONLines(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	p := outbox.NewLogPublisher(&buf)
-	ev, err := outbox.NewEvent("PaymentSucceeded", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
+	ev, err := outbox.NewEvent(context.Background(), "PaymentSucceeded", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,17 +23,19 @@ func TestPublishContinuesTheTraceTheEventWasWrittenIn(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	ctx, request := tp.Tracer("test").Start(context.Background(), "POST /payments")
-	traced, err := outbox.NewEvent("PaymentCreated", "payment", "pay_traced", map[string]string{"id": "pay_traced"}, t0)
+	traced, err := outbox.NewEvent(ctx, "PaymentCreated", "payment", "pay_traced", map[string]string{"id": "pay_traced"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	traced = traced.Traced(ctx)
 	request.End()
-	untraced, err := outbox.NewEvent("PaymentCreated", "payment", "pay_untraced", map[string]string{"id": "pay_untraced"}, t0)
+	if traced.TraceParent != tracing.TraceParent(ctx) {
+		t.Fatalf("event built under a span has traceparent %q, want the span's %q", traced.TraceParent, tracing.TraceParent(ctx))
+	}
+	untraced, err := outbox.NewEvent(context.Background(), "PaymentCreated", "payment", "pay_untraced", map[string]string{"id": "pay_untraced"}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if untraced.Traced(context.Background()).TraceParent != "" {
+	if untraced.TraceParent != "" {
 		t.Fatal("an untraced context gave a traceparent")
 	}
 	b := &pgx.Batch{}

@@ -116,7 +116,7 @@ type Actions interface {
 	// PaymentCanceled). The move is refused (statemachine.IsStaleWrite)
 	// if another action holds the payment; one that does not hold p as
 	// its writer saw it is refused before anything is queued. The event
-	// keeps the trace of ctx (outbox.Event.Traced).
+	// keeps the trace of ctx (outbox.NewEvent).
 	QueueEnd(ctx context.Context, b *pgx.Batch, p Payment, action Action, actionID string, end ActionEnd, capturedMinor int64, reason string, now time.Time) (Payment, error)
 	// QueueStart adds to b the begin of action actionID on p, which its
 	// writer saw authorized, outside a claim (an action the service issued

@@ -154,11 +154,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			ID: deriveID(tenant, key, fp), TenantID: tenant, Command: cmd,
 			State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 		}
-		event, err := outbox.NewEvent(EventCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
+		event, err := outbox.NewEvent(ctx, EventCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		event = event.Traced(ctx)
 		// The claim's transaction creates the payment already sent: the
 		// request goes to the provider right after it commits.
 		flow := s.flowOf(p)
@@ -264,11 +263,11 @@ func queueEvent(ctx context.Context, b *pgx.Batch, eventType string, p Payment, 
 	if eventType == "" {
 		return nil
 	}
-	event, err := outbox.NewEvent(eventType, ResourceType, p.ID, p.eventPayload(), now)
+	event, err := outbox.NewEvent(ctx, eventType, ResourceType, p.ID, p.eventPayload(), now)
 	if err != nil {
 		return err
 	}
-	outbox.Queue(b, event.Traced(ctx))
+	outbox.Queue(b, event)
 	return nil
 }
 

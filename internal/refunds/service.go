@@ -88,11 +88,10 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
-	event, err := outbox.NewEvent(EventCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
+	event, err := outbox.NewEvent(ctx, EventCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	event = event.Traced(ctx)
 	// The claim's transaction creates the refund already sent: the request
 	// goes to the provider right after it commits.
 	sentAudit, look, err := s.flow.SendOnClaim(r.ID, "request accepted", now)
@@ -166,11 +165,11 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, r Refund, to State, 
 		r.ProviderReference, r.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
 	}
 	if eventType != "" {
-		event, err := outbox.NewEvent(eventType, ResourceType, r.ID, r.eventPayload(), now)
+		event, err := outbox.NewEvent(ctx, eventType, ResourceType, r.ID, r.eventPayload(), now)
 		if err != nil {
 			return nil, err
 		}
-		outbox.Queue(b, event.Traced(ctx))
+		outbox.Queue(b, event)
 	}
 	return r, nil
 }

@@ -19,7 +19,7 @@ import (
 
 func testEvent(t *testing.T, typ, paymentID string, at time.Time) outbox.Event {
 	t.Helper()
-	e, err := outbox.NewEvent(typ, "payment", paymentID, map[string]string{"paymentId": paymentID, "status": "SUCCEEDED"}, at)
+	e, err := outbox.NewEvent(context.Background(), typ, "payment", paymentID, map[string]string{"paymentId": paymentID, "status": "SUCCEEDED"}, at)
 	if err != nil {
 		t.Fatal(err)
 	}
