@@ -176,7 +176,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 	app.RegisterGauges(a.reg, a.pool, clk, log)
 	a.janitor = cleanup.New(a.pool, clk, cleanup.Policy{
 		ReplayTTL: cfg.IdempotencyTTL, MetadataTTL: cfg.IdempotencyMetadataTTL, OutboxRetention: cfg.OutboxRetention,
-		InboxRetention: cfg.InboxRetention, EventRetention: cfg.EventRetention,
+		InboxRetention: cfg.InboxRetention, EventRetention: cfg.EventRetention, Share: cfg.CleanupShare,
 	}, log)
 	a.keys = idempotency.NewListener(a.pool.Config().ConnConfig.Copy(), log)
 	a.core = app.New(app.Deps{

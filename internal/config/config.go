@@ -50,6 +50,9 @@ type Config struct {
 	// (GET /events).
 	EventRetention  time.Duration
 	CleanupInterval time.Duration
+	// CleanupShare is the largest share of its time a clean-up pass spends
+	// in statements while it catches up on a backlog (cleanup.Policy.Share).
+	CleanupShare    float64
 	OutboxPublisher string
 	NATSURL         string
 	LogLevel        string
@@ -155,6 +158,12 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	secret(&c.NATSURL, "nats-url", "NATS_URL", "NATS URL (may hold credentials)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT", "20s", "how long in-flight requests may finish on shutdown")
+	share, err := strconv.ParseFloat(env("CLEANUP_SHARE", "0.1"), 64)
+	if err != nil {
+		durErr = errors.Join(durErr, fmt.Errorf("CLEANUP_SHARE must be a number above 0, at most 1"))
+	}
+	fs.Float64Var(&c.CleanupShare, "cleanup-share", share,
+		"largest share of its time clean-up spends in statements while it catches up: after each full batch it rests (1-share)/share times as long as the batch took; 1: no rest (CLEANUP_SHARE)")
 	rate, err := strconv.ParseFloat(env("RATE_LIMIT", "0"), 64)
 	if err != nil {
 		durErr = errors.Join(durErr, fmt.Errorf("RATE_LIMIT must be a number of requests per second (0: off)"))
@@ -258,6 +267,9 @@ func (c Config) validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, not %s", name, d))
 		}
+	}
+	if !(c.CleanupShare > 0 && c.CleanupShare <= 1) {
+		errs = append(errs, fmt.Errorf("CLEANUP_SHARE must be above 0 and at most 1, not %v", c.CleanupShare))
 	}
 	if c.ProviderLookupLag < 0 {
 		errs = append(errs, fmt.Errorf("PROVIDER_LOOKUP_LAG must be 0 or more, not %s", c.ProviderLookupLag))

@@ -53,6 +53,10 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		"webhook timeout zero":      {"WEBHOOK_TIMEOUT": "0s"},
 		"webhook schedule empty":    {"WEBHOOK_RETRY_SCHEDULE": "5s,,1m"},
 		"webhook schedule negative": {"WEBHOOK_RETRY_SCHEDULE": "5s,-1m"},
+		"cleanup share zero":        {"CLEANUP_SHARE": "0"},
+		"cleanup share above one":   {"CLEANUP_SHARE": "1.5"},
+		"cleanup share not a share": {"CLEANUP_SHARE": "a tenth"},
+		"cleanup share NaN":         {"CLEANUP_SHARE": "NaN"},
 	} {
 		if _, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -125,6 +129,22 @@ func TestRateLimitIsOffByDefaultAndFlagsMirrorVariables(t *testing.T) {
 	}
 	if _, err := Load([]string{"-rate-limit", "-3"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
 		t.Error("a negative -rate-limit is accepted")
+	}
+}
+
+// Clean-up takes at most a tenth of its time for statements while it
+// catches up, unless CLEANUP_SHARE (or -cleanup-share) says otherwise; 1
+// (no rest) is allowed.
+func TestCleanupShare(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want float64
+	}{{nil, "", 0.1}, {nil, "0.25", 0.25}, {[]string{"-cleanup-share", "1"}, "0.25", 1}} {
+		got, err := Load(c.args, func(k string) string { return map[string]string{"CLEANUP_SHARE": c.env}[k] }, &bytes.Buffer{})
+		if err != nil || got.CleanupShare != c.want {
+			t.Errorf("%v, CLEANUP_SHARE=%q: share %v (%v), want %v", c.args, c.env, got.CleanupShare, err, c.want)
+		}
 	}
 }
 
