@@ -230,7 +230,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			// authorization first: this cancel waits for its end (a void
 			// that ends the payment ends this cancel too; a capture
 			// declines it) and never touches its hold.
-			return Result{Action: a, Payment: p}, s.awaitHolder(ctx, own, a, a.CreatedAt)
+			return Result{Action: a, Payment: p}, s.awaitHolder(ctx, own, a, p, a.CreatedAt)
 		case payments.StateCanceled:
 			return s.end(ctx, own, a, p, StateSucceeded, "", "the payment is canceled")
 		case payments.StateAuthorized:
@@ -272,7 +272,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 
 // beforeExpiry settles a scheduled void that has nothing to do yet: it is
 // early (the look is booked again for the expiry), another action holds the
-// authorization (the look is booked again soon), or the payment has ended
+// authorization (it waits for that one: awaitHolder), or the payment has ended
 // (captured, or canceled, by another action: the void ends without a call,
 // with a stored answer nobody asks for). done is false when the void is
 // due.
@@ -294,7 +294,7 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 		if p.AuthorizationExpiresAt != nil {
 			since = *p.AuthorizationExpiresAt
 		}
-		return true, nil, s.awaitHolder(ctx, own, a, since)
+		return true, nil, s.awaitHolder(ctx, own, a, p, since)
 	}
 	res, err = s.end(ctx, own, a, p, StateCanceled, "", "nothing to void: the payment is "+string(p.State))
 	return true, res, err
@@ -307,8 +307,8 @@ func (s *Service) beforeExpiry(ctx context.Context, own *idempotency.Owner, a Ac
 // client). Otherwise a looks again (lookAgain). Waiting is never a failed
 // attempt of the reconciler's: a void that waits, however long, is not
 // left for a person for it (it was, after 20 looks: moneysim seed 5696).
-func (s *Service) awaitHolder(ctx context.Context, own *idempotency.Owner, a Action, since time.Time) error {
-	switch review, err := s.holderInReview(ctx, own.Tenant, a); {
+func (s *Service) awaitHolder(ctx context.Context, own *idempotency.Owner, a Action, p payments.Payment, since time.Time) error {
+	switch review, err := s.holderInReview(ctx, p, a); {
 	case err != nil:
 		return err
 	case review:
@@ -354,7 +354,11 @@ func (s *Service) reviewWithHolder(ctx context.Context, own *idempotency.Owner, 
 	if err := own.MarkForReview(ctx, waitsOnHolder(a.PaymentID)); err != nil {
 		return err
 	}
-	switch still, err := s.holderInReview(ctx, own.Tenant, a); {
+	p, err := s.pay.Get(ctx, own.Tenant, a.PaymentID)
+	if err != nil {
+		return err
+	}
+	switch still, err := s.holderInReview(ctx, p, a); {
 	case err != nil:
 		return err
 	case still:
@@ -365,14 +369,32 @@ func (s *Service) reviewWithHolder(ctx context.Context, own *idempotency.Owner, 
 	return s.d.DB.SendBatch(ctx, b).Close()
 }
 
-// holderInReview reports whether an action on a's payment other than a, not
-// ended yet, has its key left for a person.
-func (s *Service) holderInReview(ctx context.Context, tenant string, a Action) (bool, error) {
-	others, err := unendedActions(ctx, s.d.DB, tenant, a.PaymentID, a.ID)
-	if err != nil {
-		return false, err
+// holderInReview reports whether the action holding p's authorization
+// (p.HeldBy), if it is not a, has its key left for a person. Only the
+// holder counts: another void that waits on it as a does, and is left for
+// a person with it, must not keep a waiting once the holder has ended (two
+// waiters would each keep the other in review for good). A hold taken
+// before holders were named (migration 00023) names none: then every
+// unended action on the payment but a counts, as it did.
+func (s *Service) holderInReview(ctx context.Context, p payments.Payment, a Action) (bool, error) {
+	var holders []Action
+	switch {
+	case p.State != payments.StateCaptureRequested && p.State != payments.StateVoidRequested, p.HeldBy == a.ID:
+		return false, nil
+	case p.HeldBy != "":
+		kind := payments.ActionCapture
+		if p.State == payments.StateVoidRequested {
+			kind = payments.ActionVoid
+		}
+		holders = []Action{{ID: p.HeldBy, Kind: kind}}
+	default:
+		others, err := unendedActions(ctx, s.d.DB, p.TenantID, a.PaymentID, a.ID)
+		if err != nil {
+			return false, err
+		}
+		holders = others
 	}
-	for _, o := range others {
+	for _, o := range holders {
 		typ := ResourceCapture
 		if o.Kind == payments.ActionVoid {
 			typ = ResourceCancellation

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -30,6 +32,19 @@ func refusedButAuthorized(t *testing.T, e *env, f *faults, retried bool) string 
 			t.Fatalf("the payment's retry: %s", r)
 		}
 	}
+	return id
+}
+
+// heldByASecondCancel is refusedButAuthorized's payment, authorized after
+// all, whose authorization a second cancel (cxl-2) then took: its void
+// refused, it holds the payment (VOID_REQUESTED) until its client retries
+// or it is abandoned; cxl-1 waits on it.
+func heldByASecondCancel(t *testing.T, e *env, f *faults) string {
+	t.Helper()
+	id := refusedButAuthorized(t, e, f, true)
+	f.voidsRefused.Store(true)
+	wantStatus(t, e.cancel(0, id, "cxl-2", ""), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
+	f.voidsRefused.Store(false)
 	return id
 }
 
@@ -80,11 +95,7 @@ func TestACancelWaitingOnAnotherActionIsNeverLeftForAPersonForIt(t *testing.T) {
 	t.Parallel()
 	f := &faults{}
 	e := newEnv(t, withFaults(f))
-	id := refusedButAuthorized(t, e, f, true)
-	// A second cancel takes the authorization; its void is refused.
-	f.voidsRefused.Store(true)
-	wantStatus(t, e.cancel(0, id, "cxl-2", ""), http.StatusServiceUnavailable, "PROVIDER_UNAVAILABLE")
-	f.voidsRefused.Store(false)
+	id := heldByASecondCancel(t, e, f)
 
 	for elapsed := time.Duration(0); elapsed < replayTTL+2*time.Hour; elapsed += 10 * time.Minute {
 		e.clk.Advance(10 * time.Minute)
@@ -96,5 +107,44 @@ func TestACancelWaitingOnAnotherActionIsNeverLeftForAPersonForIt(t *testing.T) {
 	wantCanceledByTheFirstCancel(t, e, id)
 	if c := e.charge(id); c.VoidRequestCount != 1 {
 		t.Fatalf("the provider's charge: %+v, want one void (the first cancel's)", c)
+	}
+}
+
+// A void that waits on the action holding the authorization is left for a
+// person only when that holder is: never because another void, waiting as
+// it does, is. Before, any unended action on the payment counted, so two
+// waiters left for a person with a holder could each keep the other there
+// after the holder had ended (found by review).
+func TestAWaiterIsLeftForAPersonOnlyWithTheHolder(t *testing.T) {
+	t.Parallel()
+	f := &faults{}
+	e := newEnv(t, withFaults(f))
+	// The holder's client may still retry it: nobody has to decide
+	// anything about it.
+	id := heldByASecondCancel(t, e, f)
+	// The service's expiry void waits too, and is left for a person for a
+	// reason of its own.
+	tag, err := e.pool.Exec(t.Context(), `
+		UPDATE idempotency_keys SET manual_review_at = $2, recovery_last_error = 'left for a person (test)'
+		WHERE resource_type = 'cancellation' AND resource_id IN (
+		    SELECT id FROM payment_actions WHERE payment_id = $1 AND reason = 'authorization_expired')`, id, e.clk.Now())
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("marking the expiry's void: %v (%d rows)", err, tag.RowsAffected())
+	}
+	for range 3 {
+		e.clk.Advance(5 * time.Minute)
+		e.reconcile()
+	}
+	rows, err := e.pool.Query(t.Context(), `SELECT a.reason FROM idempotency_keys k JOIN payment_actions a ON a.id = k.resource_id
+		WHERE k.manual_review_at IS NOT NULL AND a.payment_id = $1 ORDER BY 1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inReview, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inReview) != 1 || inReview[0] != "authorization_expired" {
+		t.Fatalf("keys in review: actions with reasons %q; want only the expiry's void, not the first cancel, which waits on a holder nobody has to decide", inReview)
 	}
 }
