@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -213,7 +214,7 @@ func initCluster(ctx context.Context, binDir, dataDir string, a *account, epheme
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	if err := cmd.Run(); err != nil {
+	if err := runLocked(cmd.Run); err != nil {
 		os.RemoveAll(tmp)
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -267,7 +268,8 @@ func stopLeftover(ctx context.Context, binDir, dataDir string, a *account, logge
 		"pid", pid, "data_dir", dataDir)
 	cmd := newCommand(ctx, filepath.Join(binDir, "pg_ctl"),
 		[]string{"stop", "-D", dataDir, "-m", "fast", "-w", "-t", "60"}, a, syscall.SIGKILL)
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	err = runLocked(func() (err error) { out, err = cmd.CombinedOutput(); return err })
 	if err != nil {
 		logger.Warn("pgembed: pg_ctl stop failed, signalling the leftover directly",
 			"pid", pid, "err", err, "output", strings.TrimSpace(string(out)))
@@ -313,6 +315,22 @@ func newCommand(ctx context.Context, path string, args []string, a *account, dea
 	cmd.Env = childEnv()
 	cmd.SysProcAttr = sysProcAttr(a, deathSig)
 	return cmd
+}
+
+// runLocked runs a command to its end (run: cmd.Run or the like) with the
+// calling goroutine locked to its OS thread. The command's parent-death
+// signal (newCommand) fires when the thread that forked it exits, not the
+// process, and the runtime ends a thread when the goroutine locked to it
+// ends: the server's launcher (start) locks its thread for the server's
+// life. Unlocked, the thread that forked an initdb could be taken and
+// locked by another cluster's launcher a moment later, and end with that
+// server, killing the initdb midway (seen in CI: "initdb: signal: killed"
+// while a parallel test restarted its server). Locked, nobody else can
+// lock the thread until the command has ended.
+func runLocked(run func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return run()
 }
 
 func childEnv() []string {
