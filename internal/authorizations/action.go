@@ -140,6 +140,14 @@ var (
 	}
 )
 
+// kindOf is the operation of action a's kind (capture or cancel).
+func kindOf(a payments.Action) kind {
+	if a == payments.ActionVoid {
+		return cancel
+	}
+	return capture
+}
+
 // The names of the two operations and of their resources.
 const (
 	OperationCapture     = "capture_payment"

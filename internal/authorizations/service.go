@@ -395,11 +395,7 @@ func (s *Service) holderInReview(ctx context.Context, p payments.Payment, a Acti
 		holders = others
 	}
 	for _, o := range holders {
-		typ := ResourceCapture
-		if o.Kind == payments.ActionVoid {
-			typ = ResourceCancellation
-		}
-		rec, err := idempotency.LoadByResource(ctx, s.d.DB, idempotency.Resource{Type: typ, ID: o.ID})
+		rec, err := idempotency.LoadByResource(ctx, s.d.DB, idempotency.Resource{Type: kindOf(o.Kind).resource, ID: o.ID})
 		if errors.Is(err, idempotency.ErrNotFound) {
 			continue
 		}

@@ -158,17 +158,18 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	secret(&c.NATSURL, "nats-url", "NATS_URL", "NATS URL (may hold credentials)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT", "20s", "how long in-flight requests may finish on shutdown")
-	share, err := strconv.ParseFloat(env("CLEANUP_SHARE", "0.1"), 64)
-	if err != nil {
-		durErr = errors.Join(durErr, fmt.Errorf("CLEANUP_SHARE must be a number above 0, at most 1"))
+	// num is dur for a number; unreadable, it is refused with mustBe.
+	num := func(p *float64, flagName, envName, def, mustBe, usage string) {
+		v, err := strconv.ParseFloat(env(envName, def), 64)
+		if err != nil {
+			durErr = errors.Join(durErr, fmt.Errorf("%s must be %s", envName, mustBe))
+		}
+		fs.Float64Var(p, flagName, v, usage+" ("+envName+")")
 	}
-	fs.Float64Var(&c.CleanupShare, "cleanup-share", share,
-		"largest share of its time clean-up spends in statements while it catches up: after each full batch it rests (1-share)/share times as long as the batch took; 1: no rest (CLEANUP_SHARE)")
-	rate, err := strconv.ParseFloat(env("RATE_LIMIT", "0"), 64)
-	if err != nil {
-		durErr = errors.Join(durErr, fmt.Errorf("RATE_LIMIT must be a number of requests per second (0: off)"))
-	}
-	fs.Float64Var(&c.RateLimit, "rate-limit", rate, "requests per second per tenant, in each instance; 0 turns the limit off (RATE_LIMIT)")
+	num(&c.CleanupShare, "cleanup-share", "CLEANUP_SHARE", "0.1", "a number above 0, at most 1",
+		"largest share of its time clean-up spends in statements while it catches up: after each full batch it rests (1-share)/share times as long as the batch took; 1: no rest")
+	num(&c.RateLimit, "rate-limit", "RATE_LIMIT", "0", "a number of requests per second (0: off)",
+		"requests per second per tenant, in each instance; 0 turns the limit off")
 	burst, err := strconv.Atoi(env("RATE_LIMIT_BURST", "0"))
 	if err != nil {
 		durErr = errors.Join(durErr, fmt.Errorf("RATE_LIMIT_BURST must be an integer"))

@@ -300,15 +300,19 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 // keys left for a person only because they waited on another that b now
 // ends (whoever ended that one: a person, or its own client's retry), so
 // `because` names what they waited on; a key in review for any other
-// reason, or finished, is left as it is. It reads only the keys in review
-// (their partial index), however many keys the tenant has.
+// reason, or finished, is left as it is. It reads only keys in review or
+// unfinished (through a partial index of either), however many keys the
+// tenant has (TestQueueWakeReadsOnlyTheKeysInReview): an operation queues
+// it with each end of a resource others may wait on.
 func (e *Engine) QueueWake(b *pgx.Batch, tenant, operation, because string, at time.Time) {
-	b.Queue(`
+	b.Queue(wakeSQL, tenant, operation, because, at)
+}
+
+// wakeSQL is QueueWake's statement.
+const wakeSQL = `
 		UPDATE idempotency_keys SET manual_review_at = NULL, recovery_next_at = $4
 		WHERE manual_review_at IS NOT NULL AND tenant_id = $1 AND operation = $2
-		  AND recovery_last_error = $3 AND response_status IS NULL`,
-		tenant, operation, because, at)
-}
+		  AND recovery_last_error = $3 AND response_status IS NULL`
 
 // answerRetry answers a request whose key was already claimed, from seen
 // (the key's record, just read) if it has it. While the original

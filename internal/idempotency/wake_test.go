@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
 // QueueWake ends the manual review of every unfinished key of the tenant's
@@ -94,4 +96,31 @@ func TestQueueWakeEndsTheReviewOfTheUnfinishedKeysThatWaitedOnly(t *testing.T) {
 
 func equalTimes(a, b *time.Time) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && a.Equal(*b))
+}
+
+// QueueWake runs with every end of a resource others may wait on (each
+// capture or cancel settled), so it must read only keys in review or
+// unfinished (a partial index holds each), never the tenant's keys of the
+// operation: here 20,000 finished keys and a few in review, under a custom
+// and a generic plan.
+func TestQueueWakeReadsOnlyTheKeysInReview(t *testing.T) {
+	t.Parallel()
+	_, pool, clk := testEngine(t)
+	ctx := context.Background()
+	now := clk.Now()
+	_, err := pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+		                              created_at, response_status, response_body, completed_at, manual_review_at, recovery_last_error)
+		SELECT 't', 'widgets.cancel', 'k' || i, '\x01', 'widget', 'w_' || i, $1,
+		       CASE WHEN i > 20 THEN 200 END, CASE WHEN i > 20 THEN '{}'::bytea END, CASE WHEN i > 20 THEN $1::timestamptz END,
+		       CASE WHEN i <= 20 THEN $1::timestamptz END, CASE WHEN i <= 10 THEN 'waits' ELSE 'ambiguous' END
+		FROM generate_series(1, 20020) i`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE idempotency_keys`); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.ReadsAtMost(t, pool, 100, "text, text, text, timestamptz", wakeSQL,
+		"t", "widgets.cancel", "waits", now.Format(time.RFC3339Nano))
 }

@@ -28,16 +28,25 @@ type Cluster struct {
 // ready. StartCluster then starts the whole cluster again on new ports.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	c, err := startClusterRetrying(t, func() []int { return freePorts(t, n) }, 10*time.Second)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	return c
+}
+
+// startClusterRetrying starts a cluster on the ports ports gives, up to
+// three times, each time on new ones.
+func startClusterRetrying(t testing.TB, ports func() []int, ready time.Duration) (*Cluster, error) {
 	var err error
 	for attempt := 1; attempt <= 3; attempt++ {
 		var c *Cluster
-		if c, err = startCluster(t, freePorts(t, n), 10*time.Second); err == nil {
-			return c
+		if c, err = startCluster(t, ports(), ready); err == nil {
+			return c, nil
 		}
 		t.Logf("natstest: attempt %d: %v", attempt, err)
 	}
-	t.Fatalf("natstest: %v", err)
-	return nil
+	return nil, err
 }
 
 // startCluster starts one server per cluster port and waits up to ready for
