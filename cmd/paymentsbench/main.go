@@ -437,7 +437,7 @@ func (b *benchRun) referencePhase(ctx context.Context, name string, d time.Durat
 	}
 	p := phase{
 		Name: name, Kind: kindReference, Ops: res.Processed, Failed: res.Failed,
-		Latencies: res.Latencies, DB: c1.sub(c0), PGCPU: cpu1 - cpu0,
+		Latencies: res.Latencies, DB: c1.sub(c0), PGCPU: cpu1 - cpu0, ClientCPU: res.CPU,
 	}
 	if res.Failed > 0 {
 		p.Unexpected = map[string]int{"failed": res.Failed}
@@ -469,6 +469,10 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
+	self0, err := processCPU(os.Getpid())
+	if err != nil {
+		return phase{}, err
+	}
 	p := w.run(ctx, svc.Client)
 	if !svc.NoRelay {
 		drain, left, err := waitOutboxDrained(ctx, svc.DB, drainTimeout)
@@ -484,6 +488,10 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
+	self1, err := processCPU(os.Getpid())
+	if err != nil {
+		return phase{}, err
+	}
 	if err := clock.Sleep(ctx, statsFlushWait); err != nil {
 		return phase{}, err
 	}
@@ -494,7 +502,7 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if exited, err := svc.Proc.exited(); exited {
 		return phase{}, fmt.Errorf("%s exited during %s (%v): see its log", svc.Name, w.Name, err)
 	}
-	p.DB, p.PGCPU, p.APICPU = c1.sub(c0), pg1-pg0, api1-api0
+	p.DB, p.PGCPU, p.APICPU, p.ClientCPU = c1.sub(c0), pg1-pg0, api1-api0, self1-self0
 	return p, nil
 }
 

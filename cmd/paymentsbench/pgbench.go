@@ -25,6 +25,8 @@ type pgbenchResult struct {
 	// Latencies are the latencies of every transaction, sorted, from the
 	// per-transaction logs (-l).
 	Latencies []time.Duration
+	// CPU is pgbench's own CPU time (user + system): the client's cost.
+	CPU time.Duration
 }
 
 var (
@@ -124,6 +126,7 @@ func (p pgbenchRun) run(ctx context.Context) (pgbenchResult, error) {
 		return pgbenchResult{}, fmt.Errorf("pgbench: %w\n%s%s", err, stdout.String(), tail(stderr.String(), 4000))
 	}
 	res, err := parsePGBenchOutput(stdout.String())
+	res.CPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	if err != nil {
 		return res, fmt.Errorf("%w\n%s", err, stdout.String())
 	}

@@ -92,6 +92,10 @@ type phase struct {
 	// PostgreSQL server's (every process of the cluster).
 	APICPU time.Duration
 	PGCPU  time.Duration
+	// ClientCPU is the CPU time of what drove the phase over the same
+	// span: pgbench's process, or the bench's own (its load generator and
+	// the provider simulator, which share the machine with the API).
+	ClientCPU time.Duration
 	// Drain is how long the relay took, after the last answer, to publish
 	// the events left in the outbox: its lag behind the load.
 	Drain time.Duration
@@ -150,6 +154,7 @@ func combine(name string, ps []phase) phase {
 		out.DB = out.DB.add(p.DB)
 		out.APICPU += p.APICPU
 		out.PGCPU += p.PGCPU
+		out.ClientCPU += p.ClientCPU
 		out.Drain = max(out.Drain, p.Drain)
 	}
 	slices.Sort(out.Latencies)
@@ -360,19 +365,19 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 // per operation.
 func writePhaseTable(w io.Writer, phases []phase) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\tdrain\t")
+	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\tclient CPU/op\tdrain\t")
 	for _, p := range phases {
 		api, drain := "-", "-"
 		if p.Kind != kindReference {
 			api, drain = fmtMillis(p.cpuPerOp(p.APICPU)), fmtDuration(p.Drain)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			p.Name, p.Ops, p.rate(),
 			fmtDuration(percentile(p.Latencies, 0.5)), fmtDuration(percentile(p.Latencies, 0.99)),
 			fmtFloat(p.perOp(float64(p.DB.Commits)), 2), fmtBytes(p.perOp(float64(p.DB.WALBytes))),
 			fmtFloat(p.perOp(float64(p.DB.WALRecords)), 1), fmtFloat(p.perOp(float64(p.DB.WALFPI)), 2),
 			fmtFloat(p.perOp(float64(p.DB.Inserted)), 1), fmtFloat(p.perOp(float64(p.DB.Updated)), 1),
-			api, fmtMillis(p.cpuPerOp(p.PGCPU)), drain)
+			api, fmtMillis(p.cpuPerOp(p.PGCPU)), fmtMillis(p.cpuPerOp(p.ClientCPU)), drain)
 	}
 	return tw.Flush()
 }
