@@ -42,7 +42,7 @@ func CreateModule(opts Options) operation.Module {
 			names := map[string]bool{}
 			for _, m := range env.Modules {
 				for _, e := range m.Events {
-					if e.Name != "" && e.Data != nil { // what the event log records, and so what is delivered
+					if e.Name != "" { // what the event log records, and so what is delivered
 						names[e.Name] = true
 					}
 				}

@@ -34,10 +34,18 @@ type Log struct {
 	db    *pgxpool.Pool
 	clock clock.Clock
 	log   *slog.Logger
-	kinds map[string]operation.Event // by outbox type, the events with a Name
-	names map[string]bool            // the names, for the type filter
+	kinds map[string]kind // by outbox type, the events with a Name
+	names map[string]bool // the names, for the type filter
 	// fanOut is run by each recording, in its statement (WithFanOut).
 	fanOut string
+	record string // the statement of Record, built once
+}
+
+// kind is how the log reads one type of event.
+type kind struct {
+	name   string // for merchants: payment.succeeded
+	idKey  string // the resource's id in the payload (its Resource.IDField)
+	hidden string // the payload's keys merchants never see, comma-separated
 }
 
 // Option configures a Log.
@@ -53,17 +61,20 @@ func WithFanOut(stmt string) Option { return func(l *Log) { l.fanOut = stmt } }
 
 // New returns the log of mods' named events.
 func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.Module, opts ...Option) *Log {
-	l := &Log{db: db, clock: clk, log: log, kinds: map[string]operation.Event{}, names: map[string]bool{}}
+	l := &Log{db: db, clock: clk, log: log, kinds: map[string]kind{}, names: map[string]bool{}}
 	for _, m := range mods {
 		for _, e := range m.Events {
-			if e.Name != "" && e.Data != nil {
-				l.kinds[e.Type], l.names[e.Name] = e, true
+			if e.Name != "" {
+				hidden := strings.Join(append([]string{"tenantId"}, e.Hidden...), ",")
+				l.kinds[e.Type] = kind{name: e.Name, idKey: m.Resource.IDField, hidden: hidden}
+				l.names[e.Name] = true
 			}
 		}
 	}
 	for _, o := range opts {
 		o(l)
 	}
+	l.record = recordStatement(l.fanOut)
 	return l
 }
 
@@ -76,46 +87,66 @@ type Entry struct {
 }
 
 // Record adds events to the log, those of a named type only, in one
-// statement; an event already there is left as it is. An event whose
-// payload its operation cannot read is left out, and logged: it must not
-// hold back the events after it.
+// statement; an event already there is left as it is. What merchants see of
+// an event is cut from its payload by PostgreSQL (see operation.Event's
+// Hidden): the payload is neither decoded nor encoded again here. An event
+// whose payload its operation cannot read is left out, and logged: it must
+// not hold back the events after it.
 func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
 	var (
-		id, tenant, typ, aggregate []string
-		occurred                   []time.Time
-		data, traceparent          []string
+		id, name, aggregate, payload, traceparent, idKey, hidden []string
+		occurred                                                 []time.Time
 	)
 	for _, e := range events {
 		k, ok := l.kinds[e.Type]
 		if !ok {
 			continue
 		}
-		t, d, err := k.Data(e)
-		if err != nil {
-			l.log.ErrorContext(ctx, "event left out of the event log: its payload cannot be read", "event_id", e.ID, "type", e.Type, "error", err)
-			continue
-		}
-		id, tenant, typ, aggregate = append(id, e.ID), append(tenant, t), append(typ, k.Name), append(aggregate, e.AggregateID)
-		occurred, data = append(occurred, e.OccurredAt), append(data, string(d))
-		traceparent = append(traceparent, e.TraceParent)
+		id, name, aggregate = append(id, e.ID), append(name, k.name), append(aggregate, e.AggregateID)
+		occurred, payload = append(occurred, e.OccurredAt), append(payload, string(e.Payload))
+		traceparent, idKey, hidden = append(traceparent, e.TraceParent), append(idKey, k.idKey), append(hidden, k.hidden)
 	}
 	if len(id) == 0 {
 		return nil
 	}
-	stmt := `
-		INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at, traceparent)
-		SELECT i::uuid, t, ty, a, o, d::jsonb, $7, nullif(tp, '')
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::text[], $8::text[]) AS x(i, t, ty, a, o, d, tp)
-		ON CONFLICT (id) DO NOTHING`
-	if l.fanOut != "" {
-		stmt = `WITH recorded AS (` + stmt + `
-		RETURNING id, tenant_id, type, occurred_at, recorded_at) ` + l.fanOut
-	}
-	_, err := l.db.Exec(ctx, stmt, id, tenant, typ, aggregate, occurred, data, l.clock.Now(), traceparent)
+	rows, err := l.db.Query(ctx, l.record, id, name, aggregate, occurred, payload, traceparent, idKey, hidden, l.clock.Now())
 	if err != nil {
 		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
 	}
+	unreadable, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
+	}
+	for _, eid := range unreadable {
+		l.log.ErrorContext(ctx, "event left out of the event log: its payload has no tenantId or names another resource", "event_id", eid)
+	}
 	return nil
+}
+
+// recordStatement records events given as arrays, one element per event:
+// ids, names, aggregate ids, times, payloads, traceparents, the key of the
+// resource's id in each payload and the keys to hide from merchants. It
+// answers the ids of the events it could not read. fanOut, if any, runs in
+// it too, reading the CTE recorded (see WithFanOut).
+func recordStatement(fanOut string) string {
+	if fanOut != "" {
+		fanOut = `, fanned AS (` + fanOut + `)`
+	}
+	return `
+		WITH given AS (
+		    SELECT i::uuid AS id, n, a, o, d::jsonb AS payload, nullif(tp, '') AS traceparent, k, string_to_array(h, ',') AS hidden
+		    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[])
+		        AS x(i, n, a, o, d, tp, k, h)
+		), readable AS (
+		    SELECT * FROM given
+		    WHERE jsonb_typeof(payload) = 'object' AND payload->>'tenantId' <> '' AND payload->>k = a
+		), recorded AS (
+		    INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at, traceparent)
+		    SELECT id, payload->>'tenantId', n, a, o, payload - hidden, $9, traceparent FROM readable
+		    ON CONFLICT (id) DO NOTHING
+		    RETURNING id, tenant_id, type, occurred_at, recorded_at
+		)` + fanOut + `
+		SELECT id::text FROM given WHERE id NOT IN (SELECT id FROM readable)`
 }
 
 // Publisher returns next, each of whose publishes first records its events

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,12 +25,16 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -223,8 +228,21 @@ func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
 			}
 		}
 	}
-	if bytes.Contains(got.Items[0].Data, []byte("tenant")) {
-		t.Fatalf("an event's data shows the tenant: %s", got.Items[0].Data)
+	// Each event's data is its resource's view and nothing more: the keys
+	// only consumers read (the tenant, a refund's account) are cut.
+	for _, it := range got.Items {
+		var view any = &payments.View{}
+		if strings.HasPrefix(it.Type, "refund.") {
+			view = &refunds.View{}
+		}
+		dec := json.NewDecoder(bytes.NewReader(it.Data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(view); err != nil {
+			t.Fatalf("%s's data is not its resource's view (%v): %s", it.Type, err, it.Data)
+		}
+		if bytes.Contains(it.Data, []byte("tenant")) {
+			t.Fatalf("%s's data shows the tenant: %s", it.Type, it.Data)
+		}
 	}
 	_ = declined
 
@@ -299,6 +317,43 @@ func TestListingPagesAndFilters(t *testing.T) {
 	}
 	if r := e.do(secretA, "GET", "/events/not-a-uuid", "", ""); r.status != http.StatusNotFound {
 		t.Errorf("GET /events/not-a-uuid: %d", r.status)
+	}
+}
+
+// An event whose payload has no tenant, or names another payment than its
+// own, or is no object, is left out of the log and logged; the events
+// beside it are recorded.
+func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var logs testio.SyncBuffer
+	l := eventlog.New(e.pool, e.clk, slog.New(slog.NewTextHandler(&logs, nil)), app.Modules(app.Config{}))
+	event := func(aggregate string, payload any) outbox.Event {
+		ev, err := outbox.NewEvent(t.Context(), payments.EventSucceeded, payments.ResourceType, aggregate, payload, e.clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	good := event("pay_good", map[string]any{"paymentId": "pay_good", "tenantId": "tenant_a", "status": "SUCCEEDED"})
+	bad := []outbox.Event{
+		event("pay_1", map[string]any{"paymentId": "pay_1", "status": "SUCCEEDED"}),
+		event("pay_2", map[string]any{"paymentId": "pay_2", "tenantId": "", "status": "SUCCEEDED"}),
+		event("pay_3", map[string]any{"paymentId": "pay_other", "tenantId": "tenant_a"}),
+		event("pay_4", []string{"paymentId", "pay_4", "tenantId", "tenant_a"}),
+		event("pay_5", "pay_5"),
+	}
+	if err := l.Record(t.Context(), append(bad, good)); err != nil {
+		t.Fatal(err)
+	}
+	got := e.events(secretA, "")
+	if len(got.Items) != 1 || got.Items[0].EventID != good.ID || string(got.Items[0].Data) != `{"status":"SUCCEEDED","paymentId":"pay_good"}` {
+		t.Fatalf("recorded %+v, want the good event only, without its tenant", got.Items)
+	}
+	for _, ev := range bad {
+		if !strings.Contains(logs.String(), "event left out of the event log") || !strings.Contains(logs.String(), ev.ID) {
+			t.Fatalf("event %s (%s) left out without a word; logs:\n%s", ev.ID, ev.Payload, logs.String())
+		}
 	}
 }
 

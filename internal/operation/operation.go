@@ -96,10 +96,16 @@ type Event struct {
 	// Name is the event's name for merchants (the event log, GET /events:
 	// payment.succeeded); "" keeps it out of the log.
 	Name string
-	// Data reads, from an event of this type, its tenant and what a
-	// merchant sees of it (the resource's body as of the event). Required
-	// with Name.
-	Data func(outbox.Event) (tenant string, data []byte, err error)
+	// Hidden are the keys of its payload, besides tenantId, that merchants
+	// never see (those only consumers read, such as the ledger).
+	//
+	// The event log (GET /events) shows an event with a Name as its payload
+	// without tenantId and the Hidden keys: the resource's body as of the
+	// event. It does this in SQL on the payload as it is, so a payload must
+	// be a JSON object that carries the tenant under "tenantId" and the
+	// resource's id under the module's Resource.IDField; an event whose
+	// payload does not is left out of the log, and logged.
+	Hidden []string
 }
 
 // LedgerEntry is what the ledger books for one event: one entry per

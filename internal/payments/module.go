@@ -36,11 +36,11 @@ func Module(hooks Hooks) operation.Module {
 			Type: ResourceType, IDField: "paymentId", ProviderKey: ProviderKey,
 		},
 		Events: []operation.Event{
-			{Type: EventCreated, Name: "payment.created", Data: eventData},
-			{Type: EventSucceeded, Ledger: ledgerEntry, Name: "payment.succeeded", Data: eventData},
-			{Type: EventDeclined, Name: "payment.declined", Data: eventData},
-			{Type: EventAuthorized, Name: "payment.authorized", Data: eventData},
-			{Type: EventCanceled, Name: "payment.canceled", Data: eventData},
+			{Type: EventCreated, Name: "payment.created"},
+			{Type: EventSucceeded, Ledger: ledgerEntry, Name: "payment.succeeded"},
+			{Type: EventDeclined, Name: "payment.declined"},
+			{Type: EventAuthorized, Name: "payment.authorized"},
+			{Type: EventCanceled, Name: "payment.canceled"},
 		},
 		ProviderEvents: []operation.ProviderEvent{
 			{Type: "payment_intent.succeeded", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
@@ -62,23 +62,6 @@ func Module(hooks Hooks) operation.Module {
 			}), nil
 		},
 	}
-}
-
-// eventData reads a payment's event as the event log shows it: its tenant,
-// and the payment's body as of the event (what GET /payments/{id} showed).
-func eventData(e outbox.Event) (string, []byte, error) {
-	var p struct {
-		View
-		TenantID string `json:"tenantId"`
-	}
-	if err := json.Unmarshal(e.Payload, &p); err != nil {
-		return "", nil, fmt.Errorf("payload is not a payment: %w", err)
-	}
-	if p.TenantID == "" || p.PaymentID != e.AggregateID {
-		return "", nil, fmt.Errorf("payment event %s without its tenant or of another payment", e.ID)
-	}
-	data, err := json.Marshal(p.View)
-	return p.TenantID, data, err
 }
 
 // ledgerEntry reads the entry a PaymentSucceeded event books: its payload

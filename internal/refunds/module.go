@@ -32,9 +32,9 @@ func Module() operation.Module {
 			Type: ResourceType, IDField: "refundId", ProviderKey: ProviderKey,
 		},
 		Events: []operation.Event{
-			{Type: EventCreated, Name: "refund.created", Data: eventData},
-			{Type: EventSucceeded, Ledger: ledgerEntry, Name: "refund.succeeded", Data: eventData},
-			{Type: EventDeclined, Name: "refund.declined", Data: eventData},
+			{Type: EventCreated, Name: "refund.created", Hidden: []string{"accountId"}},
+			{Type: EventSucceeded, Ledger: ledgerEntry, Name: "refund.succeeded", Hidden: []string{"accountId"}},
+			{Type: EventDeclined, Name: "refund.declined", Hidden: []string{"accountId"}},
 		},
 		// Stripe's charge.refunded is not one: its object is the Charge,
 		// which (API version 2023-10-16) does not list its refunds.
@@ -61,23 +61,6 @@ func Module() operation.Module {
 			}), nil
 		},
 	}
-}
-
-// eventData reads a refund's event as the event log shows it: its tenant,
-// and the refund's body as of the event.
-func eventData(e outbox.Event) (string, []byte, error) {
-	var r struct {
-		View
-		TenantID string `json:"tenantId"`
-	}
-	if err := json.Unmarshal(e.Payload, &r); err != nil {
-		return "", nil, fmt.Errorf("payload is not a refund: %w", err)
-	}
-	if r.TenantID == "" || r.RefundID != e.AggregateID {
-		return "", nil, fmt.Errorf("refund event %s without its tenant or of another refund", e.ID)
-	}
-	data, err := json.Marshal(r.View)
-	return r.TenantID, data, err
 }
 
 // ledgerEntry reads the entry a RefundSucceeded event books: its payload is
