@@ -145,15 +145,17 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // the key's fencing token; otherwise the batch fails with ErrFenced.
 func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers, _ := json.Marshal(resp.Headers) // map[string]string always marshals
-	b.Queue(notifyingWaiters(`
-		UPDATE idempotency_keys
-		SET response_status = @status, response_headers = @headers, response_body = @body,
-		    completed_at = @now, lease_expires_at = NULL, recovery_next_at = NULL
-		WHERE id = @id AND fencing_token = @token AND response_status IS NULL
-		RETURNING id, waiters`, true),
-		pgx.NamedArgs{"id": id, "token": token, "status": resp.Status, "headers": headers, "body": resp.Body,
-			"now": now, "channel": NotifyChannel})
+	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now, NotifyChannel)
 }
+
+// finishSQL is queueFinish's statement, built once: it runs on every final
+// answer, and positional arguments spare pgx rewriting named ones each time.
+var finishSQL = notifyingWaiters(`
+		UPDATE idempotency_keys
+		SET response_status = $3, response_headers = $4, response_body = $5,
+		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
+		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		RETURNING id, waiters`, "$7", true)
 
 // hold is one hold or release of a key by its owner.
 type hold struct {
@@ -194,7 +196,7 @@ func queueHold(b *pgx.Batch, id, token int64, h hold) {
 	}
 	// Released: a waiter may take the key over now.
 	args["channel"] = NotifyChannel
-	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`, true), args)
+	b.Queue(notifyingWaiters(sql+` RETURNING id, waiters`, "@channel", true), args)
 }
 
 // letGo ends the lease of key row id held with token, and nothing else: an
@@ -205,7 +207,7 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 	err := q.QueryRow(ctx, notifyingWaiters(`
 		UPDATE idempotency_keys SET lease_expires_at = NULL
 		WHERE id = @id AND fencing_token = @token AND response_status IS NULL
-		RETURNING id, waiters`, false), pgx.NamedArgs{"id": id, "token": token, "channel": NotifyChannel}).Scan(&n, &woken)
+		RETURNING id, waiters`, "@channel", false), pgx.NamedArgs{"id": id, "token": token, "channel": NotifyChannel}).Scan(&n, &woken)
 	if err != nil {
 		return fmt.Errorf("let go of idempotency key: %w", err)
 	}
@@ -213,20 +215,20 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 }
 
 // notifyingWaiters wraps update, an UPDATE of one key row ... RETURNING id,
-// waiters, run with named arguments of which @channel is the channel, so
-// that the same statement tells waiting requests, on every instance, that
+// waiters, run with an argument, channel (its placeholder: @channel, $7),
+// that is the channel, so that the same statement tells waiting requests, on every instance, that
 // the key changed, but only if some request waits for it (PostgreSQL
 // delivers the notification only if the transaction commits). It answers
 // (rows updated, notified). With fence, a statement that updated no row
 // (the key is no longer the writer's) refuses with refuse.Fenced, undoing
 // its batch.
-func notifyingWaiters(update string, fence bool) string {
+func notifyingWaiters(update, channel string, fence bool) string {
 	check := ""
 	if fence {
 		check = ", " + fencedUnless("EXISTS (SELECT FROM changed)")
 	}
 	return `WITH changed AS (` + update + `),
-		woken AS (SELECT pg_notify(@channel, id::text) FROM changed WHERE waiters > 0)
+		woken AS (SELECT pg_notify(` + channel + `, id::text) FROM changed WHERE waiters > 0)
 		SELECT (SELECT count(*) FROM changed)::int, (SELECT count(*) FROM woken)::int` + check
 }
 

@@ -598,8 +598,10 @@ func (r *Relay) claim(ctx context.Context, now, until time.Time, token string) (
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimedRow, error) {
 		var c claimedRow
+		// The payload is read as the bytes PostgreSQL sends (a jsonb is
+		// valid JSON): into a json.RawMessage pgx would decode it to check it.
 		err := row.Scan(&c.event.ID, &c.seq, &c.event.AggregateType, &c.event.AggregateID,
-			&c.event.Type, &c.event.Payload, &c.event.OccurredAt, &c.attempts, &c.suspect, &c.event.TraceParent)
+			&c.event.Type, (*[]byte)(&c.event.Payload), &c.event.OccurredAt, &c.attempts, &c.suspect, &c.event.TraceParent)
 		c.event.OccurredAt = c.event.OccurredAt.UTC()
 		return c, err
 	})
