@@ -366,6 +366,22 @@ func jsonProblem(err error) *problem.Problem {
 // encoding/json matches them to fields, ignoring case. Syntax errors are
 // left to the decoder, which explains them.
 func rejectDuplicateMembers(body []byte) *problem.Problem {
+	name, ok := repeatedMember(body)
+	if !ok {
+		name = repeatedMemberByTokens(body)
+	}
+	if name == "" {
+		return nil
+	}
+	return problem.New(http.StatusBadRequest, problem.MalformedJSON,
+		fmt.Sprintf("The body holds the member %q more than once: send each member once.", name))
+}
+
+// repeatedMemberByTokens answers, for any body, what repeatedMember does
+// for the bodies it reads: the first name an object holds twice, or "".
+// It reads the body token by token with encoding/json's decoder, and so
+// costs an allocation or more per token.
+func repeatedMemberByTokens(body []byte) string {
 	type level struct {
 		names    map[string]bool // nil in an array
 		wantName bool            // in an object, before a member's name
@@ -375,14 +391,13 @@ func rejectDuplicateMembers(body []byte) *problem.Problem {
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil
+			return ""
 		}
 		if n := len(open); n > 0 && open[n-1].wantName {
 			if name, ok := tok.(string); ok {
 				folded := foldName(name)
 				if open[n-1].names[folded] {
-					return problem.New(http.StatusBadRequest, problem.MalformedJSON,
-						fmt.Sprintf("The body holds the member %q more than once: send each member once.", name))
+					return name
 				}
 				open[n-1].names[folded] = true
 				open[n-1].wantName = false
@@ -401,7 +416,7 @@ func rejectDuplicateMembers(body []byte) *problem.Problem {
 		}
 		// A value ended: a scalar, or the object or array just closed.
 		if len(open) == 0 {
-			return nil
+			return ""
 		}
 		if top := open[len(open)-1]; top.names != nil {
 			top.wantName = true
