@@ -3,11 +3,13 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
@@ -175,4 +177,49 @@ type countingWriter struct {
 func (w *countingWriter) Write(p []byte) (int, error) {
 	w.writes++
 	return w.buf.Write(p)
+}
+
+// AppendJSON writes what json.Marshal writes for an event: byte for byte
+// when the payload is compact, and the same event when it is not (a jsonb
+// payload as PostgreSQL prints it), on one line either way.
+func TestAppendJSONWritesWhatMarshalWrites(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 27, 6, 30, 0, 123456789, time.FixedZone("CET", 3600))
+	events := []outbox.Event{
+		{ID: "0196f1a0-0000-7000-8000-000000000001", Type: "PaymentSucceeded", AggregateType: "payment", AggregateID: "pay_a",
+			OccurredAt: at, Payload: json.RawMessage(`{"paymentId":"pay_a","amount":"10.00"}`)},
+		{ID: `id "quoted" \ <b>&`, Type: "Tÿpe\n", AggregateType: "payment", AggregateID: "pay_\u2028",
+			OccurredAt: at.UTC(), Payload: json.RawMessage(`["a",1,null]`)},
+		{ID: "e3", Type: "T", AggregateType: "refund", AggregateID: "re_1", OccurredAt: t0},
+	}
+	for _, e := range events {
+		want, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := outbox.AppendJSON(nil, e)
+		if err != nil || string(got) != string(want) {
+			t.Errorf("AppendJSON: %s, %v\n      want %s", got, err, want)
+		}
+	}
+	spaced := events[0]
+	spaced.Payload = json.RawMessage("{\"paymentId\": \"pay_a\",\n \"amount\": \"10.00\", \"note\": \"<&>\"}")
+	got, err := outbox.AppendJSON(nil, spaced)
+	if err != nil || bytes.ContainsAny(got, "\r\n") {
+		t.Fatalf("AppendJSON of a payload with a line break: %q, %v", got, err)
+	}
+	var back outbox.Event
+	if err := json.Unmarshal(got, &back); err != nil {
+		t.Fatalf("%s: %v", got, err)
+	}
+	var gotPayload, wantPayload any
+	if json.Unmarshal(back.Payload, &gotPayload) != nil || json.Unmarshal(spaced.Payload, &wantPayload) != nil ||
+		fmt.Sprint(gotPayload) != fmt.Sprint(wantPayload) || back.ID != spaced.ID || !back.OccurredAt.Equal(spaced.OccurredAt) {
+		t.Errorf("read back %+v (payload %s), want %+v", back, back.Payload, spaced)
+	}
+	broken := events[0]
+	broken.Payload = json.RawMessage("{\"a\":\n")
+	if _, err := outbox.AppendJSON(nil, broken); err == nil {
+		t.Error("a broken payload with a line break was written")
+	}
 }

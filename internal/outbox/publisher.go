@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -82,12 +81,12 @@ func (p *LogPublisher) PublishBatch(ctx context.Context, events []Event) []error
 	var buf []byte
 	written := make([]int, 0, len(events))
 	for i, e := range events {
-		line, err := json.Marshal(e)
+		line, err := AppendJSON(buf, e)
 		if err != nil {
-			errs[i] = fmt.Errorf("encode event %s: %w", e.ID, err)
+			errs[i] = err
 			continue
 		}
-		buf = append(append(buf, line...), '\n')
+		buf = append(line, '\n')
 		written = append(written, i)
 	}
 	if len(written) == 0 {

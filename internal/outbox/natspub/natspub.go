@@ -107,9 +107,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 
 // Message is the NATS message of e under prefix.
 func Message(prefix string, e outbox.Event) (*nats.Msg, error) {
-	data, err := json.Marshal(e)
+	data, err := outbox.AppendJSON(nil, e)
 	if err != nil {
-		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
+		return nil, err
 	}
 	m := nats.NewMsg(Subject(prefix, e.Type))
 	m.Data = data
