@@ -9,7 +9,6 @@ import (
 	"encoding/base32"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"strings"
 	"time"
 )
@@ -79,7 +78,17 @@ func NameBasedUUID(namespace [16]byte, name string) string {
 func formatUUID(b [16]byte, version byte) string {
 	b[6] = b[6]&0x0f | version<<4
 	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
 }
 
 // IsUUID reports whether s is a UUID in its text form (an event id), in

@@ -59,8 +59,9 @@ type Machine[S ~string] struct {
 	created   claim.Template // Created's statement
 	createdAs claim.Template // CreatedAs's statement
 	// claimMoves are MoveIfClaimed's templates, built once each, by
-	// moveShape.
+	// moveShape; plainMoves QueueMove's statements, likewise.
 	claimMoves sync.Map
+	plainMoves sync.Map
 }
 
 // New returns the machine called name (its name in state_machine_moves),
@@ -243,8 +244,7 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, e
 			if extra != "" {
 				claimed += " AND " + extra
 			}
-			sql, _ := m.move(mv, claimed)
-			return sql
+			return m.moveSQL(mv, claimed)
 		}))
 	}
 	return t.(claim.Template).With(args...), nil
@@ -286,18 +286,21 @@ func moveShape[S ~string](mv Move[S], extra string) string {
 // queueMove is QueueMove without the Go-side check, so that tests can show
 // the database refuses what the code would not send.
 func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
-	sql, args := m.move(mv, "")
-	b.Queue(sql, args...)
+	shape := moveShape(mv, "")
+	sql, ok := m.plainMoves.Load(shape)
+	if !ok {
+		sql, _ = m.plainMoves.LoadOrStore(shape, m.moveSQL(mv, ""))
+	}
+	b.Queue(sql.(string), moveArgs(mv)...)
 }
 
-// move is the statement of mv; a non-empty cond guards the move and its
-// refusal. Its arguments do not depend on cond.
-func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
+// moveSQL is the statement of mv, whose arguments are moveArgs(mv); a
+// non-empty cond guards the move and its refusal.
+func (m *Machine[S]) moveSQL(mv Move[S], cond string) string {
 	where, moved := "", "EXISTS (SELECT FROM moved)"
 	if cond != "" {
 		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
 	}
-	args := moveArgs(mv)
 	n := 5 // the parameters before the columns': moveArgs
 	var set strings.Builder
 	for _, c := range mv.Set {
@@ -320,7 +323,7 @@ func (m *Machine[S]) move(mv Move[S], cond string) (string, []any) {
 		    SELECT id, $2, $3, $5, $4 FROM moved
 		)
 		SELECT ` + refuse.Unless(moved, refuse.StaleState,
-		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", ""), args
+		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", "")
 }
 
 // QueueSet adds to b a guarded write of cols on row id that stays in state
