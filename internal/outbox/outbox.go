@@ -14,6 +14,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
@@ -59,13 +60,13 @@ func NewEvent(ctx context.Context, eventType, aggregateType, aggregateID string,
 // compacted, so that an event is always one line.
 func AppendJSON(dst []byte, e Event) ([]byte, error) {
 	dst = append(dst, `{"eventId":`...)
-	dst = appendString(dst, e.ID)
+	dst = jsontext.AppendString(dst, e.ID)
 	dst = append(dst, `,"type":`...)
-	dst = appendString(dst, e.Type)
+	dst = jsontext.AppendString(dst, e.Type)
 	dst = append(dst, `,"aggregateType":`...)
-	dst = appendString(dst, e.AggregateType)
+	dst = jsontext.AppendString(dst, e.AggregateType)
 	dst = append(dst, `,"aggregateId":`...)
-	dst = appendString(dst, e.AggregateID)
+	dst = jsontext.AppendString(dst, e.AggregateID)
 	dst = append(dst, `,"occurredAt":"`...)
 	dst = e.OccurredAt.AppendFormat(dst, time.RFC3339Nano)
 	dst = append(dst, `","payload":`...)
@@ -82,17 +83,6 @@ func AppendJSON(dst []byte, e Event) ([]byte, error) {
 		dst = append(dst, e.Payload...)
 	}
 	return append(dst, '}'), nil
-}
-
-// appendString appends s as a JSON string, as encoding/json writes it.
-func appendString(dst []byte, s string) []byte {
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string always encodes
-			return append(dst, b...)
-		}
-	}
-	return append(append(append(dst, '"'), s...), '"')
 }
 
 // Queue adds the insert of e to b, so that it commits or rolls back with the

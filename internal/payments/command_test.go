@@ -2,6 +2,8 @@ package payments
 
 import (
 	"bytes"
+	"encoding/json"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -67,5 +69,33 @@ func BenchmarkValidateAndFingerprint(b *testing.B) {
 			b.Fatal(err)
 		}
 		_ = c.Fingerprint()
+	}
+}
+
+// The canonical form is, byte for byte, what json.Marshal wrote of the
+// command's fields before it was written by hand: the fingerprints of keys
+// stored by earlier releases must still match their retries.
+func TestTheCanonicalFormIsMarshals(t *testing.T) {
+	marshaled := func(c Command) []byte { // the form as every earlier release wrote it
+		fields := []any{fingerprintName, APIVersion, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
+			c.PaymentMethod, c.Channel, c.Description}
+		if c.CaptureMethod == CaptureManual {
+			fields = append(fields, c.CaptureMethod)
+		}
+		b, err := json.Marshal(fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	texts := []string{"", "acc_1", `q"u\o<t>e&`, "é 💳 \u2028", "tab\t\x01", "\xff"}
+	rng := rand.New(rand.NewPCG(16, 22))
+	for i := range 3000 {
+		pick := func() string { return texts[rng.IntN(len(texts))] }
+		c := Command{AccountID: pick(), AmountMinor: rng.Int64N(1<<53) - 1<<52, Currency: pick(), MerchantReference: pick(),
+			PaymentMethod: pick(), Channel: pick(), Description: pick(), CaptureMethod: []string{"", CaptureAutomatic, CaptureManual}[i%3]}
+		if got, want := c.canonical(nil), marshaled(c); !bytes.Equal(got, want) {
+			t.Fatalf("canonical form of %+v:\n got %s\nwant %s", c, got, want)
+		}
 	}
 }
