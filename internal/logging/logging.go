@@ -120,10 +120,18 @@ func New(w io.Writer, level string) *slog.Logger {
 }
 
 // readableDurations writes a duration as Go spells it ("1.5s"), not as
-// the nanoseconds JSON would otherwise show.
-func readableDurations(_ []string, a slog.Attr) slog.Attr {
-	if a.Value.Kind() == slog.KindDuration {
+// the nanoseconds JSON would otherwise show. It also hands the record's
+// level back as the string slog writes for it ("INFO"): with a ReplaceAttr,
+// slog passes the level in as a value of any kind, which its JSON handler
+// would then encode through encoding/json's reflection on every line.
+func readableDurations(groups []string, a slog.Attr) slog.Attr {
+	switch {
+	case a.Value.Kind() == slog.KindDuration:
 		return slog.String(a.Key, a.Value.Duration().String())
+	case a.Key == slog.LevelKey && len(groups) == 0:
+		if l, ok := a.Value.Any().(slog.Level); ok {
+			return slog.String(a.Key, l.String())
+		}
 	}
 	return a
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -75,5 +76,30 @@ func TestTraceIDOnTracedRecords(t *testing.T) {
 	log.InfoContext(context.Background(), "untraced")
 	if bytes.Contains(buf.Bytes(), []byte("trace_id")) {
 		t.Errorf("untraced record has a trace_id: %s", buf.Bytes())
+	}
+}
+
+// Each level reads as slog writes it without a ReplaceAttr ("INFO",
+// "WARN+2"), and an attribute that happens to be called "level" inside a
+// group is left as it is.
+func TestLevelsReadAsSlogWritesThem(t *testing.T) {
+	for _, lv := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError, slog.LevelWarn + 2} {
+		var buf, plain bytes.Buffer
+		slog.New(handler{slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: readableDurations})}).
+			Log(context.Background(), lv, "m", slog.Group("g", "level", 3))
+		slog.New(slog.NewJSONHandler(&plain, &slog.HandlerOptions{Level: slog.LevelDebug})).
+			Log(context.Background(), lv, "m", slog.Group("g", "level", 3))
+		strip := func(b []byte) string { // the time differs
+			var rec map[string]any
+			if err := json.Unmarshal(b, &rec); err != nil {
+				t.Fatal(err)
+			}
+			delete(rec, "time")
+			out, _ := json.Marshal(rec)
+			return string(out)
+		}
+		if got, want := strip(buf.Bytes()), strip(plain.Bytes()); got != want {
+			t.Errorf("level %v: %s, want %s", lv, got, want)
+		}
 	}
 }
