@@ -2,7 +2,7 @@
 // refunds, as merchants see it: GET /events and GET /events/{eventId}, kept
 // EVENT_RETENTION (package cleanup runs DeleteExpired). The events and their
 // names for merchants (payment.succeeded) are the registered operations'
-// (operation.Event's Name and Data): this package names none.
+// (operation.Event's Name and Hidden): this package names none.
 //
 // The outbox relay records each event here before it publishes it
 // (Log.Publisher wraps the relay's publisher), so the log sees what the
@@ -90,8 +90,10 @@ type Entry struct {
 // statement; an event already there is left as it is. What merchants see of
 // an event is cut from its payload by PostgreSQL (see operation.Event's
 // Hidden): the payload is neither decoded nor encoded again here. An event
-// whose payload its operation cannot read is left out, and logged: it must
-// not hold back the events after it.
+// whose payload its operation cannot read (no tenant, another resource's id,
+// either not a string) is left out, and logged: it must not hold back the
+// events after it. Each payload must be JSON, as the outbox's jsonb column
+// holds it: one that is not fails the whole statement.
 func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
 	var (
 		id, name, aggregate, payload, traceparent, idKey, hidden []string
@@ -139,7 +141,9 @@ func recordStatement(fanOut string) string {
 		        AS x(i, n, a, o, d, tp, k, h)
 		), readable AS (
 		    SELECT * FROM given
-		    WHERE jsonb_typeof(payload) = 'object' AND payload->>'tenantId' <> '' AND payload->>k = a
+		    WHERE jsonb_typeof(payload) = 'object'
+		        AND jsonb_typeof(payload->'tenantId') = 'string' AND payload->>'tenantId' <> ''
+		        AND jsonb_typeof(payload->k) = 'string' AND payload->>k = a
 		), recorded AS (
 		    INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at, traceparent)
 		    SELECT id, payload->>'tenantId', n, a, o, payload - hidden, $9, traceparent FROM readable

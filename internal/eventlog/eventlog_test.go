@@ -342,6 +342,8 @@ func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
 		event("pay_3", map[string]any{"paymentId": "pay_other", "tenantId": "tenant_a"}),
 		event("pay_4", []string{"paymentId", "pay_4", "tenantId", "tenant_a"}),
 		event("pay_5", "pay_5"),
+		event("pay_6", map[string]any{"paymentId": "pay_6", "tenantId": map[string]int{"x": 1}}),
+		event("7", map[string]any{"paymentId": 7, "tenantId": "tenant_a"}),
 	}
 	if err := l.Record(t.Context(), append(bad, good)); err != nil {
 		t.Fatal(err)

@@ -388,6 +388,7 @@ func repeatedMemberByTokens(body []byte) string {
 	}
 	var open []*level
 	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // a number too large for a float64 is still a token: the reading goes on past it
 	for {
 		tok, err := dec.Token()
 		if err != nil {

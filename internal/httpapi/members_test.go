@@ -61,7 +61,7 @@ func TestACommandTakesTheFastPath(t *testing.T) {
 }
 
 func FuzzRepeatedMember(f *testing.F) {
-	for _, s := range []string{`{"a":1,"A":2}`, `{"a\u0041":1,"aa":2}`, `[1,{"x":[{"y":1,"Y":2}]}]`, `{"a":01}`, `{"a":tru}`, `{}`} {
+	for _, s := range []string{`{"a":1e999,"a":2}`, `{"a":1,"A":2}`, `{"a\u0041":1,"aa":2}`, `[1,{"x":[{"y":1,"Y":2}]}]`, `{"a":01}`, `{"a":tru}`, `{}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -103,7 +103,7 @@ func randomValue(rng *rand.Rand, b *strings.Builder, depth int) {
 	case 3:
 		b.WriteString([]string{`"x"`, `"\"{"`, `"\\"`, `"\u00e9"`, `""`}[rng.IntN(5)])
 	case 4:
-		b.WriteString([]string{"0", "-1", "12.50", "1e9", "-0.5E-3", "7"}[rng.IntN(6)])
+		b.WriteString([]string{"0", "-1", "12.50", "1e9", "-0.5E-3", "7", "1e999", "-1e400", strings.Repeat("9", 400)}[rng.IntN(9)])
 	default:
 		b.WriteString([]string{"true", "false", "null"}[rng.IntN(3)])
 	}

@@ -180,8 +180,9 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 }
 
 // AppendJSON writes what json.Marshal writes for an event: byte for byte
-// when the payload is compact, and the same event when it is not (a jsonb
-// payload as PostgreSQL prints it), on one line either way.
+// when the payload is compact and has none of the characters json.Marshal
+// escapes, and the same event when it is not (a jsonb payload as PostgreSQL
+// prints it), on one line either way.
 func TestAppendJSONWritesWhatMarshalWrites(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 11, 27, 6, 30, 0, 123456789, time.FixedZone("CET", 3600))

@@ -51,12 +51,15 @@ func NewEvent(ctx context.Context, eventType, aggregateType, aggregateID string,
 	}, nil
 }
 
-// AppendJSON appends e's JSON form (what json.Marshal(e) gives: eventId,
-// type, aggregateType, aggregateId, occurredAt, payload) to dst, for the
-// publishers. The payload is appended as it is, not compacted or checked
-// as json.Marshal would: it is valid JSON by construction (NewEvent encodes
-// it, the outbox's column is jsonb), and it is the largest part of an event.
-// One with a line break in it (only a hand-made one could have one) is
+// AppendJSON appends e's JSON form (json.Marshal(e)'s fields, in its order:
+// eventId, type, aggregateType, aggregateId, occurredAt, payload) to dst,
+// for the publishers. The payload goes in as it is, not checked, compacted
+// and HTML-escaped as json.Marshal would: it is valid JSON by construction
+// (NewEvent encodes it, the outbox's column is jsonb), and it is the largest
+// part of an event. So consumers get the same event, not always the same
+// bytes: a payload read back from the outbox is PostgreSQL's jsonb text,
+// with a space after each colon and comma and <, > and & as they are. One
+// with a line break in it (only a hand-made one could have one) is
 // compacted, so that an event is always one line.
 func AppendJSON(dst []byte, e Event) ([]byte, error) {
 	dst = append(dst, `{"eventId":`...)
