@@ -60,6 +60,7 @@ const (
 	apiDatabase       = "paymentsbench"
 	referenceDatabase = "paymentsbench_ref"
 	floorDatabase     = "paymentsbench_floor"
+	apiBDatabase      = "paymentsbench_b"
 	benchTenant       = "bench"
 	benchSecret       = "sk_test_bench"
 	pgbenchAppName    = "pgbench"
@@ -76,9 +77,13 @@ type config struct {
 	StormRequests  int
 	Soak           time.Duration
 	APIBin         string
-	FloorBin       string // bench/floorapi; empty: no floor phases
-	DataDir        string
-	PGBench        string
+	// APIBinB is a second build of the API, measured beside the first in
+	// every round on a database of its own: an A/B comparison within one
+	// run. Empty: none.
+	APIBinB  string
+	FloorBin string // bench/floorapi; empty: no floor phases
+	DataDir  string
+	PGBench  string
 	// Growth runs the growth mode (issue 22) instead of the default
 	// phases: new payments on empty tables, with GrowthRows finished
 	// payments loaded, and while clean-up erases their expired answers.
@@ -98,6 +103,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.StormRequests, "storm", 1000, "requests of the same-key storm (0 skips it)")
 	fs.DurationVar(&c.Soak, "soak", 30*time.Second, "length of the soak at the end (0 skips it)")
 	fs.StringVar(&c.APIBin, "api-bin", filepath.Join("bin", "paymentsapi"), "the API binary (make build)")
+	fs.StringVar(&c.APIBinB, "api-bin-b", "",
+		"a second API binary (another build), measured after the first in every round on its own database, for an A/B comparison within one run; empty: none")
 	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
 		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
@@ -122,6 +129,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-warmup, -soak and -storm cannot be negative")
 	case c.Growth && c.GrowthRows < 1:
 		return c, errors.New("-growth-rows must be at least 1")
+	case c.Growth && c.APIBinB != "":
+		return c, errors.New("-api-bin-b compares new payments; the growth mode does not run them")
 	}
 	return c, nil
 }
@@ -178,6 +187,7 @@ type benchRun struct {
 	api        *service
 	apiSet     apiSettings // what the API was started with (growth restarts it)
 	floor      *service    // nil: -floor-bin ''
+	apiB       *service    // nil: no -api-bin-b
 	pgbench    pgbenchRun
 	loadBefore string
 	pgVersion  string
@@ -244,15 +254,23 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	b.closers = append(b.closers, func() { _ = b.sim.Close() })
 
 	settings := apiSettings{ProviderURL: b.sim.URL(), APIKeys: benchTenant + ":" + benchSecret, getenv: getenv}
-	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, dataDir, settings); err != nil {
+	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, filepath.Base(b.cfg.APIBin), dataDir, settings); err != nil {
 		return err
+	}
+	if b.cfg.APIBinB != "" {
+		if err := b.mon.recreateDatabase(ctx, apiBDatabase); err != nil {
+			return err
+		}
+		if b.apiB, err = b.startService(ctx, "API B", b.cfg.APIBinB, apiBDatabase, "paymentsapi-b", dataDir, settings); err != nil {
+			return err
+		}
 	}
 	b.apiSet = settings
 	if b.cfg.FloorBin != "" && !b.cfg.Growth {
 		if err := b.mon.recreateDatabase(ctx, floorDatabase); err != nil {
 			return err
 		}
-		if b.floor, err = b.startService(ctx, "the floor", b.cfg.FloorBin, floorDatabase, dataDir, settings); err != nil {
+		if b.floor, err = b.startService(ctx, "the floor", b.cfg.FloorBin, floorDatabase, filepath.Base(b.cfg.FloorBin), dataDir, settings); err != nil {
 			return fmt.Errorf("%w (-floor-bin '' runs the bench without it)", err)
 		}
 		b.floor.NoRelay = true
@@ -292,14 +310,15 @@ func (b *benchRun) startReference(ctx context.Context, getenv func(string) strin
 }
 
 // startService starts the HTTP service bin (the API, or the floor) on
-// database dbName and connects to both.
-func (b *benchRun) startService(ctx context.Context, name, bin, dbName, dataDir string, s apiSettings) (*service, error) {
+// database dbName, logging to logName.log under dataDir, and connects to
+// both.
+func (b *benchRun) startService(ctx context.Context, name, bin, dbName, logName, dataDir string, s apiSettings) (*service, error) {
 	bin, err := filepath.Abs(bin)
 	if err != nil {
 		return nil, fmt.Errorf("%s: binary: %w", name, err)
 	}
 	s.Bin, s.DatabaseURL = bin, b.cluster.URL(dbName)
-	s.LogPath = filepath.Join(dataDir, filepath.Base(bin)+".log")
+	s.LogPath = filepath.Join(dataDir, logName+".log")
 	b.progress("starting %s (%s; its log: %s)", name, bin, s.LogPath)
 	svc := &service{Name: name, Database: dbName}
 	if svc.Proc, err = startAPI(ctx, s); err != nil {
@@ -341,13 +360,28 @@ func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
 			b.progress("round %d/%d: the floor %.0f/s", r, b.cfg.Rounds, floor.rate())
 			phases = append(phases, floor)
 		}
-		api, err := b.apiPhase(ctx, newPayments(fmt.Sprintf("API new payments, round %d", r), fmt.Sprintf("new-r%d", r),
-			b.cfg.Connections, b.cfg.Duration))
-		if err != nil {
-			return nil, summary{}, err
+		// With a second build, the two take turns going first, so that
+		// neither always pays for what the other left behind (autovacuum
+		// of its tables, a checkpoint's full-page writes).
+		builds := []*service{b.api}
+		if b.apiB != nil {
+			builds = append(builds, b.apiB)
+			if r%2 == 0 {
+				builds[0], builds[1] = b.apiB, b.api
+			}
 		}
-		b.progress("round %d/%d: new payments %.0f/s (the relay drained the outbox %s later)", r, b.cfg.Rounds, api.rate(), fmtDuration(api.Drain))
-		phases = append(phases, api)
+		for _, svc := range builds {
+			w := newPayments(fmt.Sprintf("API new payments, round %d", r), fmt.Sprintf("new-r%d", r), b.cfg.Connections, b.cfg.Duration)
+			if svc == b.apiB {
+				w.Name, w.Kind = fmt.Sprintf("API B new payments, round %d", r), kindNewB
+			}
+			p, err := b.servicePhase(ctx, svc, w)
+			if err != nil {
+				return nil, summary{}, err
+			}
+			b.progress("round %d/%d: %s: new payments %.0f/s (the relay drained the outbox %s later)", r, b.cfg.Rounds, svc.Name, p.rate(), fmtDuration(p.Drain))
+			phases = append(phases, p)
+		}
 	}
 	rep, err := b.apiPhase(ctx, replays("API replays", "replay", replayKeys, b.cfg.Connections, b.cfg.ReplayDuration))
 	if err != nil {
@@ -386,6 +420,14 @@ func (b *benchRun) warmUp(ctx context.Context) error {
 	if b.floor != nil && b.cfg.Warmup > 0 {
 		if p := newPayments("floor warm-up", "warmup", b.cfg.Connections, b.cfg.Warmup).run(ctx, b.floor.Client); p.Ops == 0 {
 			return fmt.Errorf("floor warm-up: no payment was created: %s", fmtCounts(p.Unexpected))
+		}
+	}
+	if b.apiB != nil && b.cfg.Warmup > 0 {
+		if p := newPayments("API B warm-up", "warmup", b.cfg.Connections, b.cfg.Warmup).run(ctx, b.apiB.Client); p.Ops == 0 {
+			return fmt.Errorf("API B warm-up: no payment was created: %s", fmtCounts(p.Unexpected))
+		}
+		if _, _, err := waitOutboxDrained(ctx, b.apiB.DB, drainTimeout); err != nil {
+			return err
 		}
 	}
 	if err := seed(ctx, b.api.Client, "replay", replayKeys, b.cfg.Connections); err != nil {

@@ -156,10 +156,13 @@ func TestParseConfig(t *testing.T) {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err = parseConfig([]string{"-connections", "32", "-duration", "1m", "-soak", "0"}, io.Discard)
-	if err != nil || c.Connections != 32 || c.Duration != time.Minute || c.Soak != 0 {
+	if err != nil || c.Connections != 32 || c.Duration != time.Minute || c.Soak != 0 || c.APIBinB != "" {
 		t.Errorf("flags: %+v, %v", c, err)
 	}
-	for _, args := range [][]string{{"-connections", "0"}, {"-rounds", "0"}, {"-duration", "10ms"}, {"-storm", "-1"}, {"extra"}} {
+	if c, err = parseConfig([]string{"-api-bin-b", "/tmp/paymentsapi.before"}, io.Discard); err != nil || c.APIBinB != "/tmp/paymentsapi.before" {
+		t.Errorf("-api-bin-b: %+v, %v", c, err)
+	}
+	for _, args := range [][]string{{"-connections", "0"}, {"-rounds", "0"}, {"-duration", "10ms"}, {"-storm", "-1"}, {"extra"}, {"-growth", "-api-bin-b", "bin/other"}} {
 		if _, err := parseConfig(args, io.Discard); err == nil {
 			t.Errorf("%q: no error", args)
 		}

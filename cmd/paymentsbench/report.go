@@ -67,6 +67,7 @@ const (
 	kindNew                        // new payments through the API
 	kindReplay                     // replays through the API
 	kindFloor                      // new payments through the floor (bench/floorapi)
+	kindNewB                       // new payments through a second build of the API (-api-bin-b)
 )
 
 // phase is one measured stretch of the run, or several of one kind added up.
@@ -195,6 +196,9 @@ type summary struct {
 	// Floor is the reference flow behind a bare Go handler (bench/floorapi):
 	// what the targets can come to on this machine; Ops 0 if not run.
 	Floor phase
+	// NewB is new payments through a second build of the API
+	// (-api-bin-b), in the same rounds as New; Ops 0 if not run.
+	NewB  phase
 	Storm stormResult
 	Soak  soakResult
 }
@@ -214,6 +218,7 @@ func summarize(phases []phase, storm stormResult, soak soakResult) summary {
 		New:       combine("API new payments, all rounds", byKind(kindNew)),
 		Replay:    combine("API replays", byKind(kindReplay)),
 		Floor:     combine("Go floor, all rounds", byKind(kindFloor)),
+		NewB:      combine("API B new payments, all rounds", byKind(kindNewB)),
 		Storm:     storm,
 		Soak:      soak,
 	}
@@ -302,6 +307,18 @@ func (p phase) measures(ref phase) newPaymentMeasures {
 	}
 }
 
+// compareBuilds says how the second build of the API (-api-bin-b) did
+// against the first, in the same rounds: each measure as B's over A's.
+func compareBuilds(a, b phase) string {
+	return fmt.Sprintf("API B against API A, same rounds (B / A): new payments %s, API CPU per payment %s, "+
+		"PostgreSQL CPU per payment %s, WAL per payment %s, p99 %s",
+		fmtX(ratio(b.rate(), a.rate())),
+		fmtX(ratio(b.cpuPerOp(b.APICPU), a.cpuPerOp(a.APICPU))),
+		fmtX(ratio(b.cpuPerOp(b.PGCPU), a.cpuPerOp(a.PGCPU))),
+		fmtX(ratio(b.perOp(float64(b.DB.WALBytes)), a.perOp(float64(a.DB.WALBytes)))),
+		fmtX(ratio(float64(percentile(b.Latencies, 0.99)), float64(percentile(a.Latencies, 0.99)))))
+}
+
 // header is what the report says about where it ran.
 type header struct {
 	Machine     string // CPUs, model, memory
@@ -329,8 +346,14 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 		rows = append(rows, s.Floor)
 	}
 	rows = append(rows, s.New)
+	if s.NewB.Ops > 0 {
+		rows = append(rows, s.NewB)
+	}
 	if err := writePhaseTable(&b, rows); err != nil {
 		return err
+	}
+	if s.NewB.Ops > 0 {
+		fmt.Fprintf(&b, "\n%s\n", compareBuilds(s.New, s.NewB))
 	}
 	for _, p := range append(slices.Clone(phases), s.Replay) {
 		if p.Failed > 0 {

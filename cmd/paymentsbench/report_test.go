@@ -254,3 +254,32 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+// A second build's rounds are summed apart from the first's, and compared
+// with them measure by measure, B over A.
+func TestASecondBuildIsComparedWithTheFirst(t *testing.T) {
+	lat := func(ms ...int) []time.Duration {
+		var l []time.Duration
+		for _, m := range ms {
+			l = append(l, time.Duration(m)*time.Millisecond)
+		}
+		return l
+	}
+	a := phase{Name: "API new payments, round 1", Kind: kindNew, Ops: 1000, Elapsed: time.Second, Latencies: lat(10, 20),
+		APICPU: 300 * time.Millisecond, PGCPU: 800 * time.Millisecond, DB: counters{WALBytes: 10_000_000}}
+	b := phase{Name: "API B new payments, round 1", Kind: kindNewB, Ops: 1100, Elapsed: time.Second, Latencies: lat(10, 18),
+		APICPU: 297 * time.Millisecond, PGCPU: 880 * time.Millisecond, DB: counters{WALBytes: 11_000_000}}
+	s := summarize([]phase{a, b}, stormResult{}, soakResult{})
+	if s.New.Ops != 1000 || s.NewB.Ops != 1100 {
+		t.Fatalf("summed A %d and B %d payments, want 1000 and 1100", s.New.Ops, s.NewB.Ops)
+	}
+	got := compareBuilds(s.New, s.NewB)
+	for _, want := range []string{"new payments 1.10×", "API CPU per payment 0.90×", "PostgreSQL CPU per payment 1.00×", "WAL per payment 1.00×", "p99 0.90×"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("comparison %q lacks %q", got, want)
+		}
+	}
+	if s := summarize([]phase{a}, stormResult{}, soakResult{}); s.NewB.Ops != 0 {
+		t.Errorf("a run without a second build summed %d of its payments", s.NewB.Ops)
+	}
+}
