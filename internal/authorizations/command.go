@@ -2,9 +2,9 @@ package authorizations
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"strconv"
 
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
@@ -70,7 +70,6 @@ func (r CancelRequest) validate(p payments.Payment) (Command, error) {
 
 // fingerprint is the one definition of "the same command" of operation.
 func (c Command) fingerprint(operation string) []byte {
-	canonical, _ := json.Marshal([]any{operation, APIVersion, c.PaymentID, c.AmountMinor, c.Currency, c.Reason})
-	sum := sha256.Sum256(canonical)
+	sum := sha256.Sum256(jsontext.Array(operation, APIVersion, c.PaymentID, c.AmountMinor, c.Currency, c.Reason))
 	return sum[:]
 }

@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
@@ -84,8 +84,7 @@ func (s *Resends) Resend(ctx context.Context, tenant, key, eventID string, req R
 		return idempotency.Reply{}, err
 	}
 	r := Resend{ID: ids.New("evr_"), EventID: eventID, EndpointIDs: targets}
-	canonical, _ := json.Marshal([]any{OperationResend, eventID, req.EndpointID})
-	fingerprint := sha256.Sum256(canonical)
+	fingerprint := sha256.Sum256(jsontext.Array(OperationResend, eventID, req.EndpointID))
 	now := s.env.Clock.Now()
 	return s.env.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationResend, Key: key},

@@ -215,10 +215,11 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 }
 
 // notifyingWaiters wraps update, an UPDATE of one key row ... RETURNING id,
-// waiters, run with an argument, channel (its placeholder: @channel, $7),
-// that is the channel, so that the same statement tells waiting requests, on every instance, that
-// the key changed, but only if some request waits for it (PostgreSQL
-// delivers the notification only if the transaction commits). It answers
+// waiters, run with the channel's name as an argument whose placeholder is
+// channel (@channel, $7), so that the same statement tells waiting
+// requests, on every instance, that the key changed, but only if some
+// request waits for it (PostgreSQL delivers the notification only if the
+// transaction commits). It answers
 // (rows updated, notified). With fence, a statement that updated no row
 // (the key is no longer the writer's) refuses with refuse.Fenced, undoing
 // its batch.

@@ -4,7 +4,10 @@
 // can append them directly.
 package jsontext
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+)
 
 // AppendString appends s as a JSON string, byte for byte as json.Marshal
 // writes it (HTML-safe escaping, invalid UTF-8 replaced): plain ASCII
@@ -17,4 +20,31 @@ func AppendString(dst []byte, s string) []byte {
 		}
 	}
 	return append(append(append(dst, '"'), s...), '"')
+}
+
+// Array returns the JSON array of parts, byte for byte as
+// json.Marshal([]any{parts...}) writes it: strings and int64s without
+// reflection, any other value through encoding/json. It is the canonical
+// form the operations' fingerprints hash, so its bytes must never change.
+func Array(parts ...any) []byte {
+	dst := make([]byte, 0, 256)
+	dst = append(dst, '[')
+	for i, p := range parts {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		switch v := p.(type) {
+		case string:
+			dst = AppendString(dst, v)
+		case int64:
+			dst = strconv.AppendInt(dst, v, 10)
+		default:
+			b, err := json.Marshal(v)
+			if err != nil { // a part no JSON holds (a channel, a NaN) is a defect of the caller
+				panic("jsontext: Array of a part JSON cannot encode: " + err.Error())
+			}
+			dst = append(dst, b...)
+		}
+	}
+	return append(dst, ']')
 }

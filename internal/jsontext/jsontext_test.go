@@ -28,3 +28,31 @@ func TestAppendStringWritesWhatMarshalWrites(t *testing.T) {
 		}
 	}
 }
+
+// Array writes what json.Marshal writes of the same []any: the canonical
+// form every operation's fingerprint hashes, stored with its keys.
+func TestArrayWritesWhatMarshalWrites(t *testing.T) {
+	type named string
+	rng := rand.New(rand.NewPCG(3, 4))
+	texts := []string{"", "create_payment", `q"u\o<t>e&`, "é 💳 \u2028", "\xff", "EUR"}
+	for i := range 3000 {
+		parts := []any{} // as the callers' literals: never nil
+		for range rng.IntN(8) {
+			switch rng.IntN(4) {
+			case 0, 1:
+				parts = append(parts, texts[rng.IntN(len(texts))])
+			case 2:
+				parts = append(parts, rng.Int64N(1<<62)-1<<61)
+			default:
+				parts = append(parts, []any{named("x"), 7, true, nil, 1.5}[i%5])
+			}
+		}
+		want, err := json.Marshal(parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsontext.Array(parts...); string(got) != string(want) {
+			t.Fatalf("Array(%#v) = %s, want %s", parts, got, want)
+		}
+	}
+}

@@ -162,34 +162,23 @@ func (r CreateRequest) Validate() (Command, error) {
 // command hashes as it did before the field existed: keys stored then still
 // match their retries.
 func (c Command) Fingerprint() []byte {
-	sum := sha256.Sum256(c.canonical(make([]byte, 0, 256)))
+	sum := sha256.Sum256(c.canonical())
 	return sum[:]
 }
 
-// canonical appends the command's canonical form to dst: the JSON array
-// (fixed order: no field-order ambiguity) that json.Marshal writes of
-// [fingerprintName, APIVersion, accountId, amount in minor units, currency,
-// merchantReference, paymentMethod, channel, description] and, for a manual
-// capture only, its capture method. Fingerprints are stored, so these bytes
-// must never change (TestTheCanonicalFormIsMarshals holds them to
-// json.Marshal's); they are written without reflection, as every new
-// payment and every retry computes them.
-func (c Command) canonical(dst []byte) []byte {
-	dst = append(dst, '[')
-	dst = jsontext.AppendString(dst, fingerprintName)
-	dst = append(dst, ',')
-	dst = jsontext.AppendString(dst, APIVersion)
-	dst = append(dst, ',')
-	dst = jsontext.AppendString(dst, c.AccountID)
-	dst = append(dst, ',')
-	dst = strconv.AppendInt(dst, c.AmountMinor, 10)
-	for _, s := range []string{c.Currency, c.MerchantReference, c.PaymentMethod, c.Channel, c.Description} {
-		dst = jsontext.AppendString(append(dst, ','), s)
-	}
+// canonical is the command's canonical form: the JSON array (fixed order:
+// no field-order ambiguity) of fingerprintName, APIVersion, accountId, the
+// amount in minor units, currency, merchantReference, paymentMethod,
+// channel, description and, for a manual capture only, its capture method.
+// Fingerprints are stored, so these bytes must never change
+// (TestTheCanonicalFormIsMarshals holds them to what json.Marshal wrote).
+func (c Command) canonical() []byte {
+	parts := []any{fingerprintName, APIVersion, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
+		c.PaymentMethod, c.Channel, c.Description}
 	if c.CaptureMethod == CaptureManual {
-		dst = jsontext.AppendString(append(dst, ','), c.CaptureMethod)
+		parts = append(parts, c.CaptureMethod)
 	}
-	return append(dst, ']')
+	return jsontext.Array(parts...)
 }
 
 // idProblem is what is wrong with v as an identifier a client gives

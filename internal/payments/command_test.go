@@ -94,7 +94,7 @@ func TestTheCanonicalFormIsMarshals(t *testing.T) {
 		pick := func() string { return texts[rng.IntN(len(texts))] }
 		c := Command{AccountID: pick(), AmountMinor: rng.Int64N(1<<53) - 1<<52, Currency: pick(), MerchantReference: pick(),
 			PaymentMethod: pick(), Channel: pick(), Description: pick(), CaptureMethod: []string{"", CaptureAutomatic, CaptureManual}[i%3]}
-		if got, want := c.canonical(nil), marshaled(c); !bytes.Equal(got, want) {
+		if got, want := c.canonical(), marshaled(c); !bytes.Equal(got, want) {
 			t.Fatalf("canonical form of %+v:\n got %s\nwant %s", c, got, want)
 		}
 	}

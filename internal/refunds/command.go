@@ -2,9 +2,9 @@ package refunds
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"strconv"
 
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
@@ -63,7 +63,6 @@ func (r CreateRequest) Validate(paymentID, currency string) (Command, error) {
 
 // Fingerprint is the one definition of "the same refund command".
 func (c Command) Fingerprint() []byte {
-	canonical, _ := json.Marshal([]any{OperationCreate, APIVersion, c.PaymentID, c.AmountMinor, c.Currency, c.Reason})
-	sum := sha256.Sum256(canonical)
+	sum := sha256.Sum256(jsontext.Array(OperationCreate, APIVersion, c.PaymentID, c.AmountMinor, c.Currency, c.Reason))
 	return sum[:]
 }

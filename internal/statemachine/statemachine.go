@@ -236,18 +236,25 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, e
 	if err := m.check(mv); err != nil {
 		return claim.Statement{}, err
 	}
-	args := moveArgs(mv)
-	shape := moveShape(mv, extra)
-	t, ok := m.claimMoves.Load(shape)
-	if !ok {
-		t, _ = m.claimMoves.LoadOrStore(shape, claim.NewTemplate(func(claimed string) string {
+	t := builtOnce(&m.claimMoves, moveShape(mv, extra), func() claim.Template {
+		return claim.NewTemplate(func(claimed string) string {
 			if extra != "" {
 				claimed += " AND " + extra
 			}
 			return m.moveSQL(mv, claimed)
-		}))
+		})
+	})
+	return t.With(moveArgs(mv)...), nil
+}
+
+// builtOnce is the value cache holds for shape, built by build the first
+// time: a statement that depends on a move's shape, not on its values.
+func builtOnce[T any](cache *sync.Map, shape string, build func() T) T {
+	v, ok := cache.Load(shape)
+	if !ok {
+		v, _ = cache.LoadOrStore(shape, build())
 	}
-	return t.(claim.Template).With(args...), nil
+	return v.(T)
 }
 
 // moveArgs are the parameters of mv's statement, in move's order: the row,
@@ -286,12 +293,8 @@ func moveShape[S ~string](mv Move[S], extra string) string {
 // queueMove is QueueMove without the Go-side check, so that tests can show
 // the database refuses what the code would not send.
 func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
-	shape := moveShape(mv, "")
-	sql, ok := m.plainMoves.Load(shape)
-	if !ok {
-		sql, _ = m.plainMoves.LoadOrStore(shape, m.moveSQL(mv, ""))
-	}
-	b.Queue(sql.(string), moveArgs(mv)...)
+	sql := builtOnce(&m.plainMoves, moveShape(mv, ""), func() string { return m.moveSQL(mv, "") })
+	b.Queue(sql, moveArgs(mv)...)
 }
 
 // moveSQL is the statement of mv, whose arguments are moveArgs(mv); a
