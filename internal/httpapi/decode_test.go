@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/httpapi/httpapitest"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 )
@@ -64,14 +65,10 @@ func refusedFields(t *testing.T, body string, dst any) (fields []string, ok bool
 	return fields, true
 }
 
-// sendCommand sends body as a command into dst, outside a server, and
+// sendCommand sends body as a command into dst (httpapitest.Send) and
 // returns the answer, if any, and whether the command was accepted.
 func sendCommand(body string, dst any) (*httptest.ResponseRecorder, bool) {
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("Idempotency-Key", "k")
-	_, ok := httpapi.NewAPI(httpapi.Deps{}).Command(w, r, dst)
+	w, _, ok := httpapitest.Send([]byte(body), dst)
 	return w, ok
 }
 
@@ -183,5 +180,73 @@ func TestUnknownMembersFollowEmbeddingRules(t *testing.T) {
 	const body = `{"code":"x","left":"y","kept":"z"}`
 	if fields, ok := refusedFields(t, body, &ambiguousCommand{}); ok && !slices.Equal(fields, []string{"code"}) {
 		t.Errorf("%s: errors name %q, want only \"code\"", body, fields)
+	}
+}
+
+// Commands that exercise, one by one, the rules by which unknownFields
+// follows encoding/json, each with a body the decoder refuses for "zz"
+// only: a rule broken would name more.
+type (
+	boundedCommand struct {
+		Pair [1]nestedOption `json:"pair"` // a second element has no room: skipped unread
+	}
+	opaqueValue   struct{ Inner string }
+	opaqueCommand struct {
+		Blob opaqueValue `json:"blob"`
+	} // decodes itself: nothing inside it is read
+	loopingCommand struct {
+		*loopingCommand        // embeds itself: its fields are found once
+		Name            string `json:"name"`
+	}
+	untaggedCode struct{ Code string }
+	taggedCode   struct {
+		X string `json:"Code"`
+	}
+	taggedCommand struct { // at one depth, the tagged field of a name wins
+		untaggedCode
+		taggedCode
+	}
+	shallowCommand struct { // the shallower field hides the two deeper ones that tie
+		Code string
+		ambiguousLeft
+		ambiguousRight
+	}
+	deepCode struct {
+		Code nestedAddress `json:"code"`
+	}
+	deepFirstCommand struct { // the shallower field wins though it comes after the deeper one
+		deepCode
+		Code map[string]int `json:"code"`
+	}
+)
+
+func (*opaqueValue) UnmarshalJSON([]byte) error { return nil }
+
+func TestUnknownMembersFollowEveryDecodingRule(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body string
+		dst  any
+	}{
+		{`{"pair":[{"code":"a"},{"code":"b","extra":1}],"zz":1}`, &boundedCommand{}},
+		{`{"blob":{"inner":"a","x":1},"zz":1}`, &opaqueCommand{}},
+		{`{"name":"a","zz":1}`, &loopingCommand{}},
+		{`{"Code":"a","zz":1}`, &taggedCommand{}},
+		{`{"Code":"a","zz":1}`, &shallowCommand{}},
+		{`{"code":{"x":1},"zz":1}`, &deepFirstCommand{}},
+	} {
+		done := make(chan []string, 1)
+		go func() {
+			fields, _ := refusedFields(t, tc.body, tc.dst)
+			done <- fields
+		}()
+		select {
+		case fields := <-done:
+			if !slices.Equal(fields, []string{"zz"}) {
+				t.Errorf("%s into %T: errors name %q, want only \"zz\"", tc.body, tc.dst, fields)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s into %T: no answer in 10s", tc.body, tc.dst)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package pgembed
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -210,16 +209,13 @@ func initCluster(ctx context.Context, binDir, dataDir string, a *account, epheme
 	}
 	logger.Info("pgembed: initialising a new cluster", "data_dir", dataDir)
 	started := time.Now()
-	cmd := newCommand(ctx, filepath.Join(binDir, "initdb"), args, a, syscall.SIGKILL)
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	if err := runLocked(cmd.Run); err != nil {
+	out, err := runToEnd(newCommand(ctx, filepath.Join(binDir, "initdb"), args, a, syscall.SIGKILL))
+	if err != nil {
 		os.RemoveAll(tmp)
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return fmt.Errorf("pgembed: initdb %s: %w\n%s", dataDir, err, tail(out.String(), 2048))
+		return fmt.Errorf("pgembed: initdb %s: %w\n%s", dataDir, err, tail(string(out), 2048))
 	}
 	if err := os.Remove(dataDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		os.RemoveAll(tmp)
@@ -266,10 +262,8 @@ func stopLeftover(ctx context.Context, binDir, dataDir string, a *account, logge
 	}
 	logger.Warn("pgembed: a postgres left by an earlier run is still running on the data directory, stopping it",
 		"pid", pid, "data_dir", dataDir)
-	cmd := newCommand(ctx, filepath.Join(binDir, "pg_ctl"),
-		[]string{"stop", "-D", dataDir, "-m", "fast", "-w", "-t", "60"}, a, syscall.SIGKILL)
-	var out []byte
-	err = runLocked(func() (err error) { out, err = cmd.CombinedOutput(); return err })
+	out, err := runToEnd(newCommand(ctx, filepath.Join(binDir, "pg_ctl"),
+		[]string{"stop", "-D", dataDir, "-m", "fast", "-w", "-t", "60"}, a, syscall.SIGKILL))
 	if err != nil {
 		logger.Warn("pgembed: pg_ctl stop failed, signalling the leftover directly",
 			"pid", pid, "err", err, "output", strings.TrimSpace(string(out)))
@@ -317,8 +311,9 @@ func newCommand(ctx context.Context, path string, args []string, a *account, dea
 	return cmd
 }
 
-// runLocked runs a command to its end (run: cmd.Run or the like) with the
-// calling goroutine locked to its OS thread. The command's parent-death
+// runToEnd runs cmd, made by newCommand, to its end and returns its output
+// (stdout and stderr together), with the calling goroutine locked to its
+// OS thread: it is the one way to run such a command to its end. The command's parent-death
 // signal (newCommand) fires when the thread that forked it exits, not the
 // process, and the runtime ends a thread when the goroutine locked to it
 // ends: the server's launcher (start) locks its thread for the server's
@@ -327,10 +322,10 @@ func newCommand(ctx context.Context, path string, args []string, a *account, dea
 // server, killing the initdb midway (seen in CI: "initdb: signal: killed"
 // while a parallel test restarted its server). Locked, nobody else can
 // lock the thread until the command has ended.
-func runLocked(run func() error) error {
+func runToEnd(cmd *exec.Cmd) ([]byte, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	return run()
+	return cmd.CombinedOutput()
 }
 
 func childEnv() []string {

@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// The premise of runLocked: a child started with a parent-death signal
+// The premise of runToEnd: a child started with a parent-death signal
 // (newCommand) gets it when the OS thread that forked it ends, although
 // the process lives on, and the runtime ends a thread when the goroutine
 // locked to it returns. Here a goroutine locks its thread, starts a child
-// and returns: the child is killed at once. Before runLocked, an initdb
+// and returns: the child is killed at once. Before runToEnd, an initdb
 // forked on a thread that another test's server launcher then locked was
 // killed so when that server restarted (CI, TestRestartCrashesAndComesBack).
 func TestAChildDiesWithTheThreadThatForkedIt(t *testing.T) {

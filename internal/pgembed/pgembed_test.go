@@ -241,7 +241,7 @@ func TestLifecycle(t *testing.T) {
 			"start", "-D", dataDir, "-l", filepath.Join(dataDir, "leftover.log"), "-w", "-t", "30",
 			"-o", "-p " + strconv.Itoa(port) + " -c listen_addresses=127.0.0.1 -c unix_socket_directories=''",
 		}, acct, 0)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := runToEnd(cmd); err != nil {
 			t.Fatalf("pg_ctl start: %v\n%s", err, out)
 		}
 		pidFile, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))

@@ -21,18 +21,14 @@ import (
 // the status it is served with: never a 5xx.
 func DecodeCommand[Req, Cmd any](t *testing.T, body []byte, validate func(Req) (Cmd, error)) (Cmd, bool) {
 	t.Helper()
-	api := httpapi.NewAPI(httpapi.Deps{})
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("Idempotency-Key", "fuzz")
 	var req Req
-	if _, ok := api.Command(w, r, &req); ok { // else answered already
+	w, r, ok := Send(body, &req)
+	if ok { // else answered already
 		cmd, err := validate(req)
 		if err == nil {
 			return cmd, true
 		}
-		api.Error(w, r, err)
+		httpapi.NewAPI(httpapi.Deps{}).Error(w, r, err)
 	}
 	var p problem.Problem
 	if jerr := json.Unmarshal(w.Body.Bytes(), &p); jerr != nil || w.Code < 400 || w.Code > 499 ||
@@ -41,4 +37,17 @@ func DecodeCommand[Req, Cmd any](t *testing.T, body []byte, validate func(Req) (
 	}
 	var none Cmd
 	return none, false
+}
+
+// Send sends body as a command into dst, as a handler reads one (JSON, with
+// an Idempotency-Key), through an API with no dependencies, outside a
+// server. It returns the recorder, holding the answer if the command was
+// refused, the request, and whether the command was accepted.
+func Send(body []byte, dst any) (*httptest.ResponseRecorder, *http.Request, bool) {
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", "k")
+	_, ok := httpapi.NewAPI(httpapi.Deps{}).Command(w, r, dst)
+	return w, r, ok
 }
