@@ -378,14 +378,11 @@ func (s *Service) reviewWithHolder(ctx context.Context, own *idempotency.Owner, 
 // unended action on the payment but a counts, as it did.
 func (s *Service) holderInReview(ctx context.Context, p payments.Payment, a Action) (bool, error) {
 	var holders []Action
+	kind, held := p.HeldAs()
 	switch {
-	case p.State != payments.StateCaptureRequested && p.State != payments.StateVoidRequested, p.HeldBy == a.ID:
+	case !held, p.HeldBy == a.ID:
 		return false, nil
 	case p.HeldBy != "":
-		kind := payments.ActionCapture
-		if p.State == payments.StateVoidRequested {
-			kind = payments.ActionVoid
-		}
 		holders = []Action{{ID: p.HeldBy, Kind: kind}}
 	default:
 		others, err := unendedActions(ctx, s.d.DB, p.TenantID, a.PaymentID, a.ID)

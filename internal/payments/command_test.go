@@ -99,3 +99,25 @@ func TestTheCanonicalFormIsMarshals(t *testing.T) {
 		}
 	}
 }
+
+// HeldAs names the action HeldFor holds a payment for, by its state, and
+// none in a state no action requested.
+func TestHeldAsIsTheActionOfTheState(t *testing.T) {
+	held := 0
+	for _, s := range []State{StateReceived, StateProviderRequestSent, StateCompleted, StateDeclined, StateFailedRetryable,
+		StateUnknown, StateCanceled, StateAuthorized, StateCaptureRequested, StateVoidRequested, StateCancelRequested} {
+		p := Payment{State: s}
+		a, ok := p.HeldAs()
+		for _, b := range []Action{ActionCapture, ActionVoid} {
+			if p.HeldFor(b, "") != (ok && a == b) {
+				t.Errorf("%s: HeldAs %q %v, but HeldFor(%s) %v", s, a, ok, b, p.HeldFor(b, ""))
+			}
+		}
+		if ok {
+			held++
+		}
+	}
+	if held != 2 {
+		t.Errorf("%d states held, want 2 (capture and void requested)", held)
+	}
+}

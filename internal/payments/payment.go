@@ -203,3 +203,14 @@ func (p Payment) eventPayload() any {
 func (p Payment) HeldFor(action Action, actionID string) bool {
 	return p.State == action.requested() && (p.HeldBy == actionID || p.HeldBy == "")
 }
+
+// HeldAs is the kind of action whose requested state p is in (a capture
+// or a void holds its authorization), or false when none holds it.
+func (p Payment) HeldAs() (Action, bool) {
+	for _, a := range []Action{ActionCapture, ActionVoid} {
+		if p.State == a.requested() {
+			return a, true
+		}
+	}
+	return "", false
+}

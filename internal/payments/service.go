@@ -150,33 +150,30 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	// again.
 	for range 3 {
 		now := s.clock.Now()
-		p := Payment{
-			ID: deriveID(tenant, key, fp), TenantID: tenant, Command: cmd,
-			State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
-		}
+		p := Payment{ID: deriveID(tenant, key, fp), TenantID: tenant, Command: cmd, CreatedAt: now, UpdatedAt: now}
+		// The claim's transaction creates the payment already sent
+		// (SendOnClaim records its creation and that move): the request
+		// goes to the provider right after it commits.
+		flow := s.flowOf(p)
+		p.State, p.FirstSentAt, p.LastSentAt = flow.States.Sent, &now, &now
 		event, err := outbox.NewEvent(ctx, EventCreated, ResourceType, p.ID, p.eventPayload(), p.CreatedAt)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		// The claim's transaction creates the payment already sent: the
-		// request goes to the provider right after it commits.
-		flow := s.flowOf(p)
 		sentAudit, look, err := flow.SendOnClaim(p.ID, "request accepted", now)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		sent := p
-		sent.State, sent.FirstSentAt, sent.LastSentAt = flow.States.Sent, &now, &now
 		reply, err := s.engine.Do(ctx, s, idempotency.Request{
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 			Fingerprint: fp,
 			Resource:    p.Resource(),
 			Create: func(b *claim.Batch) {
-				queueInsertPayment(b, sent)
+				queueInsertPayment(b, p)
 				b.Queue(outbox.IfClaimed(event))
 				b.Queue(sentAudit) // its creation and its move to sent, recorded
 			},
-			Created:   sent,
+			Created:   p,
 			Wait:      wait,
 			FirstLook: look,
 			Exists:    idempotency.RowExists(s.db, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),

@@ -83,29 +83,28 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	now := s.d.Clock.Now()
 	fp := cmd.Fingerprint()
+	// The claim's transaction creates the refund already sent (SendOnClaim
+	// records its creation and that move): the request goes to the
+	// provider right after it commits.
 	r := Refund{
 		ID: deriveID(tenant, key, fp), TenantID: tenant, PaymentID: cmd.PaymentID, AccountID: cmd.AccountID,
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, Reason: cmd.Reason,
-		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
+		State: s.flow.States.Sent, FirstSentAt: &now, LastSentAt: &now, CreatedAt: now, UpdatedAt: now,
 	}
 	event, err := outbox.NewEvent(ctx, EventCreated, ResourceType, r.ID, r.eventPayload(), r.CreatedAt)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	// The claim's transaction creates the refund already sent: the request
-	// goes to the provider right after it commits.
 	sentAudit, look, err := s.flow.SendOnClaim(r.ID, "request accepted", now)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	sent := r
-	sent.State, sent.FirstSentAt, sent.LastSentAt = s.flow.States.Sent, &now, &now
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: fp,
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *claim.Batch) {
-			queueInsert(b, s.payments, sent)
+			queueInsert(b, s.payments, r)
 			b.Queue(outbox.IfClaimed(event))
 			b.Queue(sentAudit) // its creation and its move to sent, recorded
 		},
