@@ -1,6 +1,7 @@
 package authorizations_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -147,4 +148,50 @@ func TestAWaiterIsLeftForAPersonOnlyWithTheHolder(t *testing.T) {
 	if len(inReview) != 1 || inReview[0] != "authorization_expired" {
 		t.Fatalf("keys in review: actions with reasons %q; want only the expiry's void, not the first cancel, which waits on a holder nobody has to decide", inReview)
 	}
+}
+
+// A client's cancel left for a person because the action holding the
+// payment is (it waits on a holder a person must decide) leaves review as
+// soon as that holder ends: the holder's end wakes every cancel waiting on
+// it, not only the service's expiry void. Then it answers what the holder
+// did.
+func TestAWaiterLeavesReviewWhenItsHolderEnds(t *testing.T) {
+	t.Parallel()
+	f := &faults{}
+	e := newEnv(t, withFaults(f))
+	id := heldByASecondCancel(t, e, f)
+	tag, err := e.pool.Exec(t.Context(), `
+		UPDATE idempotency_keys SET manual_review_at = $1, recovery_last_error = 'left for a person (test)'
+		WHERE idempotency_key = 'cxl-2'`, e.clk.Now())
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("marking the holder: %v (%d rows)", err, tag.RowsAffected())
+	}
+	inReview := func() string { // the unended keys left for a person
+		t.Helper()
+		rows, err := e.pool.Query(t.Context(), `SELECT idempotency_key FROM idempotency_keys
+			WHERE manual_review_at IS NOT NULL AND response_status IS NULL ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(keys)
+	}
+	for range 3 {
+		e.clk.Advance(5 * time.Minute)
+		e.reconcile()
+	}
+	if got := inReview(); got != "[cxl-1 cxl-2]" {
+		t.Fatalf("left for a person: %s, want the holder and the cancel waiting on it", got)
+	}
+	// The holder's client retries, and the void goes through: the waiting
+	// cancel is woken out of review in the same transaction, with no pass
+	// of the reconciler.
+	wantStatus(t, e.cancel(0, id, "cxl-2", ""), http.StatusOK, "")
+	if got := inReview(); got != "[]" {
+		t.Fatalf("left for a person after the holder ended: %s, want none", got)
+	}
+	wantCanceledByTheFirstCancel(t, e, id)
 }
