@@ -49,6 +49,19 @@ func heldByASecondCancel(t *testing.T, e *env, f *faults) string {
 	return id
 }
 
+// leaveForAPerson leaves the one key that where (an SQL condition, whose
+// parameters are $2 on, args) selects for a person, as the reconciler
+// would after its attempts.
+func leaveForAPerson(t *testing.T, e *env, where string, args ...any) {
+	t.Helper()
+	tag, err := e.pool.Exec(t.Context(), `
+		UPDATE idempotency_keys SET manual_review_at = $1, recovery_last_error = 'left for a person (test)'
+		WHERE `+where, append([]any{e.clk.Now()}, args...)...)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("leaving the key where %s for a person: %v (%d rows)", where, err, tag.RowsAffected())
+	}
+}
+
 // wantCanceledByTheFirstCancel: the payment is canceled, its charge voided
 // once, and cxl-1's retry answers it.
 func wantCanceledByTheFirstCancel(t *testing.T, e *env, id string) {
@@ -125,13 +138,8 @@ func TestAWaiterIsLeftForAPersonOnlyWithTheHolder(t *testing.T) {
 	id := heldByASecondCancel(t, e, f)
 	// The service's expiry void waits too, and is left for a person for a
 	// reason of its own.
-	tag, err := e.pool.Exec(t.Context(), `
-		UPDATE idempotency_keys SET manual_review_at = $2, recovery_last_error = 'left for a person (test)'
-		WHERE resource_type = 'cancellation' AND resource_id IN (
-		    SELECT id FROM payment_actions WHERE payment_id = $1 AND reason = 'authorization_expired')`, id, e.clk.Now())
-	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("marking the expiry's void: %v (%d rows)", err, tag.RowsAffected())
-	}
+	leaveForAPerson(t, e, `resource_type = 'cancellation' AND resource_id IN (
+		SELECT id FROM payment_actions WHERE payment_id = $2 AND reason = 'authorization_expired')`, id)
 	for range 3 {
 		e.clk.Advance(5 * time.Minute)
 		e.reconcile()
@@ -160,13 +168,8 @@ func TestAWaiterLeavesReviewWhenItsHolderEnds(t *testing.T) {
 	f := &faults{}
 	e := newEnv(t, withFaults(f))
 	id := heldByASecondCancel(t, e, f)
-	tag, err := e.pool.Exec(t.Context(), `
-		UPDATE idempotency_keys SET manual_review_at = $1, recovery_last_error = 'left for a person (test)'
-		WHERE idempotency_key = 'cxl-2'`, e.clk.Now())
-	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("marking the holder: %v (%d rows)", err, tag.RowsAffected())
-	}
-	inReview := func() string { // the unended keys left for a person
+	leaveForAPerson(t, e, `idempotency_key = 'cxl-2'`) // the holder
+	inReview := func() string {                        // the unended keys left for a person
 		t.Helper()
 		rows, err := e.pool.Query(t.Context(), `SELECT idempotency_key FROM idempotency_keys
 			WHERE manual_review_at IS NOT NULL AND response_status IS NULL ORDER BY 1`)
