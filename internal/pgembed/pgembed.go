@@ -88,6 +88,11 @@ type Options struct {
 	// skips syncing to disk. A crash of the machine may then corrupt the
 	// cluster, never use it for data worth keeping.
 	Ephemeral bool
+	// LogicalDecoding starts the server with wal_level=logical and room for
+	// replication slots and their senders, so that a client may read
+	// changes through logical decoding (package outbox/stream). The WAL of
+	// every change then carries what decoding needs.
+	LogicalDecoding bool
 	// MaxConnections is the server's max_connections; 0 means 200.
 	MaxConnections int
 	// StartTimeout bounds the wait for the server to accept connections
@@ -293,6 +298,9 @@ func (c *Cluster) spawn(port int, opts Options) (*process, error) {
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=",
 		"-c", "max_connections=" + strconv.Itoa(opts.MaxConnections),
+	}
+	if opts.LogicalDecoding {
+		args = append(args, "-c", "wal_level=logical", "-c", "max_replication_slots=32", "-c", "max_wal_senders=32")
 	}
 	if opts.Ephemeral {
 		args = append(args,

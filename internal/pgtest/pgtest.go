@@ -99,9 +99,10 @@ func Main(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	cluster, err := pgembed.Start(ctx, pgembed.Options{
-		DataDir:   filepath.Join(dir, "postgres"),
-		Ephemeral: true,
-		Logger:    logger,
+		DataDir:         filepath.Join(dir, "postgres"),
+		Ephemeral:       true,
+		LogicalDecoding: true, // package outbox/stream reads a replication slot
+		Logger:          logger,
 	})
 	cancel()
 	if err != nil {
@@ -150,6 +151,9 @@ func createTestRole(adminURL string) error {
 		`CREATE ROLE ` + role,
 		`ALTER ROLE ` + role + ` WITH LOGIN PASSWORD '` + pgtestdb.DefaultRolePassword + `' ` + pgtestdb.DefaultRoleCapabilities,
 		`GRANT SET ON PARAMETER log_min_messages TO ` + role,
+		// Logical decoding (package outbox/stream) needs a role that may
+		// create and read replication slots.
+		`ALTER ROLE ` + role + ` REPLICATION`,
 	} {
 		if _, err := conn.Exec(ctx, q); err != nil {
 			return fmt.Errorf("create the test role: %s: %w", q, err)

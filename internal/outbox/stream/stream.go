@@ -1,0 +1,397 @@
+// Package stream reads the outbox in commit order through PostgreSQL's
+// logical decoding: every event inserted into outbox_events, grouped by the
+// transaction that committed it, in the order the transactions committed,
+// from a logical replication slot (the pgoutput plugin and the publication
+// paymentsapi_outbox, migration 00030).
+//
+// It is the read side of an insert-only outbox (issue 22, docs/BENCHMARKS.md,
+// "fifth session"). Nothing is written per event to say it was read: the
+// slot remembers how far its reader confirmed, and PostgreSQL sends again,
+// after a reconnect, every transaction the reader did not confirm. Commit
+// order is what a payment's events need: the transactions that write one
+// aggregate's events are serialised by the aggregate's row lock, so they
+// commit in the order of their events. (Transaction ids, which a polling
+// reader could use, are not in commit order: see BENCHMARKS.md.)
+//
+// A slot has one reader at a time: PostgreSQL refuses a second one
+// (ErrSlotBusy), which is how several instances would take turns.
+//
+// A slot lives on one server. After a failover to a standby, which has no
+// slot (PostgreSQL 15 does not copy slots to standbys), Open creates it
+// again and hands Options.Catchup a snapshot that sees exactly the
+// transactions committed before the slot's first change: what the stream
+// will not send. The caller publishes from it what may not have been
+// published before (at least once).
+//
+// Not wired into the service yet: the relay (package outbox) still
+// publishes the outbox. See docs/BENCHMARKS.md for where this stands.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+)
+
+// Default names of the slot and of the publication (migration 00030).
+const (
+	DefaultSlot        = "paymentsapi_outbox"
+	DefaultPublication = "paymentsapi_outbox"
+)
+
+// DefaultStatusInterval is how often a Stream tells the server how far it
+// confirmed while it waits, well inside PostgreSQL's wal_sender_timeout
+// (60 s by default).
+const DefaultStatusInterval = 10 * time.Second
+
+// ErrSlotBusy: another reader is streaming from the slot.
+var ErrSlotBusy = errors.New("outbox stream: the replication slot is being read by another reader")
+
+// Options configure Open. Zero fields take their defaults.
+type Options struct {
+	// Slot is the replication slot's name (lower-case letters, digits and
+	// underscores). It is per database: two databases of one server need
+	// two slots.
+	Slot string
+	// Publication is the publication the slot reads.
+	Publication string
+	// Catchup runs when Open created the slot, before the stream starts,
+	// with the name of a snapshot to import (SET TRANSACTION SNAPSHOT, in
+	// a REPEATABLE READ transaction on another connection) that sees
+	// exactly the transactions committed before the stream's first one.
+	// It must be done with the snapshot before it returns. nil: nothing to
+	// catch up.
+	Catchup func(ctx context.Context, snapshot string) error
+	// StatusInterval is how often the stream reports its confirmed
+	// position while it waits (default DefaultStatusInterval).
+	StatusInterval time.Duration
+}
+
+// LSN is a position in the server's write-ahead log.
+type LSN uint64
+
+// String writes the LSN as PostgreSQL does (16/B374D848).
+func (l LSN) String() string { return pglogrepl.LSN(l).String() }
+
+// Tx is the outbox events of one committed transaction.
+type Tx struct {
+	// Events are in the order the transaction inserted them.
+	Events []outbox.Event
+	// Committed is when the transaction committed, by the server's clock.
+	Committed time.Time
+	// End is the position to Confirm once the events are published.
+	End LSN
+}
+
+// Stream reads a slot. It is not safe for concurrent use: one goroutine
+// calls Next and Confirm.
+type Stream struct {
+	conn *pgconn.PgConn
+	opts Options
+
+	outbox    *relation // the outbox table, once the server described it
+	cur       *Tx       // the transaction being received, between its Begin and Commit
+	handed    LSN       // End of the last Tx that Next returned
+	confirmed LSN       // what the server was, or is about to be, told
+	lastSent  time.Time // when the server was last told
+}
+
+// relation is where an outbox row's columns are in a decoded tuple.
+type relation struct {
+	id                                            uint32
+	idCol, aggTypeCol, aggIDCol, typeCol, payload int
+	createdCol, traceCol                          int
+}
+
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// Open connects to connString as a replication client, creates the slot if
+// it does not exist (running opts.Catchup), and starts streaming from
+// where the slot's last reader confirmed. It returns ErrSlotBusy (wrapped)
+// if another reader holds the slot.
+func Open(ctx context.Context, connString string, opts Options) (*Stream, error) {
+	if opts.Slot == "" {
+		opts.Slot = DefaultSlot
+	}
+	if opts.Publication == "" {
+		opts.Publication = DefaultPublication
+	}
+	if opts.StatusInterval <= 0 {
+		opts.StatusInterval = DefaultStatusInterval
+	}
+	for _, name := range []string{opts.Slot, opts.Publication} {
+		if !slotName.MatchString(name) {
+			return nil, fmt.Errorf("outbox stream: %q is not a valid slot or publication name (lower-case letters, digits, _)", name)
+		}
+	}
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("outbox stream: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	// Timestamps come as text: read them in one zone and one style.
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("outbox stream: connect: %w", err)
+	}
+	s := &Stream{conn: conn, opts: opts}
+	if err := s.start(ctx); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stream) start(ctx context.Context) error {
+	res, err := s.conn.Exec(ctx, `SELECT 1 FROM pg_replication_slots WHERE slot_name = '`+s.opts.Slot+`'`).ReadAll()
+	if err != nil {
+		return fmt.Errorf("outbox stream: look up slot %s: %w", s.opts.Slot, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		if err := s.create(ctx); err != nil {
+			return err
+		}
+	}
+	err = pglogrepl.StartReplication(ctx, s.conn, s.opts.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.opts.Publication + "'"},
+	})
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55006" { // object_in_use
+			return fmt.Errorf("%w: %s", ErrSlotBusy, pgErr.Message)
+		}
+		return fmt.Errorf("outbox stream: start streaming from slot %s: %w", s.opts.Slot, err)
+	}
+	s.lastSent = time.Now()
+	return nil
+}
+
+// create creates the slot, exporting the snapshot of its consistent point
+// for Catchup. Another instance creating it at the same moment wins: the
+// stream then starts on its slot (and is probably told it is busy).
+func (s *Stream) create(ctx context.Context) error {
+	action := "NOEXPORT_SNAPSHOT"
+	if s.opts.Catchup != nil {
+		action = "EXPORT_SNAPSHOT"
+	}
+	created, err := pglogrepl.CreateReplicationSlot(ctx, s.conn, s.opts.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42710" { // duplicate_object
+			return nil
+		}
+		return fmt.Errorf("outbox stream: create slot %s: %w", s.opts.Slot, err)
+	}
+	if s.opts.Catchup == nil {
+		return nil
+	}
+	// The snapshot lives until this connection's next command.
+	if err := s.opts.Catchup(ctx, created.SnapshotName); err != nil {
+		return fmt.Errorf("outbox stream: catch up before slot %s: %w", s.opts.Slot, err)
+	}
+	return nil
+}
+
+// Next returns the next committed transaction that inserted outbox events.
+// It waits for one until ctx ends, telling the server meanwhile how far the
+// stream confirmed. A transaction that inserted none is not returned.
+func (s *Stream) Next(ctx context.Context) (Tx, error) {
+	for {
+		if time.Since(s.lastSent) >= s.opts.StatusInterval {
+			if err := s.sendStatus(); err != nil {
+				return Tx{}, err
+			}
+		}
+		wait, cancel := context.WithDeadline(ctx, s.lastSent.Add(s.opts.StatusInterval))
+		msg, err := s.conn.ReceiveMessage(wait)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && pgconn.Timeout(err) {
+				continue // time to tell the server where we are
+			}
+			return Tx{}, fmt.Errorf("outbox stream: receive: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			tx, done, err := s.handle(msg.Data)
+			if err != nil {
+				return Tx{}, err
+			}
+			if done {
+				return tx, nil
+			}
+		case *pgproto3.ErrorResponse:
+			return Tx{}, fmt.Errorf("outbox stream: %w", pgconn.ErrorResponseToPgError(msg))
+		}
+	}
+}
+
+// handle reads one message of the stream; done when it completed a
+// transaction with events. The message's bytes are the connection's buffer:
+// whatever is kept is copied.
+func (s *Stream) handle(data []byte) (Tx, bool, error) {
+	if len(data) == 0 {
+		return Tx{}, false, nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return Tx{}, false, fmt.Errorf("outbox stream: %w", err)
+		}
+		// Idle: every transaction handed out was confirmed and none is
+		// being received, so everything the server sent so far is done
+		// with, and the slot may let go of the WAL before it (changes
+		// to other tables, transactions without events).
+		if s.cur == nil && s.confirmed >= s.handed && LSN(k.ServerWALEnd) > s.confirmed {
+			s.confirmed = LSN(k.ServerWALEnd)
+		}
+		if k.ReplyRequested {
+			return Tx{}, false, s.sendStatus()
+		}
+		return Tx{}, false, nil
+	case pglogrepl.XLogDataByteID:
+	default:
+		return Tx{}, false, nil
+	}
+	x, err := pglogrepl.ParseXLogData(data[1:])
+	if err != nil {
+		return Tx{}, false, fmt.Errorf("outbox stream: %w", err)
+	}
+	m, err := pglogrepl.Parse(x.WALData)
+	if err != nil {
+		return Tx{}, false, fmt.Errorf("outbox stream: decode: %w", err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		if m.RelationName == "outbox_events" {
+			r, err := newRelation(m)
+			if err != nil {
+				return Tx{}, false, err
+			}
+			s.outbox = r
+		}
+	case *pglogrepl.BeginMessage:
+		s.cur = &Tx{Committed: m.CommitTime.UTC()}
+	case *pglogrepl.InsertMessage:
+		if s.cur == nil || s.outbox == nil || m.RelationID != s.outbox.id {
+			return Tx{}, false, nil
+		}
+		e, err := s.outbox.event(m.Tuple)
+		if err != nil {
+			return Tx{}, false, err
+		}
+		s.cur.Events = append(s.cur.Events, e)
+	case *pglogrepl.CommitMessage:
+		if s.cur == nil {
+			return Tx{}, false, nil
+		}
+		tx := *s.cur
+		s.cur = nil
+		tx.End = LSN(m.TransactionEndLSN)
+		if len(tx.Events) == 0 {
+			if s.confirmed >= s.handed {
+				s.confirmed = max(s.confirmed, tx.End)
+			}
+			return Tx{}, false, nil
+		}
+		s.handed = tx.End
+		return tx, true, nil
+	}
+	return Tx{}, false, nil
+}
+
+// Confirm tells the server that every transaction up to end (a Tx's End)
+// is done with: a reconnected stream starts after it, and the server may
+// recycle the WAL before it. Transactions are confirmed in the order Next
+// returned them.
+func (s *Stream) Confirm(end LSN) error {
+	if end <= s.confirmed {
+		return nil
+	}
+	s.confirmed = end
+	return s.sendStatus()
+}
+
+func (s *Stream) sendStatus() error {
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
+		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(s.confirmed)})
+	if err != nil {
+		return fmt.Errorf("outbox stream: report position %s: %w", s.confirmed, err)
+	}
+	s.lastSent = time.Now()
+	return nil
+}
+
+// Close ends the stream; what was not confirmed is sent again to the next
+// reader.
+func (s *Stream) Close(ctx context.Context) error { return s.conn.Close(ctx) }
+
+func newRelation(m *pglogrepl.RelationMessage) (*relation, error) {
+	r := &relation{id: m.RelationID, traceCol: -1}
+	cols := map[string]*int{
+		"id": &r.idCol, "aggregate_type": &r.aggTypeCol, "aggregate_id": &r.aggIDCol,
+		"event_type": &r.typeCol, "payload": &r.payload, "created_at": &r.createdCol, "traceparent": &r.traceCol,
+	}
+	for _, p := range cols {
+		*p = -1
+	}
+	for i, c := range m.Columns {
+		if p, ok := cols[c.Name]; ok {
+			*p = i
+		}
+	}
+	for name, p := range cols {
+		if *p < 0 && name != "traceparent" {
+			return nil, fmt.Errorf("outbox stream: the server's outbox_events has no column %s", name)
+		}
+	}
+	return r, nil
+}
+
+// pgTimestamp is how a timestamptz is written as text in UTC with DateStyle
+// ISO.
+const pgTimestamp = "2006-01-02 15:04:05.999999999Z07"
+
+// event decodes an inserted outbox row (text format).
+func (r *relation) event(t *pglogrepl.TupleData) (outbox.Event, error) {
+	text := func(i int) (string, bool) {
+		if i < 0 || i >= len(t.Columns) || t.Columns[i].DataType != pglogrepl.TupleDataTypeText {
+			return "", false
+		}
+		return string(t.Columns[i].Data), true
+	}
+	var e outbox.Event
+	var ok [6]bool
+	e.ID, ok[0] = text(r.idCol)
+	e.AggregateType, ok[1] = text(r.aggTypeCol)
+	e.AggregateID, ok[2] = text(r.aggIDCol)
+	e.Type, ok[3] = text(r.typeCol)
+	payload, okPayload := text(r.payload)
+	created, okCreated := text(r.createdCol)
+	ok[4], ok[5] = okPayload, okCreated
+	for _, o := range ok {
+		if !o {
+			return outbox.Event{}, fmt.Errorf("outbox stream: an outbox row came without one of its required columns")
+		}
+	}
+	e.Payload = json.RawMessage(payload) // a copy of the connection's buffer
+	at, err := time.Parse(pgTimestamp, created)
+	if err != nil {
+		return outbox.Event{}, fmt.Errorf("outbox stream: event %s: created_at: %w", e.ID, err)
+	}
+	e.OccurredAt = at.UTC()
+	e.TraceParent, _ = text(r.traceCol)
+	return e, nil
+}
