@@ -318,3 +318,40 @@ func TestCatchupSeesExactlyWhatTheStreamDoesNot(t *testing.T) {
 		t.Errorf("catch-up ran again on an existing slot")
 	}
 }
+
+// TestAnIdleStreamLetsGoOfTheWALBehindIt: once everything it was sent is
+// confirmed, a stream waiting for events moves the slot past the changes
+// that carry none (other tables), so the server need not keep their WAL.
+func TestAnIdleStreamLetsGoOfTheWALBehindIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	s, err := stream.Open(ctx, e.url, stream.Options{Slot: e.slot, StatusInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	e.commit(t, e.event("pay_a", "PaymentCreated"))
+	if err := s.Confirm(next(t, s).End); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO api_keys (tenant_id, secret_hash, created_at, updated_at) VALUES ($1, $2, now(), now())`,
+			fmt.Sprint("t", i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var written string
+	if err := e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&written); err != nil {
+		t.Fatal(err)
+	}
+	nothing(t, s) // 1.5 s of waiting: status reports, and the server's replies
+	var behind int64
+	if err := e.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn) FROM pg_replication_slots WHERE slot_name = $2`,
+		written, e.slot).Scan(&behind); err != nil {
+		t.Fatal(err)
+	}
+	if behind > 0 {
+		t.Errorf("the slot is still %d bytes behind the other tables' changes made before the wait", behind)
+	}
+}
