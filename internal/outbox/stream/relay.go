@@ -3,8 +3,12 @@ package stream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -28,16 +32,46 @@ import (
 // overtake it. A failed publish is retried with backoff, broker outage or
 // not, and nothing after it is confirmed until it is accepted.
 //
+// Position and catch-up. About once a second (PositionInterval) the relay
+// records, in outbox_stream_positions, the commit time up to which it
+// confirmed. When it has to create its slot (a first start, or a failover
+// to a standby, where the slot did not follow), the stream will not carry
+// what committed before the slot: the relay first publishes, from the
+// table, the events created since CatchupMargin before that position, in
+// insertion order, or, with no position recorded, every event the polling
+// relay did not publish (published_at is null, not parked). What it
+// publishes again there is the at-least-once of a failover.
+//
 // Not yet here, unlike outbox.Relay: parking an event that keeps failing
-// (it holds the stream back until it is accepted), catch-up after a
-// failover, and metrics. Not wired into the service: see
-// docs/BENCHMARKS.md.
+// (it holds the stream back until it is accepted) and metrics. Not wired
+// into the service: see docs/BENCHMARKS.md.
 type Relay struct {
 	connString string
+	db         DB
 	pub        outbox.Publisher
 	clock      clock.Clock
 	log        *slog.Logger
 	cfg        RelayConfig
+
+	saved time.Time // when the position was last recorded
+}
+
+// DB is what the relay needs of an ordinary connection pool (positions
+// and catch-up); *pgxpool.Pool has it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// RelayDeps are the collaborators of a Relay.
+type RelayDeps struct {
+	// ConnString names the database, for the replication connection.
+	ConnString string
+	DB         DB
+	Publisher  outbox.Publisher
+	Clock      clock.Clock
+	Log        *slog.Logger // nil: discard
 }
 
 // RelayConfig tunes a Relay. Zero fields take their defaults.
@@ -47,8 +81,9 @@ type RelayConfig struct {
 	// 100); a batch takes the transactions the stream already has, and
 	// does not wait for more.
 	BatchSize int
-	// Linger is how long a batch waits for the stream's next transaction
-	// once it has one (default 1ms).
+	// Linger is how long a batch waits for more transactions once it has
+	// one (default 20ms): fewer, larger publishes (and event-log writes),
+	// for a few milliseconds of delay.
 	Linger time.Duration
 	// Backoff and MaxBackoff space the retries of a failed publish
 	// (defaults 100ms and 30s), and of a failed connection.
@@ -56,19 +91,28 @@ type RelayConfig struct {
 	// Standby is how often a relay whose slot is being read by another
 	// tries again (default 5s).
 	Standby time.Duration
+	// PositionInterval is how often the position is recorded (default
+	// 1s).
+	PositionInterval time.Duration
+	// CatchupMargin is how far before the recorded position a catch-up
+	// starts (default 5m): longer than a transaction lasts between
+	// writing an event and committing, plus any skew between the
+	// service's clock (an event's created_at) and the database's (commit
+	// times).
+	CatchupMargin time.Duration
 	// AfterPublish, a failpoint for tests, runs once a batch was published
 	// and before it is confirmed; an error ends the session there, as a
 	// crash would.
 	AfterPublish func(ctx context.Context, events []outbox.Event) error
 }
 
-// NewRelay returns a Relay reading the database at connString.
-func NewRelay(connString string, pub outbox.Publisher, clk clock.Clock, log *slog.Logger, cfg RelayConfig) *Relay {
+// NewRelay returns a Relay.
+func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 100
 	}
 	if cfg.Linger <= 0 {
-		cfg.Linger = time.Millisecond
+		cfg.Linger = 20 * time.Millisecond
 	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = 100 * time.Millisecond
@@ -79,10 +123,19 @@ func NewRelay(connString string, pub outbox.Publisher, clk clock.Clock, log *slo
 	if cfg.Standby <= 0 {
 		cfg.Standby = 5 * time.Second
 	}
+	if cfg.PositionInterval <= 0 {
+		cfg.PositionInterval = time.Second
+	}
+	if cfg.CatchupMargin <= 0 {
+		cfg.CatchupMargin = 5 * time.Minute
+	}
+	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{connString: connString, pub: pub, clock: clk, log: log, cfg: cfg}
+	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg}
+	r.cfg.Catchup = r.catchUp
+	return r
 }
 
 // Run reads and publishes until ctx ends, reconnecting after any failure.
@@ -116,7 +169,7 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 	defer s.Close(context.WithoutCancel(ctx))
 	started()
 	for {
-		batch, end, err := r.batch(ctx, s)
+		batch, end, committed, err := r.batch(ctx, s)
 		if err != nil {
 			return err
 		}
@@ -131,30 +184,124 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 		if err := s.Confirm(end); err != nil {
 			return err
 		}
+		r.record(ctx, committed)
 	}
 }
 
-// batch waits for the next transaction, then takes those that follow it
-// within Linger, up to BatchSize events; end is the last one's End.
-func (r *Relay) batch(ctx context.Context, s *Stream) ([]outbox.Event, LSN, error) {
+// record writes the position at most once per PositionInterval. A failure
+// is only logged: an older position costs more events published again
+// after a failover, nothing else.
+func (r *Relay) record(ctx context.Context, committed time.Time) {
+	now := r.clock.Now()
+	if now.Sub(r.saved) < r.cfg.PositionInterval {
+		return
+	}
+	_, err := r.db.Exec(ctx, `
+		INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ($1, $2, $3)
+		ON CONFLICT (slot) DO UPDATE
+		SET committed_at = GREATEST(outbox_stream_positions.committed_at, EXCLUDED.committed_at), updated_at = EXCLUDED.updated_at`,
+		r.cfg.Slot, committed, now)
+	if err != nil {
+		r.log.WarnContext(ctx, "could not record the outbox stream's position", "error", err)
+		return
+	}
+	r.saved = now
+}
+
+// catchUp publishes what the new slot's stream will not carry (see Relay),
+// read as of snapshot. The snapshot only chooses the events, by id: they
+// are published after its transaction ended, read again page by page
+// (outbox rows never change), so that no transaction stays open across a
+// publish.
+func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
+	var (
+		ids []string
+		at  time.Time // the snapshot's time: what committed before it is caught up
+	)
+	err := pgx.BeginTxFunc(ctx, r.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&at); err != nil {
+			return err
+		}
+		// A rare path (a new slot): a scan of the outbox is acceptable.
+		rows, err := tx.Query(ctx, `
+			WITH p AS (SELECT committed_at FROM outbox_stream_positions WHERE slot = $1)
+			SELECT o.id::text FROM outbox_events o
+			WHERE CASE WHEN (SELECT committed_at FROM p) IS NULL THEN o.published_at IS NULL AND o.parked_at IS NULL
+			           ELSE o.created_at >= (SELECT committed_at FROM p) - $2 * interval '1 microsecond' END
+			ORDER BY o.seq`,
+			r.cfg.Slot, r.cfg.CatchupMargin.Microseconds())
+		if err != nil {
+			return err
+		}
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("choose the events to catch up: %w", err)
+	}
+	r.log.InfoContext(ctx, "outbox stream: a new slot; publishing what it will not carry", "slot", r.cfg.Slot, "events", len(ids))
+	for len(ids) > 0 {
+		page := ids[:min(len(ids), r.cfg.BatchSize)]
+		ids = ids[len(page):]
+		events, err := r.load(ctx, page)
+		if err != nil {
+			return err
+		}
+		if err := r.publish(ctx, events); err != nil {
+			return err
+		}
+	}
+	// Transactions that committed between the slot's start and at are in
+	// the stream, not published yet: the margin covers them.
+	r.record(ctx, at)
+	return nil
+}
+
+// load reads the events ids, in their order.
+func (r *Relay) load(ctx context.Context, ids []string) ([]outbox.Event, error) {
+	rows, err := r.db.Query(ctx, `
+		SELECT id::text, aggregate_type, aggregate_id, event_type, payload, created_at, coalesce(traceparent, '')
+		FROM outbox_events WHERE id = ANY($1::uuid[]) ORDER BY seq`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read the events to catch up: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
+		var e outbox.Event
+		err := row.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.Type, (*[]byte)(&e.Payload), &e.OccurredAt, &e.TraceParent)
+		e.OccurredAt = e.OccurredAt.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the events to catch up: %w", err)
+	}
+	return events, nil
+}
+
+// batch waits for the next transaction, then takes those that come within
+// Linger of it, up to BatchSize events; end is the last one's End, and
+// committed its commit time.
+func (r *Relay) batch(ctx context.Context, s *Stream) ([]outbox.Event, LSN, time.Time, error) {
 	tx, err := s.Next(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, time.Time{}, err
 	}
-	events, end := tx.Events, tx.End
+	events, end, committed := tx.Events, tx.End, tx.Committed
+	more, cancel := context.WithTimeout(ctx, r.cfg.Linger)
+	defer cancel()
 	for len(events) < r.cfg.BatchSize {
-		more, cancel := context.WithTimeout(ctx, r.cfg.Linger)
 		tx, err := s.Next(more)
-		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, 0, ctx.Err()
+				return nil, 0, time.Time{}, ctx.Err()
 			}
 			break // nothing more right now (a timed-out wait leaves the stream usable)
 		}
-		events, end = append(events, tx.Events...), tx.End
+		events, end, committed = append(events, tx.Events...), tx.End, tx.Committed
 	}
-	return events, end, nil
+	return events, end, committed, nil
 }
 
 // publish publishes events in waves (see Relay), retrying each failed

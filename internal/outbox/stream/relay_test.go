@@ -69,7 +69,7 @@ func (e *env) run(t *testing.T, pub outbox.Publisher, cfg stream.RelayConfig) (s
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		stream.NewRelay(e.url, pub, clock.System{}, nil, cfg).Run(ctx)
+		stream.NewRelay(stream.RelayDeps{ConnString: e.url, DB: e.pool, Publisher: pub, Clock: clock.System{}}, cfg).Run(ctx)
 	}()
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
@@ -206,4 +206,73 @@ func TestOneRelayReadsAtATime(t *testing.T) {
 		}
 	}
 	t.Fatal("pay_z's event was not published after the first relay stopped")
+}
+
+// TestAFirstStartPublishesWhatCameBeforeTheSlot: events committed before
+// the slot existed are not in its stream; the relay that creates it
+// publishes them first, in order, then the stream's.
+func TestAFirstStartPublishesWhatCameBeforeTheSlot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.commit(t, e.event("pay_a", "PaymentCreated"))
+	e.commit(t, e.event("pay_a", "PaymentSucceeded"))
+	b := newBroker()
+	e.run(t, b, stream.RelayConfig{})
+	e.commit(t, e.event("pay_a", "RefundCreated"))
+	got := b.waitFor(t, 3)
+	if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated"}; !slices.Equal(byAggregate(got)["pay_a"], want) || len(got) != 3 {
+		t.Fatalf("published %v, want %v once each", byAggregate(got), want)
+	}
+}
+
+// TestAfterAFailoverTheNewSlotStartsNearThePosition: a promoted standby has
+// no slot. The relay that creates it there publishes again what was
+// written since a little before its recorded position, so that what the
+// lost slot had not sent is published; what is older is not.
+func TestAfterAFailoverTheNewSlotStartsNearThePosition(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	old := e.event("pay_old", "PaymentCreated")
+	old.OccurredAt = now.Add(-time.Hour)
+	e.commit(t, old)
+	first := newBroker()
+	stop := e.run(t, first, stream.RelayConfig{})
+	published := e.event("pay_a", "PaymentCreated")
+	published.OccurredAt = now
+	e.commit(t, published)
+	first.waitFor(t, 2) // old (caught up: no position yet), then published
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var at time.Time
+		err := e.pool.QueryRow(ctx, `SELECT committed_at FROM outbox_stream_positions WHERE slot = $1`, e.slot).Scan(&at)
+		if err == nil && !at.Before(now.Add(-time.Minute)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no position recorded after the relay confirmed (last error %v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	missed := e.event("pay_a", "PaymentSucceeded")
+	missed.OccurredAt = time.Now().UTC()
+	e.commit(t, missed)
+	// The failover: the new primary has the rows, not the slot.
+	if _, err := e.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, e.slot); err != nil {
+		t.Fatal(err)
+	}
+
+	second := newBroker()
+	e.run(t, second, stream.RelayConfig{})
+	later := e.event("pay_a", "RefundCreated")
+	e.commit(t, later)
+	got := byAggregate(second.waitFor(t, 3))
+	if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated"}; !slices.Equal(got["pay_a"], want) {
+		t.Errorf("after the failover pay_a's events went out as %v, want %v (the first again, at least once)", got["pay_a"], want)
+	}
+	if len(got["pay_old"]) != 0 {
+		t.Errorf("an event from long before the position was published again: %v", got["pay_old"])
+	}
 }
