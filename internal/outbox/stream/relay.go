@@ -29,8 +29,18 @@ import (
 // event of each aggregate in the batch, and a wave only once every event of
 // the one before it was accepted; within a wave no two events share an
 // aggregate, so a failed event never lets a later one of its payment
-// overtake it. A failed publish is retried with backoff, broker outage or
-// not, and nothing after it is confirmed until it is accepted.
+// overtake it. A failed publish is retried with backoff, and nothing after
+// it is confirmed until it is accepted or parked.
+//
+// Parking. An event whose publish failed MaxAttempts times for a reason of
+// its own is parked: recorded in outbox_parked with its last error, and
+// every later event of its aggregate is parked behind it (waits_for), so
+// that the stream moves on and the aggregate's order holds. A broker outage
+// (ErrBrokerUnavailable) is not the event's fault: it is retried without
+// counting, however long it lasts, and parks nothing. Unpark releases an
+// aggregate's parked events; the relay then publishes them all, in order,
+// before the aggregate's next event, and forgets them. Attempts are counted
+// in memory: a relay that restarts counts an event's again from zero.
 //
 // Position and catch-up. About once a second (PositionInterval) the relay
 // records, in outbox_stream_positions, the commit time up to which it
@@ -42,9 +52,8 @@ import (
 // relay did not publish (published_at is null, not parked). What it
 // publishes again there is the at-least-once of a failover.
 //
-// Not yet here, unlike outbox.Relay: parking an event that keeps failing
-// (it holds the stream back until it is accepted) and metrics. Not wired
-// into the service: see docs/BENCHMARKS.md.
+// Not yet here, unlike outbox.Relay: metrics. Not wired into the service:
+// see docs/BENCHMARKS.md.
 type Relay struct {
 	connString string
 	db         DB
@@ -53,8 +62,16 @@ type Relay struct {
 	log        *slog.Logger
 	cfg        RelayConfig
 
-	saved time.Time // when the position was last recorded
+	saved    time.Time // when the position was last recorded
+	checked  time.Time // when released events were last looked for
+	held     map[aggregate]string
+	attempts map[string]int // failed publishes by event id, this session
 }
+
+// aggregate names the aggregate an event is about.
+type aggregate struct{ typ, id string }
+
+func aggregateOf(e outbox.Event) aggregate { return aggregate{e.AggregateType, e.AggregateID} }
 
 // DB is what the relay needs of an ordinary connection pool (positions
 // and catch-up); *pgxpool.Pool has it.
@@ -94,6 +111,12 @@ type RelayConfig struct {
 	// PositionInterval is how often the position is recorded (default
 	// 1s).
 	PositionInterval time.Duration
+	// MaxAttempts is how many publishes of an event may fail for a reason
+	// of its own before it is parked (default 10).
+	MaxAttempts int
+	// ReleaseInterval is how often, while some events are parked, the
+	// relay looks for those an operator released (default 1s).
+	ReleaseInterval time.Duration
 	// CatchupMargin is how far before the recorded position a catch-up
 	// starts (default 5m): longer than a transaction lasts between
 	// writing an event and committing, plus any skew between the
@@ -129,6 +152,12 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if cfg.CatchupMargin <= 0 {
 		cfg.CatchupMargin = 5 * time.Minute
 	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 10
+	}
+	if cfg.ReleaseInterval <= 0 {
+		cfg.ReleaseInterval = time.Second
+	}
 	log := d.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -162,6 +191,12 @@ func (r *Relay) Run(ctx context.Context) {
 // session opens the stream and publishes from it until an error; started
 // runs once the stream is open.
 func (r *Relay) session(ctx context.Context, started func()) error {
+	// The parked aggregates first: catch-up may already meet their events.
+	held, err := loadHeld(ctx, r.db)
+	if err != nil {
+		return err
+	}
+	r.held, r.attempts = held, map[string]int{}
 	s, err := Open(ctx, r.connString, r.cfg.Options)
 	if err != nil {
 		return err
@@ -169,11 +204,23 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 	defer s.Close(context.WithoutCancel(ctx))
 	started()
 	for {
-		batch, end, committed, err := r.batch(ctx, s)
+		if len(r.held) > 0 && r.clock.Now().Sub(r.checked) >= r.cfg.ReleaseInterval {
+			if err := r.release(ctx); err != nil {
+				return err
+			}
+		}
+		var wait time.Duration // while events are parked, come back for releases
+		if len(r.held) > 0 {
+			wait = r.cfg.ReleaseInterval
+		}
+		batch, end, committed, err := r.batch(ctx, s, wait)
 		if err != nil {
 			return err
 		}
-		if err := r.publish(ctx, batch); err != nil {
+		if len(batch) == 0 {
+			continue
+		}
+		if _, err := r.publish(ctx, batch); err != nil {
 			return err
 		}
 		if r.cfg.AfterPublish != nil {
@@ -250,7 +297,7 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 		if err != nil {
 			return err
 		}
-		if err := r.publish(ctx, events); err != nil {
+		if _, err := r.publish(ctx, events); err != nil {
 			return err
 		}
 	}
@@ -280,12 +327,22 @@ func (r *Relay) load(ctx context.Context, ids []string) ([]outbox.Event, error) 
 	return events, nil
 }
 
-// batch waits for the next transaction, then takes those that come within
-// Linger of it, up to BatchSize events; end is the last one's End, and
-// committed its commit time.
-func (r *Relay) batch(ctx context.Context, s *Stream) ([]outbox.Event, LSN, time.Time, error) {
-	tx, err := s.Next(ctx)
+// batch waits for the next transaction (at most wait, if not 0: then it
+// may return none), then takes those that come within Linger of it, up to
+// BatchSize events; end is the last one's End, and committed its commit
+// time.
+func (r *Relay) batch(ctx context.Context, s *Stream, wait time.Duration) ([]outbox.Event, LSN, time.Time, error) {
+	first := ctx
+	if wait > 0 {
+		var cancel context.CancelFunc
+		first, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+	}
+	tx, err := s.Next(first)
 	if err != nil {
+		if ctx.Err() == nil && first.Err() != nil {
+			return nil, 0, time.Time{}, nil // nothing came in time (the stream stays usable)
+		}
 		return nil, 0, time.Time{}, err
 	}
 	events, end, committed := tx.Events, tx.End, tx.Committed
@@ -305,44 +362,73 @@ func (r *Relay) batch(ctx context.Context, s *Stream) ([]outbox.Event, LSN, time
 }
 
 // publish publishes events in waves (see Relay), retrying each failed
-// event until it is accepted or ctx ends.
-func (r *Relay) publish(ctx context.Context, events []outbox.Event) error {
+// event until it is accepted, parked, or ctx ends. It returns how many it
+// parked.
+func (r *Relay) publish(ctx context.Context, events []outbox.Event) (parked int, err error) {
 	for _, wave := range waves(events) {
-		if err := r.publishWave(ctx, wave); err != nil {
-			return err
+		n, err := r.publishWave(ctx, wave)
+		parked += n
+		if err != nil {
+			return parked, err
 		}
 	}
-	return nil
+	return parked, nil
 }
 
-func (r *Relay) publishWave(ctx context.Context, todo []outbox.Event) error {
+func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked int, err error) {
+	todo := make([]outbox.Event, 0, len(wave))
+	for _, e := range wave {
+		if first, ok := r.held[aggregateOf(e)]; ok {
+			if err := r.park(ctx, e, 0, "", first); err != nil {
+				return parked, err
+			}
+			parked++
+			continue
+		}
+		todo = append(todo, e)
+	}
 	policy := backoff.Policy{Base: r.cfg.Backoff, Max: r.cfg.MaxBackoff}
-	for attempt := 1; ; attempt++ {
+	for round := 1; len(todo) > 0; round++ {
 		errs := publishAll(ctx, r.pub, todo)
-		var failed []outbox.Event
-		var first error
+		var (
+			failed []outbox.Event
+			first  error
+		)
 		for i, err := range errs {
-			if err != nil {
-				failed = append(failed, todo[i])
-				if first == nil {
-					first = err
+			if err == nil {
+				continue
+			}
+			e := todo[i]
+			if first == nil {
+				first = err
+			}
+			if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+				r.attempts[e.ID]++
+				if r.attempts[e.ID] >= r.cfg.MaxAttempts {
+					if err := r.park(ctx, e, r.attempts[e.ID], err.Error(), ""); err != nil {
+						return parked, err
+					}
+					parked++
+					continue
 				}
 			}
+			failed = append(failed, e)
 		}
 		if len(failed) == 0 {
-			return nil
+			return parked, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return parked, ctx.Err()
 		}
-		wait := policy.Delay(attempt)
+		wait := policy.Delay(round)
 		r.log.WarnContext(ctx, "outbox publish failed; retrying, and holding back the events after it",
-			"events", len(failed), "event_id", failed[0].ID, "attempt", attempt, "wait", wait, "error", first)
+			"events", len(failed), "event_id", failed[0].ID, "attempts", r.attempts[failed[0].ID], "wait", wait, "error", first)
 		if err := clock.Sleep(ctx, wait); err != nil {
-			return err
+			return parked, err
 		}
 		todo = failed
 	}
+	return parked, nil
 }
 
 // publishAll publishes events, at once with a BatchPublisher.
@@ -360,11 +446,10 @@ func publishAll(ctx context.Context, pub outbox.Publisher, events []outbox.Event
 // waves splits events (in commit order) so that wave k holds the k-th event
 // of each aggregate, in the order they came.
 func waves(events []outbox.Event) [][]outbox.Event {
-	type aggregate struct{ typ, id string }
 	seen := make(map[aggregate]int, len(events))
 	var out [][]outbox.Event
 	for _, e := range events {
-		k := aggregate{e.AggregateType, e.AggregateID}
+		k := aggregateOf(e)
 		n := seen[k]
 		seen[k] = n + 1
 		if n == len(out) {

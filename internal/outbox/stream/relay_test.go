@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
@@ -267,6 +269,7 @@ func TestAfterAFailoverTheNewSlotStartsNearThePosition(t *testing.T) {
 	second := newBroker()
 	e.run(t, second, stream.RelayConfig{})
 	later := e.event("pay_a", "RefundCreated")
+	later.OccurredAt = time.Now().UTC() // the catch-up chooses by created_at: these are written now
 	e.commit(t, later)
 	got := byAggregate(second.waitFor(t, 3))
 	if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated"}; !slices.Equal(got["pay_a"], want) {
@@ -274,5 +277,121 @@ func TestAfterAFailoverTheNewSlotStartsNearThePosition(t *testing.T) {
 	}
 	if len(got["pay_old"]) != 0 {
 		t.Errorf("an event from long before the position was published again: %v", got["pay_old"])
+	}
+}
+
+// parkedRows lists outbox_parked as "event: failed after N" or "event:
+// waits for event", in seq order.
+func (e *env) parkedRows(t *testing.T) []string {
+	t.Helper()
+	rows, err := e.pool.Query(context.Background(), `
+		SELECT event_id::text, attempts, coalesce(waits_for::text, '') FROM outbox_parked ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var id, waits string
+	var attempts int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &attempts, &waits}, func() error {
+		if waits != "" {
+			out = append(out, id+": waits for "+waits)
+		} else {
+			out = append(out, fmt.Sprintf("%s: failed after %d", id, attempts))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (e *env) waitParked(t *testing.T, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := e.parkedRows(t)
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("parked = %v, want %v", got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes: after
+// MaxAttempts failed publishes an event is parked, the later events of its
+// payment are parked behind it (those the stream brings later too), other
+// payments' events go on, and after a restart its payment is still held.
+// Unparked, its events go out in order, and the payment's next event goes
+// out after them.
+func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createSlot(t)
+	poison, after := e.event("pay_a", "PaymentCreated"), e.event("pay_a", "PaymentSucceeded")
+	e.commit(t, poison)
+	e.commit(t, after)
+	e.commit(t, e.event("pay_b", "PaymentCreated"))
+	b := newBroker()
+	var broken sync.Map
+	broken.Store(poison.ID, true)
+	b.fail = func(ev outbox.Event, _ int) error {
+		if _, ok := broken.Load(ev.ID); ok {
+			return errors.New("message too large")
+		}
+		return nil
+	}
+	cfg := stream.RelayConfig{MaxAttempts: 3, ReleaseInterval: 20 * time.Millisecond}
+	stop := e.run(t, b, cfg)
+	b.waitFor(t, 1)
+	e.waitParked(t, []string{poison.ID + ": failed after 3", after.ID + ": waits for " + poison.ID})
+
+	stop() // a restart: the payment stays held
+	e.run(t, b, cfg)
+	refund := e.event("pay_a", "RefundCreated")
+	e.commit(t, refund)
+	e.commit(t, e.event("pay_c", "PaymentCreated"))
+	b.waitFor(t, 2) // pay_b's, pay_c's
+	e.waitParked(t, []string{poison.ID + ": failed after 3", after.ID + ": waits for " + poison.ID, refund.ID + ": waits for " + poison.ID})
+
+	broken.Delete(poison.ID) // the cause fixed
+	if err := stream.Unpark(context.Background(), e.pool, after.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitParked(t, nil)
+	e.commit(t, e.event("pay_a", "RefundSucceeded"))
+	got := b.waitFor(t, 6)
+	if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated", "RefundSucceeded"}; !slices.Equal(byAggregate(got)["pay_a"], want) {
+		t.Fatalf("pay_a's events went out as %v, want %v", byAggregate(got)["pay_a"], want)
+	}
+	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); !errors.Is(err, stream.ErrNotParked) {
+		t.Errorf("unpark of a published event: %v, want ErrNotParked", err)
+	}
+}
+
+// TestABrokerOutageParksNothing: failures of the broker as a whole are
+// retried without counting, however many.
+func TestABrokerOutageParksNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createSlot(t)
+	e.commit(t, e.event("pay_a", "PaymentCreated"))
+	e.commit(t, e.event("pay_a", "PaymentSucceeded"))
+	b := newBroker()
+	b.fail = func(_ outbox.Event, attempt int) error {
+		if attempt <= 5 {
+			return fmt.Errorf("nats: no responders: %w", outbox.ErrBrokerUnavailable)
+		}
+		return nil
+	}
+	e.run(t, b, stream.RelayConfig{MaxAttempts: 2})
+	got := b.waitFor(t, 2)
+	if want := []string{"PaymentCreated", "PaymentSucceeded"}; !slices.Equal(byAggregate(got)["pay_a"], want) {
+		t.Fatalf("published %v, want %v", byAggregate(got)["pay_a"], want)
+	}
+	if rows := e.parkedRows(t); len(rows) != 0 {
+		t.Errorf("parked during an outage: %v", rows)
 	}
 }

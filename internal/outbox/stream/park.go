@@ -1,0 +1,178 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+)
+
+// This file holds parking (see Relay): the events set aside in
+// outbox_parked (migration 00032), and their release.
+
+// ErrNotParked is returned by Unpark for an event that is not parked.
+var ErrNotParked = errors.New("outbox event is not parked")
+
+// loadHeld reads the aggregates that have parked events, each with the
+// event its later ones wait behind (the earliest failed one).
+func loadHeld(ctx context.Context, db DB) (map[aggregate]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, event_id::text
+		FROM outbox_parked
+		ORDER BY aggregate_type, aggregate_id, seq`)
+	if err != nil {
+		return nil, fmt.Errorf("read the parked outbox events: %w", err)
+	}
+	held := map[aggregate]string{}
+	var a aggregate
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&a.typ, &a.id, &id}, func() error {
+		held[a] = id
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the parked outbox events: %w", err)
+	}
+	return held, nil
+}
+
+// park sets e aside: failed after attempts, with cause, or, with waitsFor,
+// behind that parked event of its aggregate. Its aggregate's later events
+// are parked behind it from now on. Parking an event again (delivered
+// again after a restart, or failing again after its release) updates its
+// record, which is no longer released.
+func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, waitsFor string) error {
+	if len(cause) > maxErrorLength {
+		cause = cause[:maxErrorLength]
+	}
+	_, err := r.db.Exec(ctx, `
+		INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, waits_for, parked_at)
+		SELECT id, aggregate_type, aggregate_id, seq, $2, NULLIF($3, ''), NULLIF($4, '')::uuid, $5
+		FROM outbox_events WHERE id = $1
+		ON CONFLICT (event_id) DO UPDATE
+		SET attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, waits_for = EXCLUDED.waits_for,
+		    parked_at = EXCLUDED.parked_at, released_at = NULL`,
+		e.ID, attempts, cause, waitsFor, r.clock.Now())
+	if err != nil {
+		return fmt.Errorf("park outbox event %s: %w", e.ID, err)
+	}
+	a := aggregateOf(e)
+	if _, ok := r.held[a]; !ok {
+		r.held[a] = e.ID
+	}
+	log := r.log.With("event_id", e.ID, "event_type", e.Type, "aggregate_id", e.AggregateID)
+	if waitsFor != "" {
+		log.WarnContext(ctx, "outbox event parked behind an earlier parked event of its aggregate", "waits_for", waitsFor)
+		return nil
+	}
+	log.ErrorContext(ctx, "outbox event parked: the relay gave up on it; later events of its aggregate wait for it (unpark it once the cause is fixed)",
+		"attempts", attempts, "error", cause)
+	return nil
+}
+
+// maxErrorLength bounds the last error kept on a parked event.
+const maxErrorLength = 2000
+
+// release publishes the parked events of every aggregate an operator
+// released, all of them in seq order (those parked behind the released
+// ones since, too), and forgets each once it is published. One that fails
+// again is parked again, with those after it.
+func (r *Relay) release(ctx context.Context) error {
+	r.checked = r.clock.Now()
+	rows, err := r.db.Query(ctx, `
+		SELECT p.event_id::text, p.aggregate_type, p.aggregate_id
+		FROM outbox_parked p
+		WHERE EXISTS (SELECT FROM outbox_parked q
+		              WHERE q.aggregate_type = p.aggregate_type AND q.aggregate_id = p.aggregate_id
+		                AND q.released_at IS NOT NULL)
+		ORDER BY p.aggregate_type, p.aggregate_id, p.seq`)
+	if err != nil {
+		return fmt.Errorf("look for released outbox events: %w", err)
+	}
+	type parked struct {
+		id string
+		a  aggregate
+	}
+	var found []parked
+	var p parked
+	if _, err := pgx.ForEachRow(rows, []any{&p.id, &p.a.typ, &p.a.id}, func() error {
+		found = append(found, p)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("look for released outbox events: %w", err)
+	}
+	for len(found) > 0 {
+		n := 1
+		for n < len(found) && found[n].a == found[0].a {
+			n++
+		}
+		ids := make([]string, n)
+		for i := range n {
+			ids[i] = found[i].id
+		}
+		a := found[0].a
+		found = found[n:]
+		if err := r.releaseAggregate(ctx, a, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string) error {
+	events, err := r.load(ctx, ids)
+	if err != nil {
+		return err
+	}
+	delete(r.held, a)
+	r.log.InfoContext(ctx, "outbox: publishing released events", "aggregate_id", a.id, "events", len(events))
+	for i, e := range events {
+		delete(r.attempts, e.ID) // sent round again: its attempts start over
+		parked, err := r.publishWave(ctx, []outbox.Event{e})
+		if err != nil {
+			return err
+		}
+		if parked > 0 { // failed again: the rest wait behind it again
+			for _, later := range events[i+1:] {
+				if err := r.park(ctx, later, 0, "", e.ID); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if _, err := r.db.Exec(ctx, `DELETE FROM outbox_parked WHERE event_id = $1`, e.ID); err != nil {
+			return fmt.Errorf("forget released outbox event %s: %w", e.ID, err)
+		}
+	}
+	return nil
+}
+
+// Unpark releases the parked event eventID and the other parked events of
+// its aggregate: a running relay publishes them all, in order, within
+// ReleaseInterval. It returns ErrNotParked if eventID is not parked.
+func Unpark(ctx context.Context, db DB, eventID string, now time.Time) error {
+	tag, err := db.Exec(ctx, `
+		UPDATE outbox_parked SET released_at = $2
+		WHERE (aggregate_type, aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM outbox_parked WHERE event_id = $1)`,
+		eventID, now)
+	if err != nil {
+		return fmt.Errorf("unpark outbox event %s: %w", eventID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %s", ErrNotParked, eventID)
+	}
+	return nil
+}
+
+// UnparkAll releases every parked event and returns how many.
+func UnparkAll(ctx context.Context, db DB, now time.Time) (int64, error) {
+	tag, err := db.Exec(ctx, `UPDATE outbox_parked SET released_at = $1 WHERE released_at IS NULL`, now)
+	if err != nil {
+		return 0, fmt.Errorf("unpark outbox events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
