@@ -69,6 +69,7 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 		log.WarnContext(ctx, "outbox event parked behind an earlier parked event of its aggregate", "waits_for", waitsFor)
 		return nil
 	}
+	r.stats.parked()
 	log.ErrorContext(ctx, "outbox event parked: the relay gave up on it; later events of its aggregate wait for it (unpark it once the cause is fixed)",
 		"attempts", attempts, "error", cause)
 	return nil

@@ -61,6 +61,7 @@ type Relay struct {
 	clock      clock.Clock
 	log        *slog.Logger
 	cfg        RelayConfig
+	stats      stats
 
 	saved    time.Time // when the position was last recorded
 	checked  time.Time // when released events were last looked for
@@ -88,7 +89,8 @@ type RelayDeps struct {
 	DB         DB
 	Publisher  outbox.Publisher
 	Clock      clock.Clock
-	Log        *slog.Logger // nil: discard
+	Log        *slog.Logger    // nil: discard
+	Metrics    *outbox.Metrics // nil: none
 }
 
 // RelayConfig tunes a Relay. Zero fields take their defaults.
@@ -162,7 +164,7 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg}
+	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg, stats: stats{d.Metrics}}
 	r.cfg.Catchup = r.catchUp
 	return r
 }
@@ -390,19 +392,25 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 	policy := backoff.Policy{Base: r.cfg.Backoff, Max: r.cfg.MaxBackoff}
 	for round := 1; len(todo) > 0; round++ {
 		errs := publishAll(ctx, r.pub, todo)
+		now := r.clock.Now()
 		var (
 			failed []outbox.Event
 			first  error
+			outage bool
 		)
 		for i, err := range errs {
+			e := todo[i]
 			if err == nil {
+				r.stats.published(e, now)
 				continue
 			}
-			e := todo[i]
 			if first == nil {
 				first = err
 			}
-			if !errors.Is(err, outbox.ErrBrokerUnavailable) {
+			if errors.Is(err, outbox.ErrBrokerUnavailable) {
+				outage = true
+			} else {
+				r.stats.failed()
 				r.attempts[e.ID]++
 				if r.attempts[e.ID] >= r.cfg.MaxAttempts {
 					if err := r.park(ctx, e, r.attempts[e.ID], err.Error(), ""); err != nil {
@@ -414,6 +422,7 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 			}
 			failed = append(failed, e)
 		}
+		r.stats.brokerUnavailable(outage)
 		if len(failed) == 0 {
 			return parked, nil
 		}

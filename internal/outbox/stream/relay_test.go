@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
@@ -71,7 +74,7 @@ func (e *env) run(t *testing.T, pub outbox.Publisher, cfg stream.RelayConfig) (s
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		stream.NewRelay(stream.RelayDeps{ConnString: e.url, DB: e.pool, Publisher: pub, Clock: clock.System{}}, cfg).Run(ctx)
+		stream.NewRelay(stream.RelayDeps{ConnString: e.url, DB: e.pool, Publisher: pub, Clock: clock.System{}, Metrics: e.metrics}, cfg).Run(ctx)
 	}()
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
@@ -344,9 +347,15 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 		return nil
 	}
 	cfg := stream.RelayConfig{MaxAttempts: 3, ReleaseInterval: 20 * time.Millisecond}
+	reg := prometheus.NewRegistry()
+	e.metrics = outbox.NewMetrics(reg, e.pool, clock.System{}, nil)
 	stop := e.run(t, b, cfg)
 	b.waitFor(t, 1)
 	e.waitParked(t, []string{poison.ID + ": failed after 3", after.ID + ": waits for " + poison.ID})
+	want := map[string]float64{"published": 1, "failures": 3, "parked": 1, "broker_unavailable": 0}
+	if got := counters(t, reg); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metrics = %v, want %v", got, want)
+	}
 
 	stop() // a restart: the payment stays held
 	e.run(t, b, cfg)
@@ -380,7 +389,16 @@ func TestABrokerOutageParksNothing(t *testing.T) {
 	e.commit(t, e.event("pay_a", "PaymentCreated"))
 	e.commit(t, e.event("pay_a", "PaymentSucceeded"))
 	b := newBroker()
+	reg := prometheus.NewRegistry()
+	e.metrics = outbox.NewMetrics(reg, e.pool, clock.System{}, nil)
+	downMeanwhile := -1.0
 	b.fail = func(_ outbox.Event, attempt int) error {
+		if attempt == 3 { // two failed rounds behind
+			var m dto.Metric
+			if err := e.metrics.BrokerUnavailable.Write(&m); err == nil {
+				downMeanwhile = m.GetGauge().GetValue()
+			}
+		}
 		if attempt <= 5 {
 			return fmt.Errorf("nats: no responders: %w", outbox.ErrBrokerUnavailable)
 		}
@@ -394,4 +412,33 @@ func TestABrokerOutageParksNothing(t *testing.T) {
 	if rows := e.parkedRows(t); len(rows) != 0 {
 		t.Errorf("parked during an outage: %v", rows)
 	}
+	b.mu.Lock()
+	if downMeanwhile != 1 {
+		t.Errorf("paymentsapi_outbox_broker_unavailable was %v during the outage, want 1", downMeanwhile)
+	}
+	b.mu.Unlock()
+	want := map[string]float64{"published": 2, "failures": 0, "parked": 0, "broker_unavailable": 0}
+	if got := counters(t, reg); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metrics = %v, want %v", got, want)
+	}
+}
+
+// counters reads the relay's counters and broker gauge from reg.
+func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		switch name := strings.TrimPrefix(mf.GetName(), "paymentsapi_outbox_"); name {
+		case "published_total", "publish_failures_total", "parked_total":
+			got[strings.TrimSuffix(strings.TrimPrefix(name, "publish_"), "_total")] = m.GetCounter().GetValue()
+		case "broker_unavailable":
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	return got
 }

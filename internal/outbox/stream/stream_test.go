@@ -28,10 +28,11 @@ var t0 = time.Date(2026, 11, 27, 9, 0, 0, 123456000, time.UTC)
 // slot is dropped when the test ends (a database with a slot cannot be
 // dropped).
 type env struct {
-	url  string
-	pool *pgxpool.Pool
-	slot string
-	seq  int
+	url     string
+	pool    *pgxpool.Pool
+	slot    string
+	seq     int
+	metrics *outbox.Metrics // given to the relays run, if set
 }
 
 func newEnv(t *testing.T) *env {
