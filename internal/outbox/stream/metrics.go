@@ -105,7 +105,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		parked    int64
 	)
 	rows, err := c.db.Query(ctx, `
-		SELECT (SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+		SELECT (SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), confirmed_flush_lsn)::bigint
 		        FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()),
 		       (SELECT committed_at FROM outbox_stream_positions WHERE slot = $1),
 		       (SELECT count(*) FROM (SELECT FROM outbox_parked WHERE last_error IS NOT NULL LIMIT $2) p)`,
