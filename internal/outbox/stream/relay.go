@@ -47,7 +47,7 @@ import (
 // confirmed. When it has to create its slot (a first start, or a failover
 // to a standby, where the slot did not follow), the stream will not carry
 // what committed before the slot: the relay first publishes, from the
-// table, the events created since CatchupMargin before that position, in
+// table, the events created since CatchupMargin (5m) before that position, in
 // insertion order, or, with no position recorded, every event the polling
 // relay did not publish (published_at is null, not parked). What it
 // publishes again there is the at-least-once of a failover.
@@ -119,12 +119,6 @@ type RelayConfig struct {
 	// ReleaseInterval is how often, while some events are parked, the
 	// relay looks for those an operator released (default 1s).
 	ReleaseInterval time.Duration
-	// CatchupMargin is how far before the recorded position a catch-up
-	// starts (default 5m): longer than a transaction lasts between
-	// writing an event and committing, plus any skew between the
-	// service's clock (an event's created_at) and the database's (commit
-	// times).
-	CatchupMargin time.Duration
 	// AfterPublish, a failpoint for tests, runs once a batch was published
 	// and before it is confirmed; an error ends the session there, as a
 	// crash would.
@@ -150,9 +144,6 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	}
 	if cfg.PositionInterval <= 0 {
 		cfg.PositionInterval = time.Second
-	}
-	if cfg.CatchupMargin <= 0 {
-		cfg.CatchupMargin = 5 * time.Minute
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 10
@@ -281,7 +272,7 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 			WHERE CASE WHEN (SELECT committed_at FROM p) IS NULL THEN o.published_at IS NULL AND o.parked_at IS NULL
 			           ELSE o.created_at >= (SELECT committed_at FROM p) - $2 * interval '1 microsecond' END
 			ORDER BY o.seq`,
-			r.cfg.Slot, r.cfg.CatchupMargin.Microseconds())
+			r.cfg.Slot, CatchupMargin.Microseconds())
 		if err != nil {
 			return err
 		}
