@@ -42,23 +42,36 @@ func loadHeld(ctx context.Context, db DB) (map[aggregate]string, error) {
 
 // park sets e aside: failed after attempts, with cause, or, with waitsFor,
 // behind that parked event of its aggregate. Its aggregate's later events
-// are parked behind it from now on. Parking an event again (delivered
-// again after a restart, or failing again after its release) updates its
-// record, which is no longer released.
+// are parked behind it from now on. A failed event parked again (failing
+// again after its release) gets its new record, no longer released; an
+// event parked behind another that is sent again (after a restart, or in a
+// catch-up) keeps the record it has, and its release if an operator gave
+// one.
 func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, waitsFor string) error {
 	if len(cause) > maxErrorLength {
 		cause = cause[:maxErrorLength]
 	}
-	_, err := r.db.Exec(ctx, `
-		INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, waits_for, parked_at)
-		SELECT id, aggregate_type, aggregate_id, seq, $2, NULLIF($3, ''), NULLIF($4, '')::uuid, $5
-		FROM outbox_events WHERE id = $1
-		ON CONFLICT (event_id) DO UPDATE
-		SET attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, waits_for = EXCLUDED.waits_for,
-		    parked_at = EXCLUDED.parked_at, released_at = NULL`,
-		e.ID, attempts, cause, waitsFor, r.clock.Now())
+	onConflict := `DO UPDATE
+		SET attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, waits_for = NULL,
+		    parked_at = EXCLUDED.parked_at, released_at = NULL`
+	if waitsFor != "" {
+		onConflict = `DO NOTHING`
+	}
+	var n int
+	err := r.db.QueryRow(ctx, `
+		WITH parked AS (
+		    INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, waits_for, parked_at)
+		    SELECT id, aggregate_type, aggregate_id, seq, $2, NULLIF($3, ''), NULLIF($4, '')::uuid, $5
+		    FROM outbox_events WHERE id = $1
+		    ON CONFLICT (event_id) `+onConflict+`
+		    RETURNING 1)
+		SELECT (SELECT count(*) FROM parked) + (SELECT count(*) FROM outbox_parked WHERE event_id = $1)`,
+		e.ID, attempts, cause, waitsFor, r.clock.Now()).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("park outbox event %s: %w", e.ID, err)
+	}
+	if n == 0 { // no such event: nothing would remember it
+		return fmt.Errorf("park outbox event %s: it is not in the outbox", e.ID)
 	}
 	a := aggregateOf(e)
 	if _, ok := r.held[a]; !ok {
@@ -131,17 +144,19 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 	}
 	delete(r.held, a)
 	r.log.InfoContext(ctx, "outbox: publishing released events", "aggregate_id", a.id, "events", len(events))
-	for i, e := range events {
+	for _, e := range events {
 		delete(r.attempts, e.ID) // sent round again: its attempts start over
 		parked, err := r.publishWave(ctx, []outbox.Event{e})
 		if err != nil {
 			return err
 		}
-		if parked > 0 { // failed again: the rest wait behind it again
-			for _, later := range events[i+1:] {
-				if err := r.park(ctx, later, 0, "", e.ID); err != nil {
-					return err
-				}
+		if parked > 0 { // failed again: it and the rest wait for the next release
+			_, err := r.db.Exec(ctx, `
+				UPDATE outbox_parked SET released_at = NULL,
+				    waits_for = CASE WHEN event_id = $3 THEN NULL ELSE $3::uuid END
+				WHERE aggregate_type = $1 AND aggregate_id = $2`, a.typ, a.id, e.ID)
+			if err != nil {
+				return fmt.Errorf("park released outbox events again: %w", err)
 			}
 			return nil
 		}

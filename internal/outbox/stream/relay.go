@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -17,8 +19,10 @@ import (
 
 // Relay publishes the outbox from a Stream: each committed transaction's
 // events, in commit order, confirmed once the publisher accepted them all.
-// Run one in every instance: the slot lets one read at a time, and the
-// others wait their turn (Standby).
+// Run one in every instance: one reads at a time, holding an advisory lock
+// on a connection of its own from before it looks at the slot until its
+// session ends (a slot alone would let another reader in while its creator
+// catches up), and the others wait their turn (Standby).
 //
 // Delivery is at least once: a relay that dies, or loses its connection,
 // before it confirms leaves the slot where it was, and the next reader gets
@@ -56,7 +60,7 @@ import (
 // see docs/BENCHMARKS.md.
 type Relay struct {
 	connString string
-	db         DB
+	db         *pgxpool.Pool
 	pub        outbox.Publisher
 	clock      clock.Clock
 	log        *slog.Logger
@@ -67,6 +71,94 @@ type Relay struct {
 	checked  time.Time // when released events were last looked for
 	held     map[aggregate]string
 	attempts map[string]int // failed publishes by event id, this session
+	sent     int            // events the publisher accepted, all sessions
+	stream   *Stream        // the stream being read, to report to while retrying
+	once     *hold          // RunOnce's session, kept open between calls
+}
+
+// hold is a session's hold on the slot: the relay's lock, then the stream.
+type hold struct {
+	slot   string
+	lock   *pgxpool.Conn
+	stream *Stream
+}
+
+// lockClass is the first key of the relays' advisory lock (the second is
+// the slot's name, hashed): "outb".
+const lockClass = 0x6f757462
+
+// take starts a session: it takes the relay's lock, on a connection held
+// until the session ends (another relay, or another session of this one,
+// gets ErrSlotBusy), reads the parked aggregates, and opens the stream.
+// If the slot must be created, its catch-up is marked as under way first
+// and the mark cleared once it is published: a slot found with the mark
+// still set was left by a relay that died catching up, and is dropped and
+// created again, so that its catch-up is never skipped.
+func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
+	conn, err := r.db.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("outbox stream: %w", err)
+	}
+	h := &hold{slot: r.cfg.Slot, lock: conn}
+	locked := false
+	defer func() {
+		if err != nil {
+			h.end(context.WithoutCancel(ctx), locked)
+		}
+	}()
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, lockClass, r.cfg.Slot).Scan(&locked); err != nil {
+		return nil, fmt.Errorf("outbox stream: take the relay's lock: %w", err)
+	}
+	if !locked {
+		return nil, fmt.Errorf("%w (another relay holds its lock)", ErrSlotBusy)
+	}
+	var exists, unfinished bool
+	err = conn.QueryRow(ctx, `
+		SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()),
+		       COALESCE((SELECT catching_up FROM outbox_stream_positions WHERE slot = $1), false)`,
+		r.cfg.Slot).Scan(&exists, &unfinished)
+	if err != nil {
+		return nil, fmt.Errorf("outbox stream: look up slot %s: %w", r.cfg.Slot, err)
+	}
+	if exists && unfinished {
+		r.log.WarnContext(ctx, "outbox stream: the slot's catch-up did not finish; creating the slot again", "slot", r.cfg.Slot)
+		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); err != nil {
+			return nil, fmt.Errorf("outbox stream: drop slot %s: %w", r.cfg.Slot, err)
+		}
+		exists = false
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, `
+			INSERT INTO outbox_stream_positions (slot, updated_at, catching_up) VALUES ($1, $2, true)
+			ON CONFLICT (slot) DO UPDATE SET catching_up = true, updated_at = EXCLUDED.updated_at`,
+			r.cfg.Slot, r.clock.Now()); err != nil {
+			return nil, fmt.Errorf("outbox stream: mark the catch-up: %w", err)
+		}
+	}
+	held, err := loadHeld(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	r.held, r.attempts = held, map[string]int{}
+	if h.stream, err = Open(ctx, r.connString, r.cfg.Options); err != nil {
+		return nil, err
+	}
+	r.stream = h.stream
+	return h, nil
+}
+
+// end closes the stream and lets go of the lock (closing its connection if
+// the lock cannot be given back, so that it never stays in the pool held).
+func (h *hold) end(ctx context.Context, locked bool) {
+	if h.stream != nil {
+		_ = h.stream.Close(ctx)
+	}
+	if locked {
+		if _, err := h.lock.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, lockClass, h.slot); err != nil {
+			_ = h.lock.Conn().Close(ctx)
+		}
+	}
+	h.lock.Release()
 }
 
 // aggregate names the aggregate an event is about.
@@ -74,31 +166,33 @@ type aggregate struct{ typ, id string }
 
 func aggregateOf(e outbox.Event) aggregate { return aggregate{e.AggregateType, e.AggregateID} }
 
-// DB is what the relay needs of an ordinary connection pool (positions
-// and catch-up); *pgxpool.Pool has it.
+// DB is what the metrics and the operators' functions need of a
+// connection pool; *pgxpool.Pool has it.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // RelayDeps are the collaborators of a Relay.
 type RelayDeps struct {
 	// ConnString names the database, for the replication connection.
 	ConnString string
-	DB         DB
-	Publisher  outbox.Publisher
-	Clock      clock.Clock
-	Log        *slog.Logger    // nil: discard
-	Metrics    *outbox.Metrics // nil: none
+	// DB is the pool the relay reads and writes its records with; one of
+	// its connections holds the relay's lock for as long as it reads.
+	DB        *pgxpool.Pool
+	Publisher outbox.Publisher
+	Clock     clock.Clock
+	Log       *slog.Logger    // nil: discard
+	Metrics   *outbox.Metrics // nil: none
 }
 
 // RelayConfig tunes a Relay. Zero fields take their defaults.
 type RelayConfig struct {
 	Options
-	// BatchSize is how many events one publish carries at most (default
-	// 100); a batch takes the transactions the stream already has, and
-	// does not wait for more.
+	// BatchSize is how many events a batch gathers before it stops
+	// waiting for more (default 100); it takes whole transactions, so one
+	// may carry a few more.
 	BatchSize int
 	// Linger is how long a batch waits for more transactions once it has
 	// one (default 20ms): fewer, larger publishes (and event-log writes),
@@ -184,17 +278,12 @@ func (r *Relay) Run(ctx context.Context) {
 // session opens the stream and publishes from it until an error; started
 // runs once the stream is open.
 func (r *Relay) session(ctx context.Context, started func()) error {
-	// The parked aggregates first: catch-up may already meet their events.
-	held, err := loadHeld(ctx, r.db)
+	h, err := r.take(ctx)
 	if err != nil {
 		return err
 	}
-	r.held, r.attempts = held, map[string]int{}
-	s, err := Open(ctx, r.connString, r.cfg.Options)
-	if err != nil {
-		return err
-	}
-	defer s.Close(context.WithoutCancel(ctx))
+	defer h.end(context.WithoutCancel(ctx), true)
+	s := h.stream
 	started()
 	for {
 		if len(r.held) > 0 && r.clock.Now().Sub(r.checked) >= r.cfg.ReleaseInterval {
@@ -206,26 +295,92 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 		if len(r.held) > 0 {
 			wait = r.cfg.ReleaseInterval
 		}
-		batch, end, committed, err := r.batch(ctx, s, wait)
-		if err != nil {
+		if err := r.step(ctx, s, wait); err != nil {
 			return err
 		}
-		if len(batch) == 0 {
-			continue
-		}
-		if _, err := r.publish(ctx, batch); err != nil {
-			return err
-		}
-		if r.cfg.AfterPublish != nil {
-			if err := r.cfg.AfterPublish(ctx, batch); err != nil {
-				return err
-			}
-		}
-		if err := s.Confirm(end); err != nil {
-			return err
-		}
-		r.record(ctx, committed)
 	}
+}
+
+// step publishes the next batch (waiting at most wait for it, if not 0)
+// and confirms it.
+func (r *Relay) step(ctx context.Context, s *Stream, wait time.Duration) error {
+	batch, end, committed, err := r.batch(ctx, s, wait)
+	if err != nil || len(batch) == 0 {
+		return err
+	}
+	if _, err := r.publish(ctx, batch); err != nil {
+		return err
+	}
+	if r.cfg.AfterPublish != nil {
+		if err := r.cfg.AfterPublish(ctx, batch); err != nil {
+			return err
+		}
+	}
+	if err := s.Confirm(end); err != nil {
+		return err
+	}
+	r.record(ctx, committed)
+	return nil
+}
+
+// RunOnce publishes what was committed before it was called (and what an
+// operator released), then returns how many events the publisher accepted
+// meanwhile, catch-up included. Its stream stays open for the next call:
+// Close ends it. It is what tests and one-shot commands run; a server runs
+// Run.
+func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
+	before := r.sent
+	defer func() {
+		published = r.sent - before
+		if err != nil {
+			r.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	var target LSN
+	if err := r.db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(lsnText{&target}); err != nil {
+		return 0, fmt.Errorf("outbox stream: read the server's position: %w", err)
+	}
+	if r.once == nil {
+		if r.once, err = r.take(ctx); err != nil {
+			return 0, err
+		}
+	}
+	s := r.once.stream
+	if len(r.held) > 0 {
+		if err := r.release(ctx); err != nil {
+			return 0, err
+		}
+	}
+	for !s.Drained(target) {
+		if err := s.AskPosition(); err != nil {
+			return 0, err
+		}
+		if err := r.step(ctx, s, 0); err != nil {
+			return 0, err
+		}
+	}
+	return 0, nil
+}
+
+// Close ends RunOnce's session, if one is open.
+func (r *Relay) Close(ctx context.Context) {
+	if r.once != nil {
+		r.once.end(ctx, true)
+		r.once = nil
+	}
+}
+
+// lsnText scans an LSN written as text (16/B374D848).
+type lsnText struct{ l *LSN }
+
+func (t lsnText) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("an LSN as %T", src)
+	}
+	l, err := pglogrepl.ParseLSN(s)
+	*t.l = LSN(l)
+	return err
 }
 
 // record writes the position at most once per PositionInterval. A failure
@@ -296,7 +451,12 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 	}
 	// Transactions that committed between the slot's start and at are in
 	// the stream, not published yet: the margin covers them.
-	r.record(ctx, at)
+	if _, err := r.db.Exec(ctx, `
+		UPDATE outbox_stream_positions
+		SET committed_at = GREATEST(committed_at, $2), updated_at = $3, catching_up = false
+		WHERE slot = $1`, r.cfg.Slot, at, r.clock.Now()); err != nil {
+		return fmt.Errorf("record the end of the catch-up: %w", err)
+	}
 	return nil
 }
 
@@ -338,6 +498,9 @@ func (r *Relay) batch(ctx context.Context, s *Stream, wait time.Duration) ([]out
 		}
 		return nil, 0, time.Time{}, err
 	}
+	if len(tx.Events) == 0 {
+		return nil, 0, time.Time{}, nil // the server's answer to AskPosition
+	}
 	events, end, committed := tx.Events, tx.End, tx.Committed
 	more, cancel := context.WithTimeout(ctx, r.cfg.Linger)
 	defer cancel()
@@ -347,7 +510,13 @@ func (r *Relay) batch(ctx context.Context, s *Stream, wait time.Duration) ([]out
 			if ctx.Err() != nil {
 				return nil, 0, time.Time{}, ctx.Err()
 			}
-			break // nothing more right now (a timed-out wait leaves the stream usable)
+			// Nothing more within Linger (a timed-out wait leaves the
+			// stream usable), or the stream broke: what came before is
+			// whole, and the next Next returns what broke it.
+			break
+		}
+		if len(tx.Events) == 0 {
+			break // the server's answer to AskPosition
 		}
 		events, end, committed = append(events, tx.Events...), tx.End, tx.Committed
 	}
@@ -372,8 +541,10 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 	todo := make([]outbox.Event, 0, len(wave))
 	for _, e := range wave {
 		if first, ok := r.held[aggregateOf(e)]; ok {
-			if err := r.park(ctx, e, 0, "", first); err != nil {
-				return parked, err
+			if e.ID != first { // first itself, sent again, is parked already
+				if err := r.park(ctx, e, 0, "", first); err != nil {
+					return parked, err
+				}
 			}
 			parked++
 			continue
@@ -392,6 +563,7 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 		for i, err := range errs {
 			e := todo[i]
 			if err == nil {
+				r.sent++
 				r.stats.published(e, now)
 				continue
 			}
@@ -423,6 +595,14 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 		wait := policy.Delay(round)
 		r.log.WarnContext(ctx, "outbox publish failed; retrying, and holding back the events after it",
 			"events", len(failed), "event_id", failed[0].ID, "attempts", r.attempts[failed[0].ID], "wait", wait, "error", first)
+		// The stream is not read meanwhile: tell the server we are alive,
+		// or after wal_sender_timeout it ends the connection (and the batch
+		// is published again by the next session).
+		if r.stream != nil {
+			if err := r.stream.sendStatus(); err != nil {
+				return parked, err
+			}
+		}
 		if err := clock.Sleep(ctx, wait); err != nil {
 			return parked, err
 		}

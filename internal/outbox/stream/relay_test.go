@@ -442,3 +442,147 @@ func counters(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return got
 }
+
+// TestRunOncePublishesWhatWasCommittedBeforeIt: each call publishes what
+// was committed before it, the first one catching up what came before the
+// slot, and returns how many.
+func TestRunOncePublishesWhatWasCommittedBeforeIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	b := newBroker()
+	r := stream.NewRelay(stream.RelayDeps{ConnString: e.url, DB: e.pool, Publisher: b, Clock: clock.System{}}, stream.RelayConfig{Options: stream.Options{Slot: e.slot}})
+	defer r.Close(ctx)
+	e.commit(t, e.event("pay_a", "PaymentCreated"))
+	for i, want := range []int{1, 0, 2} {
+		if i == 2 {
+			e.commit(t, e.event("pay_a", "PaymentSucceeded"))
+			e.commit(t, e.event("pay_b", "PaymentCreated"))
+		}
+		n, err := r.RunOnce(ctx)
+		if err != nil || n != want {
+			t.Fatalf("call %d: published %d (%v), want %d", i+1, n, err, want)
+		}
+	}
+	if got := byAggregate(b.accepted); fmt.Sprint(got) != fmt.Sprint(map[string][]string{"pay_a": {"PaymentCreated", "PaymentSucceeded"}, "pay_b": {"PaymentCreated"}}) {
+		t.Errorf("published %v", got)
+	}
+}
+
+// TestACatchUpCutShortIsRunAgainAndNobodyStreamsMeanwhile: a relay that
+// created the slot and died (here: stopped) during its catch-up leaves the
+// slot marked. While it catches up, another relay does not read the slot;
+// once it is gone, the other drops the slot, creates it again and catches
+// up what came before it, then the stream's events, in order.
+func TestACatchUpCutShortIsRunAgainAndNobodyStreamsMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.commit(t, e.event("pay_a", "PaymentCreated"))
+	down := newBroker()
+	down.fail = func(outbox.Event, int) error {
+		return fmt.Errorf("no responders: %w", outbox.ErrBrokerUnavailable)
+	}
+	stopFirst := e.run(t, down, stream.RelayConfig{})
+	deadline := time.Now().Add(20 * time.Second)
+	for { // the first relay is catching up: it tried to publish
+		down.mu.Lock()
+		tried := len(down.attempts) > 0
+		down.mu.Unlock()
+		if tried {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first relay never tried to publish its catch-up")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := newBroker()
+	e.run(t, second, stream.RelayConfig{})
+	e.commit(t, e.event("pay_a", "PaymentSucceeded"))
+	time.Sleep(300 * time.Millisecond)
+	second.mu.Lock()
+	early := len(second.accepted)
+	second.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("the second relay published %d events while the first was catching up", early)
+	}
+	stopFirst()
+	got := second.waitFor(t, 2)
+	if want := []string{"PaymentCreated", "PaymentSucceeded"}; !slices.Equal(byAggregate(got)["pay_a"], want) {
+		t.Fatalf("after the first relay died catching up, published %v, want %v", byAggregate(got)["pay_a"], want)
+	}
+}
+
+// TestAnEventThatCannotBeReadStopsTheStreamBeforeIt: a row the reader
+// cannot decode, in the middle of a transaction, is neither skipped nor
+// confirmed past: nothing after it is published.
+func TestAnEventThatCannotBeReadStopsTheStreamBeforeIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createSlot(t)
+	first := e.event("pay_a", "PaymentCreated")
+	e.commit(t, first)
+	tx := e.begin(t, e.event("pay_b", "PaymentCreated"))
+	if _, err := tx.Exec(context.Background(), `
+		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+		VALUES (gen_random_uuid(), 'payment', 'pay_bc', 'PaymentCreated', '{}', '0044-03-15 00:00:00+00 BC', now())`); err != nil {
+		t.Fatal(err)
+	}
+	b := newBroker()
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := e.event("pay_c", "PaymentCreated")
+	e.commit(t, after)
+	e.run(t, b, stream.RelayConfig{Linger: time.Second})
+	b.waitFor(t, 1)
+	time.Sleep(500 * time.Millisecond)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.accepted) != 1 || b.accepted[0].ID != first.ID {
+		t.Fatalf("published %v, want only %s: nothing from the transaction that cannot be read, nor after it", byAggregate(b.accepted), first.ID)
+	}
+}
+
+// TestAParkedEventSentAgainKeepsItsRecord: after a relay died between
+// parking an event and confirming it, the stream sends the event and the
+// one behind it again: the record keeps its cause, and an operator's
+// release given meanwhile is not undone.
+func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.createSlot(t)
+	poison, after := e.event("pay_a", "PaymentCreated"), e.event("pay_a", "PaymentSucceeded")
+	e.commit(t, poison, after)
+	b := newBroker()
+	var broken sync.Map
+	broken.Store(poison.ID, true)
+	b.fail = func(ev outbox.Event, _ int) error {
+		if _, ok := broken.Load(ev.ID); ok {
+			return errors.New("message too large")
+		}
+		return nil
+	}
+	crash := func(context.Context, []outbox.Event) error { return errors.New("crash before the confirmation") }
+	stop := e.run(t, b, stream.RelayConfig{MaxAttempts: 2, AfterPublish: crash, Standby: time.Hour})
+	want := []string{poison.ID + ": failed after 2", after.ID + ": waits for " + poison.ID}
+	e.waitParked(t, want)
+	time.Sleep(300 * time.Millisecond) // the relay reconnects, is sent both again, and crashes again
+	stop()
+	e.waitParked(t, want)
+	var cause string
+	if err := e.pool.QueryRow(context.Background(), `SELECT coalesce(last_error, '') FROM outbox_parked WHERE event_id = $1`, poison.ID).Scan(&cause); err != nil || cause != "message too large" {
+		t.Fatalf("the parked event's cause = %q (%v), want it kept", cause, err)
+	}
+
+	broken.Delete(poison.ID)
+	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.run(t, b, stream.RelayConfig{MaxAttempts: 2, ReleaseInterval: 20 * time.Millisecond})
+	e.waitParked(t, nil)
+	got := byAggregate(b.waitFor(t, 2))["pay_a"]
+	if len(got) < 2 || got[0] != "PaymentCreated" || got[1] != "PaymentSucceeded" {
+		t.Fatalf("pay_a's events went out as %v, want PaymentCreated first", got)
+	}
+}

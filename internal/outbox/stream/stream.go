@@ -103,6 +103,9 @@ type Stream struct {
 	handed    LSN       // End of the last Tx that Next returned
 	confirmed LSN       // what the server was, or is about to be, told
 	lastSent  time.Time // when the server was last told
+	read      LSN       // how far the server said it had read (its keepalives)
+	err       error     // what broke the stream: every later call returns it
+	asked     bool      // AskPosition asked, and the server has not answered yet
 }
 
 // relation is where an outbox row's columns are in a decoded tuple.
@@ -203,10 +206,22 @@ func (s *Stream) create(ctx context.Context) error {
 	return nil
 }
 
-// Next returns the next committed transaction that inserted outbox events.
-// It waits for one until ctx ends, telling the server meanwhile how far the
+// Next returns the next committed transaction that inserted outbox events
+// (or, after AskPosition, one without events once the server answered). It
+// waits for one until ctx ends, telling the server meanwhile how far the
 // stream confirmed. A transaction that inserted none is not returned.
-func (s *Stream) Next(ctx context.Context) (Tx, error) {
+func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
+	if s.err != nil {
+		return Tx{}, s.err
+	}
+	defer func() {
+		// Anything but a wait that ran out leaves the stream unusable: a
+		// transaction half received must not be finished later without
+		// what broke it.
+		if err != nil && !(ctx.Err() != nil && pgconn.Timeout(err)) {
+			s.err, s.cur = err, nil
+		}
+	}()
 	for {
 		if time.Since(s.lastSent) >= s.opts.StatusInterval {
 			if err := s.sendStatus(); err != nil {
@@ -254,11 +269,18 @@ func (s *Stream) handle(data []byte) (Tx, bool, error) {
 		// being received, so everything the server sent so far is done
 		// with, and the slot may let go of the WAL before it (changes
 		// to other tables, transactions without events).
+		s.read = max(s.read, LSN(k.ServerWALEnd))
 		if s.cur == nil && s.confirmed >= s.handed && LSN(k.ServerWALEnd) > s.confirmed {
 			s.confirmed = LSN(k.ServerWALEnd)
 		}
 		if k.ReplyRequested {
-			return Tx{}, false, s.sendStatus()
+			if err := s.sendStatus(); err != nil {
+				return Tx{}, false, err
+			}
+		}
+		if s.asked { // the answer: Next returns, with no events
+			s.asked = false
+			return Tx{}, true, nil
 		}
 		return Tx{}, false, nil
 	case pglogrepl.XLogDataByteID:
@@ -286,7 +308,10 @@ func (s *Stream) handle(data []byte) (Tx, bool, error) {
 		s.cur = &Tx{Committed: m.CommitTime.UTC()}
 	case *pglogrepl.InsertMessage:
 		if s.cur == nil || s.outbox == nil || m.RelationID != s.outbox.id {
-			return Tx{}, false, nil
+			// The publication holds the outbox alone, described before
+			// its first row: anything else is a stream this reader does
+			// not understand, and skipping it could skip an event.
+			return Tx{}, false, fmt.Errorf("outbox stream: an insert into relation %d outside a transaction or before its description", m.RelationID)
 		}
 		e, err := s.outbox.event(m.Tuple)
 		if err != nil {
@@ -324,9 +349,27 @@ func (s *Stream) Confirm(end LSN) error {
 	return s.sendStatus()
 }
 
-func (s *Stream) sendStatus() error {
+// Drained reports whether everything committed before target (a WAL
+// position read from the server, pg_current_wal_insert_lsn) has come through
+// the stream and was confirmed. It only knows how far the server read from
+// its keepalives: AskPosition asks for one.
+func (s *Stream) Drained(target LSN) bool {
+	return s.cur == nil && s.confirmed >= s.handed && s.read >= target
+}
+
+// AskPosition asks the server to say how far it has read. Next returns a
+// Tx without events when it answered (or earlier, with a transaction that
+// came first).
+func (s *Stream) AskPosition() error {
+	s.asked = true
+	return s.sendStatusAsking(true)
+}
+
+func (s *Stream) sendStatus() error { return s.sendStatusAsking(false) }
+
+func (s *Stream) sendStatusAsking(reply bool) error {
 	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn,
-		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(s.confirmed)})
+		pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(s.confirmed), ReplyRequested: reply})
 	if err != nil {
 		return fmt.Errorf("outbox stream: report position %s: %w", s.confirmed, err)
 	}

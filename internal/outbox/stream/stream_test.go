@@ -85,6 +85,11 @@ func (e *env) open(t *testing.T, catchup func(ctx context.Context, snapshot stri
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := stream.Open(ctx, e.url, stream.Options{Slot: e.slot, Catchup: catchup})
+	for errors.Is(err, stream.ErrSlotBusy) && ctx.Err() == nil {
+		// A reader just closed: the server notices a moment later.
+		time.Sleep(20 * time.Millisecond)
+		s, err = stream.Open(ctx, e.url, stream.Options{Slot: e.slot, Catchup: catchup})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
