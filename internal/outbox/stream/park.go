@@ -192,3 +192,41 @@ func UnparkAll(ctx context.Context, db DB, now time.Time) (int64, error) {
 	}
 	return tag.RowsAffected(), nil
 }
+
+// ParkedEvent is a parked event as an operator sees it: one that failed
+// (LastError) or one waiting behind it (WaitsFor).
+type ParkedEvent struct {
+	outbox.Event
+	Attempts  int       `json:"attempts"`
+	ParkedAt  time.Time `json:"parkedAt"`
+	LastError string    `json:"lastError,omitempty"`
+	WaitsFor  string    `json:"waitsFor,omitempty"`
+	// Released: an operator unparked it, and the relay has not published
+	// it yet.
+	Released bool `json:"released"`
+}
+
+// Parked returns up to limit parked events, the earliest parked first, in
+// order within each aggregate.
+func Parked(ctx context.Context, db DB, limit int) ([]ParkedEvent, error) {
+	rows, err := db.Query(ctx, `
+		SELECT o.id::text, o.event_type, o.aggregate_type, o.aggregate_id, o.created_at, o.payload,
+		       p.attempts, p.parked_at, coalesce(p.last_error, ''), coalesce(p.waits_for::text, ''), p.released_at IS NOT NULL
+		FROM outbox_parked p JOIN outbox_events o ON o.id = p.event_id
+		ORDER BY p.parked_at, p.seq
+		LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list parked outbox events: %w", err)
+	}
+	parked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ParkedEvent, error) {
+		var p ParkedEvent
+		err := row.Scan(&p.ID, &p.Type, &p.AggregateType, &p.AggregateID, &p.OccurredAt, (*[]byte)(&p.Payload),
+			&p.Attempts, &p.ParkedAt, &p.LastError, &p.WaitsFor, &p.Released)
+		p.OccurredAt, p.ParkedAt = p.OccurredAt.UTC(), p.ParkedAt.UTC()
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list parked outbox events: %w", err)
+	}
+	return parked, nil
+}

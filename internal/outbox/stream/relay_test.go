@@ -356,6 +356,14 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	if got := counters(t, reg); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("metrics = %v, want %v", got, want)
 	}
+	listed, err := stream.Parked(context.Background(), e.pool, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 2 || listed[0].ID != poison.ID || listed[0].LastError != "message too large" || listed[0].Attempts != 3 ||
+		listed[1].ID != after.ID || listed[1].WaitsFor != poison.ID || listed[1].Type != "PaymentSucceeded" || listed[1].Released {
+		t.Errorf("an operator sees %+v, want the failed event with its cause, then the one waiting for it", listed)
+	}
 
 	stop() // a restart: the payment stays held
 	e.run(t, b, cfg)
