@@ -2,8 +2,6 @@ package stream_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream/streamtest"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
@@ -42,42 +40,8 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var level string
-	if err := pool.QueryRow(context.Background(), `SHOW wal_level`).Scan(&level); err != nil {
-		t.Fatal(err)
-	}
-	if level != "logical" {
-		pool.Close()
-		t.Skipf("the test server runs with wal_level=%s; logical decoding needs wal_level=logical (pgtest's own cluster has it)", level)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	e := &env{url: url, pool: pool, slot: "test_" + hex.EncodeToString(b)}
-	t.Cleanup(func() {
-		// A reader's connection ends a moment after its Close: wait for
-		// the slot to be free, then drop it.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		defer pool.Close()
-		for {
-			var active bool
-			err := pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, e.slot).Scan(&active)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				return // no slot made
-			case err == nil && !active:
-				_, err = pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, e.slot)
-				if err == nil {
-					return
-				}
-			}
-			if err != nil || clock.Sleep(ctx, 20*time.Millisecond) != nil {
-				t.Errorf("drop slot %s: %v (ctx: %v)", e.slot, err, ctx.Err())
-				return
-			}
-		}
-	})
-	return e
+	t.Cleanup(pool.Close) // after the slot's drop: cleanups run last first
+	return &env{url: url, pool: pool, slot: streamtest.Slot(t, pool)}
 }
 
 func (e *env) open(t *testing.T, catchup func(ctx context.Context, snapshot string) error) *stream.Stream {
