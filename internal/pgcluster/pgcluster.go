@@ -57,6 +57,10 @@ type Options struct {
 	// Database is created on the primary (and so on the standby). Default
 	// "payments".
 	Database string
+	// LogicalDecoding runs both servers with wal_level=logical and room
+	// for replication slots (package outbox/stream). A slot lives on the
+	// primary only: the standby, once promoted, has none.
+	LogicalDecoding bool
 }
 
 // BinDir returns the directory of the PostgreSQL server binaries, or ""
@@ -129,12 +133,15 @@ func Start(t testing.TB, opts Options) *Pair {
 		"fsync = off",
 		"full_page_writes = off",
 		"wal_level = replica",
-		"max_wal_senders = 5",
+		"max_wal_senders = 10",
 		"wal_keep_size = '256MB'",
 		"max_connections = 200",
 		"hot_standby = on",
 		"shared_buffers = '32MB'",
 		"logging_collector = off",
+	}
+	if opts.LogicalDecoding {
+		conf = append(conf, "wal_level = logical", "max_replication_slots = 10") // the later wal_level wins
 	}
 	p.appendConf(p.Primary, conf)
 	p.pgctl("start", p.Primary)

@@ -1,0 +1,115 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/pgcluster"
+)
+
+// TestTheRelayCarriesOnThroughAFailover: a primary with a synchronous
+// standby; the relay has published a payment's first event and recorded its
+// position, then cannot publish (the broker is down) while the payment's
+// second event commits; the primary crashes and the standby, which has the
+// rows but no slot, is promoted. The relay reconnects to it by itself,
+// creates the slot, publishes what the lost slot had not, and streams what
+// comes next: the payment's events go out in order.
+func TestTheRelayCarriesOnThroughAFailover(t *testing.T) {
+	t.Parallel()
+	pair := pgcluster.Start(t, pgcluster.Options{Synchronous: true, LogicalDecoding: true})
+	ctx := context.Background()
+	pool, err := database.Open(ctx, pair.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := database.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{url: pair.URL(), pool: pool, slot: stream.DefaultSlot} // the pair is this test's alone
+	now := func(pay, typ string) outbox.Event {
+		ev := e.event(pay, typ)
+		ev.OccurredAt = time.Now().UTC() // the catch-up chooses by created_at
+		return ev
+	}
+	b := newBroker()
+	var down atomic.Bool
+	b.fail = func(outbox.Event, int) error {
+		if down.Load() {
+			return fmt.Errorf("no responders: %w", outbox.ErrBrokerUnavailable)
+		}
+		return nil
+	}
+	e.run(t, b, stream.RelayConfig{})
+	e.commit(t, now("pay_a", "PaymentCreated"))
+	b.waitFor(t, 1)
+	deadline := time.Now().Add(20 * time.Second)
+	for { // the position is recorded once the relay confirmed
+		var recorded bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM outbox_stream_positions WHERE slot = $1 AND committed_at IS NOT NULL)`,
+			e.slot).Scan(&recorded); err != nil {
+			t.Fatal(err)
+		}
+		if recorded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no position recorded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	down.Store(true)
+	e.commit(t, now("pay_a", "PaymentSucceeded")) // on the standby too: it is synchronous
+	time.Sleep(200 * time.Millisecond)            // the relay tries, and fails
+	pair.Primary.Crash()
+	pair.Promote()
+	down.Store(false)
+
+	refund := now("pay_a", "RefundCreated")
+	for { // the pool finds the new primary once its connections to the old one failed
+		batch := &pgx.Batch{}
+		outbox.Queue(batch, refund)
+		if err := pool.SendBatch(ctx, batch).Close(); err == nil {
+			break
+		} else if time.Now().After(deadline.Add(20 * time.Second)) {
+			t.Fatalf("no commit on the promoted standby: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		b.mu.Lock()
+		got := firstSeen(b.accepted)
+		b.mu.Unlock()
+		if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated"}; fmt.Sprint(got["pay_a"]) == fmt.Sprint(want) {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("after the failover pay_a's events went out (first times) as %v, want %v", got["pay_a"], want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// firstSeen is byAggregate of each event's first publication: a failover
+// publishes some again.
+func firstSeen(events []outbox.Event) map[string][]string {
+	seen := map[string]bool{}
+	var first []outbox.Event
+	for _, e := range events {
+		if !seen[e.ID] {
+			seen[e.ID] = true
+			first = append(first, e)
+		}
+	}
+	return byAggregate(first)
+}
