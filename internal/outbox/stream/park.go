@@ -184,31 +184,6 @@ func Unpark(ctx context.Context, db DB, eventID string, now time.Time) error {
 	return nil
 }
 
-// Replay asks the relay to publish the event eventID again, within
-// ReleaseInterval (an operator's replay, after a consumer rejected it and
-// its cause was fixed: see package ledger). The copy may arrive after later
-// events of its payment: consumers deduplicate by event id and must not
-// rely on order. It returns ErrNotInOutbox if clean-up already deleted the
-// event (the broker's own copy is then the one to replay).
-func Replay(ctx context.Context, db DB, eventID string, now time.Time) error {
-	tag, err := db.Exec(ctx, `
-		INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, parked_at, released_at)
-		SELECT id, aggregate_type, aggregate_id, seq, 0, 'replay asked for by an operator', $2, $2
-		FROM outbox_events WHERE id = $1
-		ON CONFLICT (event_id) DO UPDATE SET released_at = EXCLUDED.released_at`, eventID, now)
-	if err != nil {
-		return fmt.Errorf("replay outbox event %s: %w", eventID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", ErrNotInOutbox, eventID)
-	}
-	return nil
-}
-
-// ErrNotInOutbox is returned by Replay for an event the outbox no longer
-// holds.
-var ErrNotInOutbox = errors.New("outbox event is not in the outbox")
-
 // UnparkAll releases every parked event and returns how many.
 func UnparkAll(ctx context.Context, db DB, now time.Time) (int64, error) {
 	tag, err := db.Exec(ctx, `UPDATE outbox_parked SET released_at = $1 WHERE released_at IS NULL`, now)

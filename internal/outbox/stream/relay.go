@@ -43,8 +43,7 @@ import (
 // (ErrBrokerUnavailable) is not the event's fault: it is retried without
 // counting, however long it lasts, and parks nothing. Unpark releases an
 // aggregate's parked events; the relay then publishes them all, in order,
-// before the aggregate's next event, and forgets them. Replay asks for an
-// event published before to be published again, the same way. Attempts are counted
+// before the aggregate's next event, and forgets them. Attempts are counted
 // in memory: a relay that restarts counts an event's again from zero.
 //
 // Position and catch-up. About once a second (PositionInterval) the relay
@@ -211,9 +210,8 @@ type RelayConfig struct {
 	// MaxAttempts is how many publishes of an event may fail for a reason
 	// of its own before it is parked (default 10).
 	MaxAttempts int
-	// ReleaseInterval is how often the relay looks for the events an
-	// operator released or asked to replay (default 1s): one query of a
-	// table that is almost always empty.
+	// ReleaseInterval is how often, while some events are parked, the
+	// relay looks for those an operator released (default 1s).
 	ReleaseInterval time.Duration
 	// AfterPublish, a failpoint for tests, runs once a batch was published
 	// and before it is confirmed; an error ends the session there, as a
@@ -288,13 +286,16 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 	s := h.stream
 	started()
 	for {
-		if r.clock.Now().Sub(r.checked) >= r.cfg.ReleaseInterval {
+		if len(r.held) > 0 && r.clock.Now().Sub(r.checked) >= r.cfg.ReleaseInterval {
 			if err := r.release(ctx); err != nil {
 				return err
 			}
 		}
-		// Come back for releases (and replays) even while the stream is quiet.
-		if err := r.step(ctx, s, r.cfg.ReleaseInterval); err != nil {
+		var wait time.Duration // while events are parked, come back for releases
+		if len(r.held) > 0 {
+			wait = r.cfg.ReleaseInterval
+		}
+		if err := r.step(ctx, s, wait); err != nil {
 			return err
 		}
 	}
@@ -345,8 +346,10 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 		}
 	}
 	s := r.once.stream
-	if err := r.release(ctx); err != nil {
-		return 0, err
+	if len(r.held) > 0 {
+		if err := r.release(ctx); err != nil {
+			return 0, err
+		}
 	}
 	for !s.Drained(target) {
 		if err := s.AskPosition(); err != nil {

@@ -594,29 +594,3 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 		t.Fatalf("pay_a's events went out as %v, want PaymentCreated first", got)
 	}
 }
-
-// TestAReplayPublishesAnEventAgain: an operator's replay of an event
-// published before has the relay publish it again, once, within a release
-// interval, even while the stream is quiet; an event the outbox no longer
-// holds cannot be replayed.
-func TestAReplayPublishesAnEventAgain(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.createSlot(t)
-	ev := e.event("pay_a", "PaymentCreated")
-	e.commit(t, ev)
-	b := newBroker()
-	e.run(t, b, stream.RelayConfig{ReleaseInterval: 20 * time.Millisecond})
-	b.waitFor(t, 1)
-	if err := stream.Replay(context.Background(), e.pool, ev.ID, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	got := b.waitFor(t, 2)
-	if got[1].ID != ev.ID {
-		t.Fatalf("published %s after the replay, want %s again", got[1].ID, ev.ID)
-	}
-	e.waitParked(t, nil)
-	if err := stream.Replay(context.Background(), e.pool, "01900000-0000-7000-8000-999999999999", time.Now()); !errors.Is(err, stream.ErrNotInOutbox) {
-		t.Errorf("replay of an event not in the outbox: %v, want ErrNotInOutbox", err)
-	}
-}
