@@ -95,6 +95,7 @@ const lockClass = 0x6f757462
 // still set was left by a relay that died catching up, and is dropped and
 // created again, so that its catch-up is never skipped.
 func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
+	r.stream = nil // a catch-up runs before the new stream exists: none to report to
 	conn, err := r.db.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox stream: %w", err)
@@ -336,9 +337,14 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 			r.Close(context.WithoutCancel(ctx))
 		}
 	}()
+	// The end of a record written now: everything committed before the
+	// call ends before it, and the server, once it has read that far,
+	// says so. (pg_current_wal_insert_lsn would not do: at a page's start
+	// it points past the page header, where no record the server reads
+	// ends.) A non-transactional message the publication does not carry.
 	var target LSN
-	if err := r.db.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(lsnText{&target}); err != nil {
-		return 0, fmt.Errorf("outbox stream: read the server's position: %w", err)
+	if err := r.db.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.outbox.runonce', '')::text`).Scan(lsnText{&target}); err != nil {
+		return 0, fmt.Errorf("outbox stream: mark the server's position: %w", err)
 	}
 	if r.once == nil {
 		if r.once, err = r.take(ctx); err != nil {
@@ -352,11 +358,19 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 		}
 	}
 	for !s.Drained(target) {
+		before := s.read
 		if err := s.AskPosition(); err != nil {
 			return 0, err
 		}
 		if err := r.step(ctx, s, 0); err != nil {
 			return 0, err
+		}
+		if s.read == before && !s.Drained(target) {
+			// The server has not read further yet (the WAL is not flushed,
+			// or it is decoding): ask again in a moment, not at once.
+			if err := clock.Sleep(ctx, 5*time.Millisecond); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return 0, nil

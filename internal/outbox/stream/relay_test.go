@@ -244,22 +244,12 @@ func TestAfterAFailoverTheNewSlotStartsNearThePosition(t *testing.T) {
 	e.commit(t, old)
 	first := newBroker()
 	stop := e.run(t, first, stream.RelayConfig{})
+	first.waitFor(t, 1) // old, caught up (no position yet)
+	caughtUp := e.waitCaughtUp(t)
 	published := e.event("pay_a", "PaymentCreated")
 	published.OccurredAt = now
 	e.commit(t, published)
-	first.waitFor(t, 2) // old (caught up: no position yet), then published
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var at time.Time
-		err := e.pool.QueryRow(ctx, `SELECT committed_at FROM outbox_stream_positions WHERE slot = $1`, e.slot).Scan(&at)
-		if err == nil && !at.Before(now.Add(-time.Minute)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no position recorded after the relay confirmed (last error %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.waitRecorded(t, caughtUp) // published through the stream
 	stop()
 	missed := e.event("pay_a", "PaymentSucceeded")
 	missed.OccurredAt = time.Now().UTC()
@@ -592,5 +582,46 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 	got := byAggregate(b.waitFor(t, 2))["pay_a"]
 	if len(got) < 2 || got[0] != "PaymentCreated" || got[1] != "PaymentSucceeded" {
 		t.Fatalf("pay_a's events went out as %v, want PaymentCreated first", got)
+	}
+}
+
+// waitCaughtUp waits until the relay has created its slot and published
+// its catch-up, so that what is committed next goes through the stream, and
+// returns the position the catch-up recorded.
+func (e *env) waitCaughtUp(t *testing.T) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var at time.Time
+		err := e.pool.QueryRow(context.Background(), `
+			SELECT committed_at FROM outbox_stream_positions WHERE slot = $1 AND NOT catching_up AND committed_at IS NOT NULL`,
+			e.slot).Scan(&at)
+		if err == nil {
+			return at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay's catch-up did not end (last error %v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitRecorded waits until the relay records a position past since (the
+// catch-up's): only a transaction confirmed through the stream moves it.
+func (e *env) waitRecorded(t *testing.T, since time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var ok bool
+		err := e.pool.QueryRow(context.Background(), `
+			SELECT EXISTS (SELECT FROM outbox_stream_positions WHERE slot = $1 AND committed_at > $2)`,
+			e.slot, since).Scan(&ok)
+		if err == nil && ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no position recorded past the catch-up's %v (last error %v)", since, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
