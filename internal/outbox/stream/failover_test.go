@@ -101,3 +101,32 @@ func firstSeen(events []outbox.Event) map[string][]string {
 	}
 	return byAggregate(first)
 }
+
+// TestARelayStopsEvenWhenItsServerFroze: a relay whose server froze (its
+// connections open and silent, as behind a partition) still stops when
+// asked, within its session's end bound: giving back its lock does not
+// wait for the server forever.
+func TestARelayStopsEvenWhenItsServerFroze(t *testing.T) {
+	t.Parallel()
+	pair := pgcluster.Start(t, pgcluster.Options{LogicalDecoding: true})
+	ctx := context.Background()
+	pool, err := database.Open(ctx, pair.Primary.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := database.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{url: pair.Primary.URL(), pool: pool, slot: stream.DefaultSlot}
+	stop := e.run(t, newBroker(), stream.RelayConfig{})
+	e.waitCaughtUp(t)
+	pair.Primary.Freeze()
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not stop within 30 s of being asked, its server frozen")
+	}
+}

@@ -83,6 +83,9 @@ type hold struct {
 	stream *Stream
 }
 
+// endTimeout bounds the end of a session (see hold.end).
+const endTimeout = 5 * time.Second
+
 // lockClass is the first key of the relays' advisory lock (the second is
 // the slot's name, hashed): "outb".
 const lockClass = 0x6f757462
@@ -150,7 +153,11 @@ func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
 
 // end closes the stream and lets go of the lock (closing its connection if
 // the lock cannot be given back, so that it never stays in the pool held).
+// It waits at most endTimeout: a server that vanished without a reset
+// would otherwise hold it until TCP gives up.
 func (h *hold) end(ctx context.Context, locked bool) {
+	ctx, cancel := context.WithTimeout(ctx, endTimeout)
+	defer cancel()
 	if h.stream != nil {
 		_ = h.stream.Close(ctx)
 	}
