@@ -85,7 +85,11 @@ func NewMetrics(reg prometheus.Registerer, db DB, clk clock.Clock, log *slog.Log
 	return m
 }
 
-func (m *Metrics) published(lag time.Duration) {
+// The methods below are how a relay counts (this package's, and the
+// stream's in package outbox/stream); each is a no-op on nil Metrics.
+
+// CountPublished counts one event published, lag after its creation.
+func (m *Metrics) CountPublished(lag time.Duration) {
 	if m == nil {
 		return
 	}
@@ -93,19 +97,23 @@ func (m *Metrics) published(lag time.Duration) {
 	m.Lag.Observe(max(lag, 0).Seconds())
 }
 
-func (m *Metrics) failed() {
+// CountFailure counts one failed publish of an event (not a broker outage).
+func (m *Metrics) CountFailure() {
 	if m != nil {
 		m.Failures.Inc()
 	}
 }
 
-func (m *Metrics) parkedOne() {
+// CountParked counts one event parked.
+func (m *Metrics) CountParked() {
 	if m != nil {
 		m.Parked.Inc()
 	}
 }
 
-func (m *Metrics) setBrokerUnavailable(down bool) {
+// SetBrokerUnavailable sets the broker gauge: 1 while the relay pauses for
+// an outage.
+func (m *Metrics) SetBrokerUnavailable(down bool) {
 	if m == nil {
 		return
 	}

@@ -677,7 +677,7 @@ func (r *Relay) book(ctx context.Context, p *pass) error {
 		occurred[row.event.ID] = row.event.OccurredAt
 	}
 	for _, id := range marked {
-		r.metrics.published(now.Sub(occurred[id]))
+		r.metrics.CountPublished(now.Sub(occurred[id]))
 	}
 	return nil
 }
@@ -717,8 +717,9 @@ func suspectIDs(rows []claimedRow) []string {
 	return out
 }
 
-// maxErrorLength bounds the last_error kept on a row.
-const maxErrorLength = 2000
+// MaxErrorLength bounds the last error kept on a failed event (by this
+// relay, and by the stream's in package outbox/stream).
+const MaxErrorLength = 2000
 
 // fail books a failed attempt on row, if this pass still holds its claim:
 // the next attempt after a backoff, or, with park, the row parked. With
@@ -729,8 +730,8 @@ func (r *Relay) fail(ctx context.Context, row claimedRow, token string, cause er
 	defer cancel()
 	now := r.clock.Now()
 	msg := cause.Error()
-	if len(msg) > maxErrorLength {
-		msg = msg[:maxErrorLength]
+	if len(msg) > MaxErrorLength {
+		msg = msg[:MaxErrorLength]
 	}
 	var parkedAt *time.Time
 	if park {
@@ -754,9 +755,9 @@ func (r *Relay) fail(ctx context.Context, row claimedRow, token string, cause er
 	}
 	log := r.log.With("event_id", row.event.ID, "event_type", row.event.Type,
 		"aggregate_id", row.event.AggregateID, "attempts", row.attempts, "error", msg)
-	r.metrics.failed()
+	r.metrics.CountFailure()
 	if park {
-		r.metrics.parkedOne()
+		r.metrics.CountParked()
 		log.ErrorContext(ctx, "outbox event parked: the relay gave up on it; later events of its payment wait for it (unpark it once the cause is fixed)")
 		return nil
 	}
@@ -786,7 +787,7 @@ func (r *Relay) brokerDown(ctx context.Context, cause error) {
 	o.probes++
 	pause := backoff.Policy{Base: r.cfg.OutageBackoff, Max: r.cfg.MaxOutageBackoff}.Delay(o.probes)
 	o.resume = now.Add(pause)
-	r.metrics.setBrokerUnavailable(true)
+	r.metrics.SetBrokerUnavailable(true)
 	if started {
 		r.log.WarnContext(ctx, "outbox broker unavailable: the relay pauses and retries with backoff; no attempt is counted and nothing is parked until it is back",
 			"error", cause.Error(), "max_pause", r.cfg.MaxOutageBackoff)
@@ -806,7 +807,7 @@ func (r *Relay) brokerUp(ctx context.Context) {
 	r.log.InfoContext(ctx, "outbox broker available again: the relay resumes",
 		"unavailable_for", r.clock.Now().Sub(o.since).Round(time.Millisecond), "failed_probes", o.probes)
 	o.since, o.probes, o.resume = time.Time{}, 0, time.Time{}
-	r.metrics.setBrokerUnavailable(false)
+	r.metrics.SetBrokerUnavailable(false)
 }
 
 // catchUpPause is how long Run waits after a pass that caught up (it

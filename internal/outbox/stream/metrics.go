@@ -12,47 +12,14 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
-// The relay reports what it does through outbox.Metrics, under the polling
+// The relay counts what it does on outbox.Metrics, under the polling
 // relay's names (published, failures, parked, lag, broker_unavailable), so
 // that dashboards read the same whichever relay runs. Its backlog has no
 // flags on rows to count: NewStatsCollector reads the slot instead.
 
-// stats are a relay's counters; every method is a no-op on nil metrics.
-type stats struct{ m *outbox.Metrics }
-
-func (s stats) published(e outbox.Event, now time.Time) {
-	if s.m != nil {
-		s.m.Published.Inc()
-		s.m.Lag.Observe(max(now.Sub(e.OccurredAt), 0).Seconds())
-	}
-}
-
-func (s stats) failed() {
-	if s.m != nil {
-		s.m.Failures.Inc()
-	}
-}
-
-func (s stats) parked() {
-	if s.m != nil {
-		s.m.Parked.Inc()
-	}
-}
-
-func (s stats) brokerUnavailable(down bool) {
-	if s.m == nil {
-		return
-	}
-	v := 0.0
-	if down {
-		v = 1
-	}
-	s.m.BrokerUnavailable.Set(v)
-}
-
 // statsCollector reads a slot's backlog on each scrape.
 type statsCollector struct {
-	db                                 DB
+	db                                 outbox.DB
 	slot                               string
 	clock                              clock.Clock
 	log                                *slog.Logger
@@ -70,7 +37,7 @@ type statsCollector struct {
 // The age has the position's grain (RelayConfig.PositionInterval). There
 // is no count of pending events: nothing on a row says whether it was
 // published.
-func NewStatsCollector(db DB, slot string, clk clock.Clock, log *slog.Logger) prometheus.Collector {
+func NewStatsCollector(db outbox.DB, slot string, clk clock.Clock, log *slog.Logger) prometheus.Collector {
 	if slot == "" {
 		slot = DefaultSlot
 	}

@@ -2,7 +2,6 @@ package stream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,12 +13,9 @@ import (
 // This file holds parking (see Relay): the events set aside in
 // outbox_parked (migration 00032), and their release.
 
-// ErrNotParked is returned by Unpark for an event that is not parked.
-var ErrNotParked = errors.New("outbox event is not parked")
-
 // loadHeld reads the aggregates that have parked events, each with the
 // event its later ones wait behind (the earliest failed one).
-func loadHeld(ctx context.Context, db DB) (map[aggregate]string, error) {
+func loadHeld(ctx context.Context, db outbox.DB) (map[aggregate]string, error) {
 	rows, err := db.Query(ctx, `
 		SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, event_id::text
 		FROM outbox_parked
@@ -48,8 +44,8 @@ func loadHeld(ctx context.Context, db DB) (map[aggregate]string, error) {
 // catch-up) keeps the record it has, and its release if an operator gave
 // one.
 func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, waitsFor string) error {
-	if len(cause) > maxErrorLength {
-		cause = cause[:maxErrorLength]
+	if len(cause) > outbox.MaxErrorLength {
+		cause = cause[:outbox.MaxErrorLength]
 	}
 	onConflict := `DO UPDATE
 		SET attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, waits_for = NULL,
@@ -82,14 +78,11 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 		log.WarnContext(ctx, "outbox event parked behind an earlier parked event of its aggregate", "waits_for", waitsFor)
 		return nil
 	}
-	r.stats.parked()
+	r.metrics.CountParked()
 	log.ErrorContext(ctx, "outbox event parked: the relay gave up on it; later events of its aggregate wait for it (unpark it once the cause is fixed)",
 		"attempts", attempts, "error", cause)
 	return nil
 }
-
-// maxErrorLength bounds the last error kept on a parked event.
-const maxErrorLength = 2000
 
 // release publishes the parked events of every aggregate an operator
 // released, all of them in seq order (those parked behind the released
@@ -169,8 +162,8 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 
 // Unpark releases the parked event eventID and the other parked events of
 // its aggregate: a running relay publishes them all, in order, within
-// ReleaseInterval. It returns ErrNotParked if eventID is not parked.
-func Unpark(ctx context.Context, db DB, eventID string, now time.Time) error {
+// ReleaseInterval. It returns outbox.ErrNotParked if eventID is not parked.
+func Unpark(ctx context.Context, db outbox.DB, eventID string, now time.Time) error {
 	tag, err := db.Exec(ctx, `
 		UPDATE outbox_parked SET released_at = $2
 		WHERE (aggregate_type, aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM outbox_parked WHERE event_id = $1)`,
@@ -179,13 +172,13 @@ func Unpark(ctx context.Context, db DB, eventID string, now time.Time) error {
 		return fmt.Errorf("unpark outbox event %s: %w", eventID, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", ErrNotParked, eventID)
+		return fmt.Errorf("%w: %s", outbox.ErrNotParked, eventID)
 	}
 	return nil
 }
 
 // UnparkAll releases every parked event and returns how many.
-func UnparkAll(ctx context.Context, db DB, now time.Time) (int64, error) {
+func UnparkAll(ctx context.Context, db outbox.DB, now time.Time) (int64, error) {
 	tag, err := db.Exec(ctx, `UPDATE outbox_parked SET released_at = $1 WHERE released_at IS NULL`, now)
 	if err != nil {
 		return 0, fmt.Errorf("unpark outbox events: %w", err)
@@ -208,7 +201,7 @@ type ParkedEvent struct {
 
 // Parked returns up to limit parked events, the earliest parked first, in
 // order within each aggregate.
-func Parked(ctx context.Context, db DB, limit int) ([]ParkedEvent, error) {
+func Parked(ctx context.Context, db outbox.DB, limit int) ([]ParkedEvent, error) {
 	rows, err := db.Query(ctx, `
 		SELECT o.id::text, o.event_type, o.aggregate_type, o.aggregate_id, o.created_at, o.payload,
 		       p.attempts, p.parked_at, coalesce(p.last_error, ''), coalesce(p.waits_for::text, ''), p.released_at IS NOT NULL

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
@@ -65,7 +64,7 @@ type Relay struct {
 	clock      clock.Clock
 	log        *slog.Logger
 	cfg        RelayConfig
-	stats      stats
+	metrics    *outbox.Metrics // nil: none
 
 	saved    time.Time // when the position was last recorded
 	checked  time.Time // when released events were last looked for
@@ -174,14 +173,6 @@ type aggregate struct{ typ, id string }
 
 func aggregateOf(e outbox.Event) aggregate { return aggregate{e.AggregateType, e.AggregateID} }
 
-// DB is what the metrics and the operators' functions need of a
-// connection pool; *pgxpool.Pool has it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // RelayDeps are the collaborators of a Relay.
 type RelayDeps struct {
 	// ConnString names the database, for the replication connection.
@@ -257,7 +248,7 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg, stats: stats{d.Metrics}}
+	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg, metrics: d.Metrics}
 	r.cfg.Catchup = r.catchUp
 	return r
 }
@@ -349,10 +340,11 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	// says so. (pg_current_wal_insert_lsn would not do: at a page's start
 	// it points past the page header, where no record the server reads
 	// ends.) A non-transactional message the publication does not carry.
-	var target LSN
-	if err := r.db.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.outbox.runonce', '')::text`).Scan(lsnText{&target}); err != nil {
+	var end pglogrepl.LSN // scans itself from the text
+	if err := r.db.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.outbox.runonce', '')::text`).Scan(&end); err != nil {
 		return 0, fmt.Errorf("outbox stream: mark the server's position: %w", err)
 	}
+	target := LSN(end)
 	if r.once == nil {
 		if r.once, err = r.take(ctx); err != nil {
 			return 0, err
@@ -389,19 +381,6 @@ func (r *Relay) Close(ctx context.Context) {
 		r.once.end(ctx, true)
 		r.once = nil
 	}
-}
-
-// lsnText scans an LSN written as text (16/B374D848).
-type lsnText struct{ l *LSN }
-
-func (t lsnText) Scan(src any) error {
-	s, ok := src.(string)
-	if !ok {
-		return fmt.Errorf("an LSN as %T", src)
-	}
-	l, err := pglogrepl.ParseLSN(s)
-	*t.l = LSN(l)
-	return err
 }
 
 // record writes the position at most once per PositionInterval. A failure
@@ -585,7 +564,7 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 			e := todo[i]
 			if err == nil {
 				r.sent++
-				r.stats.published(e, now)
+				r.metrics.CountPublished(now.Sub(e.OccurredAt))
 				continue
 			}
 			if first == nil {
@@ -594,7 +573,7 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 			if errors.Is(err, outbox.ErrBrokerUnavailable) {
 				outage = true
 			} else {
-				r.stats.failed()
+				r.metrics.CountFailure()
 				r.attempts[e.ID]++
 				if r.attempts[e.ID] >= r.cfg.MaxAttempts {
 					if err := r.park(ctx, e, r.attempts[e.ID], err.Error(), ""); err != nil {
@@ -606,7 +585,7 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 			}
 			failed = append(failed, e)
 		}
-		r.stats.brokerUnavailable(outage)
+		r.metrics.SetBrokerUnavailable(outage)
 		if len(failed) == 0 {
 			return parked, nil
 		}

@@ -26,6 +26,7 @@ type broker struct {
 	accepted  []outbox.Event
 	attempts  map[string]int
 	fail      func(e outbox.Event, attempt int) error // nil: accept all
+	broken    sync.Map                                // event ids refused as too large until removed
 	published chan struct{}
 }
 
@@ -37,6 +38,9 @@ func (b *broker) Publish(_ context.Context, e outbox.Event) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.attempts[e.ID]++
+	if _, ok := b.broken.Load(e.ID); ok {
+		return errors.New("message too large")
+	}
 	if b.fail != nil {
 		if err := b.fail(e, b.attempts[e.ID]); err != nil {
 			return err
@@ -300,17 +304,10 @@ func (e *env) parkedRows(t *testing.T) []string {
 
 func (e *env) waitParked(t *testing.T, want []string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually(t, fmt.Sprintf("parked, want %v", want), func() (bool, string) {
 		got := e.parkedRows(t)
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("parked = %v, want %v", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return slices.Equal(got, want), fmt.Sprint(got)
+	})
 }
 
 // TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes: after
@@ -328,14 +325,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	e.commit(t, after)
 	e.commit(t, e.event("pay_b", "PaymentCreated"))
 	b := newBroker()
-	var broken sync.Map
-	broken.Store(poison.ID, true)
-	b.fail = func(ev outbox.Event, _ int) error {
-		if _, ok := broken.Load(ev.ID); ok {
-			return errors.New("message too large")
-		}
-		return nil
-	}
+	b.broken.Store(poison.ID, true)
 	cfg := stream.RelayConfig{MaxAttempts: 3, ReleaseInterval: 20 * time.Millisecond}
 	reg := prometheus.NewRegistry()
 	e.metrics = outbox.NewMetrics(reg, e.pool, clock.System{}, nil)
@@ -363,7 +353,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	b.waitFor(t, 2) // pay_b's, pay_c's
 	e.waitParked(t, []string{poison.ID + ": failed after 3", after.ID + ": waits for " + poison.ID, refund.ID + ": waits for " + poison.ID})
 
-	broken.Delete(poison.ID) // the cause fixed
+	b.broken.Delete(poison.ID) // the cause fixed
 	if err := stream.Unpark(context.Background(), e.pool, after.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +363,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated", "RefundSucceeded"}; !slices.Equal(byAggregate(got)["pay_a"], want) {
 		t.Fatalf("pay_a's events went out as %v, want %v", byAggregate(got)["pay_a"], want)
 	}
-	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); !errors.Is(err, stream.ErrNotParked) {
+	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); !errors.Is(err, outbox.ErrNotParked) {
 		t.Errorf("unpark of a published event: %v, want ErrNotParked", err)
 	}
 }
@@ -481,19 +471,11 @@ func TestACatchUpCutShortIsRunAgainAndNobodyStreamsMeanwhile(t *testing.T) {
 		return fmt.Errorf("no responders: %w", outbox.ErrBrokerUnavailable)
 	}
 	stopFirst := e.run(t, down, stream.RelayConfig{})
-	deadline := time.Now().Add(20 * time.Second)
-	for { // the first relay is catching up: it tried to publish
+	eventually(t, "the first relay tried to publish its catch-up", func() (bool, string) {
 		down.mu.Lock()
-		tried := len(down.attempts) > 0
-		down.mu.Unlock()
-		if tried {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first relay never tried to publish its catch-up")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer down.mu.Unlock()
+		return len(down.attempts) > 0, "it never tried"
+	})
 	second := newBroker()
 	e.run(t, second, stream.RelayConfig{})
 	e.commit(t, e.event("pay_a", "PaymentSucceeded"))
@@ -553,14 +535,7 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 	poison, after := e.event("pay_a", "PaymentCreated"), e.event("pay_a", "PaymentSucceeded")
 	e.commit(t, poison, after)
 	b := newBroker()
-	var broken sync.Map
-	broken.Store(poison.ID, true)
-	b.fail = func(ev outbox.Event, _ int) error {
-		if _, ok := broken.Load(ev.ID); ok {
-			return errors.New("message too large")
-		}
-		return nil
-	}
+	b.broken.Store(poison.ID, true)
 	crash := func(context.Context, []outbox.Event) error { return errors.New("crash before the confirmation") }
 	stop := e.run(t, b, stream.RelayConfig{MaxAttempts: 2, AfterPublish: crash, Standby: time.Hour})
 	want := []string{poison.ID + ": failed after 2", after.ID + ": waits for " + poison.ID}
@@ -573,7 +548,7 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 		t.Fatalf("the parked event's cause = %q (%v), want it kept", cause, err)
 	}
 
-	broken.Delete(poison.ID)
+	b.broken.Delete(poison.ID)
 	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -590,38 +565,25 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 // returns the position the catch-up recorded.
 func (e *env) waitCaughtUp(t *testing.T) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var at time.Time
+	var at time.Time
+	eventually(t, "the relay's catch-up ended", func() (bool, string) {
 		err := e.pool.QueryRow(context.Background(), `
 			SELECT committed_at FROM outbox_stream_positions WHERE slot = $1 AND NOT catching_up AND committed_at IS NOT NULL`,
 			e.slot).Scan(&at)
-		if err == nil {
-			return at
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay's catch-up did not end (last error %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil, fmt.Sprint(err)
+	})
+	return at
 }
 
 // waitRecorded waits until the relay records a position past since (the
 // catch-up's): only a transaction confirmed through the stream moves it.
 func (e *env) waitRecorded(t *testing.T, since time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually(t, fmt.Sprintf("a position recorded past the catch-up's %v", since), func() (bool, string) {
 		var ok bool
 		err := e.pool.QueryRow(context.Background(), `
 			SELECT EXISTS (SELECT FROM outbox_stream_positions WHERE slot = $1 AND committed_at > $2)`,
 			e.slot, since).Scan(&ok)
-		if err == nil && ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no position recorded past the catch-up's %v (last error %v)", since, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && ok, fmt.Sprint(err)
+	})
 }

@@ -102,6 +102,23 @@ func (e *env) commit(t *testing.T, evs ...outbox.Event) {
 	}
 }
 
+// eventually polls cond until it holds, failing t with what (and cond's
+// last word on it) after 30 s.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s", what, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func next(t *testing.T, s *stream.Stream) stream.Tx {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
