@@ -60,6 +60,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -87,7 +88,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.url, "url", "", "a PostgreSQL server to use (superuser URL; its settings are changed with ALTER SYSTEM); empty: start a cluster of its own in a temporary directory")
-	flag.Int64Var(&o.version, "version", 0, "migrate up to this version only (0: every migration)")
+	flag.Int64Var(&o.version, "version", 0, "migrate up to this version only (0: every migration; the relay reads the outbox's publication, which needs 30 or later)")
 	flag.IntVar(&o.warmup, "warmup", 2000, "payments made before the measurement")
 	flag.IntVar(&o.count, "payments", 2000, "payments measured")
 	flag.IntVar(&o.workers, "workers", 4, "payments made at once")
@@ -140,6 +141,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		"ALTER SYSTEM SET autovacuum = " + autovacuum,
 		"ALTER SYSTEM SET synchronous_commit = off",
 		"SELECT pg_reload_conf()",
+		// The relay's slot, left by an earlier run, would keep the database.
+		"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = 'walflow'",
 		"DROP DATABASE IF EXISTS walflow WITH (FORCE)",
 		"CREATE DATABASE walflow",
 	} {
@@ -192,13 +195,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		DB: pool, Provider: simclient.New(simSrv.URL(), nil), Clock: clock.System{},
 		Log: quiet, Metrics: metrics.New(prometheus.NewRegistry()),
 	}, app.Config{ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second, ProviderKeyWindow: 24 * time.Hour})
-	relay, err := outbox.NewRelay(outbox.RelayDeps{
-		DB: pool, Clock: clock.System{}, Log: quiet,
+	relay := stream.NewRelay(stream.RelayDeps{
+		ConnString: dbURL, DB: pool, Clock: clock.System{}, Log: quiet,
 		Publisher: outbox.PublisherFunc(func(context.Context, outbox.Event) error { return nil }),
-	}, outbox.RelayConfig{})
-	if err != nil {
-		return err
-	}
+	}, stream.RelayConfig{})
+	defer relay.Close(context.WithoutCancel(ctx))
 
 	var seq atomic.Int64
 	pay := func(n int) error {
@@ -208,7 +209,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		rctx, stop := context.WithCancel(ctx)
 		var running sync.WaitGroup
 		if o.relayDuring {
-			running.Go(func() { relay.Run(rctx, 10*time.Millisecond) })
+			running.Go(func() { relay.Run(rctx) })
 		}
 		err := createPayments(ctx, core, &seq, n, o.workers)
 		stop()
@@ -324,17 +325,12 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-// drain runs the relay until a pass claims nothing.
-func drain(ctx context.Context, relay *outbox.Relay) error {
-	for {
-		n, err := relay.RunOnce(ctx)
-		if err != nil {
-			return fmt.Errorf("relay: %w", err)
-		}
-		if n == 0 {
-			return nil
-		}
+// drain publishes every event committed so far.
+func drain(ctx context.Context, relay *stream.Relay) error {
+	if _, err := relay.RunOnce(ctx); err != nil {
+		return fmt.Errorf("relay: %w", err)
 	}
+	return nil
 }
 
 type tableCounters struct{ ins, upd, hot int64 }

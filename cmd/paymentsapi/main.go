@@ -44,6 +44,7 @@ var errUsage = errors.New("usage")
 //	paymentsapi [serve] [flags]                     the API, with its reconciler, relay and listener
 //	paymentsapi reconcile [-once] [flags]            the reconciler alone (an operator's tool)
 //	paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
+//	paymentsapi outbox replay ID...                  publish events once more
 //	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "outbox" {

@@ -10,28 +10,37 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
-	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
 const outboxUsage = `usage:
   paymentsapi outbox parked [flags]               list parked outbox events (up to 1000), one JSON object a line
   paymentsapi outbox unpark -all [flags]          send every parked event round again
-  paymentsapi outbox unpark [flags] EVENT-ID...   send these parked events round again
+  paymentsapi outbox unpark [flags] EVENT-ID...   send these parked events round again, with their payments'
+  paymentsapi outbox replay [flags] EVENT-ID...   publish these events once more (a consumer fixed)
 
-Flags are those of paymentsapi serve (DATABASE_URL, ...). An unparked event
-is due at once, its attempts start over, and the events of its payment that
-waited behind it follow it in order. Unpark once the cause of the failures
-is fixed: a parked event's lastError says what it was.
+Flags are those of paymentsapi serve (DATABASE_URL, ...). A parked event
+either failed (its lastError says why) or waits behind an earlier event of
+its payment that failed (waitsFor). Unparking an event releases every
+parked event of its payment: the running relay publishes them within a
+second, in order, their attempts starting over. Unpark once the cause of
+the failures is fixed.
+
+A replay publishes events the relay published already, through the running
+relay, after what was written before it: for a consumer that refused them
+and was fixed (consumers deduplicate by event id, so the others ignore
+them). Events cleaned up after OUTBOX_RETENTION cannot be replayed: the
+command names them and fails.
 `
 
 // maxParkedListed bounds what `outbox parked` prints.
 const maxParkedListed = 1000
 
 // outboxCommand runs `paymentsapi outbox ...` (args after "outbox"), the
-// operator's tools for parked outbox events. It works on the database of
+// operator's tools for parked outbox events and replays. It works on the database of
 // the configuration, as the server does, and may run while servers run.
 func outboxCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "parked" && args[0] != "unpark") {
+	if len(args) == 0 || (args[0] != "parked" && args[0] != "unpark" && args[0] != "replay") {
 		fmt.Fprint(stderr, outboxUsage)
 		return errUsage
 	}
@@ -41,7 +50,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		switch {
 		case sub == "unpark" && (a == "-all" || a == "--all"):
 			all = true
-		case sub == "unpark" && ids.IsUUID(a):
+		case sub != "parked" && ids.IsUUID(a):
 			eventIDs = append(eventIDs, strings.ToLower(a))
 		default:
 			help = help || a == "-h" || a == "-help" || a == "--help"
@@ -54,6 +63,10 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 			return errors.New("outbox unpark: give either -all or event ids, not both")
 		}
 		return errors.New("outbox unpark: give -all or the ids of the events to unpark")
+	}
+	if sub == "replay" && !help && len(eventIDs) == 0 {
+		fmt.Fprint(stderr, outboxUsage)
+		return errors.New("outbox replay: give the ids of the events to replay")
 	}
 	cfg, log, err := operatorConfig(rest, getenv, stderr, outboxUsage)
 	if err != nil {
@@ -69,7 +82,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	out := json.NewEncoder(stdout)
 	switch {
 	case sub == "parked":
-		parked, err := outbox.Parked(ctx, a.pool, maxParkedListed)
+		parked, err := stream.Parked(ctx, a.pool, maxParkedListed)
 		if err != nil {
 			return err
 		}
@@ -79,8 +92,25 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 			}
 		}
 		return nil
+	case sub == "replay":
+		missing, err := stream.Replay(ctx, a.pool, eventIDs)
+		if err != nil {
+			return err
+		}
+		if missing == nil {
+			missing = []string{}
+		}
+		log.Info("outbox events replayed", "count", len(eventIDs)-len(missing))
+		if err := out.Encode(map[string]any{"replayed": len(eventIDs) - len(missing), "notFound": missing}); err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("outbox replay: %d of %d events are not in the outbox (cleaned up, or never written): %s",
+				len(missing), len(eventIDs), strings.Join(missing, ", "))
+		}
+		return nil
 	case all:
-		n, err := outbox.UnparkAll(ctx, a.pool, now)
+		n, err := stream.UnparkAll(ctx, a.pool, now)
 		if err != nil {
 			return err
 		}
@@ -89,9 +119,9 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	default:
 		unparked, notParked := 0, []string{}
 		for _, id := range eventIDs {
-			err := outbox.Unpark(ctx, a.pool, id, now)
+			err := stream.Unpark(ctx, a.pool, id, now)
 			switch {
-			case errors.Is(err, outbox.ErrNotParked):
+			case errors.Is(err, stream.ErrNotParked):
 				notParked = append(notParked, id)
 			case err != nil:
 				return err

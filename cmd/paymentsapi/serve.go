@@ -36,6 +36,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -217,7 +218,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	defer a.close()
-	relay, closePublisher, err := newRelay(a, cfg, log, stdout)
+	relay, closePublisher, err := newRelay(ctx, a, cfg, log, stdout)
 	if err != nil {
 		return err
 	}
@@ -235,7 +236,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keys.Run(workers) })
 	wg.Go(func() { a.core.Reconciler.Run(workers, cfg.ReconcileInterval) })
-	wg.Go(func() { relay.Run(workers, outbox.DefaultRelayInterval) })
+	wg.Go(func() { relay.Run(workers) })
 	wg.Go(func() { deliveries.Run(workers) }) // every instance sends webhooks, with or without NATS
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
 	if l, ok := a.provider.(provider.Listing); ok {
@@ -299,8 +300,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 // newRelay returns the outbox relay with the configured publisher
 // (OUTBOX_PUBLISHER: log, JSON lines on stdout; or nats, JetStream at
-// NATS_URL) and its metrics, and a function that closes the publisher.
-func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (*outbox.Relay, func(), error) {
+// NATS_URL) and its metrics, and a function that closes the publisher. It
+// fails if the database cannot be read through logical decoding
+// (stream.CheckServer), rather than start a service whose events would
+// never be published.
+func newRelay(ctx context.Context, a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (*stream.Relay, func(), error) {
+	if err := stream.CheckServer(ctx, a.pool); err != nil {
+		return nil, nil, err
+	}
 	var (
 		pub      outbox.Publisher = outbox.NewLogPublisher(stdout)
 		closePub                  = func() {}
@@ -321,15 +328,13 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 		pub, closePub = natspub.NewPublisher(js, natspub.StreamConfig{}, log), nc.Close
 	}
 	clk := clock.System{}
-	relay, err := outbox.NewRelay(outbox.RelayDeps{
+	relay := stream.NewRelay(stream.RelayDeps{
+		ConnString: a.pool.Config().ConnConfig.ConnString(), DB: a.pool,
 		// Every event is recorded in the event log before it is published.
-		DB: a.pool, Publisher: a.core.EventLog.Publisher(pub), Clock: clk, Log: log.With("component", "outbox-relay"),
-		Metrics: outbox.NewMetrics(a.reg, a.pool, clk, log), Tracer: a.tracer,
-	}, outbox.RelayConfig{})
-	if err != nil {
-		closePub()
-		return nil, nil, err
-	}
+		Publisher: a.core.EventLog.Publisher(pub), Clock: clk, Log: log.With("component", "outbox-relay"),
+		Metrics: outbox.NewMetrics(a.reg), Tracer: a.tracer,
+	}, stream.RelayConfig{})
+	a.reg.MustRegister(stream.NewStatsCollector(a.pool, relay.Slot(), clk, log))
 	return relay, closePub, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 )
 
@@ -44,6 +46,12 @@ func (m *monitor) close(ctx context.Context) { _ = m.conn.Close(ctx) }
 // every run starts from empty tables.
 func (m *monitor) recreateDatabase(ctx context.Context, name string) error {
 	id := pgx.Identifier{name}.Sanitize()
+	// A database with a replication slot (its outbox relay's, left by an
+	// earlier run) cannot be dropped: the slots go first.
+	if _, err := m.conn.Exec(ctx, `
+		SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name); err != nil {
+		return fmt.Errorf("drop the replication slots of database %s: %w", name, err)
+	}
 	if _, err := m.conn.Exec(ctx, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)"); err != nil {
 		return fmt.Errorf("drop database %s: %w", name, err)
 	}
@@ -115,18 +123,6 @@ func (m *monitor) waitBackendsGone(ctx context.Context, appName string) error {
 	}
 }
 
-// outboxBacklog reports whether the API's outbox holds events not yet
-// published (nor parked): one probe of the relay's partial index, cheap
-// enough to poll while the relay works.
-func outboxBacklog(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	var found bool
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM outbox_events WHERE published_at IS NULL AND parked_at IS NULL)`).Scan(&found)
-	if err != nil {
-		return false, fmt.Errorf("look for unpublished outbox events: %w", err)
-	}
-	return found, nil
-}
-
 // Bounds of the wait for the relay: after a measured phase (its counters
 // need the relay's work), and after the soak (only reported).
 const (
@@ -134,25 +130,38 @@ const (
 	soakDrainTimeout = 30 * time.Second
 )
 
-// waitOutboxDrained waits until the API's relay has published every event,
-// up to limit, and returns how long that took and how many events are left
-// (0 once drained).
+// waitOutboxDrained waits until the API's relay has published every event
+// committed before the call, up to limit, and returns how long that took
+// and how much WAL its slot had still to read (0 once drained). The relay
+// confirms a transaction's end once its events are published, and moves
+// its slot past other changes while idle, so the slot's confirmed position
+// reaches the server's current one.
 func waitOutboxDrained(ctx context.Context, conn *pgx.Conn, limit time.Duration) (time.Duration, int64, error) {
 	start := time.Now()
+	var target string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&target); err != nil {
+		return 0, 0, fmt.Errorf("read the server's WAL position: %w", err)
+	}
 	for {
-		backlog, err := outboxBacklog(ctx, conn)
-		if err != nil || !backlog {
-			return time.Since(start), 0, err
+		var behind *int64 // null: no slot yet
+		err := conn.QueryRow(ctx, `
+			SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint
+			FROM pg_replication_slots WHERE slot_name = $2 AND database = current_database()`,
+			target, stream.SlotFor(conn.Config().Database)).Scan(&behind)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return time.Since(start), 0, fmt.Errorf("read the outbox relay's slot: %w", err)
+		}
+		if behind != nil && *behind <= 0 {
+			return time.Since(start), 0, nil
 		}
 		if time.Since(start) > limit {
-			var n int64
-			err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL AND parked_at IS NULL`).Scan(&n)
-			if err != nil {
-				return time.Since(start), 0, fmt.Errorf("count unpublished outbox events: %w", err)
+			left := int64(-1)
+			if behind != nil {
+				left = *behind
 			}
-			return time.Since(start), n, nil
+			return time.Since(start), left, nil
 		}
-		if err := clock.Sleep(ctx, 200*time.Millisecond); err != nil {
+		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return time.Since(start), 0, err
 		}
 	}

@@ -522,8 +522,8 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 			return phase{}, err
 		}
 		p.Drain = drain
-		if left > 0 {
-			b.progress("%s: %d outbox events still unpublished after %s: the counters miss their relay work", w.Name, left, drainTimeout)
+		if left != 0 {
+			b.progress("%s: the outbox relay's slot still %d bytes of WAL behind after %s: the counters miss its work", w.Name, left, drainTimeout)
 		}
 	}
 	pg1, api1, err := b.cpu(svc)
@@ -592,7 +592,7 @@ func (b *benchRun) soak(ctx context.Context) (soakResult, error) {
 	}
 	p := newPayments("soak", "soak", b.cfg.Connections, b.cfg.Soak).run(ctx, b.api.Client)
 	so.Payments, so.Failed = p.Ops, p.Failed
-	if so.Drain, so.Unpublished, err = waitOutboxDrained(ctx, b.api.DB, soakDrainTimeout); err != nil {
+	if so.Drain, so.Behind, err = waitOutboxDrained(ctx, b.api.DB, soakDrainTimeout); err != nil {
 		return so, err
 	}
 	if err := clock.Sleep(ctx, time.Second); err != nil {

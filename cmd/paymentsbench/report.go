@@ -183,10 +183,10 @@ type soakResult struct {
 	GoroutinesStart  int
 	GoroutinesEnd    int
 	// Drain is how long the relay took after the soak to publish the
-	// outbox's backlog; Unpublished how many events were still waiting
-	// when the bench stopped waiting.
-	Drain       time.Duration
-	Unpublished int64
+	// outbox's backlog; Behind how much WAL its slot had still to read
+	// when the bench stopped waiting (-1: the slot was not even created).
+	Drain  time.Duration
+	Behind int64
 }
 
 // summary is what the targets are judged on: the rounds of each kind added
@@ -380,8 +380,8 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 		"relay drained the outbox %s after the last answer",
 		so.Duration, h.Connections, so.Payments, so.Failed, fmtMiB(so.RSSStart), fmtMiB(so.RSSEnd),
 		so.GoroutinesStart, so.GoroutinesEnd, fmtDuration(so.Drain))
-	if so.Unpublished > 0 {
-		fmt.Fprintf(&b, " (not drained: %d events still unpublished when the bench stopped waiting)", so.Unpublished)
+	if so.Behind != 0 {
+		fmt.Fprintf(&b, " (not drained: the relay's slot was %d bytes of WAL behind when the bench stopped waiting)", so.Behind)
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())

@@ -215,7 +215,7 @@ func TestTargetsNeverMetByNothing(t *testing.T) {
 
 func TestReportShowsEveryPhaseAndTarget(t *testing.T) {
 	s := issueSummary()
-	s.Soak = soakResult{Duration: 30 * time.Second, Drain: 2 * time.Minute, Unpublished: 12}
+	s.Soak = soakResult{Duration: 30 * time.Second, Drain: 2 * time.Minute, Behind: 12}
 	phases := []phase{
 		{Name: "pgbench flow, round 1", Kind: kindReference, Ops: 916, Elapsed: time.Second},
 		{Name: "API new payments, round 1", Kind: kindNew, Ops: 408, Elapsed: time.Second, Failed: 2, Unexpected: map[string]int{"409": 2}},
@@ -231,7 +231,7 @@ func TestReportShowsEveryPhaseAndTarget(t *testing.T) {
 		"API new payments, round 1: 2 unexpected answers: 409 ×2",
 		"new payments / pgbench flow", "0.45×", "≥ 1.00×",
 		"storm: 1000 requests", "201 replayed ×999, 201 ×1", "charges at the provider for the key: 1",
-		"soak:  30s of new payments", "not drained: 12 events still unpublished",
+		"soak:  30s of new payments", "not drained: the relay's slot was 12 bytes of WAL behind",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)

@@ -5,15 +5,18 @@
 //     and command gets 409 IDEMPOTENCY_KEY_EXPIRED with the payment id, a
 //     different command 422; never a new charge.
 //   - IDEMPOTENCY_METADATA_TTL later the key is deleted, and may be used again.
-//   - Published outbox events are deleted after the outbox retention.
+//   - Outbox events are deleted after the outbox retention, but those the
+//     relay could still have to publish: parked ones, and those a new slot's
+//     catch-up would read (stream.DeleteStreamed).
 //   - Inbox rows of the event consumers (the ledger, the Stripe webhooks) are deleted
 //     INBOX_RETENTION after they were received, except rejected ones, which
 //     are kept for a person, like parked outbox events. The inbox only has
 //     to remember an event id while a copy of the event can still arrive:
 //     the broker redelivers an unacknowledged message after its ack wait
 //     (30 s) and drops a republished copy within its duplicate window
-//     (2 min), and the relay republishes an event whose mark was lost after
-//     its claim lease (30 s); a copy can arrive later only if the consumer
+//     (2 min), and the relay republishes what it had not confirmed when it
+//     stopped, and after a failover what committed since a few minutes
+//     before its recorded position; a copy can arrive later only if the consumer
 //     stayed down (its acknowledgement lost) that long. The retention is
 //     measured in days, far beyond any of these; and a copy that arrives
 //     even later still books nothing, because the ledger entry's natural
@@ -39,14 +42,14 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
-	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
 // Policy is the retention policy.
 type Policy struct {
 	ReplayTTL       time.Duration // IDEMPOTENCY_TTL
 	MetadataTTL     time.Duration // IDEMPOTENCY_METADATA_TTL, counted after ReplayTTL
-	OutboxRetention time.Duration // how long published events are kept
+	OutboxRetention time.Duration // how long outbox events are kept
 	// InboxRetention is how long consumers' inbox rows are kept after they
 	// were received (INBOX_RETENTION); zero keeps them all.
 	InboxRetention time.Duration
@@ -135,7 +138,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	steps := []step{
 		{"erase expired response bodies", idempotency.EraseExpiredAnswers, now.Add(-j.policy.ReplayTTL), &st.BodiesErased},
 		{"delete expired keys", idempotency.DeleteExpiredKeys, now.Add(-j.policy.ReplayTTL - j.policy.MetadataTTL), &st.KeysDeleted},
-		{"delete published outbox events", outbox.DeletePublished, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
+		{"delete old outbox events", stream.DeleteStreamed, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
 	}
 	if j.policy.InboxRetention > 0 {
 		steps = append(steps, step{"delete old inbox rows", inbox.DeleteReceived, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})

@@ -57,6 +57,64 @@ func count(t *testing.T, db *pgxpool.Pool, sql string) int {
 	return n
 }
 
+// seedEvents stores n outbox events created at created, per to an
+// aggregate (prefix1, prefix2, ...), with UUIDv7 ids of created's
+// millisecond, as ids.NewEventID makes them: stream.DeleteStreamed finds
+// old events by id.
+func seedEvents(t *testing.T, db *pgxpool.Pool, prefix string, n, per int, created time.Time) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+		SELECT (lpad(to_hex(floor(extract(epoch FROM $4::timestamptz) * 1000)::bigint), 12, '0')
+		        || '7' || substr(md5($1::text || i), 1, 3) || '8' || substr(md5($1::text || i), 4, 15))::uuid,
+		       'payment', $1::text || ((i - 1) / $3 + 1), 'PaymentCreated', '{}', $4, $4
+		FROM generate_series(1, $2) i
+		ORDER BY i`, prefix, n, per, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// park parks the events of the aggregates named prefix..., as the stream
+// relay does: each aggregate's first event failed (last_error), the later
+// ones wait behind it (waits_for).
+func park(t *testing.T, db *pgxpool.Pool, prefix string, at time.Time) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, waits_for, parked_at)
+		SELECT e.id, e.aggregate_type, e.aggregate_id, e.seq,
+		       CASE WHEN e.id = f.id THEN 10 ELSE 0 END,
+		       CASE WHEN e.id = f.id THEN 'message too large' END,
+		       CASE WHEN e.id <> f.id THEN f.id END,
+		       $2
+		FROM outbox_events e
+		CROSS JOIN LATERAL (SELECT id FROM outbox_events f
+		                    WHERE f.aggregate_type = e.aggregate_type AND f.aggregate_id = e.aggregate_id
+		                    ORDER BY seq LIMIT 1) f
+		WHERE starts_with(e.aggregate_id, $1)`, prefix, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordPosition records, as a stream relay does, that slot published
+// everything committed before committed.
+func recordPosition(t *testing.T, db *pgxpool.Pool, slot string, committed time.Time) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ($1, $2, $2)
+		ON CONFLICT (slot) DO UPDATE SET committed_at = EXCLUDED.committed_at, updated_at = EXCLUDED.updated_at`, slot, committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches: a pass erases and
+// deletes expired finished keys, in batches, and deletes outbox events
+// past retention once the stream relay has recorded a position (nothing
+// says which event was published: what a catch-up could still need is
+// kept, and, with no position, everything). Parked events stay, however
+// old; so do events inside the retention.
 func TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
 	db := pgtest.NewPool(t)
 	ts := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
@@ -67,21 +125,30 @@ func TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
 	seed(t, db, "inflight_", 20, now.Add(long), nil, ts(time.Minute))
 	seed(t, db, "unknown_", 20, now.Add(long), nil, nil)
 	seed(t, db, "retryable_", 20, now.Add(long), nil, nil)
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, published_at)
-		SELECT gen_random_uuid(), 'payment', 'p' || i, 'PaymentCreated', '{}', $1::timestamptz, $1::timestamptz, CASE WHEN i <= 700 THEN $1::timestamptz END
-		FROM generate_series(1, 1000) i`, now.Add(long))
-	if err != nil {
-		t.Fatal(err)
+	seedEvents(t, db, "old_", 700, 1, now.Add(long))                               // past retention
+	seedEvents(t, db, "parked_", 100, 2, now.Add(long))                            // past retention, parked
+	seedEvents(t, db, "kept_", 100, 1, now.Add(-policy.OutboxRetention+time.Hour)) // inside the retention
+	seedEvents(t, db, "recent_", 100, 1, now.Add(-time.Minute))
+	park(t, db, "parked_", now.Add(long/2))
+	events := func(prefix string) int {
+		t.Helper()
+		var n int
+		err := db.QueryRow(context.Background(), `SELECT count(*) FROM outbox_events WHERE starts_with(aggregate_id, $1)`, prefix).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 
+	// No relay has recorded a position yet: its first catch-up publishes
+	// every event there is, so none may go.
 	j := New(db, clock.NewFake(now), policy, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	st, err := j.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.KeysDeleted != 3000 || st.EventsDeleted != 700 {
-		t.Errorf("stats %+v: want 3000 keys and 700 events deleted", st)
+	if st.KeysDeleted != 3000 || st.EventsDeleted != 0 {
+		t.Errorf("stats %+v: want 3000 keys and no events deleted (no position recorded)", st)
 	}
 	if st.LargestBatchRows > policy.BatchSize || st.Batches < 3000/policy.BatchSize+1200/policy.BatchSize {
 		t.Errorf("stats %+v: not in batches of at most %d", st, policy.BatchSize)
@@ -101,8 +168,28 @@ func TestCleanupTouchesOnlyExpiredFinishedRecordsInBatches(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM payments`); n != 4310 {
 		t.Errorf("payments = %d: payments are never deleted", n)
 	}
-	if n := count(t, db, `SELECT count(*) FROM outbox_events WHERE published_at IS NULL`); n != 300 {
-		t.Errorf("unpublished events = %d, want 300 kept", n)
+	if n := count(t, db, `SELECT count(*) FROM outbox_events`); n != 1000 {
+		t.Errorf("%d events left with no position recorded, want all 1000", n)
+	}
+
+	// The relay has caught up and streams: it recorded a position a
+	// moment ago. The events past retention go, in batches, but not the
+	// parked ones.
+	recordPosition(t, db, "paymentsapi_outbox_test", now.Add(-time.Second))
+	st, err = j.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.EventsDeleted != 700 || st.Batches != 2 || st.LargestBatchRows != policy.BatchSize || st.KeysDeleted+st.BodiesErased != 0 {
+		t.Errorf("stats %+v: want 700 events deleted, in batches of %d", st, policy.BatchSize)
+	}
+	for prefix, want := range map[string]int{"old_": 0, "parked_": 100, "kept_": 100, "recent_": 100} {
+		if n := events(prefix); n != want {
+			t.Errorf("%d events %s... left, want %d", n, prefix, want)
+		}
+	}
+	if n := count(t, db, `SELECT count(*) FROM outbox_parked`); n != 100 {
+		t.Errorf("%d events parked, want all 100 still", n)
 	}
 	// A second pass has nothing left to do.
 	if st, err := j.RunOnce(context.Background()); err != nil || st.Batches != 0 {

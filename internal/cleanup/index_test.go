@@ -8,32 +8,37 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
-	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
-// TestDeletingPublishedEventsReadsNoBacklog: the step that deletes
-// published outbox events finds them by publication time through an index:
-// on an outbox of recent published rows and pending ones, with nothing
-// past retention, it reads next to nothing (the last statement of every
-// pass is such a one, and passes run every minute).
-func TestDeletingPublishedEventsReadsNoBacklog(t *testing.T) {
+// TestDeletingOutboxEventsReadsNoBacklog: the step that deletes outbox
+// events finds them by age, through the primary key (UUIDv7 ids, in
+// creation order), up to the bound below which no catch-up needs them.
+// Here a relay was stopped for eight days (its position is older than the
+// retention), and 20,000 events wait for its catch-up: half within
+// CatchupMargin before its position, past retention but kept, half recent.
+// A pass, run every minute, reads next to nothing of them (the package
+// stream's own test covers a relay that is up to date).
+func TestDeletingOutboxEventsReadsNoBacklog(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
 	ctx := context.Background()
-	_, err := db.Exec(ctx, `
-		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, published_at)
-		SELECT gen_random_uuid(), 'payment', 'p' || i, 'PaymentCreated', '{}', $1::timestamptz, $1::timestamptz,
-		       CASE WHEN i % 10 <> 0 THEN $1::timestamptz END
-		FROM generate_series(1, 20000) i`, now.Add(-time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	stopped := now.Add(-policy.OutboxRetention - 24*time.Hour)
+	seedEvents(t, db, "held_", 10000, 1, stopped.Add(-stream.CatchupMargin/2))
+	seedEvents(t, db, "recent_", 10000, 1, now.Add(-time.Hour))
+	recordPosition(t, db, "paymentsapi_outbox_test", stopped)
 	if _, err := db.Exec(ctx, `ANALYZE outbox_events`); err != nil {
 		t.Fatal(err)
 	}
-	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", outbox.DeletePublished,
-		now.Add(-policy.OutboxRetention).Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
+	cutoff := now.Add(-policy.OutboxRetention)
+	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", stream.DeleteStreamed,
+		cutoff.Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
+	// And it really deletes none of them.
+	tag, err := db.Exec(ctx, stream.DeleteStreamed, cutoff, policy.BatchSize)
+	if err != nil || tag.RowsAffected() != 0 {
+		t.Fatalf("clean-up deleted %d events (%v), want none: a catch-up may need them", tag.RowsAffected(), err)
+	}
 }
 
 // TestErasingBodiesReadsNoErasedKeys (issue 9, item 7): the step that erases

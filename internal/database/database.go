@@ -44,7 +44,7 @@ func Open(ctx context.Context, url string, options ...func(*pgxpool.Config)) (*p
 	// implicit transaction, no BEGIN to set the level on) would reuse its
 	// first snapshot and could refund more than the payment.
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
-	configureConn(&cfg.ConnConfig.Config)
+	ConfigureConn(&cfg.ConnConfig.Config)
 	if !strings.Contains(url, "pool_ping_timeout") {
 		cfg.PingTimeout = DefaultPingTimeout
 	}

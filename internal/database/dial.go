@@ -40,12 +40,15 @@ const (
 	userTimeout = keepAliveIdle + keepAliveCount*keepAliveInterval
 )
 
-// configureConn sets the per-host connect timeout and the dialer with
+// ConfigureConn sets the per-host connect timeout and the dialer with
 // keepalives and a user timeout on cfg, and on each of its fallbacks (the
 // other hosts of a multi-host URL), which pgx dials with cfg's DialFunc.
 // The hosts themselves are left as pgx parsed them: pgx tries them in order
 // and keeps the first that satisfies target_session_attrs.
-func configureConn(cfg *pgconn.Config) {
+//
+// A connection the service opens outside Open (the outbox relay's
+// replication connection) is configured with it too.
+func ConfigureConn(cfg *pgconn.Config) {
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = DefaultConnectTimeout
 	}

@@ -10,13 +10,13 @@ import (
 )
 
 // A regression guard for the schema: the columns these bookkeeping updates
-// change (the relay's claim and attempt, a key's waiters and lease, a
-// refund's state) are in no index's key, expression or predicate, so the
-// updates are HOT and write no index entry. Adding such an index (the
-// audit in docs/INDEXES.md) fails here. The statements are plain SQL that
-// change the same columns as the services' (whose own statements change
-// more: the key's hold also sets the indexed recovery_next_at, and is not
-// HOT), in one transaction whose own counts (pg_stat_get_xact_*) are read.
+// change (a key's waiters and lease, a refund's state) are in no index's
+// key, expression or predicate, so the updates are HOT and write no index
+// entry. Adding such an index (the audit in docs/INDEXES.md) fails here.
+// The statements are plain SQL that change the same columns as the
+// services' (whose own statements change more: the key's hold also sets
+// the indexed recovery_next_at, and is not HOT), in one transaction whose
+// own counts (pg_stat_get_xact_*) are read.
 // The payments' moves are checked with the state machine's own statements
 // in package payments.
 func TestBookkeepingUpdatesAreHOT(t *testing.T) {
@@ -27,16 +27,6 @@ func TestBookkeepingUpdatesAreHOT(t *testing.T) {
 		setup   string // inserts the row (and what it needs), as $1
 		updates []string
 	}{
-		{
-			name:  "the relay's claim and attempt",
-			table: "outbox_events",
-			setup: `INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
-				VALUES (gen_random_uuid(), 'payment', $1, 'PaymentCreated', '{}', now(), now())`,
-			updates: []string{
-				`UPDATE outbox_events SET claimed_until = now() + interval '30 seconds', claim_token = gen_random_uuid() WHERE aggregate_id = $1`,
-				`UPDATE outbox_events SET attempts = attempts + 1 WHERE aggregate_id = $1`,
-			},
-		},
 		{
 			name:  "a key's waiters and lease",
 			table: "idempotency_keys",

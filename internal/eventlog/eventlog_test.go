@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +29,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -45,16 +46,17 @@ const (
 )
 
 // env is the API as cmd/paymentsapi wires it, on a database of its own,
-// with the relay run by hand: its publisher is the event log's, wrapping a
-// publisher that remembers what it was given (or fails, while failing).
+// with the outbox's stream relay run by hand (RunOnce): its publisher is
+// the event log's, wrapping a publisher that remembers what it was given.
 type env struct {
 	t     *testing.T
 	url   string
 	pool  *pgxpool.Pool
 	clk   *clock.Fake
 	core  *app.Core
-	relay *outbox.Relay
+	relay *stream.Relay
 	next  *recorder
+	tries atomic.Int32 // publishes the relay asked of the event log's publisher
 }
 
 type recorder struct {
@@ -67,6 +69,28 @@ func (r *recorder) Publish(_ context.Context, e outbox.Event) error {
 	defer r.mu.Unlock()
 	r.published = append(r.published, e)
 	return nil
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.published)
+}
+
+// counted counts the publishes (single or batched) the relay asks of next.
+type counted struct {
+	next  outbox.BatchPublisher
+	tries *atomic.Int32
+}
+
+func (c counted) Publish(ctx context.Context, e outbox.Event) error {
+	c.tries.Add(1)
+	return c.next.Publish(ctx, e)
+}
+
+func (c counted) PublishBatch(ctx context.Context, events []outbox.Event) []error {
+	c.tries.Add(1)
+	return c.next.PublishBatch(ctx, events)
 }
 
 func newEnv(t *testing.T) *env {
@@ -91,12 +115,13 @@ func newEnv(t *testing.T) *env {
 		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) }, Clock: clk,
 	})))
 	t.Cleanup(srv.Close)
-	next := &recorder{}
-	relay, err := outbox.NewRelay(outbox.RelayDeps{DB: pool, Publisher: core.EventLog.Publisher(next), Clock: clk, Log: log}, outbox.RelayConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, relay: relay, next: next}
+	e := &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, next: &recorder{}}
+	e.relay = stream.NewRelay(stream.RelayDeps{
+		ConnString: pool.Config().ConnConfig.ConnString(), DB: pool,
+		Publisher: counted{next: core.EventLog.Publisher(e.next), tries: &e.tries}, Clock: clk, Log: log,
+	}, stream.RelayConfig{Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 3})
+	t.Cleanup(func() { e.relay.Close(context.Background()) })
+	return e
 }
 
 type response struct {
@@ -142,16 +167,12 @@ func (e *env) pay(secret, key, method, capture string) string {
 	return v.PaymentID
 }
 
+// relayAll publishes everything committed so far (the first call creates
+// the database's slot and publishes from the table what came before it).
 func (e *env) relayAll() {
 	e.t.Helper()
-	for {
-		n, err := e.relay.RunOnce(context.Background())
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if n == 0 {
-			return
-		}
+	if _, err := e.relay.RunOnce(context.Background()); err != nil {
+		e.t.Fatal(err)
 	}
 }
 
@@ -248,8 +269,8 @@ func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
 
 	// The relay publishes what it records; a second recording of the same
 	// events (the relay publishes at least once) changes nothing.
-	if len(e.next.published) != 11 {
-		t.Fatalf("published %d events, want 11", len(e.next.published))
+	if n := e.next.count(); n != 11 {
+		t.Fatalf("published %d events, want 11", n)
 	}
 	if err := e.core.EventLog.Record(t.Context(), e.next.published); err != nil {
 		t.Fatal(err)
@@ -359,28 +380,61 @@ func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
 	}
 }
 
-// When the log cannot record, nothing is published: the relay hands the
-// events back as the broker's failure and publishes them later, recorded.
+// When the log cannot record, nothing is published: the event log's
+// publisher fails the events as the broker's failure (ErrBrokerUnavailable),
+// which the relay retries without counting attempts, so nothing is parked
+// however long the log is away; it publishes them once the log is back,
+// recorded.
 func TestNothingIsPublishedThatTheLogDidNotRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.relayAll() // creates the slot: the payment's events come through its stream
 	e.pay(secretA, "p1", "pm_card_visa", "")
 	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE events RENAME TO events_away`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.relay.RunOnce(t.Context()); err != nil && !errors.Is(err, outbox.ErrBrokerUnavailable) {
-		t.Logf("relay pass while the log is away: %v", err)
+	type result struct {
+		n   int
+		err error
 	}
-	if len(e.next.published) != 0 {
-		t.Fatalf("published %d events the log did not record", len(e.next.published))
+	done, finished := make(chan result, 1), make(chan struct{})
+	before := e.tries.Load()
+	go func() {
+		defer close(finished)
+		n, err := e.relay.RunOnce(t.Context())
+		done <- result{n, err}
+	}()
+	t.Cleanup(func() { <-finished }) // before the relay's Close: t.Context ends first
+	// More tries than MaxAttempts (3): a failure counted against the
+	// events would have parked them by then, and stopped the tries.
+	deadline := time.Now().Add(30 * time.Second)
+	for e.tries.Load()-before < 5 {
+		var parked int
+		if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_parked`).Scan(&parked); err != nil || parked != 0 {
+			t.Fatalf("%d events parked (%v) while the log was away: its failure was counted as theirs", parked, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay tried %d publishes in 30s while the log was away, want 5", e.tries.Load()-before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.next.count(); n != 0 {
+		t.Fatalf("published %d events the log did not record", n)
 	}
 	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE events_away RENAME TO events`); err != nil {
 		t.Fatal(err)
 	}
-	e.clk.Advance(time.Hour) // past the relay's backoff
-	e.relayAll()
-	if got := e.events(secretA, ""); len(got.Items) != 2 || len(e.next.published) != 2 {
-		t.Fatalf("after the log came back: %d recorded, %d published; want 2 and 2", len(got.Items), len(e.next.published))
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not publish the events within 30s of the log's return")
+	}
+	if r.err != nil || r.n != 2 {
+		t.Fatalf("RunOnce: published %d, %v; want 2", r.n, r.err)
+	}
+	if got := e.events(secretA, ""); len(got.Items) != 2 || e.next.count() != 2 {
+		t.Fatalf("after the log came back: %d recorded, %d published; want 2 and 2", len(got.Items), e.next.count())
 	}
 }
 

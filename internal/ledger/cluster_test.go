@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub/natstest"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
 // TestThreeNodeBrokerLosesANodeDuringRelayTraffic: the relay publishes to a
@@ -34,7 +36,7 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := natspub.StreamConfig{}.WithDefaults()
+	streamCfg := natspub.StreamConfig{}.WithDefaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// The meta leader may be elected before it has heard from every peer:
@@ -42,8 +44,8 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 	var s jetstream.Stream
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name: stream.Name, Subjects: []string{stream.SubjectPrefix + ".>"}, Storage: jetstream.FileStorage,
-			Duplicates: stream.DuplicateWindow, Replicas: 3,
+			Name: streamCfg.Name, Subjects: []string{streamCfg.SubjectPrefix + ".>"}, Storage: jetstream.FileStorage,
+			Duplicates: streamCfg.DuplicateWindow, Replicas: 3,
 		})
 		if err == nil {
 			break
@@ -53,23 +55,19 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 		}
 	}
 
-	amounts, declined := e.createPayments(120)
-	var events int
-	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&events); err != nil {
-		t.Fatal(err)
-	}
-
-	// The hook holds the relay after its sixtieth publish until the node
-	// is gone, so that the node goes in the middle of the traffic however
-	// fast or slow the machine is.
+	// The hook holds the relay, once a batch took it past its sixtieth
+	// published event, until the node is gone (the batch is then confirmed
+	// and the relay goes on), so that the node goes in the middle of the
+	// traffic however fast or slow the machine is.
 	var (
 		seen     atomic.Int32
 		reached  = make(chan struct{})
 		nodeGone = make(chan struct{})
 		killAt   = 60
 	)
-	hooks := outbox.RelayHooks{AfterPublish: func(ctx context.Context, _ outbox.Event) error {
-		if int(seen.Add(1)) == killAt {
+	afterPublish := func(ctx context.Context, batch []outbox.Event) error {
+		n := int(seen.Add(int32(len(batch))))
+		if n-len(batch) < killAt && n >= killAt {
 			close(reached)
 			select {
 			case <-nodeGone:
@@ -77,26 +75,31 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 			}
 		}
 		return nil
-	}}
-	// The relay runs on the real clock: it pauses after a broker outage
-	// until a time it reads from its clock.
-	relay, err := outbox.NewRelay(outbox.RelayDeps{DB: e.pool, Publisher: natspub.NewPublisher(js, stream, nil), Clock: clock.System{}},
-		outbox.RelayConfig{Lease: 30 * time.Second, BatchSize: 5, Hooks: hooks})
-	if err != nil {
+	}
+	// Retries at most a second apart while the stream elects its new
+	// leader.
+	pub := &acceptedIDs{next: natspub.NewPublisher(js, streamCfg, nil), ids: map[string]bool{}}
+	relay := stream.NewRelay(stream.RelayDeps{ConnString: e.pool.Config().ConnConfig.ConnString(), DB: e.pool, Publisher: pub, Clock: clock.System{}},
+		stream.RelayConfig{BatchSize: 5, MaxBackoff: time.Second, Standby: 50 * time.Millisecond, AfterPublish: afterPublish})
+	// The slot is created before the payments (an empty RunOnce), so that
+	// their events come through its stream, batch by batch, not through a
+	// new slot's catch-up (which runs no hook).
+	if n, err := relay.RunOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("create the slot: published %d, %v", n, err)
+	}
+	relay.Close(ctx)
+
+	amounts, declined := e.createPayments(120)
+	var events int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events`).Scan(&events); err != nil {
 		t.Fatal(err)
 	}
+
 	rctx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan struct{})
-	go func() { defer close(relayDone); relay.Run(rctx, 20*time.Millisecond) }()
+	go func() { defer close(relayDone); relay.Run(rctx) }()
 	defer func() { stopRelay(); <-relayDone }()
 
-	published := func() int {
-		var n int
-		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE published_at IS NOT NULL`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	select {
 	case <-reached:
 	case <-ctx.Done():
@@ -112,16 +115,18 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 	}
 	leader.Shutdown()
 	close(nodeGone)
-	t.Logf("stream leader %s shut down after %d of %d events were published", info.Cluster.Leader, killAt, events)
+	t.Logf("stream leader %s shut down after %d of %d events were published", info.Cluster.Leader, seen.Load(), events)
 
-	for published() < events {
+	// Published: every event of the outbox acknowledged by the broker to
+	// the relay's publisher.
+	for pub.count() < events {
 		if ctx.Err() != nil {
-			t.Fatalf("the relay published %d of %d events after the node went", published(), events)
+			t.Fatalf("the relay published %d of %d events after the node went", pub.count(), events)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	b := &broker{t: t, js: js, stream: stream}
+	b := &broker{t: t, js: js, stream: streamCfg}
 	b.consume(e.proj)
 	b.waitIdle()
 	e.wantOneEntryPerSucceededPayment(amounts, declined)
@@ -143,4 +148,41 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 	if info.State.Msgs != uint64(events) {
 		t.Errorf("the stream holds %d messages for %d events", info.State.Msgs, events)
 	}
+}
+
+// acceptedIDs is a publisher that remembers the ids of the events next
+// accepted.
+type acceptedIDs struct {
+	next outbox.BatchPublisher
+	mu   sync.Mutex
+	ids  map[string]bool
+}
+
+func (p *acceptedIDs) Publish(ctx context.Context, e outbox.Event) error {
+	err := p.next.Publish(ctx, e)
+	p.accepted([]outbox.Event{e}, []error{err})
+	return err
+}
+
+func (p *acceptedIDs) PublishBatch(ctx context.Context, events []outbox.Event) []error {
+	errs := p.next.PublishBatch(ctx, events)
+	p.accepted(events, errs)
+	return errs
+}
+
+func (p *acceptedIDs) accepted(events []outbox.Event, errs []error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, err := range errs {
+		if err == nil {
+			p.ids[events[i].ID] = true
+		}
+	}
+}
+
+// count is how many distinct events were accepted.
+func (p *acceptedIDs) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ids)
 }

@@ -34,17 +34,16 @@
 //     WHERE consumer = 'ledger' AND outcome = 'rejected';
 //  2. Forget it: DELETE FROM inbox WHERE consumer = 'ledger' AND
 //     outcome = 'rejected' AND event_id = '<event id>';
-//  3. Deliver it again. While the outbox still holds the row (published rows
-//     are kept for OUTBOX_RETENTION, 7 days by default), let the relay
-//     publish it again: UPDATE outbox_events SET published_at = NULL,
-//     attempts = 0, next_attempt_at = now() WHERE id = '<event id>' (every
-//     consumer of the stream gets it again, and deduplicates it by event
-//     id; the stream itself drops a copy published within its duplicate
-//     window, 2 minutes, of the first publish). Otherwise republish the copy
-//     the stream keeps (its MaxAge is unlimited by default), e.g. with the
-//     nats CLI: nats stream get PAYMENTS_EVENTS <sequence>, then nats pub on
-//     the same subject with the same body (a new Nats-Msg-Id is fine: the
-//     ledger deduplicates by the body's eventId).
+//  3. Deliver it again. While the outbox still holds the event (it is
+//     kept for OUTBOX_RETENTION, 7 days by default), let the relay publish
+//     it again: paymentsapi outbox replay '<event id>' (every consumer of
+//     the stream gets it again, and deduplicates it by event id; the stream
+//     itself drops a copy published within its duplicate window, 2 minutes,
+//     of the first publish). Otherwise republish the copy the stream keeps
+//     (its MaxAge is unlimited by default), e.g. with the nats CLI: nats
+//     stream get PAYMENTS_EVENTS <sequence>, then nats pub on the same
+//     subject with the same body (a new Nats-Msg-Id is fine: the ledger
+//     deduplicates by the body's eventId).
 //
 // A replay books at most one entry: the entry's natural key (payment_id,
 // entry_type) still holds if the payment's entry was booked meanwhile from

@@ -27,6 +27,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub/natstest"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -403,28 +404,36 @@ func (e *env) createPayments(n int) (map[string]int64, []string) {
 	return amounts, declined
 }
 
-func (e *env) relay(pub outbox.Publisher, hooks outbox.RelayHooks) *outbox.Relay {
+// relay returns a stream relay of the test's database publishing to pub;
+// afterPublish, if not nil, runs after each batch is published and before it
+// is confirmed (an error there ends the session as a crash would). Its
+// session is closed when the test ends.
+func (e *env) relay(pub outbox.Publisher, afterPublish func(context.Context, []outbox.Event) error) *stream.Relay {
 	e.t.Helper()
-	r, err := outbox.NewRelay(outbox.RelayDeps{DB: e.pool, Publisher: pub, Clock: e.clock},
-		outbox.RelayConfig{Lease: 30 * time.Second, Hooks: hooks})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	r := stream.NewRelay(stream.RelayDeps{ConnString: e.pool.Config().ConnConfig.ConnString(), DB: e.pool, Publisher: pub, Clock: e.clock},
+		stream.RelayConfig{AfterPublish: afterPublish})
+	e.t.Cleanup(func() { r.Close(context.Background()) })
 	return r
 }
 
-func (e *env) drain(r *outbox.Relay) {
+// drain publishes, through r, everything committed so far (the first call
+// on a database creates its slot and publishes from the table what came
+// before it) and returns how many events the publisher accepted. A reader
+// that has just let go of the slot is noticed by the server a moment later
+// (ErrSlotBusy): drain tries again meanwhile.
+func (e *env) drain(r *stream.Relay) int {
 	e.t.Helper()
-	for range 100 {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		n, err := r.RunOnce(context.Background())
-		if err != nil {
+		if err == nil {
+			return n
+		}
+		if !errors.Is(err, stream.ErrSlotBusy) || time.Now().After(deadline) {
 			e.t.Fatal(err)
 		}
-		if n == 0 {
-			return
-		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	e.t.Fatal("the relay did not drain the outbox")
 }
 
 // wantOneEntryPerSucceededPayment checks the ledger against the payments.
@@ -486,8 +495,12 @@ func TestEveryEventDeliveredTwiceBooksOneEntryPerPayment(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	b := newBroker(t, natspub.StreamConfig{})
+	r := e.relay(twice(b.js, b.stream), nil)
+	e.drain(r) // creates the slot: the payments' events go through its stream
 	amounts, declined := e.createPayments(12)
-	e.drain(e.relay(twice(b.js, b.stream), outbox.RelayHooks{}))
+	if n := e.drain(r); n != e.count(`SELECT count(*) FROM outbox_events`) {
+		t.Fatalf("the relay published %d events, want every event of the outbox", n)
+	}
 	if got, want := b.storedSucceeded(), uint64(2*len(amounts)); got != want {
 		t.Fatalf("stream holds %d PaymentSucceeded messages, want %d", got, want)
 	}
@@ -499,46 +512,55 @@ func TestEveryEventDeliveredTwiceBooksOneEntryPerPayment(t *testing.T) {
 	e.wantOutcomes(map[string]float64{"applied": n, "duplicate_event": n})
 }
 
-// TestKillRelayBetweenPublishAndMark: the relay dies after the broker took
-// a PaymentSucceeded and before the mark; once its claim runs out another
-// relay publishes the event again. The stream's duplicate window is made
-// short and waited out, so that the broker keeps the repeat and the
-// consumer really gets the event twice: it books one entry.
-func TestKillRelayBetweenPublishAndMark(t *testing.T) {
+// TestKillRelayBetweenPublishAndConfirm: the relay dies after the broker
+// took a batch holding a PaymentSucceeded and before it confirmed the batch
+// to the slot; the slot stays where it was, and the next relay to read it
+// is sent the batch again and publishes the event again. The stream's
+// duplicate window is made short and waited out, so that the broker keeps
+// the repeat and the consumer really gets the event twice: it books one
+// entry.
+func TestKillRelayBetweenPublishAndConfirm(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	b := newBroker(t, natspub.StreamConfig{DuplicateWindow: 100 * time.Millisecond})
-	amounts, _ := e.createPayments(1)
 	pub := natspub.NewPublisher(b.js, b.stream, nil)
 
 	var crashed atomic.Bool
-	dying := e.relay(pub, outbox.RelayHooks{AfterPublish: func(_ context.Context, ev outbox.Event) error {
-		if ev.Type == "PaymentSucceeded" {
-			crashed.Store(true)
-			return errors.New("killed between publish and mark")
+	dying := e.relay(pub, func(_ context.Context, batch []outbox.Event) error {
+		for _, ev := range batch {
+			if ev.Type == "PaymentSucceeded" {
+				crashed.Store(true)
+				return errors.New("killed between publish and confirm")
+			}
 		}
 		return nil
-	}})
-	for !crashed.Load() {
-		if _, err := dying.RunOnce(context.Background()); err != nil && !crashed.Load() {
-			t.Fatal(err)
-		}
+	})
+	// The slot is created first, so that the payment's events come through
+	// its stream (and the failpoint), not through a new slot's catch-up.
+	if n := e.drain(dying); n != 0 {
+		t.Fatalf("the relay published %d events of an empty outbox", n)
+	}
+	amounts, _ := e.createPayments(1)
+	if n, err := dying.RunOnce(context.Background()); err == nil || !crashed.Load() || n == 0 {
+		t.Fatalf("RunOnce: published %d, %v; want the PaymentSucceeded's batch published, then the crash", n, err)
 	}
 	if got := b.storedSucceeded(); got != 1 {
 		t.Fatalf("stream holds %d PaymentSucceeded messages after the crash, want 1", got)
 	}
-	if n := e.count(`SELECT count(*) FROM outbox_events WHERE event_type = 'PaymentSucceeded' AND published_at IS NULL`); n != 1 {
-		t.Fatalf("the PaymentSucceeded row should still be unpublished")
-	}
 
 	b.outwaitDuplicateWindow()
-	e.clock.Advance(31 * time.Second) // past the dead relay's claim
-	e.drain(e.relay(pub, outbox.RelayHooks{}))
+	next := e.relay(pub, nil)
+	if n := e.drain(next); n == 0 {
+		t.Fatal("the next relay published nothing: the crashed batch was confirmed")
+	}
 	if got := b.storedSucceeded(); got != 2 {
 		t.Fatalf("stream holds %d PaymentSucceeded messages, want 2: the event was not published again", got)
 	}
-	if n := e.count(`SELECT count(*) FROM outbox_events WHERE published_at IS NULL`); n != 0 {
-		t.Fatalf("%d rows unpublished", n)
+	// The next relay confirmed what it published: a session after it is
+	// sent nothing again.
+	next.Close(context.Background())
+	if n := e.drain(next); n != 0 {
+		t.Fatalf("a session after the next relay's published %d events again: it had not confirmed them", n)
 	}
 
 	b.consume(e.proj)

@@ -1,6 +1,8 @@
 // Package outbox is the transactional outbox: events are written in the same
 // transaction as the state change they announce, and published later, at
-// least once, by a relay. Consumers deduplicate by event id.
+// least once, by the relay of package outbox/stream, which reads them from
+// a logical replication slot in commit order. Consumers deduplicate by
+// event id.
 package outbox
 
 import (
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
@@ -114,12 +117,12 @@ func args(e Event) []any {
 	return []any{e.ID, e.AggregateType, e.AggregateID, e.Type, e.Payload, e.OccurredAt, traceparent}
 }
 
-// DeletePublished is the outbox's clean-up, run by package cleanup: it
-// deletes at most $2 events published before $1 (OUTBOX_RETENTION), chosen
-// with SKIP LOCKED so that it never waits for a relay.
-const DeletePublished = `
-		DELETE FROM outbox_events
-		WHERE id = ANY(ARRAY(
-		    SELECT id FROM outbox_events
-		    WHERE published_at IS NOT NULL AND published_at <= $1
-		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+// DB is what the relay and its collaborators need of the database;
+// *pgxpool.Pool has it. It has no Begin: each call is one transaction of
+// its own (a batch one implicit transaction).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}

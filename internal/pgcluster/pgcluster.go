@@ -57,10 +57,6 @@ type Options struct {
 	// Database is created on the primary (and so on the standby). Default
 	// "payments".
 	Database string
-	// LogicalDecoding runs both servers with wal_level=logical and room
-	// for replication slots (package outbox/stream). A slot lives on the
-	// primary only: the standby, once promoted, has none.
-	LogicalDecoding bool
 }
 
 // BinDir returns the directory of the PostgreSQL server binaries, or ""
@@ -132,16 +128,17 @@ func Start(t testing.TB, opts Options) *Pair {
 		"unix_socket_directories = ''",
 		"fsync = off",
 		"full_page_writes = off",
-		"wal_level = replica",
+		// The outbox relay reads a replication slot (package
+		// outbox/stream). A slot lives on the primary only: the standby,
+		// once promoted, has none.
+		"wal_level = logical",
+		"max_replication_slots = 10",
 		"max_wal_senders = 10",
 		"wal_keep_size = '256MB'",
 		"max_connections = 200",
 		"hot_standby = on",
 		"shared_buffers = '32MB'",
 		"logging_collector = off",
-	}
-	if opts.LogicalDecoding {
-		conf = append(conf, "wal_level = logical", "max_replication_slots = 10") // the later wal_level wins
 	}
 	p.appendConf(p.Primary, conf)
 	p.pgctl("start", p.Primary)
@@ -257,7 +254,7 @@ func (p *Pair) Detach() {
 	p.t.Helper()
 	p.exec(p.Standby, "ALTER SYSTEM SET primary_conninfo = ''")
 	p.exec(p.Standby, "SELECT pg_reload_conf()")
-	p.waitReplicationCount("SELECT count(*) FROM pg_stat_replication", 0)
+	p.waitReplicationCount("SELECT count(*) FROM "+standbys, 0)
 	p.t.Logf("pgcluster: standby detached")
 }
 
@@ -276,16 +273,21 @@ func (p *Pair) exec(n *Node, sql string) {
 	}
 }
 
+// standbys is pg_stat_replication without the senders of logical
+// replication slots (the outbox relays'): the standby's sender alone.
+const standbys = `(SELECT * FROM pg_stat_replication WHERE pid NOT IN (
+	SELECT active_pid FROM pg_replication_slots WHERE slot_type = 'logical' AND active_pid IS NOT NULL)) r`
+
 // waitStreaming waits until the primary sees its standby streaming.
 func (p *Pair) waitStreaming() {
 	p.t.Helper()
-	p.waitReplication("SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+	p.waitReplication("SELECT count(*) FROM " + standbys + " WHERE state = 'streaming'")
 }
 
 // waitSync waits until the primary counts its standby as synchronous.
 func (p *Pair) waitSync() {
 	p.t.Helper()
-	p.waitReplication("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+	p.waitReplication("SELECT count(*) FROM " + standbys + " WHERE sync_state = 'sync'")
 }
 
 // waitReplication waits until query, on the primary, counts a standby.

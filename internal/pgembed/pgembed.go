@@ -88,11 +88,6 @@ type Options struct {
 	// skips syncing to disk. A crash of the machine may then corrupt the
 	// cluster, never use it for data worth keeping.
 	Ephemeral bool
-	// LogicalDecoding starts the server with wal_level=logical and room for
-	// replication slots and their senders, so that a client may read
-	// changes through logical decoding (package outbox/stream). The WAL of
-	// every change then carries what decoding needs.
-	LogicalDecoding bool
 	// MaxConnections is the server's max_connections; 0 means 200.
 	MaxConnections int
 	// StartTimeout bounds the wait for the server to accept connections
@@ -299,9 +294,10 @@ func (c *Cluster) spawn(port int, opts Options) (*process, error) {
 		"-c", "unix_socket_directories=",
 		"-c", "max_connections=" + strconv.Itoa(opts.MaxConnections),
 	}
-	if opts.LogicalDecoding {
-		args = append(args, "-c", "wal_level=logical", "-c", "max_replication_slots=32", "-c", "max_wal_senders=32")
-	}
+	// The outbox relay reads changes through logical decoding (package
+	// outbox/stream), from a replication slot: the WAL of every change
+	// carries what decoding needs.
+	args = append(args, "-c", "wal_level=logical", "-c", "max_replication_slots=32", "-c", "max_wal_senders=32")
 	if opts.Ephemeral {
 		args = append(args,
 			"-c", "fsync=off",

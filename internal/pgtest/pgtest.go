@@ -99,10 +99,9 @@ func Main(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	cluster, err := pgembed.Start(ctx, pgembed.Options{
-		DataDir:         filepath.Join(dir, "postgres"),
-		Ephemeral:       true,
-		LogicalDecoding: true, // package outbox/stream reads a replication slot
-		Logger:          logger,
+		DataDir:   filepath.Join(dir, "postgres"),
+		Ephemeral: true,
+		Logger:    logger,
 	})
 	cancel()
 	if err != nil {
@@ -182,7 +181,46 @@ func newURL(t testing.TB, migrator pgtestdb.Migrator) string {
 	if err != nil {
 		t.Fatalf("pgtest: %s: %v", EnvURL, err)
 	}
-	return pgtestdb.Custom(t, conf, migrator).URL()
+	dbURL := pgtestdb.Custom(t, conf, migrator).URL()
+	// Registered after pgtestdb's clean-up, so it runs before it: a
+	// database with a replication slot cannot be dropped.
+	t.Cleanup(func() { dropSlots(t, dbURL) })
+	return dbURL
+}
+
+// dropSlots drops the replication slots of the database at dbURL (those
+// the outbox relays of a test created there), waiting up to 10 s for each
+// reader to let go of its slot: a reader's end reaches the server a moment
+// after its Close.
+func dropSlots(t testing.TB, dbURL string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Errorf("pgtest: drop the test database's slots: %v", err)
+		return
+	}
+	defer conn.Close(context.Background())
+	for {
+		var left int
+		_, err := conn.Exec(ctx, `
+			SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+			WHERE database = current_database() AND NOT active`)
+		if err == nil {
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = current_database()`).Scan(&left)
+		}
+		if err == nil && left == 0 {
+			return
+		}
+		if err == nil {
+			err = fmt.Errorf("%d still read", left)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("pgtest: drop the test database's slots: %v", err)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // NewContractedPool is NewPool on the schema of the next release: every

@@ -224,7 +224,7 @@ func (p *Publisher) answered(ctx context.Context, e outbox.Event, subject string
 }
 
 // DefaultBatchTimeout bounds a PublishBatch whose context has no deadline
-// (the relay's always has one: its publish timeout), as JetStream bounds a
+// (the relay's always has one: its PublishTimeout), as JetStream bounds a
 // single publish.
 const DefaultBatchTimeout = 10 * time.Second
 

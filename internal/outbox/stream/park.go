@@ -2,7 +2,9 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +14,12 @@ import (
 
 // This file holds parking (see Relay): the events set aside in
 // outbox_parked (migration 00032), and their release.
+
+// ErrNotParked is returned by Unpark for an event that is not parked.
+var ErrNotParked = errors.New("outbox event is not parked")
+
+// MaxErrorLength bounds the last error kept on a parked event, in bytes.
+const MaxErrorLength = 2000
 
 // loadHeld reads the aggregates that have parked events, each with the
 // event its later ones wait behind (the earliest failed one).
@@ -44,8 +52,8 @@ func loadHeld(ctx context.Context, db outbox.DB) (map[aggregate]string, error) {
 // catch-up) keeps the record it has, and its release if an operator gave
 // one.
 func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, waitsFor string) error {
-	if len(cause) > outbox.MaxErrorLength {
-		cause = cause[:outbox.MaxErrorLength]
+	if len(cause) > MaxErrorLength {
+		cause = strings.ToValidUTF8(cause[:MaxErrorLength], "") // not a rune cut in two
 	}
 	onConflict := `DO UPDATE
 		SET attempts = EXCLUDED.attempts, last_error = EXCLUDED.last_error, waits_for = NULL,
@@ -54,7 +62,9 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 		onConflict = `DO NOTHING`
 	}
 	var n int
-	err := r.db.QueryRow(ctx, `
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	err := r.db.QueryRow(qctx, `
 		WITH parked AS (
 		    INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, waits_for, parked_at)
 		    SELECT id, aggregate_type, aggregate_id, seq, $2, NULLIF($3, ''), NULLIF($4, '')::uuid, $5
@@ -90,7 +100,9 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 // again is parked again, with those after it.
 func (r *Relay) release(ctx context.Context) error {
 	r.checked = r.clock.Now()
-	rows, err := r.db.Query(ctx, `
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	rows, err := r.db.Query(qctx, `
 		SELECT p.event_id::text, p.aggregate_type, p.aggregate_id
 		FROM outbox_parked p
 		WHERE EXISTS (SELECT FROM outbox_parked q
@@ -143,8 +155,10 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 		if err != nil {
 			return err
 		}
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
 		if parked > 0 { // failed again: it and the rest wait for the next release
-			_, err := r.db.Exec(ctx, `
+			_, err := r.db.Exec(qctx, `
 				UPDATE outbox_parked SET released_at = NULL,
 				    waits_for = CASE WHEN event_id = $3 THEN NULL ELSE $3::uuid END
 				WHERE aggregate_type = $1 AND aggregate_id = $2`, a.typ, a.id, e.ID)
@@ -153,7 +167,7 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 			}
 			return nil
 		}
-		if _, err := r.db.Exec(ctx, `DELETE FROM outbox_parked WHERE event_id = $1`, e.ID); err != nil {
+		if _, err := r.db.Exec(qctx, `DELETE FROM outbox_parked WHERE event_id = $1`, e.ID); err != nil {
 			return fmt.Errorf("forget released outbox event %s: %w", e.ID, err)
 		}
 	}
@@ -162,7 +176,7 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 
 // Unpark releases the parked event eventID and the other parked events of
 // its aggregate: a running relay publishes them all, in order, within
-// ReleaseInterval. It returns outbox.ErrNotParked if eventID is not parked.
+// ReleaseInterval. It returns ErrNotParked if eventID is not parked.
 func Unpark(ctx context.Context, db outbox.DB, eventID string, now time.Time) error {
 	tag, err := db.Exec(ctx, `
 		UPDATE outbox_parked SET released_at = $2
@@ -172,7 +186,7 @@ func Unpark(ctx context.Context, db outbox.DB, eventID string, now time.Time) er
 		return fmt.Errorf("unpark outbox event %s: %w", eventID, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: %s", outbox.ErrNotParked, eventID)
+		return fmt.Errorf("%w: %s", ErrNotParked, eventID)
 	}
 	return nil
 }

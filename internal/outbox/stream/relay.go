@@ -1,19 +1,24 @@
 package stream
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // Relay publishes the outbox from a Stream: each committed transaction's
@@ -55,8 +60,8 @@ import (
 // relay did not publish (published_at is null, not parked). What it
 // publishes again there is the at-least-once of a failover.
 //
-// Not yet here, unlike outbox.Relay: metrics. Not wired into the service:
-// see docs/BENCHMARKS.md.
+// Tracing: each publish is a span continuing the trace its event was
+// written under (outbox.StartPublishSpans), one per attempt.
 type Relay struct {
 	connString string
 	db         *pgxpool.Pool
@@ -65,6 +70,7 @@ type Relay struct {
 	log        *slog.Logger
 	cfg        RelayConfig
 	metrics    *outbox.Metrics // nil: none
+	tracer     trace.Tracer    // nil: tracing is off
 
 	saved    time.Time // when the position was last recorded
 	checked  time.Time // when released events were last looked for
@@ -85,6 +91,16 @@ type hold struct {
 // endTimeout bounds the end of a session (see hold.end).
 const endTimeout = 5 * time.Second
 
+// queryTimeout bounds each of the relay's statements (and the start of a
+// session, before its stream opens), catchupTimeout the choice of a
+// catch-up's events: a server that froze (a partition, a machine gone
+// without a reset) must not hold the relay, which then starts over, on
+// whichever server is the primary by then.
+const (
+	queryTimeout   = 10 * time.Second
+	catchupTimeout = 5 * time.Minute
+)
+
 // lockClass is the first key of the relays' advisory lock (the second is
 // the slot's name, hashed): "outb".
 const lockClass = 0x6f757462
@@ -95,10 +111,16 @@ const lockClass = 0x6f757462
 // If the slot must be created, its catch-up is marked as under way first
 // and the mark cleared once it is published: a slot found with the mark
 // still set was left by a relay that died catching up, and is dropped and
-// created again, so that its catch-up is never skipped.
+// created again, so that its catch-up is never skipped; so is a slot the
+// server invalidated, having removed WAL it still needed.
 func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
 	r.stream = nil // a catch-up runs before the new stream exists: none to report to
-	conn, err := r.db.Acquire(ctx)
+	// The statements before the stream opens are bounded: a server that
+	// froze must not hold the relay here (Open's connection has its own
+	// bound, the catch-up its own).
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	conn, err := r.db.Acquire(qctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox stream: %w", err)
 	}
@@ -109,36 +131,45 @@ func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
 			h.end(context.WithoutCancel(ctx), locked)
 		}
 	}()
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, lockClass, r.cfg.Slot).Scan(&locked); err != nil {
+	if err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, lockClass, r.cfg.Slot).Scan(&locked); err != nil {
 		return nil, fmt.Errorf("outbox stream: take the relay's lock: %w", err)
 	}
 	if !locked {
 		return nil, fmt.Errorf("%w (another relay holds its lock)", ErrSlotBusy)
 	}
-	var exists, unfinished bool
-	err = conn.QueryRow(ctx, `
+	var exists, lost, unfinished bool
+	err = conn.QueryRow(qctx, `
 		SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()),
+		       COALESCE((SELECT wal_status = 'lost' FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()), false),
 		       COALESCE((SELECT catching_up FROM outbox_stream_positions WHERE slot = $1), false)`,
-		r.cfg.Slot).Scan(&exists, &unfinished)
+		r.cfg.Slot).Scan(&exists, &lost, &unfinished)
 	if err != nil {
 		return nil, fmt.Errorf("outbox stream: look up slot %s: %w", r.cfg.Slot, err)
 	}
-	if exists && unfinished {
-		r.log.WarnContext(ctx, "outbox stream: the slot's catch-up did not finish; creating the slot again", "slot", r.cfg.Slot)
-		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); err != nil {
+	if exists && (unfinished || lost) {
+		if lost {
+			// The server removed WAL the slot still needed (it fell more
+			// than max_slot_wal_keep_size behind): the slot can never be
+			// read again. The position says where to catch up from.
+			r.log.ErrorContext(ctx, "outbox stream: the server invalidated the slot (max_slot_wal_keep_size); creating it again and catching up from the recorded position",
+				"slot", r.cfg.Slot)
+		} else {
+			r.log.WarnContext(ctx, "outbox stream: the slot's catch-up did not finish; creating the slot again", "slot", r.cfg.Slot)
+		}
+		if _, err := conn.Exec(qctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); err != nil {
 			return nil, fmt.Errorf("outbox stream: drop slot %s: %w", r.cfg.Slot, err)
 		}
 		exists = false
 	}
 	if !exists {
-		if _, err := conn.Exec(ctx, `
+		if _, err := conn.Exec(qctx, `
 			INSERT INTO outbox_stream_positions (slot, updated_at, catching_up) VALUES ($1, $2, true)
 			ON CONFLICT (slot) DO UPDATE SET catching_up = true, updated_at = EXCLUDED.updated_at`,
 			r.cfg.Slot, r.clock.Now()); err != nil {
 			return nil, fmt.Errorf("outbox stream: mark the catch-up: %w", err)
 		}
 	}
-	held, err := loadHeld(ctx, conn)
+	held, err := loadHeld(qctx, conn)
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +215,9 @@ type RelayDeps struct {
 	Clock     clock.Clock
 	Log       *slog.Logger    // nil: discard
 	Metrics   *outbox.Metrics // nil: none
+	// Tracer makes each publish a span continuing the trace its event was
+	// created under; nil or a no-op provider traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // RelayConfig tunes a Relay. Zero fields take their defaults.
@@ -197,6 +231,10 @@ type RelayConfig struct {
 	// one (default 20ms): fewer, larger publishes (and event-log writes),
 	// for a few milliseconds of delay.
 	Linger time.Duration
+	// PublishTimeout bounds one publish (a batch's, with a
+	// BatchPublisher) (default 10s): a publisher that hangs is retried
+	// like one that failed, rather than holding the relay.
+	PublishTimeout time.Duration
 	// Backoff and MaxBackoff space the retries of a failed publish
 	// (defaults 100ms and 30s), and of a failed connection.
 	Backoff, MaxBackoff time.Duration
@@ -226,6 +264,9 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if cfg.Linger <= 0 {
 		cfg.Linger = 20 * time.Millisecond
 	}
+	if cfg.PublishTimeout <= 0 {
+		cfg.PublishTimeout = 10 * time.Second
+	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = 100 * time.Millisecond
 	}
@@ -248,10 +289,20 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg, metrics: d.Metrics}
+	if cfg.Slot == "" {
+		cfg.Slot = DefaultSlot // Open reports a connection string it cannot parse
+		if c, err := pgconn.ParseConfig(d.ConnString); err == nil {
+			cfg.Slot = SlotFor(cmp.Or(c.Database, c.User)) // no database: the server takes the user's name
+		}
+	}
+	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg, metrics: d.Metrics,
+		tracer: tracing.Tracer(d.Tracer)}
 	r.cfg.Catchup = r.catchUp
 	return r
 }
+
+// Slot is the name of the replication slot the relay reads.
+func (r *Relay) Slot() string { return r.cfg.Slot }
 
 // Run reads and publishes until ctx ends, reconnecting after any failure.
 func (r *Relay) Run(ctx context.Context) {
@@ -341,7 +392,9 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	// it points past the page header, where no record the server reads
 	// ends.) A non-transactional message the publication does not carry.
 	var end pglogrepl.LSN // scans itself from the text
-	if err := r.db.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.outbox.runonce', '')::text`).Scan(&end); err != nil {
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	if err := r.db.QueryRow(qctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.outbox.runonce', '')::text`).Scan(&end); err != nil {
 		return 0, fmt.Errorf("outbox stream: mark the server's position: %w", err)
 	}
 	target := LSN(end)
@@ -391,7 +444,9 @@ func (r *Relay) record(ctx context.Context, committed time.Time) {
 	if now.Sub(r.saved) < r.cfg.PositionInterval {
 		return
 	}
-	_, err := r.db.Exec(ctx, `
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
+	_, err := r.db.Exec(qctx, `
 		INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ($1, $2, $3)
 		ON CONFLICT (slot) DO UPDATE
 		SET committed_at = GREATEST(outbox_stream_positions.committed_at, EXCLUDED.committed_at), updated_at = EXCLUDED.updated_at`,
@@ -413,7 +468,9 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 		ids []string
 		at  time.Time // the snapshot's time: what committed before it is caught up
 	)
-	err := pgx.BeginTxFunc(ctx, r.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	cctx, cancel := context.WithTimeout(ctx, catchupTimeout)
+	defer cancel()
+	err := pgx.BeginTxFunc(cctx, r.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
 			return err
 		}
@@ -451,7 +508,9 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 	}
 	// Transactions that committed between the slot's start and at are in
 	// the stream, not published yet: the margin covers them.
-	if _, err := r.db.Exec(ctx, `
+	qctx, cancelEnd := context.WithTimeout(ctx, queryTimeout)
+	defer cancelEnd()
+	if _, err := r.db.Exec(qctx, `
 		UPDATE outbox_stream_positions
 		SET committed_at = GREATEST(committed_at, $2), updated_at = $3, catching_up = false
 		WHERE slot = $1`, r.cfg.Slot, at, r.clock.Now()); err != nil {
@@ -460,13 +519,15 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 	return nil
 }
 
-// load reads the events ids, in their order.
+// load reads the events ids, in their order (those still in the outbox).
 func (r *Relay) load(ctx context.Context, ids []string) ([]outbox.Event, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
 	rows, err := r.db.Query(ctx, `
 		SELECT id::text, aggregate_type, aggregate_id, event_type, payload, created_at, coalesce(traceparent, '')
 		FROM outbox_events WHERE id = ANY($1::uuid[]) ORDER BY seq`, ids)
 	if err != nil {
-		return nil, fmt.Errorf("read the events to catch up: %w", err)
+		return nil, fmt.Errorf("outbox stream: read events: %w", err)
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
 		var e outbox.Event
@@ -475,7 +536,7 @@ func (r *Relay) load(ctx context.Context, ids []string) ([]outbox.Event, error) 
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read the events to catch up: %w", err)
+		return nil, fmt.Errorf("outbox stream: read events: %w", err)
 	}
 	return events, nil
 }
@@ -498,10 +559,13 @@ func (r *Relay) batch(ctx context.Context, s *Stream, wait time.Duration) ([]out
 		}
 		return nil, 0, time.Time{}, err
 	}
-	if len(tx.Events) == 0 {
+	if len(tx.Events) == 0 && len(tx.Replays) == 0 {
 		return nil, 0, time.Time{}, nil // the server's answer to AskPosition
 	}
 	events, end, committed := tx.Events, tx.End, tx.Committed
+	if events, err = r.withReplays(ctx, events, tx.Replays); err != nil {
+		return nil, 0, time.Time{}, err
+	}
 	more, cancel := context.WithTimeout(ctx, r.cfg.Linger)
 	defer cancel()
 	for len(events) < r.cfg.BatchSize {
@@ -515,12 +579,32 @@ func (r *Relay) batch(ctx context.Context, s *Stream, wait time.Duration) ([]out
 			// whole, and the next Next returns what broke it.
 			break
 		}
-		if len(tx.Events) == 0 {
+		if len(tx.Events) == 0 && len(tx.Replays) == 0 {
 			break // the server's answer to AskPosition
 		}
-		events, end, committed = append(events, tx.Events...), tx.End, tx.Committed
+		if events, err = r.withReplays(ctx, append(events, tx.Events...), tx.Replays); err != nil {
+			return nil, 0, time.Time{}, err
+		}
+		end, committed = tx.End, tx.Committed
 	}
 	return events, end, committed, nil
+}
+
+// withReplays appends to events those an operator asked to publish again
+// (Replay), read from the table, in their order. One that is gone (cleaned
+// up since) is logged and skipped: there is nothing left to publish.
+func (r *Relay) withReplays(ctx context.Context, events []outbox.Event, ids []string) ([]outbox.Event, error) {
+	if len(ids) == 0 {
+		return events, nil
+	}
+	found, err := r.load(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) < len(ids) {
+		r.log.WarnContext(ctx, "outbox stream: events asked to be replayed are no longer in the outbox", "asked", len(ids), "found", len(found))
+	}
+	return append(events, found...), nil
 }
 
 // publish publishes events in waves (see Relay), retrying each failed
@@ -553,7 +637,7 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 	}
 	policy := backoff.Policy{Base: r.cfg.Backoff, Max: r.cfg.MaxBackoff}
 	for round := 1; len(todo) > 0; round++ {
-		errs := publishAll(ctx, r.pub, todo)
+		errs := r.publishAll(ctx, todo)
 		now := r.clock.Now()
 		var (
 			failed []outbox.Event
@@ -611,14 +695,23 @@ func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked in
 	return parked, nil
 }
 
-// publishAll publishes events, at once with a BatchPublisher.
-func publishAll(ctx context.Context, pub outbox.Publisher, events []outbox.Event) []error {
-	if bp, ok := pub.(outbox.BatchPublisher); ok && len(events) > 1 {
+// publishAll publishes events, at once with a BatchPublisher, each under a
+// span of its own when tracing is on (the publisher then gets a copy of
+// the event carrying the span's traceparent).
+func (r *Relay) publishAll(ctx context.Context, events []outbox.Event) (errs []error) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	if r.tracer != nil {
+		events = slices.Clone(events)
+		spans := outbox.StartPublishSpans(r.tracer, events)
+		defer func() { outbox.EndPublishSpans(spans, errs) }()
+	}
+	if bp, ok := r.pub.(outbox.BatchPublisher); ok && len(events) > 1 {
 		return bp.PublishBatch(ctx, events)
 	}
-	errs := make([]error, len(events))
+	errs = make([]error, len(events))
 	for i, e := range events {
-		errs[i] = pub.Publish(ctx, e)
+		errs[i] = r.pub.Publish(ctx, e)
 	}
 	return errs
 }

@@ -32,26 +32,59 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
-// Default names of the slot and of the publication (migration 00030).
+// Default names of the slot (the stem of SlotFor's) and of the
+// publication (migration 00030).
 const (
 	DefaultSlot        = "paymentsapi_outbox"
 	DefaultPublication = "paymentsapi_outbox"
 )
 
+// SlotFor is the slot a relay on database reads when none is configured:
+// DefaultSlot, then the database's name. Slots belong to the whole server,
+// so two databases of one server (two services, or the tests' databases)
+// get two. A name that is not already lower-case letters, digits and
+// underscores, or too long, is cut down to them and told apart by a hash
+// of the whole.
+func SlotFor(database string) string {
+	name := DefaultSlot + "_" + database
+	if slotName.MatchString(name) {
+		return name
+	}
+	var b strings.Builder
+	for _, r := range strings.ToLower(database) {
+		if r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(database))
+	suffix := fmt.Sprintf("_%08x", h.Sum32())
+	stem := DefaultSlot + "_" + b.String()
+	return stem[:min(len(stem), 63-len(suffix))] + suffix
+}
+
 // DefaultStatusInterval is how often a Stream tells the server how far it
 // confirmed while it waits, well inside PostgreSQL's wal_sender_timeout
-// (60 s by default).
+// (60 s by default), asking for an answer.
 const DefaultStatusInterval = 10 * time.Second
+
+// silenceLimit is how many status intervals a server may leave a Stream
+// without a word, though asked to answer, before Next gives it up (a
+// frozen server, a partition: TCP alone would wait for many minutes).
+const silenceLimit = 2
 
 // ErrSlotBusy: another reader is streaming from the slot.
 var ErrSlotBusy = errors.New("outbox stream: the replication slot is being read by another reader")
@@ -86,6 +119,9 @@ func (l LSN) String() string { return pglogrepl.LSN(l).String() }
 type Tx struct {
 	// Events are in the order the transaction inserted them.
 	Events []outbox.Event
+	// Replays are the ids of events the transaction asked to publish again
+	// (Replay), in its order.
+	Replays []string
 	// Committed is when the transaction committed, by the server's clock.
 	Committed time.Time
 	// End is the position to Confirm once the events are published.
@@ -103,6 +139,7 @@ type Stream struct {
 	handed    LSN       // End of the last Tx that Next returned
 	confirmed LSN       // what the server was, or is about to be, told
 	lastSent  time.Time // when the server was last told
+	heard     time.Time // when the server last sent anything
 	read      LSN       // how far the server said it had read (its keepalives)
 	err       error     // what broke the stream: every later call returns it
 	asked     bool      // AskPosition asked, and the server has not answered yet
@@ -141,6 +178,7 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 		return nil, fmt.Errorf("outbox stream: %w", err)
 	}
 	cfg.RuntimeParams["replication"] = "database"
+	database.ConfigureConn(cfg) // the service's connect timeout per host, keepalives
 	// Timestamps come as text: read them in one zone and one style.
 	cfg.RuntimeParams["TimeZone"] = "UTC"
 	cfg.RuntimeParams["DateStyle"] = "ISO, MDY"
@@ -167,8 +205,10 @@ func (s *Stream) start(ctx context.Context) error {
 		}
 	}
 	err = pglogrepl.StartReplication(ctx, s.conn, s.opts.Slot, 0, pglogrepl.StartReplicationOptions{
-		Mode:       pglogrepl.LogicalReplication,
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.opts.Publication + "'"},
+		Mode: pglogrepl.LogicalReplication,
+		// messages: the transactional messages of Replay come in their
+		// transaction.
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + s.opts.Publication + "'", "messages 'true'"},
 	})
 	if err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55006" { // object_in_use
@@ -176,7 +216,7 @@ func (s *Stream) start(ctx context.Context) error {
 		}
 		return fmt.Errorf("outbox stream: start streaming from slot %s: %w", s.opts.Slot, err)
 	}
-	s.lastSent = time.Now()
+	s.lastSent, s.heard = time.Now(), time.Now()
 	return nil
 }
 
@@ -207,9 +247,10 @@ func (s *Stream) create(ctx context.Context) error {
 }
 
 // Next returns the next committed transaction that inserted outbox events
-// (or, after AskPosition, one without events once the server answered). It
-// waits for one until ctx ends, telling the server meanwhile how far the
-// stream confirmed. A transaction that inserted none is not returned.
+// or asked for replays (or, after AskPosition, an empty one once the
+// server answered). It waits for one until ctx ends, telling the server
+// meanwhile how far the stream confirmed. A transaction that did neither
+// is not returned.
 func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 	if s.err != nil {
 		return Tx{}, s.err
@@ -224,7 +265,9 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 	}()
 	for {
 		if time.Since(s.lastSent) >= s.opts.StatusInterval {
-			if err := s.sendStatus(); err != nil {
+			// Asking for an answer: a server that sends nothing for
+			// silenceLimit intervals is taken for gone.
+			if err := s.sendStatusAsking(true); err != nil {
 				return Tx{}, err
 			}
 		}
@@ -233,10 +276,14 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && pgconn.Timeout(err) {
+				if silent := time.Since(s.heard); silent > silenceLimit*s.opts.StatusInterval {
+					return Tx{}, fmt.Errorf("outbox stream: the server sent nothing for %s, though asked to answer", silent.Round(time.Second))
+				}
 				continue // time to tell the server where we are
 			}
 			return Tx{}, fmt.Errorf("outbox stream: receive: %w", err)
 		}
+		s.heard = time.Now()
 		switch msg := msg.(type) {
 		case *pgproto3.CopyData:
 			tx, done, err := s.handle(msg.Data)
@@ -318,6 +365,12 @@ func (s *Stream) handle(data []byte) (Tx, bool, error) {
 			return Tx{}, false, err
 		}
 		s.cur.Events = append(s.cur.Events, e)
+	case *pglogrepl.LogicalDecodingMessage:
+		// Replay's, in a transaction; any other (RunOnce's position
+		// marks, other programs' messages) is not the outbox's.
+		if m.Transactional && m.Prefix == replayPrefix && s.cur != nil {
+			s.cur.Replays = append(s.cur.Replays, string(m.Content))
+		}
 	case *pglogrepl.CommitMessage:
 		if s.cur == nil {
 			return Tx{}, false, nil
@@ -325,7 +378,7 @@ func (s *Stream) handle(data []byte) (Tx, bool, error) {
 		tx := *s.cur
 		s.cur = nil
 		tx.End = LSN(m.TransactionEndLSN)
-		if len(tx.Events) == 0 {
+		if len(tx.Events) == 0 && len(tx.Replays) == 0 {
 			if s.confirmed >= s.handed {
 				s.confirmed = max(s.confirmed, tx.End)
 			}
@@ -437,4 +490,34 @@ func (r *relation) event(t *pglogrepl.TupleData) (outbox.Event, error) {
 	e.OccurredAt = at.UTC()
 	e.TraceParent, _ = text(r.traceCol)
 	return e, nil
+}
+
+// ErrServerCannotStream: the database cannot be read through logical
+// decoding, or not by this role.
+var ErrServerCannotStream = errors.New("outbox stream: the database cannot be read through logical decoding")
+
+// CheckServer says whether the relay can read db's server: wal_level must
+// be logical and the role must be allowed to replicate (REPLICATION, or a
+// superuser). The error (wrapping ErrServerCannotStream) says what to
+// change.
+func CheckServer(ctx context.Context, db outbox.DB) error {
+	var (
+		level string
+		may   bool
+	)
+	err := db.QueryRow(ctx, `
+		SELECT current_setting('wal_level'),
+		       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)`).Scan(&level, &may)
+	if err != nil {
+		return fmt.Errorf("outbox stream: check the server: %w", err)
+	}
+	switch {
+	case level != "logical":
+		return fmt.Errorf("%w: the server runs with wal_level=%s; set wal_level = logical (postgresql.conf, or -c wal_level=logical) and restart it",
+			ErrServerCannotStream, level)
+	case !may:
+		return fmt.Errorf("%w: the role may not replicate; run ALTER ROLE ... REPLICATION (as a superuser) for the service's role",
+			ErrServerCannotStream)
+	}
+	return nil
 }

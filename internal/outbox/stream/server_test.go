@@ -1,0 +1,86 @@
+package stream_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+// Each database gets a slot of its own, named after it, within
+// PostgreSQL's rules for slot names, and two names that differ only in
+// what the rules drop get two slots.
+func TestEachDatabaseGetsASlotOfItsOwn(t *testing.T) {
+	t.Parallel()
+	for db, want := range map[string]string{
+		"payments":                  "paymentsapi_outbox_payments",
+		"testdb_tpl_0a1b_inst_2c3d": "paymentsapi_outbox_testdb_tpl_0a1b_inst_2c3d",
+	} {
+		if got := stream.SlotFor(db); got != want {
+			t.Errorf("SlotFor(%q) = %q, want %q", db, got, want)
+		}
+	}
+	seen := map[string]string{}
+	for _, db := range []string{"Payments", "payments-eu", "payments.eu", strings.Repeat("x", 80), strings.Repeat("x", 81), "zahlungen-ö"} {
+		got := stream.SlotFor(db)
+		if len(got) > 63 || strings.Trim(got, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || !strings.HasPrefix(got, stream.DefaultSlot+"_") {
+			t.Errorf("SlotFor(%q) = %q: not a slot name (up to 63 lower-case letters, digits and _) under %s", db, got, stream.DefaultSlot)
+		}
+		if other, dup := seen[got]; dup {
+			t.Errorf("SlotFor(%q) = SlotFor(%q) = %q", db, other, got)
+		}
+		seen[got] = db
+	}
+}
+
+// The relay's start-up check passes on a server that can stream to the
+// role (the test cluster), and fails, naming the remedy, for a role that
+// may not replicate. (The check of wal_level is the same query's other
+// column: the test servers all run at logical.)
+func TestTheServerCheckNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	if err := stream.CheckServer(context.Background(), pool); err != nil {
+		t.Fatalf("CheckServer on the test cluster: %v", err)
+	}
+
+	// A role of the test's own, without REPLICATION, made by the server's
+	// administrator.
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, os.Getenv(pgtest.EnvURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	role := "norepl_" + hex.EncodeToString(b)
+	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'norepl' NOREPLICATION`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP ROLE `+role) })
+	u, err := url.Parse(pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "norepl")
+	other, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	err = stream.CheckServer(ctx, other)
+	if !errors.Is(err, stream.ErrServerCannotStream) || !strings.Contains(err.Error(), "REPLICATION") {
+		t.Fatalf("CheckServer for a role that may not replicate: %v, want ErrServerCannotStream naming REPLICATION", err)
+	}
+}
