@@ -102,7 +102,7 @@ func TestARelayCarriesOnPastAFrozenPrimary(t *testing.T) {
 	ctx := context.Background()
 	e := &env{url: pair.URL(), pool: pool, slot: stream.DefaultSlot}
 	b := newBroker()
-	e.run(t, b, stream.RelayConfig{Options: stream.Options{StatusInterval: 300 * time.Millisecond}})
+	e.run(t, b, stream.RelayConfig{Options: stream.Options{StatusInterval: 200 * time.Millisecond, SilenceLimit: time.Second}})
 	e.waitCaughtUp(t)
 	e.commit(t, e.event("pay_a", "PaymentCreated"))
 	b.waitFor(t, 1)
@@ -121,7 +121,7 @@ func TestARelayCarriesOnPastAFrozenPrimary(t *testing.T) {
 	if err := promoted.SendBatch(ctx, batch).Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Within a minute: the silence (2 intervals here), a statement to the
+	// Within a minute: the silence (a second here), a statement to the
 	// frozen server left to its 10 s bound, pooled connections to it
 	// pinged and dropped, the new slot and its catch-up.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {

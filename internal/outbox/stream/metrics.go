@@ -12,10 +12,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
-// The relay counts what it does on outbox.Metrics, under the polling
-// relay's names (published, failures, parked, lag, broker_unavailable), so
-// that dashboards read the same whichever relay runs. Its backlog has no
-// flags on rows to count: NewStatsCollector reads the slot instead.
+// The relay counts what it does on outbox.Metrics, under the names the
+// polling relay had (published, failures, parked, lag,
+// broker_unavailable), so that dashboards read the same. Its backlog has
+// no flags on rows to count: NewStatsCollector reads the slot instead.
 
 // statsCollector reads a slot's backlog on each scrape.
 type statsCollector struct {

@@ -56,9 +56,11 @@ import (
 // to a standby, where the slot did not follow), the stream will not carry
 // what committed before the slot: the relay first publishes, from the
 // table, the events created since CatchupMargin (5m) before that position, in
-// insertion order, or, with no position recorded, every event the polling
-// relay did not publish (published_at is null, not parked). What it
-// publishes again there is the at-least-once of a failover.
+// insertion order, or, with no position recorded (the first start on a
+// database, or the first after an upgrade from the polling relay of
+// releases before migration 00033), every event that relay did not publish
+// (published_at is null, not parked). What it publishes again there is
+// the at-least-once of a failover.
 //
 // Tracing: each publish is a span continuing the trace its event was
 // written under (outbox.StartPublishSpans), one per attempt.

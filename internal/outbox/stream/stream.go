@@ -4,8 +4,8 @@
 // from a logical replication slot (the pgoutput plugin and the publication
 // paymentsapi_outbox, migration 00030).
 //
-// It is the read side of an insert-only outbox (issue 22, docs/BENCHMARKS.md,
-// "fifth session"). Nothing is written per event to say it was read: the
+// It is the read side of an insert-only outbox (issue 22, docs/BENCHMARKS.md;
+// the server's requirements: docs/operations.md, "The outbox relay"). Nothing is written per event to say it was read: the
 // slot remembers how far its reader confirmed, and PostgreSQL sends again,
 // after a reconnect, every transaction the reader did not confirm. Commit
 // order is what a payment's events need: the transactions that write one
@@ -14,7 +14,8 @@
 // reader could use, are not in commit order: see BENCHMARKS.md.)
 //
 // A slot has one reader at a time: PostgreSQL refuses a second one
-// (ErrSlotBusy), which is how several instances would take turns.
+// (ErrSlotBusy). The Relay, the service's only publisher of the outbox,
+// lets one instance read at a time under an advisory lock.
 //
 // A slot lives on one server. After a failover to a standby, which has no
 // slot (PostgreSQL 15 does not copy slots to standbys), Open creates it
@@ -23,8 +24,8 @@
 // will not send. The caller publishes from it what may not have been
 // published before (at least once).
 //
-// Not wired into the service yet: the relay (package outbox) still
-// publishes the outbox. See docs/BENCHMARKS.md for where this stands.
+// A transactional logical decoding message (Replay's) asks the relay to
+// publish stored events again, at its place in commit order.
 package stream
 
 import (
@@ -77,14 +78,17 @@ func SlotFor(database string) string {
 }
 
 // DefaultStatusInterval is how often a Stream tells the server how far it
-// confirmed while it waits, well inside PostgreSQL's wal_sender_timeout
-// (60 s by default), asking for an answer.
-const DefaultStatusInterval = 10 * time.Second
+// confirmed while it waits, asking for an answer (well inside PostgreSQL's
+// wal_sender_timeout, 60 s by default). The answer says how far the server
+// has read, and an idle stream confirms that far with its next status: its
+// slot trails the server by one or two intervals.
+const DefaultStatusInterval = time.Second
 
-// silenceLimit is how many status intervals a server may leave a Stream
-// without a word, though asked to answer, before Next gives it up (a
-// frozen server, a partition: TCP alone would wait for many minutes).
-const silenceLimit = 2
+// DefaultSilenceLimit is how long a server may leave a Stream without a
+// word, though asked to answer every status interval, before Next gives it
+// up: a frozen server, a partition (TCP alone would wait for many
+// minutes). Long enough for a server busy decoding a large transaction.
+const DefaultSilenceLimit = 30 * time.Second
 
 // ErrSlotBusy: another reader is streaming from the slot.
 var ErrSlotBusy = errors.New("outbox stream: the replication slot is being read by another reader")
@@ -107,6 +111,9 @@ type Options struct {
 	// StatusInterval is how often the stream reports its confirmed
 	// position while it waits (default DefaultStatusInterval).
 	StatusInterval time.Duration
+	// SilenceLimit is how long the server may say nothing before the
+	// stream is given up (default DefaultSilenceLimit).
+	SilenceLimit time.Duration
 }
 
 // LSN is a position in the server's write-ahead log.
@@ -167,6 +174,9 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 	}
 	if opts.StatusInterval <= 0 {
 		opts.StatusInterval = DefaultStatusInterval
+	}
+	if opts.SilenceLimit <= 0 {
+		opts.SilenceLimit = DefaultSilenceLimit
 	}
 	for _, name := range []string{opts.Slot, opts.Publication} {
 		if !slotName.MatchString(name) {
@@ -266,7 +276,7 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 	for {
 		if time.Since(s.lastSent) >= s.opts.StatusInterval {
 			// Asking for an answer: a server that sends nothing for
-			// silenceLimit intervals is taken for gone.
+			// SilenceLimit is taken for gone.
 			if err := s.sendStatusAsking(true); err != nil {
 				return Tx{}, err
 			}
@@ -276,7 +286,7 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && pgconn.Timeout(err) {
-				if silent := time.Since(s.heard); silent > silenceLimit*s.opts.StatusInterval {
+				if silent := time.Since(s.heard); silent > s.opts.SilenceLimit {
 					return Tx{}, fmt.Errorf("outbox stream: the server sent nothing for %s, though asked to answer", silent.Round(time.Second))
 				}
 				continue // time to tell the server where we are
@@ -318,7 +328,7 @@ func (s *Stream) handle(data []byte) (Tx, bool, error) {
 		// to other tables, transactions without events).
 		s.read = max(s.read, LSN(k.ServerWALEnd))
 		if s.cur == nil && s.confirmed >= s.handed && LSN(k.ServerWALEnd) > s.confirmed {
-			s.confirmed = LSN(k.ServerWALEnd)
+			s.confirmed = LSN(k.ServerWALEnd) // told with the next status
 		}
 		if k.ReplyRequested {
 			if err := s.sendStatus(); err != nil {
