@@ -281,9 +281,17 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 				return Tx{}, err
 			}
 		}
-		wait, cancel := context.WithDeadline(ctx, s.lastSent.Add(s.opts.StatusInterval))
+		// Wait until the next status is due, or less if ctx says so (a
+		// batch's linger: most calls under load, which then need no
+		// context of their own).
+		wait, cancel := ctx, context.CancelFunc(nil)
+		if due := s.lastSent.Add(s.opts.StatusInterval); !deadlineBefore(ctx, due) {
+			wait, cancel = context.WithDeadline(ctx, due)
+		}
 		msg, err := s.conn.ReceiveMessage(wait)
-		cancel()
+		if cancel != nil {
+			cancel()
+		}
 		if err != nil {
 			if ctx.Err() == nil && pgconn.Timeout(err) {
 				if silent := time.Since(s.heard); silent > s.opts.SilenceLimit {
@@ -307,6 +315,12 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 			return Tx{}, fmt.Errorf("outbox stream: %w", pgconn.ErrorResponseToPgError(msg))
 		}
 	}
+}
+
+// deadlineBefore reports whether ctx has a deadline no later than t.
+func deadlineBefore(ctx context.Context, t time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && !d.After(t)
 }
 
 // handle reads one message of the stream; done when it completed a
