@@ -216,7 +216,7 @@ func TestOutboxCommandReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close) // after the relay's Close: it holds a connection
+	t.Cleanup(pool.Close) // after the relay's Close
 	ev, err := outbox.NewEvent(ctx, "PaymentSucceeded", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, time.Now().UTC())
 	if err != nil {
 		t.Fatal(err)

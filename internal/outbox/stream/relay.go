@@ -24,9 +24,10 @@ import (
 // Relay publishes the outbox from a Stream: each committed transaction's
 // events, in commit order, confirmed once the publisher accepted them all.
 // Run one in every instance: one reads at a time, holding an advisory lock
-// on a connection of its own from before it looks at the slot until its
+// on its replication connection from before it looks at the slot until its
 // session ends (a slot alone would let another reader in while its creator
-// catches up), and the others wait their turn (Standby).
+// catches up; Options.Exclusive), and the others wait their turn
+// (Standby).
 //
 // Delivery is at least once: a relay that dies, or loses its connection,
 // before it confirms leaves the slot where it was, and the next reader gets
@@ -80,17 +81,10 @@ type Relay struct {
 	attempts map[string]int // failed publishes by event id, this session
 	sent     int            // events the publisher accepted, all sessions
 	stream   *Stream        // the stream being read, to report to while retrying
-	once     *hold          // RunOnce's session, kept open between calls
+	once     *Stream        // RunOnce's session, kept open between calls
 }
 
-// hold is a session's hold on the slot: the relay's lock, then the stream.
-type hold struct {
-	slot   string
-	lock   *pgxpool.Conn
-	stream *Stream
-}
-
-// endTimeout bounds the end of a session (see hold.end).
+// endTimeout bounds the end of a session (see end).
 const endTimeout = 5 * time.Second
 
 // queryTimeout bounds each of the relay's statements (and the start of a
@@ -103,50 +97,41 @@ const (
 	catchupTimeout = 5 * time.Minute
 )
 
-// lockClass is the first key of the relays' advisory lock (the second is
-// the slot's name, hashed): "outb".
-const lockClass = 0x6f757462
-
-// take starts a session: it takes the relay's lock, on a connection held
-// until the session ends (another relay, or another session of this one,
-// gets ErrSlotBusy), reads the parked aggregates, and opens the stream.
-// If the slot must be created, its catch-up is marked as under way first
-// and the mark cleared once it is published: a slot found with the mark
-// still set was left by a relay that died catching up, and is dropped and
-// created again, so that its catch-up is never skipped; so is a slot the
-// server invalidated, having removed WAL it still needed.
-func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
+// take starts a session: it opens the stream Exclusive (one relay reads
+// at a time: another, or another session of this one, gets ErrSlotBusy;
+// the lock goes with the stream's connection), reads the parked
+// aggregates, and lets the stream start (prepare). If the slot must be
+// created, its catch-up is marked as under way first and the mark cleared
+// once it is published: a slot found with the mark still set was left by a
+// relay that died catching up, and is dropped and created again, so that
+// its catch-up is never skipped; so is a slot the server invalidated,
+// having removed WAL it still needed.
+func (r *Relay) take(ctx context.Context) (*Stream, error) {
 	r.stream = nil // a catch-up runs before the new stream exists: none to report to
-	// The statements before the stream opens are bounded: a server that
-	// froze must not hold the relay here (Open's connection has its own
-	// bound, the catch-up its own).
+	opts := r.cfg.Options
+	opts.Exclusive, opts.Prepare = true, r.prepare
+	s, err := Open(ctx, r.connString, opts)
+	if err != nil {
+		return nil, err
+	}
+	r.stream = s
+	return s, nil
+}
+
+// prepare runs once the session holds the lock, before the stream looks at
+// the slot (see take). Its statements are bounded: a server that froze
+// must not hold the relay here.
+func (r *Relay) prepare(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	conn, err := r.db.Acquire(qctx)
-	if err != nil {
-		return nil, fmt.Errorf("outbox stream: %w", err)
-	}
-	h := &hold{slot: r.cfg.Slot, lock: conn}
-	locked := false
-	defer func() {
-		if err != nil {
-			h.end(context.WithoutCancel(ctx), locked)
-		}
-	}()
-	if err := conn.QueryRow(qctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, lockClass, r.cfg.Slot).Scan(&locked); err != nil {
-		return nil, fmt.Errorf("outbox stream: take the relay's lock: %w", err)
-	}
-	if !locked {
-		return nil, fmt.Errorf("%w (another relay holds its lock)", ErrSlotBusy)
-	}
 	var exists, lost, unfinished bool
-	err = conn.QueryRow(qctx, `
+	err := r.db.QueryRow(qctx, `
 		SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()),
 		       COALESCE((SELECT wal_status = 'lost' FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()), false),
 		       COALESCE((SELECT catching_up FROM outbox_stream_positions WHERE slot = $1), false)`,
 		r.cfg.Slot).Scan(&exists, &lost, &unfinished)
 	if err != nil {
-		return nil, fmt.Errorf("outbox stream: look up slot %s: %w", r.cfg.Slot, err)
+		return fmt.Errorf("outbox stream: look up slot %s: %w", r.cfg.Slot, err)
 	}
 	if exists && (unfinished || lost) {
 		if lost {
@@ -158,47 +143,34 @@ func (r *Relay) take(ctx context.Context) (_ *hold, err error) {
 		} else {
 			r.log.WarnContext(ctx, "outbox stream: the slot's catch-up did not finish; creating the slot again", "slot", r.cfg.Slot)
 		}
-		if _, err := conn.Exec(qctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); err != nil {
-			return nil, fmt.Errorf("outbox stream: drop slot %s: %w", r.cfg.Slot, err)
+		if _, err := r.db.Exec(qctx, `SELECT pg_drop_replication_slot($1)`, r.cfg.Slot); err != nil {
+			return fmt.Errorf("outbox stream: drop slot %s: %w", r.cfg.Slot, err)
 		}
 		exists = false
 	}
 	if !exists {
-		if _, err := conn.Exec(qctx, `
+		if _, err := r.db.Exec(qctx, `
 			INSERT INTO outbox_stream_positions (slot, updated_at, catching_up) VALUES ($1, $2, true)
 			ON CONFLICT (slot) DO UPDATE SET catching_up = true, updated_at = EXCLUDED.updated_at`,
 			r.cfg.Slot, r.clock.Now()); err != nil {
-			return nil, fmt.Errorf("outbox stream: mark the catch-up: %w", err)
+			return fmt.Errorf("outbox stream: mark the catch-up: %w", err)
 		}
 	}
-	held, err := loadHeld(qctx, conn)
+	held, err := loadHeld(qctx, r.db)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.held, r.attempts = held, map[string]int{}
-	if h.stream, err = Open(ctx, r.connString, r.cfg.Options); err != nil {
-		return nil, err
-	}
-	r.stream = h.stream
-	return h, nil
+	return nil
 }
 
-// end closes the stream and lets go of the lock (closing its connection if
-// the lock cannot be given back, so that it never stays in the pool held).
-// It waits at most endTimeout: a server that vanished without a reset
-// would otherwise hold it until TCP gives up.
-func (h *hold) end(ctx context.Context, locked bool) {
+// end closes a session's stream, letting go of its lock. It waits at most
+// endTimeout: a server that vanished without a reset would otherwise hold
+// it until TCP gives up.
+func end(ctx context.Context, s *Stream) {
 	ctx, cancel := context.WithTimeout(ctx, endTimeout)
 	defer cancel()
-	if h.stream != nil {
-		_ = h.stream.Close(ctx)
-	}
-	if locked {
-		if _, err := h.lock.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, lockClass, h.slot); err != nil {
-			_ = h.lock.Conn().Close(ctx)
-		}
-	}
-	h.lock.Release()
+	_ = s.Close(ctx)
 }
 
 // aggregate names the aggregate an event is about.
@@ -210,8 +182,8 @@ func aggregateOf(e outbox.Event) aggregate { return aggregate{e.AggregateType, e
 type RelayDeps struct {
 	// ConnString names the database, for the replication connection.
 	ConnString string
-	// DB is the pool the relay reads and writes its records with; one of
-	// its connections holds the relay's lock for as long as it reads.
+	// DB is the pool the relay reads and writes its records with, one
+	// short statement at a time.
 	DB        *pgxpool.Pool
 	Publisher outbox.Publisher
 	Clock     clock.Clock
@@ -330,12 +302,11 @@ func (r *Relay) Run(ctx context.Context) {
 // session opens the stream and publishes from it until an error; started
 // runs once the stream is open.
 func (r *Relay) session(ctx context.Context, started func()) error {
-	h, err := r.take(ctx)
+	s, err := r.take(ctx)
 	if err != nil {
 		return err
 	}
-	defer h.end(context.WithoutCancel(ctx), true)
-	s := h.stream
+	defer end(context.WithoutCancel(ctx), s)
 	started()
 	for {
 		if len(r.held) > 0 && r.clock.Now().Sub(r.checked) >= r.cfg.ReleaseInterval {
@@ -405,7 +376,7 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 			return 0, err
 		}
 	}
-	s := r.once.stream
+	s := r.once
 	if len(r.held) > 0 {
 		if err := r.release(ctx); err != nil {
 			return 0, err
@@ -433,7 +404,7 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 // Close ends RunOnce's session, if one is open.
 func (r *Relay) Close(ctx context.Context) {
 	if r.once != nil {
-		r.once.end(ctx, true)
+		end(ctx, r.once)
 		r.once = nil
 	}
 }

@@ -114,7 +114,21 @@ type Options struct {
 	// SilenceLimit is how long the server may say nothing before the
 	// stream is given up (default DefaultSilenceLimit).
 	SilenceLimit time.Duration
+	// Exclusive makes Open take an advisory lock named after the slot on
+	// the stream's own connection before it looks at the slot, and fail
+	// with ErrSlotBusy if another Exclusive stream holds it. The lock lasts
+	// exactly as long as the connection: closed, or lost, it is let go.
+	// It keeps a second reader out while the first is not streaming yet
+	// (Prepare, a catch-up), which the slot alone does not.
+	Exclusive bool
+	// Prepare runs once the lock is held (Exclusive) and before Open looks
+	// at the slot; an error ends Open.
+	Prepare func(ctx context.Context) error
 }
+
+// lockClass is the first key of the Exclusive streams' advisory lock (the
+// second is the slot's name, hashed): "outb".
+const lockClass = 0x6f757462
 
 // LSN is a position in the server's write-ahead log.
 type LSN uint64
@@ -197,11 +211,34 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 		return nil, fmt.Errorf("outbox stream: connect: %w", err)
 	}
 	s := &Stream{conn: conn, opts: opts}
+	if err := s.prepare(ctx); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	if err := s.start(ctx); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	return s, nil
+}
+
+// prepare takes the lock (Exclusive) and runs Prepare.
+func (s *Stream) prepare(ctx context.Context) error {
+	if s.opts.Exclusive {
+		// A walsender of a database runs SQL (simple protocol only);
+		// the slot's name was checked, so it can be written in.
+		res, err := s.conn.Exec(ctx, fmt.Sprintf(`SELECT pg_try_advisory_lock(%d, hashtext('%s'))`, lockClass, s.opts.Slot)).ReadAll()
+		if err != nil {
+			return fmt.Errorf("outbox stream: take the lock of slot %s: %w", s.opts.Slot, err)
+		}
+		if len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "t" {
+			return fmt.Errorf("%w (another relay holds its lock)", ErrSlotBusy)
+		}
+	}
+	if s.opts.Prepare != nil {
+		return s.opts.Prepare(ctx)
+	}
+	return nil
 }
 
 func (s *Stream) start(ctx context.Context) error {
