@@ -173,11 +173,12 @@ func foCheck(t *testing.T, db *pgxpool.Pool, simURL string, orders []*foOrder) {
 	}
 }
 
-// foWaitResumed waits until the relay on the new primary published every
-// event (each is recorded in the event log just before its publish: the
-// relay on the old primary published some, the new one's slot, created
-// after the failover, catches up the rest) and the reconciler left no key
-// unfinished.
+// foWaitResumed waits until the relays reached every event and the
+// reconciler left no key unfinished. An event reached is one recorded in
+// the event log, which the relay does just before it publishes it (to
+// these servers' stdout, which does not fail): the relay on the old
+// primary reached some, the new one's slot, created after the failover,
+// catches up the rest.
 func foWaitResumed(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	recWaitFor(t, 30*time.Second, "every outbox event published and every key finished", func(ctx context.Context) (bool, error) {

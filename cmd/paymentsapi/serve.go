@@ -154,6 +154,12 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 			return nil, errors.New("the database has migrations to apply: start a server of this version first (it migrates); operator commands never do")
 		}
 	} else {
+		// Before migrating: a server the relay cannot read is refused
+		// before this release changes its schema (migration 00033 retires
+		// the previous release's relay).
+		if err := stream.CheckServer(ctx, a.pool); err != nil {
+			return nil, err
+		}
 		if err := database.Migrate(ctx, a.pool, log); err != nil {
 			return nil, err
 		}
@@ -218,7 +224,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	defer a.close()
-	relay, closePublisher, err := newRelay(ctx, a, cfg, log, stdout)
+	relay, closePublisher, err := newRelay(a, cfg, log, stdout)
 	if err != nil {
 		return err
 	}
@@ -300,14 +306,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 // newRelay returns the outbox relay with the configured publisher
 // (OUTBOX_PUBLISHER: log, JSON lines on stdout; or nats, JetStream at
-// NATS_URL) and its metrics, and a function that closes the publisher. It
-// fails if the database cannot be read through logical decoding
-// (stream.CheckServer), rather than start a service whose events would
-// never be published.
-func newRelay(ctx context.Context, a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (*stream.Relay, func(), error) {
-	if err := stream.CheckServer(ctx, a.pool); err != nil {
-		return nil, nil, err
-	}
+// NATS_URL) and its metrics, and a function that closes the publisher.
+// (newApp refused a server the relay cannot read, stream.CheckServer,
+// before it migrated.)
+func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (*stream.Relay, func(), error) {
 	var (
 		pub      outbox.Publisher = outbox.NewLogPublisher(stdout)
 		closePub                  = func() {}

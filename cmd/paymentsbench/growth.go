@@ -251,9 +251,20 @@ func (b *benchRun) loadPast(ctx context.Context, n int) (loadResult, error) {
 		return loadResult{}, fmt.Errorf("stop the API: %w", err)
 	}
 	slot := stream.SlotFor(apiDatabase)
-	if _, err := b.api.DB.Exec(ctx, `
-		SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
-		return loadResult{}, fmt.Errorf("drop the relay's slot: %w", err)
+	// The stopped API's sender lets go of the slot a moment after it
+	// exits.
+	for start := time.Now(); ; {
+		_, err := b.api.DB.Exec(ctx, `
+			SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			return loadResult{}, fmt.Errorf("drop the relay's slot: %w", err)
+		}
+		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return loadResult{}, err
+		}
 	}
 	lr, err := b.loadGrowth(ctx, n)
 	if err != nil {

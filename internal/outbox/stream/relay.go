@@ -328,8 +328,14 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 // and confirms it.
 func (r *Relay) step(ctx context.Context, s *Stream, wait time.Duration) error {
 	batch, end, committed, err := r.batch(ctx, s, wait)
-	if err != nil || len(batch) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(batch) == 0 {
+		if end != 0 { // replays of events cleaned up since: nothing to publish, but done with
+			return s.Confirm(end)
+		}
+		return nil
 	}
 	if _, err := r.publish(ctx, batch); err != nil {
 		return err
@@ -431,12 +437,13 @@ func (r *Relay) record(ctx context.Context, committed time.Time) {
 	r.saved = now
 }
 
-// catchUp publishes what the new slot's stream will not carry (see Relay),
-// read as of snapshot. The snapshot only chooses the events, by id: they
-// are published after its transaction ended, read again page by page
-// (outbox rows never change), so that no transaction stays open across a
-// publish.
-func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
+// catchUp chooses what the new slot's stream will not carry (see Relay),
+// as of snapshot, and returns the publishing of it, which the stream runs
+// once the snapshot is let go (Options.Catchup). The snapshot only chooses
+// the events, by id: they are published after its transaction ended, read
+// again page by page (outbox rows never change), so that no transaction
+// and no snapshot stays open across a publish.
+func (r *Relay) catchUp(ctx context.Context, snapshot string) (func(context.Context) error, error) {
 	var (
 		ids []string
 		at  time.Time // the snapshot's time: what committed before it is caught up
@@ -444,14 +451,14 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 	cctx, cancel := context.WithTimeout(ctx, catchupTimeout)
 	defer cancel()
 	err := pgx.BeginTxFunc(cctx, r.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
+		if _, err := tx.Exec(cctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&at); err != nil {
+		if err := tx.QueryRow(cctx, `SELECT statement_timestamp()`).Scan(&at); err != nil {
 			return err
 		}
 		// A rare path (a new slot): a scan of the outbox is acceptable.
-		rows, err := tx.Query(ctx, `
+		rows, err := tx.Query(cctx, `
 			WITH p AS (SELECT committed_at FROM outbox_stream_positions WHERE slot = $1)
 			SELECT o.id::text FROM outbox_events o
 			WHERE CASE WHEN (SELECT committed_at FROM p) IS NULL THEN o.published_at IS NULL AND o.parked_at IS NULL
@@ -465,31 +472,33 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("choose the events to catch up: %w", err)
+		return nil, fmt.Errorf("choose the events to catch up: %w", err)
 	}
-	r.log.InfoContext(ctx, "outbox stream: a new slot; publishing what it will not carry", "slot", r.cfg.Slot, "events", len(ids))
-	for len(ids) > 0 {
-		page := ids[:min(len(ids), r.cfg.BatchSize)]
-		ids = ids[len(page):]
-		events, err := r.load(ctx, page)
-		if err != nil {
-			return err
+	return func(ctx context.Context) error {
+		r.log.InfoContext(ctx, "outbox stream: a new slot; publishing what it will not carry", "slot", r.cfg.Slot, "events", len(ids))
+		for len(ids) > 0 {
+			page := ids[:min(len(ids), r.cfg.BatchSize)]
+			ids = ids[len(page):]
+			events, err := r.load(ctx, page)
+			if err != nil {
+				return err
+			}
+			if _, err := r.publish(ctx, events); err != nil {
+				return err
+			}
 		}
-		if _, err := r.publish(ctx, events); err != nil {
-			return err
+		// Transactions that committed between the slot's start and at are
+		// in the stream, not published yet: the margin covers them.
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
+		if _, err := r.db.Exec(qctx, `
+			UPDATE outbox_stream_positions
+			SET committed_at = GREATEST(committed_at, $2), updated_at = $3, catching_up = false
+			WHERE slot = $1`, r.cfg.Slot, at, r.clock.Now()); err != nil {
+			return fmt.Errorf("record the end of the catch-up: %w", err)
 		}
-	}
-	// Transactions that committed between the slot's start and at are in
-	// the stream, not published yet: the margin covers them.
-	qctx, cancelEnd := context.WithTimeout(ctx, queryTimeout)
-	defer cancelEnd()
-	if _, err := r.db.Exec(qctx, `
-		UPDATE outbox_stream_positions
-		SET committed_at = GREATEST(committed_at, $2), updated_at = $3, catching_up = false
-		WHERE slot = $1`, r.cfg.Slot, at, r.clock.Now()); err != nil {
-		return fmt.Errorf("record the end of the catch-up: %w", err)
-	}
-	return nil
+		return nil
+	}, nil
 }
 
 // load reads the events ids, in their order (those still in the outbox).

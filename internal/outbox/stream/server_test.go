@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
@@ -82,5 +83,25 @@ func TestTheServerCheckNamesWhatIsMissing(t *testing.T) {
 	err = stream.CheckServer(ctx, other)
 	if !errors.Is(err, stream.ErrServerCannotStream) || !strings.Contains(err.Error(), "REPLICATION") {
 		t.Fatalf("CheckServer for a role that may not replicate: %v, want ErrServerCannotStream naming REPLICATION", err)
+	}
+}
+
+// A DATABASE_URL may carry the pool's settings (pool_max_conns,
+// pool_ping_timeout): the relay's replication connection leaves them out
+// rather than send the server parameters it does not know.
+func TestTheRelayConnectsWithAURLThatCarriesPoolSettings(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.commit(t, e.event("pay_a", "PaymentCreated"))
+	url := e.url + "&pool_max_conns=5&pool_ping_timeout=2s"
+	if !strings.Contains(e.url, "?") {
+		url = e.url + "?pool_max_conns=5&pool_ping_timeout=2s"
+	}
+	b := newBroker()
+	r := stream.NewRelay(stream.RelayDeps{ConnString: url, DB: e.pool, Publisher: b, Clock: clock.System{}},
+		stream.RelayConfig{Options: stream.Options{Slot: e.slot}})
+	t.Cleanup(func() { r.Close(context.Background()) })
+	if n, err := r.RunOnce(context.Background()); err != nil || n != 1 {
+		t.Fatalf("RunOnce on a URL with pool settings: %d, %v; want 1", n, err)
 	}
 }

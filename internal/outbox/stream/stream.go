@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,12 +85,6 @@ func SlotFor(database string) string {
 // slot trails the server by one or two intervals.
 const DefaultStatusInterval = time.Second
 
-// DefaultSilenceLimit is how long a server may leave a Stream without a
-// word, though asked to answer every status interval, before Next gives it
-// up: a frozen server, a partition (TCP alone would wait for many
-// minutes). Long enough for a server busy decoding a large transaction.
-const DefaultSilenceLimit = 30 * time.Second
-
 // ErrSlotBusy: another reader is streaming from the slot.
 var ErrSlotBusy = errors.New("outbox stream: the replication slot is being read by another reader")
 
@@ -105,14 +100,23 @@ type Options struct {
 	// with the name of a snapshot to import (SET TRANSACTION SNAPSHOT, in
 	// a REPEATABLE READ transaction on another connection) that sees
 	// exactly the transactions committed before the stream's first one.
-	// It must be done with the snapshot before it returns. nil: nothing to
-	// catch up.
-	Catchup func(ctx context.Context, snapshot string) error
+	// It must be done with the snapshot before it returns. What it returns
+	// as then (if not nil) runs once the snapshot is let go (an exported
+	// snapshot holds back the server's clean-up of old row versions, in
+	// every database), still before the stream starts: the long part of a
+	// catch-up, its publishing, belongs there. nil: nothing to catch up.
+	Catchup func(ctx context.Context, snapshot string) (then func(ctx context.Context) error, err error)
 	// StatusInterval is how often the stream reports its confirmed
 	// position while it waits (default DefaultStatusInterval).
 	StatusInterval time.Duration
-	// SilenceLimit is how long the server may say nothing before the
-	// stream is given up (default DefaultSilenceLimit).
+	// SilenceLimit is how long the server may say nothing, though asked
+	// to answer every status interval, before Next gives the stream up: a
+	// frozen server, a partition (TCP alone would wait for many minutes).
+	// The default is twice the server's wal_sender_timeout (60 s by
+	// default), and none if that is 0: a server replaying a large
+	// transaction (at its commit, whatever table it wrote) reads its
+	// client only every wal_sender_timeout/2, and must not be taken for
+	// gone meanwhile.
 	SilenceLimit time.Duration
 	// Exclusive makes Open take an advisory lock named after the slot on
 	// the stream's own connection before it looks at the slot, and fail
@@ -189,9 +193,6 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 	if opts.StatusInterval <= 0 {
 		opts.StatusInterval = DefaultStatusInterval
 	}
-	if opts.SilenceLimit <= 0 {
-		opts.SilenceLimit = DefaultSilenceLimit
-	}
 	for _, name := range []string{opts.Slot, opts.Publication} {
 		if !slotName.MatchString(name) {
 			return nil, fmt.Errorf("outbox stream: %q is not a valid slot or publication name (lower-case letters, digits, _)", name)
@@ -200,6 +201,13 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("outbox stream: %w", err)
+	}
+	// A DATABASE_URL may carry pgxpool's settings (pool_max_conns, ...),
+	// which pgconn would send the server as parameters it does not know.
+	for k := range cfg.RuntimeParams {
+		if strings.HasPrefix(k, "pool_") {
+			delete(cfg.RuntimeParams, k)
+		}
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	database.ConfigureConn(cfg) // the service's connect timeout per host, keepalives
@@ -211,6 +219,12 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 		return nil, fmt.Errorf("outbox stream: connect: %w", err)
 	}
 	s := &Stream{conn: conn, opts: opts}
+	if s.opts.SilenceLimit <= 0 {
+		if err := s.silenceFromServer(ctx); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
 	if err := s.prepare(ctx); err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, err
@@ -220,6 +234,24 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 		return nil, err
 	}
 	return s, nil
+}
+
+// silenceFromServer sets the silence limit from the server's
+// wal_sender_timeout (see Options.SilenceLimit): twice it, or none (0).
+func (s *Stream) silenceFromServer(ctx context.Context) error {
+	res, err := s.conn.Exec(ctx, `SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'`).ReadAll()
+	if err != nil {
+		return fmt.Errorf("outbox stream: read wal_sender_timeout: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 {
+		return errors.New("outbox stream: read wal_sender_timeout: no answer")
+	}
+	ms, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 64)
+	if err != nil {
+		return fmt.Errorf("outbox stream: read wal_sender_timeout: %w", err)
+	}
+	s.opts.SilenceLimit = 2 * time.Duration(ms) * time.Millisecond // 0: none
+	return nil
 }
 
 // prepare takes the lock (Exclusive) and runs Prepare.
@@ -287,7 +319,17 @@ func (s *Stream) create(ctx context.Context) error {
 		return nil
 	}
 	// The snapshot lives until this connection's next command.
-	if err := s.opts.Catchup(ctx, created.SnapshotName); err != nil {
+	then, err := s.opts.Catchup(ctx, created.SnapshotName)
+	if err != nil {
+		return fmt.Errorf("outbox stream: catch up before slot %s: %w", s.opts.Slot, err)
+	}
+	if then == nil {
+		return nil
+	}
+	if _, err := pglogrepl.IdentifySystem(ctx, s.conn); err != nil { // a command: the snapshot goes
+		return fmt.Errorf("outbox stream: let go of the catch-up's snapshot: %w", err)
+	}
+	if err := then(ctx); err != nil {
 		return fmt.Errorf("outbox stream: catch up before slot %s: %w", s.opts.Slot, err)
 	}
 	return nil
@@ -331,7 +373,7 @@ func (s *Stream) Next(ctx context.Context) (tx Tx, err error) {
 		}
 		if err != nil {
 			if ctx.Err() == nil && pgconn.Timeout(err) {
-				if silent := time.Since(s.heard); silent > s.opts.SilenceLimit {
+				if silent := time.Since(s.heard); s.opts.SilenceLimit > 0 && silent > s.opts.SilenceLimit {
 					return Tx{}, fmt.Errorf("outbox stream: the server sent nothing for %s, though asked to answer", silent.Round(time.Second))
 				}
 				continue // time to tell the server where we are
@@ -558,17 +600,20 @@ func (r *relation) event(t *pglogrepl.TupleData) (outbox.Event, error) {
 var ErrServerCannotStream = errors.New("outbox stream: the database cannot be read through logical decoding")
 
 // CheckServer says whether the relay can read db's server: wal_level must
-// be logical and the role must be allowed to replicate (REPLICATION, or a
-// superuser). The error (wrapping ErrServerCannotStream) says what to
+// be logical and the role must be allowed to replicate (REPLICATION, a
+// superuser, or on Amazon RDS a member of rds_replication). The error (wrapping ErrServerCannotStream) says what to
 // change.
 func CheckServer(ctx context.Context, db outbox.DB) error {
 	var (
 		level string
 		may   bool
 	)
+	// REPLICATION, a superuser, or (Amazon RDS, where roles have no
+	// REPLICATION attribute) a member of rds_replication.
 	err := db.QueryRow(ctx, `
 		SELECT current_setting('wal_level'),
-		       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)`).Scan(&level, &may)
+		       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)
+		       OR EXISTS (SELECT FROM pg_roles WHERE rolname = 'rds_replication' AND pg_has_role(current_user, oid, 'MEMBER'))`).Scan(&level, &may)
 	if err != nil {
 		return fmt.Errorf("outbox stream: check the server: %w", err)
 	}

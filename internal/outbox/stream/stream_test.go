@@ -44,7 +44,7 @@ func newEnv(t *testing.T) *env {
 	return &env{url: url, pool: pool, slot: streamtest.Slot(t, pool)}
 }
 
-func (e *env) open(t *testing.T, catchup func(ctx context.Context, snapshot string) error) *stream.Stream {
+func (e *env) open(t *testing.T, catchup func(ctx context.Context, snapshot string) (func(context.Context) error, error)) *stream.Stream {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -271,9 +271,9 @@ func TestCatchupSeesExactlyWhatTheStreamDoesNot(t *testing.T) {
 
 	var seen []string
 	calls := 0
-	s := e.open(t, func(ctx context.Context, snapshot string) error {
+	s := e.open(t, func(ctx context.Context, snapshot string) (func(context.Context) error, error) {
 		calls++
-		return pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return nil, pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`); err != nil {
 				return err
 			}
@@ -300,7 +300,7 @@ func TestCatchupSeesExactlyWhatTheStreamDoesNot(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e.open(t, func(context.Context, string) error { calls++; return nil })
+	e.open(t, func(context.Context, string) (func(context.Context) error, error) { calls++; return nil, nil })
 	if calls != 1 {
 		t.Errorf("catch-up ran again on an existing slot")
 	}
