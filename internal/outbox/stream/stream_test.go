@@ -14,7 +14,6 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
-	"github.com/paymentsapi/paymentsapi/internal/outbox/stream/streamtest"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
@@ -22,9 +21,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 var t0 = time.Date(2026, 11, 27, 9, 0, 0, 123456000, time.UTC)
 
-// env is a database with every migration and a slot name of its own; the
-// slot is dropped when the test ends (a database with a slot cannot be
-// dropped).
+// env is a database with every migration, and the name of its slot.
 type env struct {
 	url     string
 	pool    *pgxpool.Pool
@@ -40,8 +37,10 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close) // after the slot's drop: cleanups run last first
-	return &env{url: url, pool: pool, slot: streamtest.Slot(t, pool)}
+	t.Cleanup(pool.Close)
+	// The slot a relay on this database reads by default (pgtest drops
+	// it with the database).
+	return &env{url: url, pool: pool, slot: stream.SlotFor(pool.Config().ConnConfig.Database)}
 }
 
 func (e *env) open(t *testing.T, catchup func(ctx context.Context, snapshot string) (func(context.Context) error, error)) *stream.Stream {
