@@ -21,6 +21,8 @@ package pgtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -361,4 +363,57 @@ func pgtestdbConfig(connString string) (pgtestdb.Config, error) {
 		Database:   url.PathEscape(dbname),
 		Options:    query.Encode(),
 	}, nil
+}
+
+// URLAsNewRole returns dbURL (a database of NewURL or NewEmptyURL) as a
+// login role made for this test only, with attributes (for instance
+// "NOREPLICATION"), every privilege on the database and on its public
+// schema, and nothing else. The server's administrator (EnvURL) makes it,
+// and drops it, with what it owns, when the test ends.
+func URLAsNewRole(t testing.TB, dbURL, attributes string) string {
+	t.Helper()
+	ctx := context.Background()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	database := strings.TrimPrefix(u.Path, "/")
+	admin, err := pgx.Connect(ctx, os.Getenv(EnvURL))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	au, err := url.Parse(os.Getenv(EnvURL))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	au.Path = "/" + database
+	adminDB, err := pgx.Connect(ctx, au.String())
+	if err != nil {
+		_ = admin.Close(ctx)
+		t.Fatalf("pgtest: %v", err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	role := "test_role_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = adminDB.Exec(ctx, `DROP OWNED BY `+role)
+		_ = adminDB.Close(ctx)
+		_, _ = admin.Exec(ctx, `REVOKE ALL ON DATABASE `+pgx.Identifier{database}.Sanitize()+` FROM `+role)
+		_, _ = admin.Exec(ctx, `DROP ROLE IF EXISTS `+role)
+		_ = admin.Close(ctx)
+	})
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN PASSWORD '` + role + `' ` + attributes,
+		`GRANT ALL ON DATABASE ` + pgx.Identifier{database}.Sanitize() + ` TO ` + role,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("pgtest: %s: %v", q, err)
+		}
+	}
+	if _, err := adminDB.Exec(ctx, `GRANT ALL ON SCHEMA public TO `+role); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u.User = url.UserPassword(role, role)
+	return u.String()
 }

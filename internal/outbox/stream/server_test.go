@@ -2,15 +2,10 @@ package stream_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -55,27 +50,9 @@ func TestTheServerCheckNamesWhatIsMissing(t *testing.T) {
 		t.Fatalf("CheckServer on the test cluster: %v", err)
 	}
 
-	// A role of the test's own, without REPLICATION, made by the server's
-	// administrator.
+	// A role of the test's own, without REPLICATION.
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, os.Getenv(pgtest.EnvURL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	role := "norepl_" + hex.EncodeToString(b)
-	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'norepl' NOREPLICATION`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), `DROP ROLE `+role) })
-	u, err := url.Parse(pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(role, "norepl")
-	other, err := pgxpool.New(ctx, u.String())
+	other, err := pgxpool.New(ctx, pgtest.URLAsNewRole(t, pool.Config().ConnConfig.ConnString(), "NOREPLICATION"))
 	if err != nil {
 		t.Fatal(err)
 	}
