@@ -128,7 +128,21 @@ type Options struct {
 	// Prepare runs once the lock is held (Exclusive) and before Open looks
 	// at the slot; an error ends Open.
 	Prepare func(ctx context.Context) error
+	// IdleTimeout is the server's idle_session_timeout (and
+	// idle_in_transaction_session_timeout) for the stream's connection
+	// (default DefaultIdleTimeout): how long it waits for a
+	// command before it ends the session, and with it the lock. It
+	// applies only before the stream starts (Prepare, Catchup), so it
+	// must exceed the longest Catchup choice; while Catchup's then runs,
+	// Open keeps the session alive. A reader that froze there (its process
+	// stopped, its host alive, so TCP never notices) lets go of the lock
+	// after this long.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is Options.IdleTimeout's default; the relay bounds
+// its catch-up's choice at 5 minutes.
+const DefaultIdleTimeout = 10 * time.Minute
 
 // lockClass is the first key of the Exclusive streams' advisory lock (the
 // second is the slot's name, hashed): "outb".
@@ -193,6 +207,9 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 	if opts.StatusInterval <= 0 {
 		opts.StatusInterval = DefaultStatusInterval
 	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
 	for _, name := range []string{opts.Slot, opts.Publication} {
 		if !slotName.MatchString(name) {
 			return nil, fmt.Errorf("outbox stream: %q is not a valid slot or publication name (lower-case letters, digits, _)", name)
@@ -210,6 +227,11 @@ func Open(ctx context.Context, connString string, opts Options) (*Stream, error)
 		}
 	}
 	cfg.RuntimeParams["replication"] = "database"
+	// Idle before the stream starts: in a transaction while a created
+	// slot's snapshot is exported (Catchup), out of one otherwise.
+	idle := strconv.FormatInt(opts.IdleTimeout.Milliseconds(), 10)
+	cfg.RuntimeParams["idle_session_timeout"] = idle
+	cfg.RuntimeParams["idle_in_transaction_session_timeout"] = idle
 	database.ConfigureConn(cfg) // the service's connect timeout per host, keepalives
 	// Timestamps come as text: read them in one zone and one style.
 	cfg.RuntimeParams["TimeZone"] = "UTC"
@@ -329,10 +351,44 @@ func (s *Stream) create(ctx context.Context) error {
 	if _, err := pglogrepl.IdentifySystem(ctx, s.conn); err != nil { // a command: the snapshot goes
 		return fmt.Errorf("outbox stream: let go of the catch-up's snapshot: %w", err)
 	}
-	if err := then(ctx); err != nil {
-		return fmt.Errorf("outbox stream: catch up before slot %s: %w", s.opts.Slot, err)
+	return s.keptAlive(ctx, func(ctx context.Context) error {
+		if err := then(ctx); err != nil {
+			return fmt.Errorf("outbox stream: catch up before slot %s: %w", s.opts.Slot, err)
+		}
+		return nil
+	})
+}
+
+// keptAlive runs f (which does not use the stream's connection) while a
+// command every quarter of IdleTimeout keeps the server from ending the
+// idle session. A failed command fails keptAlive once f is done: the
+// session, and its lock, are gone.
+func (s *Stream) keptAlive(ctx context.Context, f func(context.Context) error) error {
+	stop := make(chan struct{})
+	lost := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(s.opts.IdleTimeout / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				lost <- nil
+				return
+			case <-t.C:
+				if _, err := pglogrepl.IdentifySystem(ctx, s.conn); err != nil {
+					lost <- fmt.Errorf("outbox stream: the session was lost during the catch-up: %w", err)
+					<-stop
+					return
+				}
+			}
+		}
+	}()
+	err := f(ctx)
+	close(stop)
+	if ping := <-lost; err == nil {
+		err = ping
 	}
-	return nil
+	return err
 }
 
 // Next returns the next committed transaction that inserted outbox events

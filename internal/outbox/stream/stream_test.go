@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
@@ -339,5 +340,64 @@ func TestAnIdleStreamLetsGoOfTheWALBehindIt(t *testing.T) {
 	}
 	if behind > 0 {
 		t.Errorf("the slot is still %d bytes behind the other tables' changes made before the wait", behind)
+	}
+}
+
+// TestAReaderFrozenBeforeItsStreamStartsLetsGoOfItsLock: a reader that
+// stops answering while it chooses its catch-up (a frozen process on a live
+// host: TCP never notices) loses its session after IdleTimeout, and with it
+// the lock: another reader opens the slot.
+func TestAReaderFrozenBeforeItsStreamStartsLetsGoOfItsLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	frozen, thawed := make(chan struct{}), make(chan struct{})
+	opened := make(chan error, 1)
+	go func() {
+		s, err := stream.Open(context.Background(), e.url, stream.Options{Slot: e.slot, Exclusive: true, IdleTimeout: time.Second,
+			Catchup: func(context.Context, string) (func(context.Context) error, error) {
+				close(frozen)
+				<-thawed
+				return nil, nil
+			}})
+		if err == nil {
+			_ = s.Close(context.Background())
+		}
+		opened <- err
+	}()
+	<-frozen
+	time.Sleep(1500 * time.Millisecond)
+	second, err := stream.Open(context.Background(), e.url, stream.Options{Slot: e.slot, Exclusive: true})
+	if err != nil {
+		close(thawed)
+		t.Fatalf("a second reader, the first frozen past its idle timeout: %v", err)
+	}
+	t.Cleanup(func() { _ = second.Close(context.Background()) })
+	close(thawed)
+	if err := <-opened; err == nil {
+		t.Error("the frozen reader's Open succeeded after its session was ended")
+	}
+}
+
+// TestACatchUpLongerThanTheIdleTimeoutKeepsItsSession: while a catch-up
+// publishes (Catchup's then), Open keeps the session alive, however long
+// that takes; the stream then starts, and streaming is not idleness.
+func TestACatchUpLongerThanTheIdleTimeoutKeepsItsSession(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s, err := stream.Open(context.Background(), e.url, stream.Options{Slot: e.slot, Exclusive: true, IdleTimeout: time.Second,
+		Catchup: func(context.Context, string) (func(context.Context) error, error) {
+			return func(ctx context.Context) error { return clock.Sleep(ctx, 3*time.Second) }, nil
+		}})
+	if err != nil {
+		t.Fatalf("Open with a catch-up three times the idle timeout: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.Background()) })
+	// Streaming, the session is not idle, however long nothing comes.
+	nothing(t, s)
+	time.Sleep(1500 * time.Millisecond)
+	ev := e.event("pay_a", "PaymentCreated")
+	e.commit(t, ev)
+	if got := ids(next(t, s)); !slices.Equal(got, []string{ev.ID}) {
+		t.Fatalf("stream sent %v, want %s", got, ev.ID)
 	}
 }
