@@ -28,12 +28,7 @@ import (
 func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewURL(t)
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	dbURL, pool, relay, pub := newOutboxDB(t)
 	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	var parked []outbox.Event
 	for i, p := range []string{"pay_a", "pay_a", "pay_b", "pay_c"} {
@@ -130,9 +125,6 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 
 	// The relay sends the released events round again, in order, and
 	// forgets them; the others stay parked.
-	pub := &recordingPublisher{}
-	relay := stream.NewRelay(stream.RelayDeps{ConnString: dbURL, DB: pool, Publisher: pub, Clock: clock.System{}}, stream.RelayConfig{})
-	defer relay.Close(context.Background())
 	stillParked := func() []string {
 		t.Helper()
 		rows, err := pool.Query(ctx, `SELECT event_id::text FROM outbox_parked ORDER BY seq`)
@@ -186,6 +178,23 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	}
 }
 
+// newOutboxDB returns a migrated database of the test's own, a pool on it,
+// and a stream relay publishing to a recordingPublisher (closed when the
+// test ends, before the pool).
+func newOutboxDB(t *testing.T) (string, *pgxpool.Pool, *stream.Relay, *recordingPublisher) {
+	t.Helper()
+	dbURL := pgtest.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	pub := &recordingPublisher{}
+	relay := stream.NewRelay(stream.RelayDeps{ConnString: dbURL, DB: pool, Publisher: pub, Clock: clock.System{}}, stream.RelayConfig{})
+	t.Cleanup(func() { relay.Close(context.Background()) })
+	return dbURL, pool, relay, pub
+}
+
 // recordingPublisher accepts every event and remembers the order.
 type recordingPublisher struct {
 	mu        sync.Mutex
@@ -211,12 +220,7 @@ func (p *recordingPublisher) ids() []string {
 func TestOutboxCommandReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := pgtest.NewURL(t)
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the relay's Close
+	dbURL, pool, relay, pub := newOutboxDB(t)
 	ev, err := outbox.NewEvent(ctx, "PaymentSucceeded", "payment", "pay_a", map[string]string{"paymentId": "pay_a"}, time.Now().UTC())
 	if err != nil {
 		t.Fatal(err)
@@ -226,9 +230,6 @@ func TestOutboxCommandReplays(t *testing.T) {
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		t.Fatal(err)
 	}
-	pub := &recordingPublisher{}
-	relay := stream.NewRelay(stream.RelayDeps{ConnString: dbURL, DB: pool, Publisher: pub, Clock: clock.System{}}, stream.RelayConfig{})
-	t.Cleanup(func() { relay.Close(context.Background()) })
 	if n, err := relay.RunOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("first publish: %d, %v", n, err)
 	}
