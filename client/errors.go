@@ -48,6 +48,7 @@ const (
 	CodeInternal                   Code = apigen.INTERNAL
 	CodeWebhookURLForbidden        Code = apigen.WEBHOOKURLFORBIDDEN
 	CodeWebhookEndpointDisabled    Code = apigen.WEBHOOKENDPOINTDISABLED
+	CodeEventNotResendable         Code = apigen.EVENTNOTRESENDABLE
 )
 
 // Error is a problem (RFC 9457) the server answered, or, for an answer that

@@ -31,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/client"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgcluster"
 )
 
@@ -174,23 +175,36 @@ func foCheck(t *testing.T, db *pgxpool.Pool, simURL string, orders []*foOrder) {
 }
 
 // foWaitResumed waits until the relays reached every event and the
-// reconciler left no key unfinished. An event reached is one recorded in
-// the event log, which the relay does just before it publishes it (to
-// these servers' stdout, which does not fail): the relay on the old
-// primary reached some, the new one's slot, created after the failover,
-// catches up the rest.
+// reconciler left no key unfinished. Every event is reached once the
+// database's slot has confirmed a record written after the last key
+// finished: the relay on the old primary reached some, the new one's slot,
+// created after the failover, catches up the rest.
 func foWaitResumed(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
+	var mark string // written once no key is open
 	recWaitFor(t, 30*time.Second, "every outbox event published and every key finished", func(ctx context.Context) (bool, error) {
-		var pending, open int
-		if err := db.QueryRow(ctx, `
-			SELECT count(*) FROM outbox_events o WHERE NOT EXISTS (SELECT FROM events e WHERE e.id = o.id)`).Scan(&pending); err != nil {
-			return false, err
-		}
+		var open int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE completed_at IS NULL`).Scan(&open); err != nil {
 			return false, err
 		}
-		return pending == 0 && open == 0, nil
+		if open != 0 {
+			mark = ""
+			return false, nil
+		}
+		if mark == "" {
+			if err := db.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.test.mark', '')::text`).Scan(&mark); err != nil {
+				return false, err
+			}
+		}
+		var behind *int64 // null: no slot yet
+		err := db.QueryRow(ctx, `
+			SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint
+			FROM pg_replication_slots WHERE slot_name = $2 AND database = current_database()`,
+			mark, stream.SlotFor(db.Config().ConnConfig.Database)).Scan(&behind)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return false, err
+		}
+		return behind != nil && *behind <= 0, nil
 	})
 }
 

@@ -232,7 +232,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	clk := clock.System{}
 	deliveries, err := delivery.NewWorker(delivery.Deps{
 		DB: a.pool, Clock: clk, Log: log.With("component", "webhook-delivery"),
-		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log), Tracer: tp,
+		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log), Tracer: tp, Events: a.core.EventLog.Relation(),
 	}, delivery.Config{Policy: webhookPolicy(cfg), Timeout: cfg.WebhookTimeout, Schedule: cfg.WebhookRetrySchedule})
 	if err != nil {
 		return err

@@ -47,14 +47,19 @@ import (
 
 // Policy is the retention policy.
 type Policy struct {
-	ReplayTTL       time.Duration // IDEMPOTENCY_TTL
-	MetadataTTL     time.Duration // IDEMPOTENCY_METADATA_TTL, counted after ReplayTTL
-	OutboxRetention time.Duration // how long outbox events are kept
+	ReplayTTL   time.Duration // IDEMPOTENCY_TTL
+	MetadataTTL time.Duration // IDEMPOTENCY_METADATA_TTL, counted after ReplayTTL
+	// OutboxRetention is how long outbox events are kept (OUTBOX_RETENTION);
+	// since the outbox is the event log too, it keeps them EventRetention
+	// when that is longer, and all of them when that is zero.
+	OutboxRetention time.Duration
 	// InboxRetention is how long consumers' inbox rows are kept after they
 	// were received (INBOX_RETENTION); zero keeps them all.
 	InboxRetention time.Duration
 	// EventRetention is how long the event log keeps an event
-	// (EVENT_RETENTION); zero keeps them all.
+	// (EVENT_RETENTION); zero keeps them all. The log is the outbox, and
+	// the copy an earlier release kept (the table events, whose rows go
+	// after EventRetention whatever OutboxRetention is).
 	EventRetention time.Duration
 	BatchSize      int // rows per transaction; default 500
 	// Share is the largest share of its time a pass spends in statements
@@ -138,7 +143,11 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	steps := []step{
 		{"erase expired response bodies", idempotency.EraseExpiredAnswers, now.Add(-j.policy.ReplayTTL), &st.BodiesErased},
 		{"delete expired keys", idempotency.DeleteExpiredKeys, now.Add(-j.policy.ReplayTTL - j.policy.MetadataTTL), &st.KeysDeleted},
-		{"delete old outbox events", stream.DeleteStreamed, now.Add(-j.policy.OutboxRetention), &st.EventsDeleted},
+	}
+	// The outbox is the event log: its events stay the longer of the two.
+	if j.policy.EventRetention > 0 {
+		keep := max(j.policy.OutboxRetention, j.policy.EventRetention)
+		steps = append(steps, step{"delete old outbox events", stream.DeleteStreamed, now.Add(-keep), &st.EventsDeleted})
 	}
 	if j.policy.InboxRetention > 0 {
 		steps = append(steps, step{"delete old inbox rows", inbox.DeleteReceived, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})

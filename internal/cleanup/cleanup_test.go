@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
-var policy = Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour,
+var policy = Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: 720 * time.Hour, OutboxRetention: 168 * time.Hour, EventRetention: 168 * time.Hour,
 	InboxRetention: 720 * time.Hour, BatchSize: 500}
 
 // seed stores n payments (their state does not matter to clean-up) with

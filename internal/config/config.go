@@ -137,7 +137,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.IdempotencyMetadataTTL, "idempotency-metadata-ttl", "IDEMPOTENCY_METADATA_TTL", "720h", "how long key metadata outlives the replay window")
 	dur(&c.LeaseDuration, "lease-duration", "LEASE_DURATION", "30s", "how long a request owns an in-flight key")
 	dur(&c.ReconcileInterval, "reconcile-interval", "RECONCILE_INTERVAL", "5s", "how often the reconciler runs")
-	dur(&c.OutboxRetention, "outbox-retention", "OUTBOX_RETENTION", "168h", "how long published outbox events are kept")
+	dur(&c.OutboxRetention, "outbox-retention", "OUTBOX_RETENTION", "168h", "how long published outbox events are kept, at least (EVENT_RETENTION when longer: the outbox is the event log)")
 	dur(&c.EventRetention, "event-retention", "EVENT_RETENTION", "720h", "how long the event log (GET /events) keeps an event")
 	dur(&c.InboxRetention, "inbox-retention", "INBOX_RETENTION", "720h", "how long the event consumers' inbox rows are kept (rejected ones are kept until a person deletes them)")
 	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")

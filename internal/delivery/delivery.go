@@ -4,11 +4,11 @@
 // GET /events/{eventId}/deliveries; POST /events/{eventId}/resend sends an
 // event again (the resend_event operation, ResendModule).
 //
-// Fan-out. Each event the log records becomes one message per enabled
-// endpoint of its tenant that takes its type, in the log's own recording
-// statement (FanOut, given to eventlog.WithFanOut): the messages exist
-// exactly when the event is in the log, at no extra round trip for the
-// relay, and an event recorded a second time fans nothing out.
+// Fan-out. Each event of the log becomes one message per enabled endpoint
+// of its tenant that takes its type, in one statement per batch the relay
+// publishes, before it publishes it (FanOut, given to eventlog.WithFanOut):
+// a published event has its messages, and an event published a second time
+// fans nothing out to the endpoints it already has messages for.
 //
 // Claims. A Worker runs in every instance. A pass claims due messages in one
 // short statement (ClaimSQL) with FOR UPDATE SKIP LOCKED, which sets a lease
@@ -58,12 +58,13 @@ import (
 )
 
 // FanOut is the event log's fan-out (eventlog.WithFanOut): one pending
-// message per event the log just recorded and per enabled endpoint of the
-// event's tenant that takes the event's type, due at once.
+// message per event the relay is publishing and per enabled endpoint of the
+// event's tenant that takes the event's type, due at once; none for an
+// endpoint that has one already (the event was published before).
 const FanOut = `
 		INSERT INTO webhook_messages (event_id, endpoint_id, status, next_attempt_at, pending_since)
-		SELECT r.id, w.id, 'pending', r.recorded_at, r.recorded_at
-		FROM recorded r
+		SELECT r.id, w.id, 'pending', r.published_at, r.published_at
+		FROM published r
 		JOIN webhook_endpoints w ON w.tenant_id = r.tenant_id AND w.status = 'enabled' AND w.deleted_at IS NULL
 		    AND (w.event_types IS NULL OR r.type = ANY (w.event_types))
 		ON CONFLICT (event_id, endpoint_id) DO NOTHING`
@@ -144,6 +145,9 @@ type Deps struct {
 	// sends the receiver its traceparent; nil or a no-op provider traces
 	// nothing.
 	Tracer trace.TracerProvider
+	// Events is the event log as SQL (eventlog.Log.Relation), where the
+	// worker reads each message's event as merchants see it.
+	Events string
 }
 
 // Worker sends due messages. Run one in every instance; any number can run
@@ -156,6 +160,8 @@ type Worker struct {
 	client  *http.Client
 	cfg     Config
 	tracer  trace.Tracer // nil: tracing is off
+	// claimSQL is ClaimSQL on Deps.Events, built once.
+	claimSQL string
 
 	slots chan struct{} // one per message being sent
 	freed chan struct{} // a send ended (Run may claim again)
@@ -167,8 +173,8 @@ type Worker struct {
 // NewWorker returns a Worker. It fails if cfg is inconsistent.
 func NewWorker(d Deps, cfg Config) (*Worker, error) {
 	cfg = cfg.withDefaults()
-	if d.DB == nil || d.Clock == nil {
-		return nil, errors.New("webhook delivery: DB and Clock are required")
+	if d.DB == nil || d.Clock == nil || d.Events == "" {
+		return nil, errors.New("webhook delivery: DB, Clock and Events are required")
 	}
 	if cfg.Lease <= cfg.Timeout+bookTimeout {
 		return nil, errors.New("webhook delivery: the lease must be longer than an attempt's timeout and its booking")
@@ -184,8 +190,9 @@ func NewWorker(d Deps, cfg Config) (*Worker, error) {
 	}
 	return &Worker{
 		db: d.DB, clock: d.Clock, log: log, metrics: d.Metrics, cfg: cfg, tracer: tracing.Tracer(d.Tracer),
-		client: cfg.Policy.Client(cfg.Timeout, cfg.Resolver),
-		slots:  make(chan struct{}, cfg.Concurrency),
-		freed:  make(chan struct{}, 1),
+		claimSQL: ClaimSQL(d.Events),
+		client:   cfg.Policy.Client(cfg.Timeout, cfg.Resolver),
+		slots:    make(chan struct{}, cfg.Concurrency),
+		freed:    make(chan struct{}, 1),
 	}, nil
 }

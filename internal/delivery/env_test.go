@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -68,8 +69,13 @@ type env struct {
 // tests that move it days on verify ignoring the timestamp.
 func newEnv(t *testing.T, p outbound.Policy, r outbound.Resolver) *env {
 	t.Helper()
+	return newEnvOn(t, pgtest.NewPool(t), p, r)
+}
+
+// newEnvOn is newEnv on pool's database.
+func newEnvOn(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Resolver) *env {
+	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
 	clk := clock.NewFake(time.Now())
 	err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: tenantA}, {Tenant: "tenant_b", Secret: tenantB}}, clk.Now())
 	if err != nil {
@@ -107,7 +113,8 @@ func (e *env) workerWith(cfg delivery.Config, m *delivery.Metrics) *delivery.Wor
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Metrics: m}, cfg)
+	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Metrics: m,
+		Events: e.core.EventLog.Relation()}, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -200,20 +207,30 @@ func (e *env) hook(apiKey, path string, types ...string) endpoint {
 	return ep
 }
 
-// record records one event of a payment of the tenant (tenant_a, tenant_b)
-// in the event log, as the relay does, of type eventType
-// (payments.EventCreated, ...), and returns its id.
+// record writes one event of a payment of the tenant (tenant_a, tenant_b)
+// to the outbox, of type eventType (payments.EventCreated, ...), and fans it
+// out to the tenant's endpoints, as the relay's publish does, and returns
+// its id.
 func (e *env) record(tenant, eventType string) string {
 	e.t.Helper()
 	ev := e.event(tenant, eventType)
-	if err := e.core.EventLog.Record(context.Background(), []outbox.Event{ev}); err != nil {
+	if err := e.core.EventLog.FanOut(context.Background(), []outbox.Event{ev}); err != nil {
 		e.t.Fatal(err)
 	}
 	return ev.ID
 }
 
-// event is an outbox event of a new payment of the tenant.
+// event writes an outbox event of a new payment of the tenant, as the
+// payment's transaction does, and returns it.
 func (e *env) event(tenant, eventType string) outbox.Event {
+	e.t.Helper()
+	ev := e.draft(tenant, eventType)
+	e.write(ev)
+	return ev
+}
+
+// draft is an outbox event of a new payment of the tenant, not written.
+func (e *env) draft(tenant, eventType string) outbox.Event {
 	e.t.Helper()
 	id := ids.New("pay_")
 	ev, err := outbox.NewEvent(context.Background(), eventType, "payment", id, map[string]any{
@@ -223,6 +240,26 @@ func (e *env) event(tenant, eventType string) outbox.Event {
 		e.t.Fatal(err)
 	}
 	return ev
+}
+
+// write writes ev to the outbox.
+func (e *env) write(ev outbox.Event) {
+	e.t.Helper()
+	var b pgx.Batch
+	outbox.Queue(&b, ev)
+	if err := e.pool.SendBatch(context.Background(), &b).Close(); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// relayed records that the database's relay has published everything
+// committed up to at (its position), as a running relay would.
+func (e *env) relayed(at time.Time) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `
+		INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ('test', $1, $1)`, at); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // messages counts the messages of endpoint id in each status.

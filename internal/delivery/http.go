@@ -14,8 +14,12 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 )
 
-// CodeEndpointDisabled answers a resend to a disabled endpoint.
-const CodeEndpointDisabled problem.Code = "WEBHOOK_ENDPOINT_DISABLED"
+// The codes of a resend's own conflicts: a disabled endpoint, and an event
+// only an earlier release's copy of the log holds (ErrEventNotResendable).
+const (
+	CodeEndpointDisabled   problem.Code = "WEBHOOK_ENDPOINT_DISABLED"
+	CodeEventNotResendable problem.Code = "EVENT_NOT_RESENDABLE"
+)
 
 // Routes adds GET /events/{eventId}/deliveries and POST
 // /events/{eventId}/resend, on the tenant's own events only.
@@ -70,6 +74,8 @@ func (s *Resends) Problem(err error) *problem.Problem {
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such webhook endpoint.")
 	case errors.Is(err, ErrEndpointDisabled):
 		return problem.Titled(http.StatusConflict, CodeEndpointDisabled, "Webhook endpoint disabled", err.Error())
+	case errors.Is(err, ErrEventNotResendable):
+		return problem.Titled(http.StatusConflict, CodeEventNotResendable, "Event not resendable", err.Error())
 	}
 	return nil
 }

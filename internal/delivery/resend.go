@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
+	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/jsontext"
@@ -30,6 +31,10 @@ var (
 	ErrEventNotFound    = errors.New("event not found")
 	ErrEndpointNotFound = errors.New("webhook endpoint not found")
 	ErrEndpointDisabled = errors.New("the webhook endpoint is disabled: nothing is sent to it")
+	// ErrEventNotResendable: the event is in the log only as the copy an
+	// earlier release kept (package eventlog), which can be read and not
+	// sent again; it leaves the log within EVENT_RETENTION.
+	ErrEventNotResendable = errors.New("the event was logged before the outbox became the event log and is older than the outbox kept events then: it can be read, not sent again")
 )
 
 // ResendModule is resend_event as the service registers it (internal/app).
@@ -38,7 +43,7 @@ func ResendModule() operation.Module {
 		Name:     OperationResend,
 		Resource: operation.Resource{Type: ResendType, IDField: "resendId"},
 		New: func(env operation.Env) (operation.Instance, error) {
-			return &Resends{env: env}, nil
+			return &Resends{env: env, events: eventlog.Relation(env.Modules)}, nil
 		},
 	}
 }
@@ -64,6 +69,8 @@ func (Resend) Outcome() string { return "accepted" }
 // Resends sends events again, idempotently, and reads their deliveries.
 type Resends struct {
 	env operation.Env
+	// events is the event log as SQL (eventlog.Relation).
+	events string
 }
 
 // Name is the operation's name in every key's scope.
@@ -79,7 +86,7 @@ func (s *Resends) Resend(ctx context.Context, tenant, key, eventID string, req R
 		errs.Add("endpointId", "must be a webhook endpoint's id")
 		return idempotency.Reply{}, errs.Err()
 	}
-	targets, err := resendTargets(ctx, s.env.DB, tenant, eventID, req.EndpointID)
+	targets, err := resendTargets(ctx, s.env.DB, s.events, tenant, eventID, req.EndpointID)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
@@ -114,36 +121,40 @@ func (s *Resends) Resend(ctx context.Context, tenant, key, eventID string, req R
 // resendTargets returns the endpoints a resend of the tenant's event sends
 // to: the one named, which must be the tenant's and enabled, or every
 // enabled endpoint of the tenant that takes the event's type.
-func resendTargets(ctx context.Context, db *pgxpool.Pool, tenant, eventID, endpointID string) ([]string, error) {
+func resendTargets(ctx context.Context, db *pgxpool.Pool, events, tenant, eventID, endpointID string) ([]string, error) {
 	if !ids.IsUUID(eventID) {
 		return nil, ErrEventNotFound
 	}
 	rows, err := db.Query(ctx, `
-		SELECT w.id, w.status = 'enabled'
-		FROM events ev
+		SELECT w.id, w.status = 'enabled', true
+		FROM `+events+` ev
 		JOIN webhook_endpoints w ON w.tenant_id = ev.tenant_id AND w.deleted_at IS NULL
 		    AND CASE WHEN $3 = '' THEN w.status = 'enabled' AND (w.event_types IS NULL OR ev.type = ANY (w.event_types))
 		             ELSE w.id = $3 END
 		WHERE ev.id = $1::uuid AND ev.tenant_id = $2
 		UNION ALL
-		SELECT NULL, NULL FROM events WHERE id = $1::uuid AND tenant_id = $2
+		SELECT NULL, NULL, EXISTS (SELECT FROM outbox_events o WHERE o.id = $1::uuid)
+		FROM `+events+` ev WHERE id = $1::uuid AND tenant_id = $2
 		ORDER BY 1`, eventID, tenant, endpointID)
 	if err != nil {
 		return nil, fmt.Errorf("read the endpoints of a resend: %w", err)
 	}
 	type target struct {
-		ID      *string
-		Enabled *bool
+		ID       *string
+		Enabled  *bool
+		InOutbox bool
 	}
 	found, err := pgx.CollectRows(rows, pgx.RowToStructByPos[target])
 	if err != nil {
 		return nil, fmt.Errorf("read the endpoints of a resend: %w", err)
 	}
-	// The row with NULLs says the event is the tenant's; the others are
-	// the endpoints.
+	// The row with NULLs says the event is the tenant's, and whether the
+	// outbox holds it; the others are the endpoints.
 	out := []string{}
 	for _, t := range found {
 		switch {
+		case t.ID == nil && !t.InOutbox:
+			return nil, ErrEventNotResendable
 		case t.ID == nil:
 		case !*t.Enabled:
 			return nil, ErrEndpointDisabled
@@ -205,12 +216,12 @@ func (s *Resends) Attempts(ctx context.Context, tenant, eventID string) ([]Attem
 	rows, err := s.env.DB.Query(ctx, `
 		SELECT m.endpoint_id, a.attempted_at, a.status_code, a.duration_ms::bigint, a.error,
 		       CASE WHEN m.status = 'abandoned' AND a.next_attempt_at > m.finished_at THEN NULL ELSE a.next_attempt_at END
-		FROM events ev
+		FROM `+s.events+` ev
 		JOIN webhook_messages m ON m.event_id = ev.id
 		JOIN webhook_attempts a ON a.message_id = m.id
 		WHERE ev.id = $1::uuid AND ev.tenant_id = $2
 		UNION ALL
-		SELECT NULL, NULL, NULL, NULL, NULL, NULL FROM events WHERE id = $1::uuid AND tenant_id = $2
+		SELECT NULL, NULL, NULL, NULL, NULL, NULL FROM `+s.events+` ev WHERE id = $1::uuid AND tenant_id = $2
 		ORDER BY 2 DESC NULLS LAST, 1`, eventID, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("read the deliveries of an event: %w", err)

@@ -36,15 +36,17 @@ func TestSendContinuesTheEventsTrace(t *testing.T) {
 		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 		publish = "00f067aa0ba902b7"
 	)
-	ev := e.event("tenant_a", succeeded)
+	ev := e.draft("tenant_a", succeeded)
 	ev.TraceParent = "00-" + traceID + "-" + publish + "-01"
-	if err := e.core.EventLog.Record(context.Background(), []outbox.Event{ev}); err != nil {
+	e.write(ev)
+	if err := e.core.EventLog.FanOut(context.Background(), []outbox.Event{ev}); err != nil {
 		t.Fatal(err)
 	}
 
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Tracer: tp},
+	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Tracer: tp,
+		Events: e.core.EventLog.Relation()},
 		delivery.Config{Policy: e.policy, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

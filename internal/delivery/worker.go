@@ -24,11 +24,14 @@ import (
 // stopping at the first not due yet or at its share; then the claimed rows,
 // their events and endpoints by primary key. So a pass over a backlog of
 // any size reads what it claims, plus one entry per endpoint it visits.
-// The claimed ids, and their endpoints, are looked up again by primary key
-// (= ANY of an array, not a join with the CTE), so that a plan, which
-// cannot know that LIMIT $2 is small, does not hash the whole table to find
-// them.
-const ClaimSQL = `
+// The claimed ids, their events and their endpoints, are looked up again
+// by primary key (= ANY of an array, not a join with the CTE), so that a
+// plan, which cannot know that LIMIT $2 is small, does not hash the whole
+// table to find them; for the events, an array is also what reaches into
+// each branch of the log's relation (a join's condition would not). events is the event log as SQL (eventlog.Relation), where each
+// message's event is read as merchants see it.
+func ClaimSQL(events string) string {
+	return `
 		WITH RECURSIVE endpoints (id) AS (
 		    (SELECT m.endpoint_id FROM webhook_messages m
 		     WHERE m.status = 'pending' AND m.endpoint_id > $4
@@ -62,12 +65,14 @@ const ClaimSQL = `
 		    claimed_until = CASE WHEN w.status = 'enabled' AND w.deleted_at IS NULL THEN $5::timestamptz END,
 		    next_attempt_at = $5,
 		    finished_at = CASE WHEN w.status = 'enabled' AND w.deleted_at IS NULL THEN NULL ELSE $1::timestamptz END
-		FROM events ev, webhook_endpoints w
+		FROM ` + events + ` ev, webhook_endpoints w
 		WHERE m.id = ANY (ARRAY(SELECT id FROM picked)) AND ev.id = m.event_id
+		  AND ev.id = ANY (ARRAY(SELECT c.event_id FROM webhook_messages c WHERE c.id = ANY (ARRAY(SELECT id FROM picked))))
 		  AND w.id = ANY (ARRAY(SELECT endpoint_id FROM picked)) AND w.id = m.endpoint_id
 		RETURNING m.id, m.token, m.status, m.attempts, ev.id::text, ev.type, ev.occurred_at, ev.data,
 		    w.id, w.url, w.secret, CASE WHEN w.previous_secret_expires_at > $1 THEN w.previous_secret END,
 		    coalesce(ev.traceparent, '')`
+}
 
 // job is a message held by this worker's claim.
 type job struct {
@@ -94,7 +99,7 @@ func (w *Worker) claim(ctx context.Context, limit int) ([]job, error) {
 	w.mu.Lock()
 	after := w.cursor
 	w.mu.Unlock()
-	rows, err := w.db.Query(ctx, ClaimSQL, now, limit, w.cfg.PerEndpoint, after, now.Add(w.cfg.Lease))
+	rows, err := w.db.Query(ctx, w.claimSQL, now, limit, w.cfg.PerEndpoint, after, now.Add(w.cfg.Lease))
 	if err != nil {
 		return nil, fmt.Errorf("claim webhook messages: %w", err)
 	}

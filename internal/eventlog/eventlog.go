@@ -1,13 +1,25 @@
 // Package eventlog is the log of every event of a tenant's payments and
-// refunds, as merchants see it: GET /events and GET /events/{eventId}, kept
-// EVENT_RETENTION (package cleanup runs DeleteExpired). The events and their
-// names for merchants (payment.succeeded) are the registered operations'
-// (operation.Event's Name and Hidden): this package names none.
+// refunds, as merchants see it: GET /events and GET /events/{eventId}. The
+// events and their names for merchants (payment.succeeded) are the
+// registered operations' (operation.Event's Name and Hidden): this package
+// names none.
 //
-// The outbox relay records each event here before it publishes it
-// (Log.Publisher wraps the relay's publisher), so the log sees what the
-// broker sees, at least once; the event's id is the key, so a second
-// recording of one event changes nothing.
+// The log is the outbox itself. An event is in it from the commit of the
+// transaction that wrote it to the outbox, and stays as long as the outbox
+// keeps it (package cleanup keeps it the longer of OUTBOX_RETENTION and
+// EVENT_RETENTION); nothing is copied. What merchants see of an event (its
+// name, its payload without the keys only consumers read) is cut by
+// PostgreSQL as it reads it, from one SQL relation built from the
+// operations (Relation), which the webhook deliveries read too.
+//
+// The log of an earlier release was a copy, the table events, which the
+// relay filled as it published. Its rows are still read, those the outbox
+// no longer holds, until EVENT_RETENTION has passed over them and clean-up
+// (DeleteExpired) has deleted them; a later release drops the table.
+//
+// The relay still runs the log's publisher (Log.Publisher): before it
+// publishes a batch, it fans each event out to the tenant's webhook
+// endpoints in one statement (WithFanOut).
 package eventlog
 
 import (
@@ -16,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,47 +49,147 @@ type Log struct {
 	log   *slog.Logger
 	kinds map[string]kind // by outbox type, the events with a Name
 	names map[string]bool // the names, for the type filter
-	// fanOut is run by each recording, in its statement (WithFanOut).
-	fanOut string
-	record string // the statement of Record, built once
+	// relation is the log as SQL (Relation), outbox its first branch;
+	// fanOut, the statement of each publish (WithFanOut); built once.
+	relation, outbox, fanOut string
 }
 
 // kind is how the log reads one type of event.
 type kind struct {
-	name   string // for merchants: payment.succeeded
-	idKey  string // the resource's id in the payload (its Resource.IDField)
-	hidden string // the payload's keys merchants never see, comma-separated
+	name   string   // for merchants: payment.succeeded
+	idKey  string   // the resource's id in the payload (its Resource.IDField)
+	hidden []string // the payload's keys merchants never see
 }
 
 // Option configures a Log.
 type Option func(*Log)
 
-// WithFanOut makes each recording run stmt too, in the same statement: stmt
-// reads the events the recording added, and only those (not an event that
-// was already there, so a second recording of an event fans nothing out),
-// from the CTE recorded(id, tenant_id, type, occurred_at, recorded_at). So
-// what follows from an event (the webhook messages to merchants) exists
-// exactly when the event is in the log, at no extra round trip.
+// WithFanOut makes each publish of the log's publisher run stmt first, in
+// one statement per batch: stmt reads the batch's events, those the log
+// holds, from the CTE published(id, tenant_id, type, occurred_at,
+// published_at), type being the merchants' name. A batch is published at
+// least once, so stmt must make nothing twice of an event it has seen
+// (ON CONFLICT DO NOTHING on the event's id).
 func WithFanOut(stmt string) Option { return func(l *Log) { l.fanOut = stmt } }
 
 // New returns the log of mods' named events.
 func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.Module, opts ...Option) *Log {
-	l := &Log{db: db, clock: clk, log: log, kinds: map[string]kind{}, names: map[string]bool{}}
-	for _, m := range mods {
-		for _, e := range m.Events {
-			if e.Name != "" {
-				hidden := strings.Join(append([]string{"tenantId"}, e.Hidden...), ",")
-				l.kinds[e.Type] = kind{name: e.Name, idKey: m.Resource.IDField, hidden: hidden}
-				l.names[e.Name] = true
-			}
-		}
+	l := &Log{db: db, clock: clk, log: log, kinds: kinds(mods), names: map[string]bool{}}
+	for _, k := range l.kinds {
+		l.names[k.name] = true
 	}
 	for _, o := range opts {
 		o(l)
 	}
-	l.record = recordStatement(l.fanOut)
+	l.relation, l.outbox = relation(l.kinds), outboxBranch(l.kinds)
+	l.fanOut = fanOutStatement(l.kinds, l.fanOut)
 	return l
 }
+
+func kinds(mods []operation.Module) map[string]kind {
+	ks := map[string]kind{}
+	for _, m := range mods {
+		for _, e := range m.Events {
+			if e.Name != "" {
+				ks[e.Type] = kind{name: e.Name, idKey: m.Resource.IDField, hidden: append([]string{"tenantId"}, e.Hidden...)}
+			}
+		}
+	}
+	return ks
+}
+
+// Relation is the event log of mods as one SQL relation (a subquery in
+// parentheses) with the columns id (uuid), tenant_id, type (the merchants'
+// name), aggregate_id, occurred_at, data (jsonb: what merchants see) and
+// traceparent: every event of the outbox whose operation names it and
+// whose payload it can read (a tenantId, the resource's own id), then the
+// rows of the earlier release's copy the outbox no longer holds. A query
+// that filters it by tenant_id or id reads the outbox's indexes.
+func Relation(mods []operation.Module) string { return relation(kinds(mods)) }
+
+// Relation is the log as SQL (see the function Relation).
+func (l *Log) Relation() string { return l.relation }
+
+func relation(ks map[string]kind) string {
+	return `(` + outboxBranch(ks) + `
+		UNION ALL
+		` + copyBranch + `)`
+}
+
+// The two branches of the log split the events at the copy's frontier
+// (events_copy_frontier, set by migration 00035): the newest event the copy
+// alone held then. The copy's branch reads its rows up to the frontier, a
+// range of its tenant index that ends where the outbox's events begin; the
+// outbox's branch reads its events after the frontier, and those up to it
+// the copy does not hold (a few: events it kept out of order, a parked one
+// for instance). So each event is read once, and neither branch reads
+// through the other's events to find a page. The outbox's NOT EXISTS is a
+// probe of the copy's primary key, made only of its events up to the
+// frontier (OFFSET 0 keeps the planner from making it an anti-join, which
+// would hash the copy whole).
+const frontier = `(SELECT at FROM events_copy_frontier)`
+
+// copyBranch reads the copy an earlier release kept (the table events) in
+// the relation's shape.
+const copyBranch = `SELECT c.id, c.tenant_id, c.type, c.aggregate_id, c.occurred_at, c.data, c.traceparent
+		FROM events c
+		WHERE c.occurred_at <= ` + frontier
+
+// outboxBranch is outboxView without the events the copy holds.
+func outboxBranch(ks map[string]kind) string {
+	return outboxView(ks) + `
+		    AND (o.created_at > ` + frontier + ` OR NOT EXISTS (SELECT FROM events c WHERE c.id = o.id OFFSET 0))`
+}
+
+// outboxView reads the outbox's named, readable events as merchants see
+// them. Each operation's names and hidden keys are literals of CASE
+// expressions on the event's type: one scan of the outbox, no join, so
+// that a newest-first scan of a tenant's index stops at its LIMIT. The
+// checks of what is readable are one CASE: as separate conditions, the
+// planner takes each for a filter that keeps 1 row in 200 (it has no
+// statistics on them), and sorts a tenant's every event rather than scan
+// its index for a page of them; as one CASE, for 1 in 2.
+func outboxView(ks map[string]kind) string {
+	types := slices.Sorted(func(yield func(string) bool) {
+		for t := range ks {
+			if !yield(t) {
+				return
+			}
+		}
+	})
+	if len(types) == 0 { // nothing is named: an empty relation of the same shape
+		return `SELECT o.id, o.payload->>'tenantId', o.event_type, o.aggregate_id, o.created_at, o.payload, o.traceparent
+		FROM outbox_events o WHERE false`
+	}
+	var name, idKey, hidden, in strings.Builder
+	for i, t := range types {
+		k := ks[t]
+		fmt.Fprintf(&name, " WHEN %s THEN %s", literal(t), literal(k.name))
+		fmt.Fprintf(&idKey, " WHEN %s THEN %s", literal(t), literal(k.idKey))
+		keys := make([]string, len(k.hidden))
+		for j, h := range k.hidden {
+			keys[j] = literal(h)
+		}
+		fmt.Fprintf(&hidden, " WHEN %s THEN ARRAY[%s]", literal(t), strings.Join(keys, ", "))
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		in.WriteString(literal(t))
+	}
+	return `SELECT o.id, o.payload->>'tenantId' AS tenant_id, CASE o.event_type` + name.String() + ` END AS type,
+		    o.aggregate_id, o.created_at AS occurred_at, o.payload - (CASE o.event_type` + hidden.String() + ` END)::text[] AS data,
+		    o.traceparent
+		FROM outbox_events o
+		WHERE o.event_type IN (` + in.String() + `)
+		    AND CASE WHEN jsonb_typeof(o.payload->'tenantId') = 'string' AND o.payload->>'tenantId' <> ''
+		                  AND jsonb_typeof(o.payload->(CASE o.event_type` + idKey.String() + ` END)) = 'string'
+		                  AND o.payload->>(CASE o.event_type` + idKey.String() + ` END) = o.aggregate_id
+		             THEN true END`
+}
+
+// literal quotes s as an SQL string constant (standard_conforming_strings,
+// PostgreSQL's default since 9.1).
+func literal(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
 
 // Entry is one event of the log.
 type Entry struct {
@@ -86,38 +199,27 @@ type Entry struct {
 	Data       json.RawMessage `json:"data"`
 }
 
-// Record adds events to the log, those of a named type only, in one
-// statement; an event already there is left as it is. What merchants see of
-// an event is cut from its payload by PostgreSQL (see operation.Event's
-// Hidden): the payload is neither decoded nor encoded again here. An event
-// whose payload its operation cannot read (no tenant, another resource's id,
-// either not a string) is left out, and logged: it must not hold back the
-// events after it. Each payload must be JSON, as the outbox's jsonb column
-// holds it: one that is not fails the whole statement.
-func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
-	var (
-		id, name, aggregate, payload, traceparent, idKey, hidden []string
-		occurred                                                 []time.Time
-	)
+// FanOut runs the log's fan-out (WithFanOut) for events, those of a named
+// type only, in one statement, and logs each one the log cannot read (no
+// tenant, another resource's id, either not a string): such an event is
+// not in the log, and must not hold back the events after it.
+func (l *Log) FanOut(ctx context.Context, events []outbox.Event) error {
+	var named []string
 	for _, e := range events {
-		k, ok := l.kinds[e.Type]
-		if !ok {
-			continue
+		if _, ok := l.kinds[e.Type]; ok {
+			named = append(named, e.ID)
 		}
-		id, name, aggregate = append(id, e.ID), append(name, k.name), append(aggregate, e.AggregateID)
-		occurred, payload = append(occurred, e.OccurredAt), append(payload, string(e.Payload))
-		traceparent, idKey, hidden = append(traceparent, e.TraceParent), append(idKey, k.idKey), append(hidden, k.hidden)
 	}
-	if len(id) == 0 {
+	if len(named) == 0 {
 		return nil
 	}
-	rows, err := l.db.Query(ctx, l.record, id, name, aggregate, occurred, payload, traceparent, idKey, hidden, l.clock.Now())
+	rows, err := l.db.Query(ctx, l.fanOut, named, l.clock.Now())
 	if err != nil {
-		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
+		return fmt.Errorf("fan out %d events of the event log: %w", len(named), err)
 	}
 	unreadable, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("record %d events in the event log: %w", len(id), err)
+		return fmt.Errorf("fan out %d events of the event log: %w", len(named), err)
 	}
 	for _, eid := range unreadable {
 		l.log.ErrorContext(ctx, "event left out of the event log: its payload has no tenantId or names another resource", "event_id", eid)
@@ -125,38 +227,29 @@ func (l *Log) Record(ctx context.Context, events []outbox.Event) error {
 	return nil
 }
 
-// recordStatement records events given as arrays, one element per event:
-// ids, names, aggregate ids, times, payloads, traceparents, the key of the
-// resource's id in each payload and the keys to hide from merchants. It
-// answers the ids of the events it could not read. fanOut, if any, runs in
-// it too, reading the CTE recorded (see WithFanOut).
-func recordStatement(fanOut string) string {
+// fanOutStatement reads the events whose ids are $1 (named ones) from the
+// outbox as the log does, runs fanOut, if any, over them (the CTE
+// published, $2 the time of publication), and answers the ids of those the
+// log could not read.
+func fanOutStatement(ks map[string]kind, fanOut string) string {
 	if fanOut != "" {
 		fanOut = `, fanned AS (` + fanOut + `)`
 	}
 	return `
 		WITH given AS (
-		    SELECT i::uuid AS id, n, a, o, d::jsonb AS payload, nullif(tp, '') AS traceparent, k, string_to_array(h, ',') AS hidden
-		    FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[])
-		        AS x(i, n, a, o, d, tp, k, h)
-		), readable AS (
-		    SELECT * FROM given
-		    WHERE jsonb_typeof(payload) = 'object'
-		        AND jsonb_typeof(payload->'tenantId') = 'string' AND payload->>'tenantId' <> ''
-		        AND jsonb_typeof(payload->k) = 'string' AND payload->>k = a
-		), recorded AS (
-		    INSERT INTO events (id, tenant_id, type, aggregate_id, occurred_at, data, recorded_at, traceparent)
-		    SELECT id, payload->>'tenantId', n, a, o, payload - hidden, $9, traceparent FROM readable
-		    ON CONFLICT (id) DO NOTHING
-		    RETURNING id, tenant_id, type, occurred_at, recorded_at
+		    SELECT unnest($1::uuid[]) AS id
+		), published AS (
+		    SELECT v.id, v.tenant_id, v.type, v.occurred_at, $2::timestamptz AS published_at
+		    FROM (` + outboxView(ks) + `) v
+		    WHERE v.id = ANY ($1::uuid[])
 		)` + fanOut + `
-		SELECT id::text FROM given WHERE id NOT IN (SELECT id FROM readable)`
+		SELECT id::text FROM given WHERE id NOT IN (SELECT id FROM published)`
 }
 
-// Publisher returns next, each of whose publishes first records its events
-// in the log: when the log cannot, nothing is published and every event
-// comes back as the broker's failure, so that the relay backs off and hands
-// them to a later pass.
+// Publisher returns next, each of whose publishes first runs the log's
+// fan-out (WithFanOut) for its events: when it fails, nothing is published
+// and every event comes back as the broker's failure, so that the relay
+// backs off and hands them to a later pass.
 func (l *Log) Publisher(next outbox.Publisher) outbox.BatchPublisher {
 	return &publisher{log: l, next: next}
 }
@@ -171,7 +264,7 @@ func (p *publisher) Publish(ctx context.Context, e outbox.Event) error {
 }
 
 func (p *publisher) PublishBatch(ctx context.Context, events []outbox.Event) []error {
-	if err := p.log.Record(ctx, events); err != nil {
+	if err := p.log.FanOut(ctx, events); err != nil {
 		errs := make([]error, len(events))
 		for i := range errs {
 			errs[i] = fmt.Errorf("%w: %w", outbox.ErrBrokerUnavailable, err)
@@ -211,30 +304,11 @@ var (
 
 // List returns a page of the tenant's events, newest first.
 func (l *Log) List(ctx context.Context, tenant string, q Query) (Page, error) {
-	where, args := []string{"tenant_id = $1"}, []any{tenant}
-	if q.Type != "" {
-		if !l.names[q.Type] {
-			return Page{}, ErrUnknownType
-		}
-		args = append(args, q.Type)
-		where = append(where, fmt.Sprintf("type = $%d", len(args)))
+	sql, args, err := l.listQuery(tenant, q)
+	if err != nil {
+		return Page{}, err
 	}
-	if !q.After.IsZero() {
-		args = append(args, q.After)
-		where = append(where, fmt.Sprintf("occurred_at > $%d", len(args)))
-	}
-	if q.Cursor != "" {
-		at, id, err := decodeCursor(q.Cursor)
-		if err != nil {
-			return Page{}, err
-		}
-		args = append(args, at, id)
-		where = append(where, fmt.Sprintf("(occurred_at, id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
-	}
-	args = append(args, q.Limit+1)
-	rows, err := l.db.Query(ctx, `SELECT id::text, type, occurred_at, data FROM events
-		WHERE `+strings.Join(where, " AND ")+`
-		ORDER BY occurred_at DESC, id DESC LIMIT $`+fmt.Sprint(len(args)), args...)
+	rows, err := l.db.Query(ctx, sql, args...)
 	if err != nil {
 		return Page{}, fmt.Errorf("list events: %w", err)
 	}
@@ -254,12 +328,49 @@ func (l *Log) List(ctx context.Context, tenant string, q Query) (Page, error) {
 	return page, nil
 }
 
+// listQuery is List's statement: a page and one more event, newest first,
+// from each branch of the log (a backward scan of the outbox's tenant
+// index, and of the copy's), then the newest of the two. Each branch has
+// its own ORDER BY and LIMIT: over the relation as a whole, PostgreSQL
+// would read each branch in full and sort it.
+func (l *Log) listQuery(tenant string, q Query) (string, []any, error) {
+	where, args := []string{"tenant_id = $1"}, []any{tenant}
+	if q.Type != "" {
+		if !l.names[q.Type] {
+			return "", nil, ErrUnknownType
+		}
+		args = append(args, q.Type)
+		where = append(where, fmt.Sprintf("type = $%d", len(args)))
+	}
+	if !q.After.IsZero() {
+		args = append(args, q.After)
+		where = append(where, fmt.Sprintf("occurred_at > $%d", len(args)))
+	}
+	if q.Cursor != "" {
+		at, id, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return "", nil, err
+		}
+		args = append(args, at, id)
+		where = append(where, fmt.Sprintf("(occurred_at, id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
+	}
+	args = append(args, q.Limit+1)
+	page := `
+		WHERE ` + strings.Join(where, " AND ") + `
+		ORDER BY occurred_at DESC, id DESC LIMIT $` + fmt.Sprint(len(args))
+	return `SELECT id::text, type, occurred_at, data FROM (
+		(SELECT * FROM (` + l.outbox + `) b` + page + `)
+		UNION ALL
+		(SELECT * FROM (` + copyBranch + `) b` + page + `)
+	) ev` + page[strings.Index(page, "ORDER BY")-3:], args, nil
+}
+
 // Get returns the tenant's event id, or ErrNotFound.
 func (l *Log) Get(ctx context.Context, tenant, id string) (Entry, error) {
 	if !ids.IsUUID(id) {
 		return Entry{}, ErrNotFound
 	}
-	rows, err := l.db.Query(ctx, `SELECT id::text, type, occurred_at, data FROM events WHERE id = $1::uuid AND tenant_id = $2`, id, tenant)
+	rows, err := l.db.Query(ctx, `SELECT id::text, type, occurred_at, data FROM `+l.relation+` ev WHERE id = $1::uuid AND tenant_id = $2`, id, tenant)
 	if err != nil {
 		return Entry{}, fmt.Errorf("read event: %w", err)
 	}
@@ -277,14 +388,23 @@ func scanEntry(row pgx.CollectableRow) (Entry, error) {
 	return e, err
 }
 
-// DeleteExpired is the event log's clean-up, run by package cleanup: it
-// deletes at most $2 events recorded before $1 (EVENT_RETENTION), chosen
-// with SKIP LOCKED.
+// DeleteExpired is the clean-up of the earlier release's copy of the log
+// (the table events), run by package cleanup: it deletes at most $2 of its
+// events recorded before $1 (EVENT_RETENTION), chosen with SKIP LOCKED,
+// with the webhook messages and resends of those the outbox no longer
+// holds (the outbox's own cascade to them).
 const DeleteExpired = `
-		DELETE FROM events
-		WHERE id = ANY(ARRAY(
+		WITH doomed AS (
 		    SELECT id FROM events WHERE recorded_at <= $1
-		    LIMIT $2 FOR UPDATE SKIP LOCKED))`
+		    LIMIT $2 FOR UPDATE SKIP LOCKED
+		), gone AS (
+		    SELECT d.id FROM doomed d WHERE NOT EXISTS (SELECT FROM outbox_events o WHERE o.id = d.id)
+		), messages AS (
+		    DELETE FROM webhook_messages WHERE event_id IN (SELECT id FROM gone)
+		), resends AS (
+		    DELETE FROM webhook_resends WHERE event_id IN (SELECT id FROM gone)
+		)
+		DELETE FROM events WHERE id IN (SELECT id FROM doomed)`
 
 func encodeCursor(at time.Time, id string) string { return cursor.Encode(at, id) }
 

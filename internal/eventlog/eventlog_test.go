@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -199,9 +200,10 @@ func (e *env) events(secret, query string) page {
 	return p
 }
 
-// Every event of a tenant's payments and refunds is in its log once the
-// relay has published it, named for merchants, with the resource's body as
-// of the event, newest first; never another tenant's.
+// Every event of a tenant's payments and refunds is in its log from the
+// commit that wrote it (the log is the outbox), named for merchants, with
+// the resource's body as of the event, newest first; never another
+// tenant's. Publishing it, once or again, changes nothing in the log.
 func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -219,9 +221,8 @@ func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
 		t.Fatalf("refund: %d %s", r.status, r.body)
 	}
 	e.pay(secretB, "other", "pm_card_visa", "")
-	e.relayAll()
 
-	got := e.events(secretA, "?limit=100")
+	got := e.events(secretA, "?limit=100") // before the relay ran
 	var types []string
 	for _, it := range got.Items {
 		types = append(types, it.Type)
@@ -267,16 +268,17 @@ func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
 	}
 	_ = declined
 
-	// The relay publishes what it records; a second recording of the same
-	// events (the relay publishes at least once) changes nothing.
+	// Published, then published again (the relay publishes at least
+	// once): the log is the same.
+	e.relayAll()
 	if n := e.next.count(); n != 11 {
 		t.Fatalf("published %d events, want 11", n)
 	}
-	if err := e.core.EventLog.Record(t.Context(), e.next.published); err != nil {
+	if err := e.core.EventLog.FanOut(t.Context(), e.next.published); err != nil {
 		t.Fatal(err)
 	}
-	if again := e.events(secretA, "?limit=100"); len(again.Items) != len(want) {
-		t.Fatalf("after a second recording: %d events, want %d", len(again.Items), len(want))
+	if again := e.events(secretA, "?limit=100"); fmt.Sprint(again) != fmt.Sprint(got) {
+		t.Fatalf("after the publishes:\n%+v\nbefore:\n%+v", again, got)
 	}
 
 	// One event, the tenant's own only.
@@ -342,8 +344,8 @@ func TestListingPagesAndFilters(t *testing.T) {
 }
 
 // An event whose payload has no tenant, or names another payment than its
-// own, or is no object, is left out of the log and logged; the events
-// beside it are recorded.
+// own, or is no object, is not in the log, and its publish says so in the
+// service's log; the events beside it are in the log and published.
 func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -352,6 +354,11 @@ func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
 	event := func(aggregate string, payload any) outbox.Event {
 		ev, err := outbox.NewEvent(t.Context(), payments.EventSucceeded, payments.ResourceType, aggregate, payload, e.clk.Now())
 		if err != nil {
+			t.Fatal(err)
+		}
+		var b pgx.Batch
+		outbox.Queue(&b, ev)
+		if err := e.pool.SendBatch(t.Context(), &b).Close(); err != nil {
 			t.Fatal(err)
 		}
 		return ev
@@ -365,32 +372,48 @@ func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
 		event("pay_5", "pay_5"),
 		event("pay_6", map[string]any{"paymentId": "pay_6", "tenantId": map[string]int{"x": 1}}),
 		event("7", map[string]any{"paymentId": 7, "tenantId": "tenant_a"}),
-	}
-	if err := l.Record(t.Context(), append(bad, good)); err != nil {
-		t.Fatal(err)
+		event("pay_8", map[string]any{"paymentId": "pay_8", "tenantId": 8}),
 	}
 	got := e.events(secretA, "")
 	if len(got.Items) != 1 || got.Items[0].EventID != good.ID || string(got.Items[0].Data) != `{"status":"SUCCEEDED","paymentId":"pay_good"}` {
-		t.Fatalf("recorded %+v, want the good event only, without its tenant", got.Items)
+		t.Fatalf("the log holds %+v, want the good event only, without its tenant", got.Items)
+	}
+	for _, ev := range bad {
+		if r := e.do(secretA, "GET", "/events/"+ev.ID, "", ""); r.status != http.StatusNotFound {
+			t.Fatalf("GET /events/%s (%s): %d %s", ev.ID, ev.Payload, r.status, r.body)
+		}
+	}
+	pub := l.Publisher(e.next)
+	for i, err := range pub.PublishBatch(t.Context(), append(bad, good)) {
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+	if n := e.next.count(); n != len(bad)+1 {
+		t.Fatalf("published %d events, want %d: an unreadable one must not hold the others back", n, len(bad)+1)
 	}
 	for _, ev := range bad {
 		if !strings.Contains(logs.String(), "event left out of the event log") || !strings.Contains(logs.String(), ev.ID) {
 			t.Fatalf("event %s (%s) left out without a word; logs:\n%s", ev.ID, ev.Payload, logs.String())
 		}
 	}
+	if strings.Contains(logs.String(), good.ID) {
+		t.Fatalf("the good event was logged as left out:\n%s", logs.String())
+	}
 }
 
-// When the log cannot record, nothing is published: the event log's
-// publisher fails the events as the broker's failure (ErrBrokerUnavailable),
-// which the relay retries without counting attempts, so nothing is parked
-// however long the log is away; it publishes them once the log is back,
-// recorded.
-func TestNothingIsPublishedThatTheLogDidNotRecord(t *testing.T) {
+// When the log cannot fan an event out to the webhook endpoints, nothing
+// is published: the event log's publisher fails the events as the broker's
+// failure (ErrBrokerUnavailable), which the relay retries without counting
+// attempts, so nothing is parked however long the fan-out fails; it
+// publishes them once it works again, fanned out.
+func TestNothingIsPublishedThatWasNotFannedOut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.relayAll() // creates the slot: the payment's events come through its stream
+	e.webhook("tenant_a")
 	e.pay(secretA, "p1", "pm_card_visa", "")
-	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE events RENAME TO events_away`); err != nil {
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE webhook_messages RENAME TO webhook_messages_away`); err != nil {
 		t.Fatal(err)
 	}
 	type result struct {
@@ -419,9 +442,9 @@ func TestNothingIsPublishedThatTheLogDidNotRecord(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if n := e.next.count(); n != 0 {
-		t.Fatalf("published %d events the log did not record", n)
+		t.Fatalf("published %d events the log did not fan out", n)
 	}
-	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE events_away RENAME TO events`); err != nil {
+	if _, err := e.pool.Exec(t.Context(), `ALTER TABLE webhook_messages_away RENAME TO webhook_messages`); err != nil {
 		t.Fatal(err)
 	}
 	var r result
@@ -433,25 +456,65 @@ func TestNothingIsPublishedThatTheLogDidNotRecord(t *testing.T) {
 	if r.err != nil || r.n != 2 {
 		t.Fatalf("RunOnce: published %d, %v; want 2", r.n, r.err)
 	}
-	if got := e.events(secretA, ""); len(got.Items) != 2 || e.next.count() != 2 {
-		t.Fatalf("after the log came back: %d recorded, %d published; want 2 and 2", len(got.Items), e.next.count())
+	var messages int
+	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_messages`).Scan(&messages); err != nil || messages != 2 || e.next.count() != 2 {
+		t.Fatalf("after the fan-out came back: %d messages (%v), %d published; want 2 and 2", messages, err, e.next.count())
 	}
 }
 
-// Clean-up deletes the events recorded longer ago than EVENT_RETENTION.
+// Clean-up keeps the log's events (the outbox's) EVENT_RETENTION, however
+// shorter OUTBOX_RETENTION is, and all of them without an EVENT_RETENTION;
+// then they go, with their webhook messages.
 func TestCleanupKeepsEventsForTheirRetention(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	e.webhook("tenant_a")
 	e.pay(secretA, "p1", "pm_card_visa", "")
 	e.relayAll()
-	j := cleanup.New(e.pool, e.clk, cleanup.Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: time.Hour, OutboxRetention: time.Hour,
-		EventRetention: 720 * time.Hour}, slog.New(slog.DiscardHandler))
+	policy := cleanup.Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: time.Hour, OutboxRetention: time.Hour, EventRetention: 720 * time.Hour}
+	j := cleanup.New(e.pool, e.clk, policy, slog.New(slog.DiscardHandler))
+	forever := cleanup.New(e.pool, e.clk, cleanup.Policy{ReplayTTL: 24 * time.Hour, MetadataTTL: time.Hour, OutboxRetention: time.Hour},
+		slog.New(slog.DiscardHandler))
+	count := func() (events, messages int) {
+		t.Helper()
+		if err := e.pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM outbox_events), (SELECT count(*) FROM webhook_messages)`).
+			Scan(&events, &messages); err != nil {
+			t.Fatal(err)
+		}
+		return events, messages
+	}
 	e.clk.Advance(719 * time.Hour)
-	if st, err := j.RunOnce(t.Context()); err != nil || st.LogEventsDeleted != 0 {
+	if st, err := j.RunOnce(t.Context()); err != nil || st.EventsDeleted != 0 {
 		t.Fatalf("before the retention: %+v, %v", st, err)
 	}
-	e.clk.Advance(time.Hour)
-	if st, err := j.RunOnce(t.Context()); err != nil || st.LogEventsDeleted != 2 {
+	if got := e.events(secretA, ""); len(got.Items) != 2 {
+		t.Fatalf("the log before its retention: %+v", got.Items)
+	}
+	e.clk.Advance(time.Hour + time.Second)
+	if st, err := forever.RunOnce(t.Context()); err != nil || st.EventsDeleted != 0 {
+		t.Fatalf("without an EVENT_RETENTION: %+v, %v; want nothing deleted", st, err)
+	}
+	if events, messages := count(); events != 2 || messages != 2 {
+		t.Fatalf("before the clean-up: %d events, %d messages; want 2 and 2", events, messages)
+	}
+	if st, err := j.RunOnce(t.Context()); err != nil || st.EventsDeleted != 2 {
 		t.Fatalf("at the retention: %+v, %v; want 2 events deleted", st, err)
+	}
+	if events, messages := count(); events != 0 || messages != 0 {
+		t.Fatalf("after the clean-up: %d events, %d messages; want none", events, messages)
+	}
+	if got := e.events(secretA, ""); len(got.Items) != 0 {
+		t.Fatalf("the log after its retention: %+v", got.Items)
+	}
+}
+
+// webhook adds an enabled endpoint of the tenant that takes every event
+// (it is never sent to: no worker runs).
+func (e *env) webhook(tenant string) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `
+		INSERT INTO webhook_endpoints (id, tenant_id, url, status, secret, secret_id, created_at)
+		VALUES ('we_' || $1, $1, 'https://example.com/hooks', 'enabled', 'whsec_x', 'ws_x', $2)`, tenant, e.clk.Now()); err != nil {
+		e.t.Fatal(err)
 	}
 }

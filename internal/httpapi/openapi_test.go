@@ -184,7 +184,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.e.core.EventLog.Record(t.Context(), events); err != nil { // as the relay does
+			if err := c.e.core.EventLog.FanOut(t.Context(), events); err != nil { // as the relay does
 				t.Fatal(err)
 			}
 			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: bearer(secretA), status: 200})

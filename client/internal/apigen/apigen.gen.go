@@ -179,6 +179,7 @@ const (
 	CAPTUREDECLINED            ProblemCode = "CAPTURE_DECLINED"
 	CAPTUREEXCEEDSCAPTURABLE   ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
 	DUPLICATEMERCHANTREFERENCE ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
+	EVENTNOTRESENDABLE         ProblemCode = "EVENT_NOT_RESENDABLE"
 	IDEMPOTENCYKEYEXPIRED      ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
 	IDEMPOTENCYKEYINUSE        ProblemCode = "IDEMPOTENCY_KEY_IN_USE"
 	IDEMPOTENCYKEYINVALID      ProblemCode = "IDEMPOTENCY_KEY_INVALID"
@@ -217,6 +218,8 @@ func (e ProblemCode) Valid() bool {
 	case CAPTUREEXCEEDSCAPTURABLE:
 		return true
 	case DUPLICATEMERCHANTREFERENCE:
+		return true
+	case EVENTNOTRESENDABLE:
 		return true
 	case IDEMPOTENCYKEYEXPIRED:
 		return true
@@ -861,6 +864,7 @@ type Problem struct {
 	// | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 	// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
 	// | `WEBHOOK_ENDPOINT_DISABLED` | 409 | a resend names a disabled webhook endpoint: nothing is sent to it |
+	// | `EVENT_NOT_RESENDABLE` | 409 | a resend names an event held only by an earlier release's copy of the event log: it can be read, not sent again |
 	// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`) |
 	// | `INTERNAL` | 500 | unexpected error |
 	Code ProblemCode `json:"code"`
@@ -951,6 +955,7 @@ type Problem struct {
 // | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 // | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
 // | `WEBHOOK_ENDPOINT_DISABLED` | 409 | a resend names a disabled webhook endpoint: nothing is sent to it |
+// | `EVENT_NOT_RESENDABLE` | 409 | a resend names an event held only by an earlier release's copy of the event log: it can be read, not sent again |
 // | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`) |
 // | `INTERNAL` | 500 | unexpected error |
 type ProblemCode string
@@ -1612,6 +1617,7 @@ type ClientInterface interface {
 	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -1646,6 +1652,7 @@ type ClientInterface interface {
 	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -2215,6 +2222,7 @@ func (c *Client) ListEventDeliveries(ctx context.Context, eventID EventID, reqEd
 // | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 // | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 // | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -2259,6 +2267,7 @@ func (c *Client) ResendEventWithBody(ctx context.Context, eventID EventID, param
 // | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 // | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 // | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -3933,6 +3942,7 @@ type ClientWithResponsesInterface interface {
 	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -3967,6 +3977,7 @@ type ClientWithResponsesInterface interface {
 	// | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 	// | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 	// | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+	// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 	// | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -6500,6 +6511,7 @@ func (c *ClientWithResponses) ListEventDeliveriesWithResponse(ctx context.Contex
 // | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 // | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 // | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same resend | |
@@ -6540,6 +6552,7 @@ func (c *ClientWithResponses) ResendEventWithBodyWithResponse(ctx context.Contex
 // | resend scheduled | `202` with the endpoints it goes to (none when no enabled endpoint subscribes) | yes |
 // | event unknown to this tenant (or past its retention), or `endpointId` unknown | `404 NOT_FOUND` | no |
 // | `endpointId` names a disabled endpoint | `409 WEBHOOK_ENDPOINT_DISABLED` | no |
+// | the event is held only by the log's copy of a release before the outbox became the log (older than `OUTBOX_RETENTION` was then; only within `EVENT_RETENTION` of that upgrade) | `409 EVENT_NOT_RESENDABLE` | no |
 // | same key, same command, finished | the stored status and body, byte for byte, plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same resend | |
