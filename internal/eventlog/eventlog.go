@@ -237,11 +237,11 @@ func fanOutStatement(ks map[string]kind, fanOut string) string {
 	}
 	return `
 		WITH given AS (
-		    SELECT unnest($1::uuid[]) AS id
+		    SELECT unnest($1::text[])::uuid AS id
 		), published AS (
 		    SELECT v.id, v.tenant_id, v.type, v.occurred_at, $2::timestamptz AS published_at
 		    FROM (` + outboxView(ks) + `) v
-		    WHERE v.id = ANY ($1::uuid[])
+		    WHERE v.id = ANY ($1::text[]::uuid[])
 		)` + fanOut + `
 		SELECT id::text FROM given WHERE id NOT IN (SELECT id FROM published)`
 }

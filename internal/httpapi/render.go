@@ -1,12 +1,12 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 )
 
@@ -14,7 +14,7 @@ import (
 // with status, its Location, and a Retry-After when retryAfter is set (an
 // answer that is not final: come back later).
 func ResourceResponse(status int, view any, location string, retryAfter time.Duration) idempotency.Response {
-	body, _ := json.Marshal(view) // views hold strings and times only
+	body, _ := jsontext.Marshal(view) // views hold strings and times only
 	h := map[string]string{"Content-Type": "application/json", "Location": location}
 	if retryAfter > 0 {
 		h["Retry-After"] = retryAfterValue(retryAfter)

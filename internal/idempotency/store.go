@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 )
 
@@ -144,7 +145,7 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // answer, ends the lease and the need for recovery, provided token is still
 // the key's fencing token; otherwise the batch fails with ErrFenced.
 func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
-	headers, _ := json.Marshal(resp.Headers) // map[string]string always marshals
+	headers := jsontext.AppendStringMap(make([]byte, 0, 128), resp.Headers)
 	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now, NotifyChannel)
 }
 

@@ -56,3 +56,35 @@ func TestArrayWritesWhatMarshalWrites(t *testing.T) {
 		}
 	}
 }
+
+func TestAppendStringMapWritesWhatMarshalWrites(t *testing.T) {
+	t.Parallel()
+	for _, m := range []map[string]string{nil, {}, {"Location": "/payments/pay_1", "Content-Type": "application/json", "Retry-After": "1"},
+		{"<a>": "&", "é": "\xff", "b": "\n"}} {
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsontext.AppendStringMap(nil, m); string(got) != string(want) {
+			t.Errorf("AppendStringMap(%v) = %s, want %s", m, got, want)
+		}
+	}
+}
+
+func TestMarshalUsesAnAppender(t *testing.T) {
+	t.Parallel()
+	got, err := jsontext.Marshal(appender{})
+	if err != nil || string(got) != `{"by":"hand"}` {
+		t.Errorf("Marshal(appender) = %s, %v", got, err)
+	}
+	got, err = jsontext.Marshal(map[string]int{"a": 1})
+	if err != nil || string(got) != `{"a":1}` {
+		t.Errorf("Marshal(map) = %s, %v", got, err)
+	}
+}
+
+type appender struct{}
+
+func (appender) AppendJSON(dst []byte) []byte { return append(dst, `{"by":"hand"}`...) }
+
+func (appender) MarshalJSON() ([]byte, error) { return []byte(`{"by":"reflection"}`), nil }

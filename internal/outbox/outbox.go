@@ -39,7 +39,7 @@ type Event struct {
 // with a fresh time-ordered id, in the trace of ctx (see TraceParent): its
 // publish and deliveries continue the trace that created it.
 func NewEvent(ctx context.Context, eventType, aggregateType, aggregateID string, payload any, now time.Time) (Event, error) {
-	raw, err := json.Marshal(payload)
+	raw, err := jsontext.Marshal(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("encode %s payload: %w", eventType, err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 )
 
@@ -187,13 +188,58 @@ func (p Payment) View() View {
 	return v
 }
 
+// AppendJSON appends v's JSON, byte for byte as json.Marshal writes it
+// (TestAViewWritesWhatMarshalWrites): every answer and event about a
+// payment carries it, without reflection (jsontext.Marshal).
+func (v View) AppendJSON(dst []byte) []byte {
+	dst = append(dst, '{')
+	dst = jsontext.AppendString(jsontext.Field(dst, "paymentId"), v.PaymentID)
+	dst = jsontext.AppendString(jsontext.Field(dst, "status"), string(v.Status))
+	dst = jsontext.AppendString(jsontext.Field(dst, "accountId"), v.AccountID)
+	dst = jsontext.AppendString(jsontext.Field(dst, "amount"), v.Amount)
+	dst = jsontext.AppendString(jsontext.Field(dst, "currency"), v.Currency)
+	dst = jsontext.AppendString(jsontext.Field(dst, "merchantReference"), v.MerchantReference)
+	dst = jsontext.AppendString(jsontext.Field(dst, "paymentMethod"), v.PaymentMethod)
+	dst = jsontext.AppendString(jsontext.Field(dst, "channel"), v.Channel)
+	dst = jsontext.AppendString(jsontext.Field(dst, "description"), v.Description)
+	dst = jsontext.AppendString(jsontext.Field(dst, "refundedAmount"), v.RefundedAmount)
+	dst = jsontext.AppendTime(jsontext.Field(dst, "createdAt"), v.CreatedAt)
+	dst = jsontext.AppendTime(jsontext.Field(dst, "updatedAt"), v.UpdatedAt)
+	if v.ProviderReference != "" {
+		dst = jsontext.AppendString(jsontext.Field(dst, "providerReference"), v.ProviderReference)
+	}
+	if v.DeclineCode != "" {
+		dst = jsontext.AppendString(jsontext.Field(dst, "declineCode"), v.DeclineCode)
+	}
+	dst = jsontext.AppendString(jsontext.Field(dst, "captureMethod"), v.CaptureMethod)
+	if v.CapturableAmount != "" {
+		dst = jsontext.AppendString(jsontext.Field(dst, "capturableAmount"), v.CapturableAmount)
+	}
+	if v.AuthorizationExpiresAt != nil {
+		dst = jsontext.AppendTime(jsontext.Field(dst, "authorizationExpiresAt"), *v.AuthorizationExpiresAt)
+	}
+	if v.CapturedAmount != "" {
+		dst = jsontext.AppendString(jsontext.Field(dst, "capturedAmount"), v.CapturedAmount)
+	}
+	return append(dst, '}')
+}
+
 // eventPayload is what outbox events about p carry: the client view plus the
 // tenant, which consumers (the ledger) need and clients never see.
-func (p Payment) eventPayload() any {
-	return struct {
-		View
-		TenantID string `json:"tenantId"`
-	}{p.View(), p.TenantID}
+func (p Payment) eventPayload() any { return eventPayload{p.View(), p.TenantID} }
+
+// eventPayload is a payment's view and its tenant, in one JSON object:
+// the view's members, then tenantId.
+type eventPayload struct {
+	View
+	TenantID string `json:"tenantId"`
+}
+
+// AppendJSON appends e's JSON, as json.Marshal writes it.
+func (e eventPayload) AppendJSON(dst []byte) []byte {
+	dst = e.View.AppendJSON(dst)
+	dst = jsontext.Field(dst[:len(dst)-1], "tenantId")
+	return append(jsontext.AppendString(dst, e.TenantID), '}')
 }
 
 // HeldFor reports whether action actionID holds p: p is in action's
