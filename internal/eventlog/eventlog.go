@@ -13,8 +13,9 @@
 // operations (Relation), which the webhook deliveries read too.
 //
 // The log of an earlier release was a copy, the table events, which the
-// relay filled as it published. Its rows are still read, those the outbox
-// no longer holds, until EVENT_RETENTION has passed over them and clean-up
+// relay filled as it published. Its rows are still read, up to its
+// frontier (the newest event it alone held at the upgrade, migration
+// 00035), until EVENT_RETENTION has passed over them and clean-up
 // (DeleteExpired) has deleted them; a later release drops the table.
 //
 // The relay still runs the log's publisher (Log.Publisher): before it
@@ -102,9 +103,11 @@ func kinds(mods []operation.Module) map[string]kind {
 // parentheses) with the columns id (uuid), tenant_id, type (the merchants'
 // name), aggregate_id, occurred_at, data (jsonb: what merchants see) and
 // traceparent: every event of the outbox whose operation names it and
-// whose payload it can read (a tenantId, the resource's own id), then the
-// rows of the earlier release's copy the outbox no longer holds. A query
-// that filters it by tenant_id or id reads the outbox's indexes.
+// whose payload it can read (a tenantId, the resource's own id), and the
+// rows of the copy an earlier release kept, each event once (see
+// frontier). A query that filters it by tenant_id or id reads the tables'
+// indexes; one that orders it and takes a page must do so in each branch
+// (Log.List).
 func Relation(mods []operation.Module) string { return relation(kinds(mods)) }
 
 // Relation is the log as SQL (see the function Relation).
@@ -135,7 +138,7 @@ const copyBranch = `SELECT c.id, c.tenant_id, c.type, c.aggregate_id, c.occurred
 		FROM events c
 		WHERE c.occurred_at <= ` + frontier
 
-// outboxBranch is outboxView without the events the copy holds.
+// outboxBranch is outboxView without the events the copy's branch reads.
 func outboxBranch(ks map[string]kind) string {
 	return outboxView(ks) + `
 		    AND (o.created_at > ` + frontier + ` OR NOT EXISTS (SELECT FROM events c WHERE c.id = o.id OFFSET 0))`
