@@ -14,21 +14,20 @@
 --
 -- Expand only: an instance of the previous release, during a rolling
 -- upgrade, still copies events into the table events and fans them out to
--- messages, of events that are in the outbox; its clean-up of the table
--- events no longer cascades to their messages, which the outbox's does.
-ALTER TABLE webhook_messages DROP CONSTRAINT IF EXISTS webhook_messages_event_id_fkey;
-ALTER TABLE webhook_messages ADD CONSTRAINT webhook_messages_event_id_fkey
-    FOREIGN KEY (event_id) REFERENCES outbox_events (id) ON DELETE CASCADE NOT VALID;
-ALTER TABLE webhook_resends DROP CONSTRAINT IF EXISTS webhook_resends_event_id_fkey;
-ALTER TABLE webhook_resends ADD CONSTRAINT webhook_resends_event_id_fkey
-    FOREIGN KEY (event_id) REFERENCES outbox_events (id) ON DELETE CASCADE NOT VALID;
+-- messages, of events that are in the outbox. Its clean-up of the table
+-- events no longer cascades to their messages: those of events the outbox
+-- holds go with the outbox's events; those of events only the copy held
+-- (finished long before: the retry schedule is 3 days) are left behind
+-- while it runs, and nothing reads them.
 
 -- The copy's frontier: the newest event that only the copy holds now. The
 -- log reads the copy up to it and the outbox after it (internal/eventlog),
 -- so that a page reads neither table's events that the other one holds
 -- (the most recent OUTBOX_RETENTION of the copy is the outbox's too).
 -- -infinity when the copy holds nothing the outbox does not: the log then
--- reads the outbox alone. One read of each table, once.
+-- reads the outbox alone. One read of each table, once, before the keys
+-- below lock the tables (so that payments, which insert into the outbox,
+-- wait only for the catalog changes and the commit, not for this read).
 CREATE TABLE events_copy_frontier (
     at timestamptz NOT NULL
 );
@@ -38,9 +37,15 @@ SELECT coalesce(max(c.occurred_at), '-infinity')
 FROM events c
 WHERE NOT EXISTS (SELECT FROM outbox_events o WHERE o.id = c.id);
 
+ALTER TABLE webhook_messages DROP CONSTRAINT IF EXISTS webhook_messages_event_id_fkey;
+ALTER TABLE webhook_messages ADD CONSTRAINT webhook_messages_event_id_fkey
+    FOREIGN KEY (event_id) REFERENCES outbox_events (id) ON DELETE CASCADE NOT VALID;
+ALTER TABLE webhook_resends DROP CONSTRAINT IF EXISTS webhook_resends_event_id_fkey;
+ALTER TABLE webhook_resends ADD CONSTRAINT webhook_resends_event_id_fkey
+    FOREIGN KEY (event_id) REFERENCES outbox_events (id) ON DELETE CASCADE NOT VALID;
+
 -- +goose Down
 DROP TABLE IF EXISTS events_copy_frontier;
-
 
 -- Back to the copy: the previous release reads the table events only, so
 -- the events written since the upgrade are copied into it, named as the
