@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -35,10 +36,11 @@ func TestCreateAnswers201WithLocationAndStoresEverything(t *testing.T) {
 	if n := len(e.chargesFor(id)); n != 1 {
 		t.Errorf("provider charges = %d, want 1", n)
 	}
-	// The state machine was walked, and every step recorded.
+	// The state machine was walked, and every step recorded, as the
+	// payment's audit trail reads it.
 	var steps []string
 	rows, err := e.pool.Query(context.Background(),
-		`SELECT COALESCE(from_state, '-') || '>' || to_state FROM payment_transitions WHERE payment_id = $1 ORDER BY id`, id)
+		`SELECT COALESCE(from_state, '-') || '>' || to_state FROM (`+payments.AuditSQL+`) a ORDER BY id`, id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,18 +30,25 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	e := newEnv(t, withPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAt(t, 27) }))
 	// This release's code stands in for the first's, which created a
 	// payment in RECEIVED and moved it on: this one creates it sent, which
-	// 00029 allows. For this one payment, the row 00029 adds, taken back
-	// before the migrations run.
+	// 00029 allows, and names the payment's created_at in its audit, a
+	// column 00036 adds. For this one payment, the row and the column,
+	// taken back before the migrations run.
 	const createdSent = `('payment', '', 'PROVIDER_REQUEST_SENT')`
-	if _, err := e.pool.Exec(ctx, `INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES `+createdSent); err != nil {
-		t.Fatal(err)
+	for _, sql := range []string{`INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES ` + createdSent,
+		`ALTER TABLE payment_transitions ADD COLUMN payment_created_at timestamptz`} {
+		if _, err := e.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	first := e.post("renamed", body())
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
-	if _, err := e.pool.Exec(ctx, `DELETE FROM state_machine_moves WHERE (machine, from_state, to_state) = `+createdSent); err != nil {
-		t.Fatal(err)
+	for _, sql := range []string{`DELETE FROM state_machine_moves WHERE (machine, from_state, to_state) = ` + createdSent,
+		`ALTER TABLE payment_transitions DROP COLUMN payment_created_at`} {
+		if _, err := e.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// As the first release wrote it.
 	if _, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET operation = 'payments.create'`); err != nil {

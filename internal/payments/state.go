@@ -47,10 +47,28 @@ const (
 	StateCancelRequested State = "CANCEL_REQUESTED"
 )
 
+// AuditSQL reads payment $1's audit trail, oldest first: each record's
+// id, from_state (NULL for its creation), to_state, reason and occurred_at.
+// A record names its payment's created_at (the machine's
+// Table.CreatedAt), and is found by it and the payment's id, in the index
+// that takes a new payment's records at its right edge; one written before
+// migration 00036 names none, and is found by the payment's id alone.
+// Operators read it too (docs/operations.md, "A payment's audit trail").
+const AuditSQL = `
+	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at
+	FROM payments p
+	JOIN payment_transitions t ON t.payment_created_at = p.created_at AND t.payment_id = p.id
+	WHERE p.id = $1
+	UNION ALL
+	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at
+	FROM payment_transitions t
+	WHERE t.payment_created_at IS NULL AND t.payment_id = $1
+	ORDER BY 1`
+
 // machine is the payment state machine: for each state, the states it may
 // move to.
 var machine = statemachine.New("payment",
-	statemachine.Table{Name: "payments", Transitions: "payment_transitions", ForeignKey: "payment_id"},
+	statemachine.Table{Name: "payments", Transitions: "payment_transitions", ForeignKey: "payment_id", CreatedAt: "payment_created_at"},
 	StateReceived,
 	map[State][]State{
 		StateProviderRequestSent: {

@@ -45,6 +45,26 @@ type Table struct {
 	Name        string // the resource table, e.g. "payments"; it has id, state, updated_at
 	Transitions string // its audit table, e.g. "payment_transitions"
 	ForeignKey  string // the audit table's column naming the row, e.g. "payment_id"
+	// CreatedAt, if set, is the audit table's column that repeats the
+	// row's created_at on each record, e.g. "payment_created_at": an
+	// index on it and the row's id finds a row's audit by its creation
+	// time, and takes its entries at its right edge, as rows are created
+	// in time order (an index on random ids alone takes them anywhere).
+	// The resource table then has created_at, and a creation's records
+	// (Created, CreatedAs) are made at it.
+	CreatedAt string
+}
+
+// audit is the audit table's insert: its columns, then the values'
+// SELECT list for the columns a record always has (the row's key, from,
+// to, reason, when) and the row's created_at's value.
+func (t Table) audit(key, from, to, reason, at, createdAt string) string {
+	cols, vals := t.ForeignKey+", from_state, to_state, reason, occurred_at", key+", "+from+", "+to+", "+reason+", "+at
+	if t.CreatedAt != "" {
+		cols, vals = cols+", "+t.CreatedAt, vals+", "+createdAt
+	}
+	return `INSERT INTO ` + t.Transitions + ` (` + cols + `)
+		SELECT ` + vals
 }
 
 // Machine is one resource's state machine.
@@ -69,14 +89,12 @@ type Machine[S ~string] struct {
 func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machine[S] {
 	m := &Machine[S]{name: name, table: table, initial: initial, moves: moves}
 	m.created = claim.NewTemplate(func(claimed string) string {
-		return `INSERT INTO ` + table.Transitions + ` (` + table.ForeignKey + `, from_state, to_state, reason, occurred_at)
-		SELECT $1, NULL, $2, $3, $4 WHERE ` + claimed
+		return table.audit("$1", "NULL", "$2", "$3", "$4", "$4") + ` WHERE ` + claimed
 	})
 	// The creation's record, then the move's: ordered, so that their ids
 	// (the order the audit is read in) say so.
 	m.createdAs = claim.NewTemplate(func(claimed string) string {
-		return `INSERT INTO ` + table.Transitions + ` (` + table.ForeignKey + `, from_state, to_state, reason, occurred_at)
-		SELECT $1, r.from_state, r.to_state, r.reason, $6
+		return table.audit("$1", "r.from_state", "r.to_state", "r.reason", "$6", "$6") + `
 		FROM (VALUES (1, NULL, $2, $4), (2, $2, $3, $5)) AS r (n, from_state, to_state, reason)
 		WHERE ` + claimed + `
 		ORDER BY r.n`
@@ -316,14 +334,17 @@ func (m *Machine[S]) moveSQL(mv Move[S], cond string) string {
 		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, n)
 	}
 	t := m.table
+	createdAt := ""
+	if t.CreatedAt != "" {
+		createdAt = ", created_at"
+	}
 	return `
 		WITH moved AS (
 		    UPDATE ` + t.Name + ` SET state = $3, updated_at = $4` + set.String() + `
 		    WHERE id = $1 AND state = $2` + guard.String() + where + `
-		    RETURNING id
+		    RETURNING id` + createdAt + `
 		), audit AS (
-		    INSERT INTO ` + t.Transitions + ` (` + t.ForeignKey + `, from_state, to_state, reason, occurred_at)
-		    SELECT id, $2, $3, $5, $4 FROM moved
+		    ` + t.audit("id", "$2", "$3", "$5", "$4", "created_at") + ` FROM moved
 		)
 		SELECT ` + refuse.Unless(moved, refuse.StaleState,
 		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", "")
