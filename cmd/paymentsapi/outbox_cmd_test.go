@@ -40,9 +40,7 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := &pgx.Batch{}
-		outbox.Queue(b, ev)
-		if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		if err := outbox.Write(ctx, pool, ev); err != nil {
 			t.Fatal(err)
 		}
 		parked = append(parked, ev)
@@ -225,9 +223,7 @@ func TestOutboxCommandReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &pgx.Batch{}
-	outbox.Queue(b, ev)
-	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := outbox.Write(ctx, pool, ev); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := relay.RunOnce(ctx); err != nil || n != 1 {

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -245,9 +244,7 @@ func (e *env) draft(tenant, eventType string) outbox.Event {
 // write writes ev to the outbox.
 func (e *env) write(ev outbox.Event) {
 	e.t.Helper()
-	var b pgx.Batch
-	outbox.Queue(&b, ev)
-	if err := e.pool.SendBatch(context.Background(), &b).Close(); err != nil {
+	if err := outbox.Write(context.Background(), e.pool, ev); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -356,9 +355,7 @@ func TestAnEventItsOperationCannotReadIsLeftOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var b pgx.Batch
-		outbox.Queue(&b, ev)
-		if err := e.pool.SendBatch(t.Context(), &b).Close(); err != nil {
+		if err := outbox.Write(t.Context(), e.pool, ev); err != nil {
 			t.Fatal(err)
 		}
 		return ev

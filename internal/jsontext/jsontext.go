@@ -59,7 +59,8 @@ func AppendTime(dst []byte, t time.Time) []byte {
 }
 
 // Field appends a member of an object, "name":, after a comma unless it is
-// the object's first (dst ends with '{').
+// the object's first (dst ends with '{'). name is written as it is: a
+// member's name from the code, plain ASCII that needs no escaping.
 func Field(dst []byte, name string) []byte {
 	if len(dst) > 0 && dst[len(dst)-1] != '{' {
 		dst = append(dst, ',')

@@ -95,6 +95,21 @@ func AppendJSON(dst []byte, e Event) ([]byte, error) {
 // state change queued beside it.
 func Queue(b *pgx.Batch, e Event) { b.Queue(insert("true"), args(e)...) }
 
+// Write writes events to the outbox in one round trip, in db's transaction
+// if db is one (pgx.Tx), else in one of their own: for what writes events
+// alone, as a tool or a test does. A state change queues its events beside
+// it instead (Queue, IfClaimed).
+func Write(ctx context.Context, db DB, events ...Event) error {
+	var b pgx.Batch
+	for _, e := range events {
+		Queue(&b, e)
+	}
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("write %d outbox events: %w", len(events), err)
+	}
+	return nil
+}
+
 // IfClaimed is the insert of e in a claim's batch: written only if the
 // claim took its key.
 func IfClaimed(e Event) claim.Statement { return insertIfClaimed.With(args(e)...) }

@@ -85,11 +85,7 @@ func (e *env) begin(t *testing.T, evs ...outbox.Event) pgx.Tx {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	b := &pgx.Batch{}
-	for _, ev := range evs {
-		outbox.Queue(b, ev)
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	if err := outbox.Write(ctx, tx, evs...); err != nil {
 		t.Fatal(err)
 	}
 	return tx
