@@ -192,6 +192,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		ReplayTTL:         cfg.IdempotencyTTL,
 		Lease:             cfg.LeaseDuration,
 		RetryAfter:        time.Second,
+		CommitConcurrency: cfg.CommitConcurrency,
 		ProviderTimeout:   cfg.ProviderTimeout,
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
 		ProviderLookupLag: cfg.ProviderLookupLag,

@@ -34,6 +34,7 @@ type Config struct {
 	ReplayTTL         time.Duration // IDEMPOTENCY_TTL
 	Lease             time.Duration // LEASE_DURATION
 	RetryAfter        time.Duration // advice on 409 in use, 202, 503
+	CommitConcurrency int           // COMMIT_CONCURRENCY; 0: package groupcommit's default
 	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	// ProviderLookupLag is how long after a create a lookup may still miss
@@ -112,7 +113,9 @@ func New(d Deps, cfg Config) *Core {
 	}
 	engine := idempotency.NewEngine(idempotency.Deps{
 		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: d.Tracer,
-	}, idempotency.Config{ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter})
+	}, idempotency.Config{
+		ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter, CommitConcurrency: cfg.CommitConcurrency,
+	})
 	mods := append(Modules(cfg), cfg.ExtraModules...)
 	ops, err := operation.Build(mods, operation.Env{
 		DB: d.DB, Engine: engine, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Provider: d.Provider,

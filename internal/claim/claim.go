@@ -93,9 +93,14 @@ func (c *Batch) Queue(s Statement) {
 	}
 }
 
-// Set is the SQL expression by which the claim, once it took its key, sets
-// the condition for the rest of its transaction.
-func Set() string { return "set_config('" + Setting + "', 'on', true)" }
+// Set is the SQL expression by which the claim sets the condition for the
+// rest of its batch: on if took (an SQL condition) holds, cleared if not.
+// It is set both ways because a batch may share its transaction with other
+// requests' (package groupcommit): a claim that did not take its key must
+// not inherit the condition an earlier claim of the transaction set.
+func Set(took string) string {
+	return "set_config('" + Setting + "', CASE WHEN " + took + " THEN 'on' ELSE '' END, true)"
+}
 
 // Reset is the statement that clears the condition, for an owner's batch
 // that queued a claim (idempotency.Engine.QueueScheduled) and goes on.

@@ -39,6 +39,7 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		"stripe without key":        {"PROVIDER": "stripe"},
 		"nats without url":          {"OUTBOX_PUBLISHER": "nats"},
 		"zero attempts":             {"RECONCILE_MAX_ATTEMPTS": "0"},
+		"zero commits":              {"COMMIT_CONCURRENCY": "0"},
 		"inbox retention too short": {"INBOX_RETENTION": "10m"},
 		"no inbox retention":        {"INBOX_RETENTION": "0s"},
 		"rate not a number":         {"RATE_LIMIT": "fast"},

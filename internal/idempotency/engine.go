@@ -13,6 +13,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/groupcommit"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
@@ -80,6 +81,10 @@ type Config struct {
 	// RetryAfter is the one advice the service gives a client that should
 	// come back later: a 409 in use, a 202 processing, a 503.
 	RetryAfter time.Duration
+	// CommitConcurrency is how many claims and owner steps are in flight
+	// at once before the others are grouped (COMMIT_CONCURRENCY; 0:
+	// package groupcommit's default).
+	CommitConcurrency int
 }
 
 // Deps are the engine's collaborators.
@@ -110,6 +115,9 @@ type Engine struct {
 	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
 	hints   *hints // scopes seen taken lately: read them before claiming
+	// commits sends the claims' and owners' batches, grouping those of
+	// concurrent requests into one transaction (package groupcommit).
+	commits *groupcommit.Committer
 }
 
 // NewEngine returns an Engine.
@@ -117,7 +125,8 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints()}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(),
+		commits: groupcommit.New(d.DB, groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout})}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -204,7 +213,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
-		id, claimed, err := e.claim(ctx, req)
+		id, claimed, err := e.claim(ctx, req, hint)
 		if err == nil {
 			e.hints.add(hint)
 		}
@@ -238,7 +247,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 // nothing, and a retry mostly reaches the engine that saw its key taken,
 // which reads the record instead of claiming (hints). A retry that reaches
 // another instance reads it after the claim, in a second round trip.
-func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool, err error) {
+func (e *Engine) claim(ctx context.Context, req Request, lane uint64) (id int64, claimed bool, err error) {
 	// The client going away must not cut the batch off halfway: once its
 	// Sync is sent, the claim may have committed, and a cut connection
 	// would leave it in doubt. It is bounded like any owner step instead.
@@ -250,7 +259,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (id int64, claimed bool
 	if req.Create != nil {
 		req.Create(claim.After(b))
 	}
-	if err = e.db.SendBatch(ctx, b).Close(); err != nil {
+	if err = e.commits.Commit(ctx, lane, b); err != nil {
 		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	return id, id != 0, nil

@@ -337,9 +337,7 @@ func TestAClientGoneDuringTheClaimDoesNotCutItOff(t *testing.T) {
 	t.Parallel()
 	e, pool, _ := testEngine(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `CREATE TABLE widgets (id text PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	createWidgets(t, pool)
 	// Another transaction holds the lock the claim's Create will wait for.
 	blocker, err := pool.Begin(ctx)
 	if err != nil {
@@ -398,9 +396,7 @@ func TestARetryRunsNoneOfCreate(t *testing.T) {
 	t.Parallel()
 	e, pool, clk := testEngine(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `CREATE TABLE widgets (id text PRIMARY KEY)`); err != nil {
-		t.Fatal(err)
-	}
+	createWidgets(t, pool)
 	request := func(widget string) Request {
 		return Request{
 			Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
@@ -452,6 +448,104 @@ func TestARetryRunsNoneOfCreate(t *testing.T) {
 	var claimed bool
 	if err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('`+claim.Setting+`', true), '') = 'on'`).Scan(&claimed); err != nil || claimed {
 		t.Fatalf("after the claim's transaction, Claimed = %v (%v), want false", claimed, err)
+	}
+}
+
+// A group commit (package groupcommit) runs several requests' claims in one
+// transaction: a retry's claim behind a claim that took its key must clear
+// the condition that one set, or the retry's Create would run.
+func TestARetryGroupedBehindAClaimRunsNoneOfCreate(t *testing.T) {
+	t.Parallel()
+	_, pool, clk := testEngine(t)
+	ctx := context.Background()
+	createWidgets(t, pool)
+	taken := Scope{Tenant: "t", Operation: "widgets.create", Key: "taken"}
+	if _, ok, err := claimKey(ctx, pool, taken, []byte{1}, Resource{Type: "widget", ID: "w_0"}, clk.Now(), time.Minute, nil); err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	group := &pgx.Batch{}
+	var first, retry int64
+	queueClaim(group, &first, Scope{Tenant: "t", Operation: "widgets.create", Key: "new"}, []byte{1},
+		Resource{Type: "widget", ID: "w_1"}, clk.Now(), time.Minute, nil)
+	insertWidget("w_1")(claim.After(group))
+	queueClaim(group, &retry, taken, []byte{1}, Resource{Type: "widget", ID: "w_2"}, clk.Now(), time.Minute, nil)
+	insertWidget("w_2")(claim.After(group))
+	if err := pool.SendBatch(ctx, group).Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT id FROM widgets ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	widgets, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first == 0 || retry != 0 || !slices.Equal(widgets, []string{"w_1"}) {
+		t.Fatalf("claims %d, %d; widgets %v: want the first claim's widget only", first, retry, widgets)
+	}
+}
+
+// Concurrent requests' claims and owner steps are committed together when
+// they queue up (package groupcommit): with one transaction in flight at a
+// time, 40 requests that arrive at once take fewer than their 80 commits,
+// and each still creates its widget and finishes its key.
+func TestConcurrentRequestsShareCommits(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	e := NewEngine(Deps{
+		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: metrics.New(prometheus.NewRegistry()),
+	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
+	ctx := context.Background()
+	createWidgets(t, pool)
+	const n = 40
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			<-start
+			id := fmt.Sprintf("w_%d", i)
+			_, err := e.Do(ctx, &recordingOp{}, Request{
+				Scope:       Scope{Tenant: "t", Operation: "widgets.create", Key: id},
+				Fingerprint: []byte{1}, Resource: Resource{Type: "widget", ID: id},
+				Create: insertWidget(id),
+			})
+			errs <- err
+		}()
+	}
+	close(start)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var widgets, claims, finished, commits int
+	if err := pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM widgets), (SELECT count(DISTINCT xid) FROM widgets),
+		       (SELECT count(*) FROM idempotency_keys WHERE response_status = 201),
+		       (SELECT count(DISTINCT xmin::text) FROM idempotency_keys)`).Scan(&widgets, &claims, &finished, &commits); err != nil {
+		t.Fatal(err)
+	}
+	if widgets != n || finished != n {
+		t.Fatalf("%d widgets, %d keys finished; want %d of each", widgets, finished, n)
+	}
+	// The claims' transactions (the widgets') and the finishing steps'
+	// (the keys' last writes) each number fewer than the requests.
+	if claims >= n || commits >= n {
+		t.Fatalf("claims in %d transactions and answers in %d, for %d requests: nothing was grouped", claims, commits, n)
+	}
+	t.Logf("%d requests: claims in %d transactions, answers in %d", n, claims, commits)
+}
+
+// createWidgets creates the table insertWidget writes, with the id of the
+// transaction that wrote each row.
+func createWidgets(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(),
+		`CREATE TABLE widgets (id text PRIMARY KEY, xid xid8 NOT NULL DEFAULT pg_current_xact_id())`); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -192,7 +192,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.pending, o.rescheduling = nil, false
 	releasing := o.releasing
 	o.releasing = nil
-	err := o.e.db.SendBatch(ctx, b).Close()
+	err := o.e.commits.Commit(ctx, uint64(o.KeyID), b)
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}

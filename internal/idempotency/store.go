@@ -54,7 +54,7 @@ func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Re
 		    RETURNING id
 		)
 		SELECT COALESCE((SELECT id FROM claimed), 0),
-		       CASE WHEN EXISTS (SELECT FROM claimed) THEN `+claim.Set()+` END`,
+		       `+claim.Set("EXISTS (SELECT FROM claimed)"),
 		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, firstLook,
 	).QueryRow(func(row pgx.Row) error { return row.Scan(id, nil) }) // nil: set_config's echo
 }

@@ -1,0 +1,207 @@
+// Package groupcommit commits the batches of concurrent requests together
+// when the database is busy: batches that would wait for a free slot are
+// sent, once one frees up, as one transaction, in one round trip, with one
+// commit.
+//
+// A commit is a large part of what a short transaction costs PostgreSQL
+// (its snapshot, its commit record, its WAL flush, its end), and a round
+// trip is most of what it costs the client. Up to Options.Concurrency
+// transactions are in flight at once, each batch alone, sent at once: no
+// request waits for a timer or for company. Beyond that, batches queue, and
+// whoever's transaction ends first sends all that queued as one group, in
+// its slot. So grouping takes up only what would otherwise have waited
+// for a core, and under load a group of n requests pays for one commit.
+//
+// What a request gets is what its own batch alone would have given it:
+//   - its statements run in its order, each with its callbacks
+//     (QueuedQuery.QueryRow and the like), before or after another
+//     request's, never between them;
+//   - if PostgreSQL refuses any statement of a group, it rolled the whole
+//     group back (an ERROR is its word that nothing of the group was
+//     written), and each batch of the group is sent again alone, so that
+//     only the batches that fail alone fail;
+//   - if the outcome is not known (the connection broke, the deadline
+//     passed, the session was ended by a FATAL: one waiting for a
+//     synchronous standby has committed locally), every request of the
+//     group gets the error, as a batch whose
+//     commit was lost in flight would: it may or may not have been written,
+//     and nothing is sent again.
+//
+// What a batch may not do, since it shares its transaction: begin or end a
+// transaction itself (pgx.Batch.BeginTx, BEGIN, COMMIT), or depend on
+// transaction-local state it did not set (a set_config(..., true) or SET
+// LOCAL of an earlier request of the group: set it both ways). A callback
+// may run on a group that is then rolled back, and runs again when the
+// batch is sent alone; callbacks must only read their row into the
+// request's variables, which mean nothing if the batch fails (as with a
+// single pgx batch, whose earlier callbacks run before a later statement
+// fails).
+//
+// Locks. A group holds every lock its batches take until it commits. Each
+// group sends its batches in the order of their keys (Commit's key: the
+// hash of the request's idempotency key, say), so that two groups take the
+// locks of requests with the same keys in the same order. Requests on
+// different keys that contend for one row (two payments with one merchant
+// reference, refunds of one payment) can still make two groups wait for
+// each other: PostgreSQL breaks that deadlock (after its deadlock_timeout)
+// by refusing a statement of one group, whose batches are then sent again
+// alone.
+package groupcommit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sender sends a batch as one implicit transaction: a pool or connection.
+type Sender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Options are a Committer's settings.
+type Options struct {
+	// Concurrency is how many transactions may be in flight at once before
+	// batches queue up and are grouped (default 2): enough to keep
+	// PostgreSQL's cores busy, so that grouping only takes up what would
+	// otherwise wait for a core.
+	Concurrency int
+	// MaxBatches bounds the batches of one group (default 64).
+	MaxBatches int
+	// Timeout bounds one group's round trip and commit, from when it is
+	// sent (default 10 s). A request's own context does not: once a group
+	// is sent, each of its requests waits for the outcome.
+	Timeout time.Duration
+}
+
+// Committer commits batches, grouping those that queue up.
+type Committer struct {
+	db   Sender
+	opts Options
+
+	mu       sync.Mutex
+	inFlight int        // transactions sent and not yet answered
+	waiting  []*request // batches queued for the next group, in arrival order
+}
+
+// New returns a Committer that sends its groups on db.
+func New(db Sender, opts Options) *Committer {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 2
+	}
+	if opts.MaxBatches <= 0 {
+		opts.MaxBatches = 64
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	return &Committer{db: db, opts: opts}
+}
+
+// request is one batch waiting for its group's outcome.
+type request struct {
+	key   uint64
+	b     *pgx.Batch
+	err   error
+	group []*request    // set, with r first, when r is to send the group
+	done  chan struct{} // closed when err is known, or when group is set
+}
+
+// Commit runs b in a transaction it may share with other requests' batches
+// (see the package's doc), and returns b's error. key orders b within its
+// group: requests that contend for the same rows should pass the same key
+// (the hash of their idempotency key, say), so that every group takes their
+// locks in one order. ctx bounds only the wait for a slot; the round trip is
+// bounded by Options.Timeout, and carries ctx's values (its trace).
+func (c *Committer) Commit(ctx context.Context, key uint64, b *pgx.Batch) error {
+	r := &request{key: key, b: b, done: make(chan struct{})}
+	c.mu.Lock()
+	if c.inFlight < c.opts.Concurrency {
+		c.inFlight++
+		c.mu.Unlock()
+		r.group = []*request{r}
+	} else {
+		c.waiting = append(c.waiting, r)
+		c.mu.Unlock()
+		<-r.done
+		if r.group == nil {
+			return r.err
+		}
+	}
+	// r sends its group, then hands its slot to the batches that queued
+	// meanwhile, or gives it back.
+	c.send(ctx, r.group)
+	c.mu.Lock()
+	if len(c.waiting) == 0 {
+		c.inFlight--
+		c.mu.Unlock()
+		return r.err
+	}
+	n := min(c.opts.MaxBatches, len(c.waiting))
+	next := make([]*request, n)
+	copy(next, c.waiting)
+	c.waiting = append(c.waiting[:0], c.waiting[n:]...)
+	c.mu.Unlock()
+	slices.SortStableFunc(next, func(a, b *request) int { return cmp.Compare(a.key, b.key) })
+	next[0].group = next
+	close(next[0].done)
+	return r.err
+}
+
+// send commits group and sets each request's error; it closes the done
+// channel of every request but the first, the leader, which is not waiting
+// on it.
+func (c *Committer) send(ctx context.Context, group []*request) {
+	defer func() {
+		for _, r := range group[1:] {
+			close(r.done)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.Timeout)
+	defer cancel()
+	if len(group) == 1 {
+		group[0].err = c.db.SendBatch(ctx, group[0].b).Close()
+		return
+	}
+	n := 0
+	for _, r := range group {
+		n += len(r.b.QueuedQueries)
+	}
+	// The group's queries are copies: pgx keeps in a sent query the
+	// statement it prepared, which a failed batch deallocates, so a query
+	// is sent once, and each batch's own stay unsent for the retry alone.
+	all := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
+	for _, r := range group {
+		for _, q := range r.b.QueuedQueries {
+			all.QueuedQueries = append(all.QueuedQueries, &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn})
+		}
+	}
+	err := c.db.SendBatch(ctx, all).Close()
+	if !refused(err) {
+		for _, r := range group {
+			r.err = err
+		}
+		return
+	}
+	// PostgreSQL refused a statement and rolled the group back: each batch
+	// is sent again alone, so that only the one it refused fails.
+	for _, r := range group {
+		r.err = c.db.SendBatch(ctx, r.b).Close()
+	}
+}
+
+// refused reports whether err is PostgreSQL's refusal of a statement, which
+// rolled its transaction back: an ERROR, not a FATAL that ends the session
+// (an administrator's termination, a failover), after which a commit may
+// have happened all the same (one waiting for a synchronous standby has
+// committed locally).
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR"
+}

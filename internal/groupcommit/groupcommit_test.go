@@ -1,0 +1,263 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// held sends batches on db, but holds the first one until released, so
+// that a test can queue others behind it; it records the size of every
+// batch it sends.
+type held struct {
+	db      Sender
+	release chan struct{}
+	mu      sync.Mutex
+	sent    []int
+	fail    error // if set, every batch after the first fails with it, unsent
+}
+
+func (h *held) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	h.mu.Lock()
+	h.sent = append(h.sent, b.Len())
+	first := len(h.sent) == 1
+	h.mu.Unlock()
+	if first {
+		<-h.release
+	} else if h.fail != nil {
+		return failed{h.fail}
+	}
+	return h.db.SendBatch(ctx, b)
+}
+
+func (h *held) sizes() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sent...)
+}
+
+// failed is the results of a batch whose outcome was lost.
+type failed struct{ err error }
+
+func (f failed) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, f.err }
+func (f failed) Query() (pgx.Rows, error)         { return nil, f.err }
+func (f failed) QueryRow() pgx.Row                { return nil }
+func (f failed) Close() error                     { return f.err }
+func (f failed) Tx() pgx.Tx                       { return nil }
+
+func newTable(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool := pgtest.NewEmptyPool(t)
+	if _, err := pool.Exec(context.Background(), `
+		CREATE TABLE items (n int PRIMARY KEY, xid xid8 NOT NULL DEFAULT pg_current_xact_id(), seq bigserial)`); err != nil {
+		t.Fatal(err)
+	}
+	return pool
+}
+
+// insert is a batch that writes row n and reads it back into *got.
+func insert(n int, got *int) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO items (n) VALUES ($1) RETURNING n`, n).QueryRow(func(r pgx.Row) error { return r.Scan(got) })
+	return b
+}
+
+// group commits batches 1..len(batches)-1 while batch 0 is in flight on
+// c's one slot, so that they queue up behind it, and returns each one's
+// error. Batch i has key len(batches)-i: a group is sent in the order of
+// its keys, here the reverse of arrival.
+func group(t *testing.T, c *Committer, h *held, batches []*pgx.Batch) []error {
+	t.Helper()
+	errs := make([]error, len(batches))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); errs[0] = c.Commit(context.Background(), 0, batches[0]) }()
+	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	for i := 1; i < len(batches); i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = c.Commit(context.Background(), uint64(len(batches)-i), batches[i]) }()
+	}
+	waitFor(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.waiting) == len(batches)-1
+	})
+	close(h.release)
+	wg.Wait()
+	return errs
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
+
+// Batches that queue up while another is in flight are committed next, in
+// one transaction and one round trip, each reading its own rows.
+func TestBatchesThatQueueUpShareOneCommit(t *testing.T) {
+	pool := newTable(t)
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 1})
+	got := make([]int, 6)
+	batches := make([]*pgx.Batch, len(got))
+	for i := range batches {
+		batches[i] = insert(i+1, &got[i])
+	}
+	for i, err := range group(t, c, h, batches) {
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		if got[i] != i+1 {
+			t.Fatalf("batch %d read %d, want its own row %d", i, got[i], i+1)
+		}
+	}
+	if s := h.sizes(); fmt.Sprint(s) != "[1 5]" {
+		t.Fatalf("sent batches of %v queries, want [1 5]: the first alone, the five behind it together", s)
+	}
+	var first, grouped, xids int
+	if err := pool.QueryRow(context.Background(), `
+		SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n > 1), count(DISTINCT xid) FROM items`).
+		Scan(&first, &grouped, &xids); err != nil {
+		t.Fatal(err)
+	}
+	if first != 1 || grouped != 5 || xids != 2 {
+		t.Fatalf("rows %d + %d in %d transactions, want 1 + 5 in 2", first, grouped, xids)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT n FROM items WHERE n > 1 ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(order) != "[6 5 4 3 2]" {
+		t.Fatalf("the group wrote rows %v, want [6 5 4 3 2]: in the order of their keys", order)
+	}
+}
+
+// Below Options.Concurrency a batch is sent at once, alone, whatever is in
+// flight: only what would wait for a slot is grouped.
+func TestBelowTheConcurrencyABatchIsSentAtOnce(t *testing.T) {
+	pool := newTable(t)
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 2})
+	var got [2]int
+	done := make(chan error)
+	go func() { done <- c.Commit(context.Background(), 0, insert(1, &got[0])) }()
+	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	if err := c.Commit(context.Background(), 0, insert(2, &got[1])); err != nil || got[1] != 2 {
+		t.Fatalf("second batch: %v, read %d", err, got[1])
+	}
+	close(h.release)
+	if err := <-done; err != nil || got[0] != 1 {
+		t.Fatalf("first batch: %v, read %d", err, got[0])
+	}
+	if s := h.sizes(); fmt.Sprint(s) != "[1 1]" {
+		t.Fatalf("sent %v, want each alone", s)
+	}
+}
+
+// When PostgreSQL refuses one batch of a group, the group is rolled back
+// and each batch is sent again alone: only the refused one fails.
+func TestARefusedBatchFailsAloneInItsGroup(t *testing.T) {
+	pool := newTable(t)
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 1})
+	got := make([]int, 4)
+	batches := []*pgx.Batch{insert(1, &got[0]), insert(2, &got[1]), insert(1, &got[2]), insert(3, &got[3])}
+	errs := group(t, c, h, batches)
+	if errs[0] != nil || errs[1] != nil || errs[3] != nil {
+		t.Fatalf("errors %v: only the duplicate of row 1 may fail", errs)
+	}
+	if errs[2] == nil {
+		t.Fatal("the duplicate of row 1 committed")
+	}
+	if got[1] != 2 || got[3] != 3 {
+		t.Fatalf("read %v", got)
+	}
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM items`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("%d rows, want 3", n)
+	}
+	// The first alone; the group of three; then each of the three alone.
+	if s := h.sizes(); fmt.Sprint(s) != "[1 3 1 1 1]" {
+		t.Fatalf("sent %v", s)
+	}
+}
+
+// A group whose outcome is not known (its connection broke, or a FATAL
+// ended its session: one waiting for a synchronous standby has committed
+// locally) may have committed: each of its requests gets the error, and
+// nothing is sent again, which could write a request twice.
+func TestAGroupWhoseOutcomeIsLostIsNotSentAgain(t *testing.T) {
+	for _, lost := range []error{
+		errors.New("connection lost"),
+		&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"},
+	} {
+		t.Run(lost.Error(), func(t *testing.T) {
+			pool := newTable(t)
+			h := &held{db: pool, release: make(chan struct{}), fail: lost}
+			c := New(h, Options{Concurrency: 1})
+			got := make([]int, 3)
+			errs := group(t, c, h, []*pgx.Batch{insert(1, &got[0]), insert(2, &got[1]), insert(3, &got[2])})
+			if errs[0] != nil || !errors.Is(errs[1], lost) || !errors.Is(errs[2], lost) {
+				t.Fatalf("errors %v: the group's two must get its error", errs)
+			}
+			if s := h.sizes(); fmt.Sprint(s) != "[1 2]" {
+				t.Fatalf("sent %v, want [1 2]: the lost group not sent again", s)
+			}
+		})
+	}
+}
+
+// Many requests, a few slots: every batch is committed once, with its
+// own rows, however the groups formed (run with -race).
+func TestConcurrentRequestsAreEachCommittedOnce(t *testing.T) {
+	pool := newTable(t)
+	c := New(pool, Options{Concurrency: 2, MaxBatches: 5})
+	const n = 400
+	got := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.Commit(context.Background(), uint64(i), insert(i, &got[i]))
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || got[i] != i {
+			t.Fatalf("request %d: %v, read %d", i, errs[i], got[i])
+		}
+	}
+	var rows, xids int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT xid) FROM items`).Scan(&rows, &xids); err != nil {
+		t.Fatal(err)
+	}
+	if rows != n {
+		t.Fatalf("%d rows, want %d", rows, n)
+	}
+	t.Logf("%d requests in %d transactions", n, xids)
+}
