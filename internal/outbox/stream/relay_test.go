@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
 // broker records what was published, in the order it was accepted, and
@@ -588,4 +590,46 @@ func (e *env) waitRecorded(t *testing.T, since time.Time) {
 			e.slot, since).Scan(&ok)
 		return err == nil && ok, fmt.Sprint(err)
 	})
+}
+
+// A new slot's catch-up (first start, or after a failover) reads the
+// events since the margin before the position through the event log's
+// index, a range per tenant: not the whole outbox, which is kept as long as
+// the event log. Here 22,000 older events surround 12 recent ones.
+func TestACatchUpReadsOnlyTheMinutesItNeeds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+		SELECT gen_random_uuid(), 'payment', 'pay_' || n, 'PaymentCreated',
+		       CASE WHEN n % 11 = 0 THEN '{}'::jsonb ELSE jsonb_build_object('tenantId', 't' || n % 3) END,
+		       now() - interval '1 day' + n * interval '1 ms', now() - interval '1 day'
+		FROM generate_series(1, 22000) n;
+		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
+		SELECT gen_random_uuid(), 'payment', 'pay_new' || n, 'PaymentCreated',
+		       CASE WHEN n > 10 THEN '{}'::jsonb ELSE jsonb_build_object('tenantId', 't' || n % 3) END,
+		       now() - interval '1 minute', now()
+		FROM generate_series(1, 12) n;
+		INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ('s', now(), now());
+		ANALYZE outbox_events`); err != nil {
+		t.Fatal(err)
+	}
+	margin := strconv.FormatInt(stream.CatchupMargin.Microseconds(), 10)
+	rows, err := pool.Query(ctx, stream.CatchUpSQL, "s", margin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recent int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_events WHERE id::text = ANY ($1) AND aggregate_id LIKE 'pay_new%'`, ids).Scan(&recent); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 12 || recent != 12 {
+		t.Fatalf("caught up %d events, %d of them recent: want the 12 recent ones", len(ids), recent)
+	}
+	pgtest.ReadsAtMost(t, pool, 100, "text, bigint", stream.CatchUpSQL, "s", margin)
 }

@@ -1,0 +1,4 @@
+package stream
+
+// CatchUpSQL is catchUpSQL, for the plan test of the external test package.
+const CatchUpSQL = catchUpSQL
