@@ -452,6 +452,10 @@ func (b *benchRun) referencePhase(ctx context.Context, name string, d time.Durat
 	if err := b.mon.checkpoint(ctx); err != nil {
 		return phase{}, err
 	}
+	lsn0, err := b.mon.walPosition(ctx)
+	if err != nil {
+		return phase{}, err
+	}
 	c0, err := b.mon.counters(ctx, referenceDatabase)
 	if err != nil {
 		return phase{}, err
@@ -477,6 +481,7 @@ func (b *benchRun) referencePhase(ctx context.Context, name string, d time.Durat
 	if err != nil {
 		return phase{}, err
 	}
+	c1.Own = b.ownWAL(ctx, name, referenceDatabase, lsn0)
 	p := phase{
 		Name: name, Kind: kindReference, Ops: res.Processed, Failed: res.Failed,
 		Latencies: res.Latencies, DB: c1.sub(c0), PGCPU: cpu1 - cpu0, ClientCPU: res.CPU,
@@ -501,6 +506,10 @@ func (b *benchRun) apiPhase(ctx context.Context, w workload) (phase, error) {
 // answer.
 func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (phase, error) {
 	if err := b.mon.checkpoint(ctx); err != nil {
+		return phase{}, err
+	}
+	lsn0, err := b.mon.walPosition(ctx)
+	if err != nil {
 		return phase{}, err
 	}
 	c0, err := b.mon.counters(ctx, svc.Database)
@@ -534,6 +543,7 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
+	own := b.ownWAL(ctx, w.Name, svc.Database, lsn0)
 	if err := clock.Sleep(ctx, statsFlushWait); err != nil {
 		return phase{}, err
 	}
@@ -541,11 +551,26 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
+	c1.Own = own
 	if exited, err := svc.Proc.exited(); exited {
 		return phase{}, fmt.Errorf("%s exited during %s (%v): see its log", svc.Name, w.Name, err)
 	}
 	p.DB, p.PGCPU, p.APICPU, p.ClientCPU = c1.sub(c0), pg1-pg0, api1-api0, self1-self0
 	return p, nil
+}
+
+// ownWAL is the WAL that database wrote from lsn0 to now (walOf); zero,
+// and said so, if pg_waldump could not read it.
+func (b *benchRun) ownWAL(ctx context.Context, phaseName, database, lsn0 string) walShare {
+	lsn1, err := b.mon.walPosition(ctx)
+	if err == nil {
+		var own walShare
+		if own, err = b.mon.walOf(ctx, database, lsn0, lsn1); err == nil {
+			return own
+		}
+	}
+	b.progress("%s: its database's WAL not read (%v): the targets judge the cluster's", phaseName, err)
+	return walShare{}
 }
 
 // cpu reads the CPU time used so far by the cluster and by svc.

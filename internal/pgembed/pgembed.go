@@ -541,6 +541,9 @@ func (c *Cluster) Port() int { return c.port }
 // reach that one.
 func (c *Cluster) DataDir() string { return c.dataDir }
 
+// BinDir is the directory of the server's binaries (pg_waldump's too).
+func (c *Cluster) BinDir() string { return c.binDir }
+
 // LogPath returns the path of the server's log file.
 func (c *Cluster) LogPath() string { return c.logPath }
 
