@@ -19,13 +19,20 @@
 //   - if PostgreSQL refuses any statement of a group, it rolled the whole
 //     group back (an ERROR is its word that nothing of the group was
 //     written), and each batch of the group is sent again alone, so that
-//     only the batches that fail alone fail;
+//     only the batches that fail alone fail (another request may commit
+//     between two of them: a merchant reference may go to the other
+//     payment, as it could have without the group);
 //   - if the outcome is not known (the connection broke, the deadline
 //     passed, the session was ended by a FATAL: one waiting for a
 //     synchronous standby has committed locally), every request of the
-//     group gets the error, as a batch whose
-//     commit was lost in flight would: it may or may not have been written,
-//     and nothing is sent again.
+//     group gets the error, as a batch whose commit was lost in flight
+//     would: it may or may not have been written, and nothing is sent
+//     again.
+//
+// The cost of sharing: a group is as slow as its slowest batch. A batch
+// that waits on a row lock past the group's deadline takes the whole group
+// down with it, each request with an unknown outcome (resolved as any lost
+// commit is: the key's record says what committed).
 //
 // What a batch may not do, since it shares its transaction: begin or end a
 // transaction itself (pgx.Batch.BeginTx, BEGIN, COMMIT), or depend on
@@ -106,21 +113,33 @@ func New(db Sender, opts Options) *Committer {
 
 // request is one batch waiting for its group's outcome.
 type request struct {
-	key   uint64
-	b     *pgx.Batch
-	err   error
-	group []*request    // set, with r first, when r is to send the group
-	done  chan struct{} // closed when err is known, or when group is set
+	key      uint64
+	b        *pgx.Batch
+	deadline time.Time // its context's; zero: none
+	err      error
+	group    []*request    // set, with r first, when r is to send the group
+	done     chan struct{} // closed when err is known, or when group is set
 }
+
+// ErrSenderPanicked is the error of the batches of a group whose sending
+// panicked (in a callback, say): whether it committed is not known.
+var ErrSenderPanicked = errors.New("groupcommit: the group's sender panicked; its outcome is unknown")
 
 // Commit runs b in a transaction it may share with other requests' batches
 // (see the package's doc), and returns b's error. key orders b within its
-// group: requests that contend for the same rows should pass the same key
-// (the hash of their idempotency key, say), so that every group takes their
-// locks in one order. ctx bounds only the wait for a slot; the round trip is
-// bounded by Options.Timeout, and carries ctx's values (its trace).
+// group: requests that contend for the same rows should pass the same key,
+// the same in every process (a stable hash of their idempotency key, say),
+// so that every group takes their locks in one order.
+//
+// ctx bounds the wait for a slot: a batch still queued when ctx ends is
+// not sent, and Commit returns ctx's error. Once sent, b's group is bounded
+// by the earliest deadline of its batches' contexts (and by
+// Options.Timeout), so that no batch commits later than its own context
+// allowed; the round trip carries ctx's values (its trace), not its
+// cancellation: each request of a sent group waits for the outcome.
 func (c *Committer) Commit(ctx context.Context, key uint64, b *pgx.Batch) error {
 	r := &request{key: key, b: b, done: make(chan struct{})}
+	r.deadline, _ = ctx.Deadline()
 	c.mu.Lock()
 	if c.inFlight < c.opts.Concurrency {
 		c.inFlight++
@@ -129,19 +148,45 @@ func (c *Committer) Commit(ctx context.Context, key uint64, b *pgx.Batch) error 
 	} else {
 		c.waiting = append(c.waiting, r)
 		c.mu.Unlock()
-		<-r.done
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			if c.leave(r) {
+				return ctx.Err()
+			}
+			<-r.done // already taken into a group: its outcome is r's
+		}
 		if r.group == nil {
 			return r.err
 		}
 	}
 	// r sends its group, then hands its slot to the batches that queued
-	// meanwhile, or gives it back.
+	// meanwhile, or gives it back, even if the sending panicked.
+	defer c.handOff()
 	c.send(ctx, r.group)
+	return r.err
+}
+
+// leave takes r out of the queue; false if a group has taken it already.
+func (c *Committer) leave(r *request) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.waiting, r)
+	if i < 0 {
+		return false
+	}
+	c.waiting = slices.Delete(c.waiting, i, i+1)
+	return true
+}
+
+// handOff passes the slot of a group just sent to the batches that queued
+// meanwhile, as the next group, or gives it back.
+func (c *Committer) handOff() {
 	c.mu.Lock()
 	if len(c.waiting) == 0 {
 		c.inFlight--
 		c.mu.Unlock()
-		return r.err
+		return
 	}
 	n := min(c.opts.MaxBatches, len(c.waiting))
 	next := make([]*request, n)
@@ -151,20 +196,38 @@ func (c *Committer) Commit(ctx context.Context, key uint64, b *pgx.Batch) error 
 	slices.SortStableFunc(next, func(a, b *request) int { return cmp.Compare(a.key, b.key) })
 	next[0].group = next
 	close(next[0].done)
-	return r.err
 }
 
 // send commits group and sets each request's error; it closes the done
 // channel of every request but the first, the leader, which is not waiting
-// on it.
+// on it. If sending panics, the others get ErrSenderPanicked and the panic
+// goes on in the leader.
 func (c *Committer) send(ctx context.Context, group []*request) {
+	sent := false
 	defer func() {
+		if !sent {
+			for _, r := range group {
+				r.err = ErrSenderPanicked
+			}
+		}
 		for _, r := range group[1:] {
 			close(r.done)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.Timeout)
+	deadline := time.Now().Add(c.opts.Timeout)
+	for _, r := range group {
+		if !r.deadline.IsZero() && r.deadline.Before(deadline) {
+			deadline = r.deadline
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
+	c.sendGroup(ctx, group)
+	sent = true
+}
+
+// sendGroup is send's work.
+func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 	if len(group) == 1 {
 		group[0].err = c.db.SendBatch(ctx, group[0].b).Close()
 		return

@@ -22,22 +22,28 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // that a test can queue others behind it; it records the size of every
 // batch it sends.
 type held struct {
-	db      Sender
-	release chan struct{}
-	mu      sync.Mutex
-	sent    []int
-	fail    error // if set, every batch after the first fails with it, unsent
+	db        Sender
+	release   chan struct{}
+	mu        sync.Mutex
+	sent      []int
+	deadlines []time.Time // of each send's context
+	fail      error       // if set, every batch after the first fails with it, unsent
+	panics    bool        // if set, every batch after the first panics, unsent
 }
 
 func (h *held) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	h.mu.Lock()
 	h.sent = append(h.sent, b.Len())
+	d, _ := ctx.Deadline()
+	h.deadlines = append(h.deadlines, d)
 	first := len(h.sent) == 1
 	h.mu.Unlock()
 	if first {
 		<-h.release
 	} else if h.fail != nil {
 		return failed{h.fail}
+	} else if h.panics {
+		panic("boom")
 	}
 	return h.db.SendBatch(ctx, b)
 }
@@ -259,5 +265,98 @@ func TestConcurrentRequestsAreEachCommittedOnce(t *testing.T) {
 	if rows != n {
 		t.Fatalf("%d rows, want %d", rows, n)
 	}
+	// With two slots for 400 requests at once, most queue and are grouped;
+	// no group holds more than MaxBatches.
+	if xids >= n/2 || xids < n/5 {
+		t.Fatalf("%d requests in %d transactions: want them grouped, at most 5 a group", n, xids)
+	}
 	t.Logf("%d requests in %d transactions", n, xids)
+}
+
+// A batch still queued when its context ends is not sent: the caller gets
+// the context's error and may report the step failed, sure it never
+// committed. A sent group is bounded by its batches' earliest deadline, so
+// that no batch commits later than its own context allowed.
+func TestAQueuedBatchWhoseContextEndsIsNotSent(t *testing.T) {
+	pool := newTable(t)
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 1})
+	var got [4]int
+	first := make(chan error)
+	go func() { first <- c.Commit(context.Background(), 0, insert(1, &got[0])) }()
+	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error)
+	go func() { gone <- c.Commit(ctx, 1, insert(2, &got[1])) }()
+	soon, cancelSoon := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelSoon()
+	grouped := make(chan error, 2)
+	go func() { grouped <- c.Commit(soon, 2, insert(3, &got[2])) }()
+	go func() { grouped <- c.Commit(context.Background(), 3, insert(4, &got[3])) }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == 3 })
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled batch: %v, want context.Canceled", err)
+	}
+	close(h.release)
+	for _, ch := range []chan error{first, grouped, grouped} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows []int32
+	r, err := pool.Query(context.Background(), `SELECT n FROM items ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows, err = pgx.CollectRows(r, pgx.RowTo[int32]); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(rows) != "[1 3 4]" || fmt.Sprint(h.sizes()) != "[1 2]" {
+		t.Fatalf("rows %v, sends %v: want [1 3 4] and [1 2], the cancelled batch never sent", rows, h.sizes())
+	}
+	h.mu.Lock()
+	groupDeadline := h.deadlines[1]
+	h.mu.Unlock()
+	if want, _ := soon.Deadline(); !groupDeadline.Equal(want) {
+		t.Fatalf("the group's deadline is %v, want its earliest batch's, %v", groupDeadline, want)
+	}
+}
+
+// A group whose sending panics (a callback, say) does not wedge the
+// committer: the panic goes on in the request that sent the group, the
+// others get ErrSenderPanicked (their outcome is unknown), and the slot is
+// handed on.
+func TestAPanickingGroupLeavesTheCommitterWorking(t *testing.T) {
+	pool := newTable(t)
+	h := &held{db: pool, release: make(chan struct{}), panics: true}
+	c := New(h, Options{Concurrency: 1})
+	var got [3]int
+	first := make(chan error)
+	go func() { first <- c.Commit(context.Background(), 0, insert(1, &got[0])) }()
+	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_ = c.Commit(context.Background(), 1, insert(2, &got[1])) // key 1: it sends the group
+	}()
+	other := make(chan error, 1)
+	go func() { other <- c.Commit(context.Background(), 2, insert(3, &got[2])) }()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == 2 })
+	close(h.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if p := <-panicked; p != "boom" {
+		t.Fatalf("the sender recovered %v, want the send's panic", p)
+	}
+	if err := <-other; !errors.Is(err, ErrSenderPanicked) {
+		t.Fatalf("the other batch of the group: %v, want ErrSenderPanicked", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.inFlight != 0 || len(c.waiting) != 0 {
+		t.Fatalf("in flight %d, waiting %d: want the slot handed back", c.inFlight, len(c.waiting))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"time"
 
@@ -213,7 +214,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
-		id, claimed, err := e.claim(ctx, req, hint)
+		id, claimed, err := e.claim(ctx, req, lockOrder(req.Scope))
 		if err == nil {
 			e.hints.add(hint)
 		}
@@ -247,7 +248,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 // nothing, and a retry mostly reaches the engine that saw its key taken,
 // which reads the record instead of claiming (hints). A retry that reaches
 // another instance reads it after the claim, in a second round trip.
-func (e *Engine) claim(ctx context.Context, req Request, lane uint64) (id int64, claimed bool, err error) {
+func (e *Engine) claim(ctx context.Context, req Request, order uint64) (id int64, claimed bool, err error) {
 	// The client going away must not cut the batch off halfway: once its
 	// Sync is sent, the claim may have committed, and a cut connection
 	// would leave it in doubt. It is bounded like any owner step instead.
@@ -259,10 +260,24 @@ func (e *Engine) claim(ctx context.Context, req Request, lane uint64) (id int64,
 	if req.Create != nil {
 		req.Create(claim.After(b))
 	}
-	if err = e.commits.Commit(ctx, lane, b); err != nil {
+	if err = e.commits.Commit(ctx, order, b); err != nil {
 		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	return id, id != 0, nil
+}
+
+// lockOrder is where a claim of scope goes in a group commit's order: a
+// hash of the scope that every instance computes alike (FNV-1a, no seed),
+// so that two instances' groups take the locks of the same keys in one
+// order.
+func lockOrder(s Scope) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s.Tenant))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(s.Operation))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(s.Key))
+	return h.Sum64()
 }
 
 // look reads scope's record, stored under any of names; nil if there is
