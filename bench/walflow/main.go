@@ -39,7 +39,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +54,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paymentsapi/paymentsapi/bench"
+	"github.com/paymentsapi/paymentsapi/bench/waldump"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
@@ -430,11 +430,6 @@ func pgBin(ctx context.Context, admin *pgx.Conn) (string, error) {
 	return dir, nil
 }
 
-// waldumpLine is one record as pg_waldump prints it: its total length and
-// its first block reference (the relation it changed, and whether a
-// full-page image came with it).
-var waldumpLine = regexp.MustCompile(`^rmgr: (\w+)\s+len \(rec/tot\):\s+\d+/\s*(\d+),.*?desc: (\w+)(?:.*?blkref #0: rel \d+/\d+/(\d+)(?: fork \w+)? blk \d+( FPW)?)?`)
-
 // walByRelation prints, per relation, the records and bytes of the WAL
 // between from and to (pg_waldump, reading the cluster's pg_wal), so that
 // the cost of each table and index shows.
@@ -454,37 +449,30 @@ func walByRelation(ctx context.Context, admin *pgx.Conn, pool *pgxpool.Pool, dat
 	if err != nil {
 		return err
 	}
-	raw, err := exec.CommandContext(ctx, filepath.Join(bin, "pg_waldump"), "-p", filepath.Join(dataDir, "pg_wal"),
-		"-s", from, "-e", to).Output()
-	if err != nil {
-		return fmt.Errorf("pg_waldump: %w", err)
-	}
 	type sum struct {
 		records, bytes, fpi int64
 		kinds               map[string]int64
 	}
 	byRel := map[string]*sum{}
-	for line := range strings.Lines(string(raw)) {
-		m := waldumpLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		key := m[1] // records without a relation, by resource manager
-		if m[4] != "" {
-			key = m[4]
+	err = waldump.Read(ctx, bin, filepath.Join(dataDir, "pg_wal"), from, to, func(r waldump.Record) {
+		key := r.RMgr // records without a relation, by resource manager
+		if r.Rel != "" {
+			key = r.Rel
 		}
 		s := byRel[key]
 		if s == nil {
 			s = &sum{kinds: map[string]int64{}}
 			byRel[key] = s
 		}
-		n, _ := strconv.ParseInt(m[2], 10, 64)
 		s.records++
-		s.bytes += n
-		s.kinds[m[1]+"/"+m[3]]++
-		if m[5] != "" {
+		s.bytes += r.Len
+		s.kinds[r.RMgr+"/"+r.Desc]++
+		if r.FirstFPI {
 			s.fpi++
 		}
+	})
+	if err != nil {
+		return err
 	}
 	names := map[string]string{}
 	rows, err := pool.Query(ctx, `SELECT relfilenode::text, relname FROM pg_class WHERE relfilenode <> 0`)

@@ -481,10 +481,10 @@ func (b *benchRun) referencePhase(ctx context.Context, name string, d time.Durat
 	if err != nil {
 		return phase{}, err
 	}
-	c1.Own = b.ownWAL(ctx, name, referenceDatabase, lsn0)
+	own := b.ownWAL(ctx, name, referenceDatabase, lsn0)
 	p := phase{
 		Name: name, Kind: kindReference, Ops: res.Processed, Failed: res.Failed,
-		Latencies: res.Latencies, DB: c1.sub(c0), PGCPU: cpu1 - cpu0, ClientCPU: res.CPU,
+		Latencies: res.Latencies, DB: c1.sub(c0), OwnWAL: own, PGCPU: cpu1 - cpu0, ClientCPU: res.CPU,
 	}
 	if res.Failed > 0 {
 		p.Unexpected = map[string]int{"failed": res.Failed}
@@ -551,11 +551,10 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
-	c1.Own = own
 	if exited, err := svc.Proc.exited(); exited {
 		return phase{}, fmt.Errorf("%s exited during %s (%v): see its log", svc.Name, w.Name, err)
 	}
-	p.DB, p.PGCPU, p.APICPU, p.ClientCPU = c1.sub(c0), pg1-pg0, api1-api0, self1-self0
+	p.DB, p.OwnWAL, p.PGCPU, p.APICPU, p.ClientCPU = c1.sub(c0), own, pg1-pg0, api1-api0, self1-self0
 	return p, nil
 }
 

@@ -27,9 +27,6 @@ type counters struct {
 	Inserted   int64
 	Updated    int64
 	Deleted    int64
-	// Own is the WAL of the phase's database alone (pg_waldump, see
-	// walOf): set on a phase's counters, never read from the server's.
-	Own walShare
 }
 
 // sub returns c - o, field by field: the work done between two readings.
@@ -44,7 +41,6 @@ func (c counters) sub(o counters) counters {
 		Inserted:   c.Inserted - o.Inserted,
 		Updated:    c.Updated - o.Updated,
 		Deleted:    c.Deleted - o.Deleted,
-		Own:        walShare{c.Own.Bytes - o.Own.Bytes, c.Own.FPI - o.Own.FPI, c.Own.Records - o.Own.Records},
 	}
 }
 
@@ -60,7 +56,6 @@ func (c counters) add(o counters) counters {
 		Inserted:   c.Inserted + o.Inserted,
 		Updated:    c.Updated + o.Updated,
 		Deleted:    c.Deleted + o.Deleted,
-		Own:        walShare{c.Own.Bytes + o.Own.Bytes, c.Own.FPI + o.Own.FPI, c.Own.Records + o.Own.Records},
 	}
 }
 
@@ -94,6 +89,9 @@ type phase struct {
 	// DB is the work the cluster did, from the start of the phase until the
 	// outbox was drained (the relay's work included).
 	DB counters
+	// OwnWAL is the WAL of the phase's database alone, over the same span
+	// (walOf); zero if pg_waldump could not read it.
+	OwnWAL walShare
 	// APICPU is the API process's CPU time over the same span; PGCPU the
 	// PostgreSQL server's (every process of the cluster).
 	APICPU time.Duration
@@ -130,8 +128,8 @@ func (p phase) perOp(v float64) float64 {
 // own database's records when they were read (walOf), else the whole
 // cluster's counters.
 func (p phase) walPerOp() float64 {
-	if p.DB.Own.Records > 0 {
-		return p.perOp(float64(p.DB.Own.Bytes))
+	if p.OwnWAL.Records > 0 {
+		return p.perOp(float64(p.OwnWAL.Bytes))
 	}
 	return p.perOp(float64(p.DB.WALBytes))
 }
@@ -168,6 +166,7 @@ func combine(name string, ps []phase) phase {
 		out.Elapsed += p.Elapsed
 		out.Latencies = append(out.Latencies, p.Latencies...)
 		out.DB = out.DB.add(p.DB)
+		out.OwnWAL = out.OwnWAL.add(p.OwnWAL)
 		out.APICPU += p.APICPU
 		out.PGCPU += p.PGCPU
 		out.ClientCPU += p.ClientCPU
@@ -410,8 +409,8 @@ func writePhaseTable(w io.Writer, phases []phase) error {
 	fmt.Fprintln(tw, "phase\tops\tops/s\tp50\tp99\tcommits/op\tWAL/op\tWAL rec/op\tFPI/op\town WAL/op\town FPI/op\tins/op\tupd/op\tAPI CPU/op\tPG CPU/op\tclient CPU/op\tdrain\t")
 	for _, p := range phases {
 		api, drain, ownWAL, ownFPI := "-", "-", "-", "-"
-		if p.DB.Own.Records > 0 {
-			ownWAL, ownFPI = fmtBytes(p.perOp(float64(p.DB.Own.Bytes))), fmtFloat(p.perOp(float64(p.DB.Own.FPI)), 2)
+		if p.OwnWAL.Records > 0 {
+			ownWAL, ownFPI = fmtBytes(p.perOp(float64(p.OwnWAL.Bytes))), fmtFloat(p.perOp(float64(p.OwnWAL.FPI)), 2)
 		}
 		if p.Kind != kindReference {
 			api, drain = fmtMillis(p.cpuPerOp(p.APICPU)), fmtDuration(p.Drain)

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/bench/waldump"
 )
 
 // The WAL counters (pg_stat_wal) are the whole cluster's: a phase's count
@@ -25,10 +21,10 @@ type walShare struct {
 	Bytes, FPI, Records int64
 }
 
-// walRecord is what walShares reads of one pg_waldump line: its
-// transaction, total length, the database of its first block (-1 without
-// one) and its full-page images.
-var walRecord = regexp.MustCompile(`^rmgr: \w+\s+len \(rec/tot\):\s+\d+/\s*(\d+), tx:\s+(\d+),.*?(?:blkref #0: rel \d+/(\d+)/\d+|$)`)
+// add returns s + o.
+func (s walShare) add(o walShare) walShare {
+	return walShare{Bytes: s.Bytes + o.Bytes, FPI: s.FPI + o.FPI, Records: s.Records + o.Records}
+}
 
 // walPosition is the cluster's current WAL insert position.
 func (m *monitor) walPosition(ctx context.Context) (string, error) {
@@ -57,51 +53,27 @@ func (m *monitor) walOf(ctx context.Context, db, from, to string) (walShare, err
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(m.cluster.BinDir(), "pg_waldump"),
-		"-p", filepath.Join(m.cluster.DataDir(), "pg_wal"), "-s", from, "-e", to)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return walShare{}, err
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return walShare{}, fmt.Errorf("pg_waldump: %w", err)
-	}
-	share, err := sumWAL(out, oid)
-	if werr := cmd.Wait(); werr != nil && err == nil {
-		err = fmt.Errorf("pg_waldump: %w: %s", werr, strings.TrimSpace(stderr.String()))
-	}
+	var share walShare
+	err := waldump.Read(ctx, m.cluster.BinDir(), filepath.Join(m.cluster.DataDir(), "pg_wal"), from, to, sumWAL(&share, oid))
 	return share, err
 }
 
-// sumWAL sums the records of pg_waldump's output that belong to database
-// oid (see walOf).
-func sumWAL(r io.Reader, oid string) (walShare, error) {
-	var s walShare
+// sumWAL adds to s each record of database oid (see walOf), in the order
+// pg_waldump prints them.
+func sumWAL(s *walShare, oid string) func(waldump.Record) {
 	ours := map[string]bool{} // transactions that wrote a block of oid
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<24)
-	for sc.Scan() {
-		line := sc.Text()
-		m := walRecord.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		tx, db := m[2], m[3]
+	return func(r waldump.Record) {
 		switch {
-		case db == oid:
-			if tx != "0" {
-				ours[tx] = true
+		case r.DB == oid:
+			if r.Tx != "0" {
+				ours[r.Tx] = true
 			}
-		case db == "" && tx != "0" && ours[tx]:
+		case r.DB == "" && r.Tx != "0" && ours[r.Tx]:
 		default:
-			continue
+			return
 		}
-		n, _ := strconv.ParseInt(m[1], 10, 64)
-		s.Bytes += n
+		s.Bytes += r.Len
 		s.Records++
-		s.FPI += int64(strings.Count(line, " FPW"))
+		s.FPI += int64(r.FPIs)
 	}
-	return s, sc.Err()
 }

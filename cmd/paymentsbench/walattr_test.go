@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/paymentsapi/paymentsapi/bench/waldump"
 )
 
 // A phase's own WAL is its database's records: those with one of its blocks,
@@ -20,8 +22,8 @@ func TestSumWALKeepsOneDatabasesRecords(t *testing.T) {
 		"rmgr: Btree       len (rec/tot):     64/  2064, tx:    1152012, lsn: 1/2A225BC0, prev 1/2A225B88, desc: SPLIT_L level 0, blkref #0: rel 1663/16384/16508 blk 3897 FPW, blkref #1: rel 1663/16384/16508 blk 3898 FPW",
 		"",
 	}, "\n")
-	got, err := sumWAL(strings.NewReader(dump), "16384")
-	if err != nil {
+	var got walShare
+	if err := waldump.Scan(strings.NewReader(dump), sumWAL(&got, "16384")); err != nil {
 		t.Fatal(err)
 	}
 	want := walShare{Bytes: 1525 + 55 + 46 + 2064, FPI: 3, Records: 4}
@@ -37,7 +39,7 @@ func TestWALPerOpPrefersTheDatabasesOwn(t *testing.T) {
 	if got := p.walPerOp(); got != 900 {
 		t.Fatalf("without its own: %v, want 900", got)
 	}
-	p.DB.Own = walShare{Bytes: 6000, Records: 40}
+	p.OwnWAL = walShare{Bytes: 6000, Records: 40}
 	if got := p.walPerOp(); got != 600 || math.IsNaN(got) {
 		t.Fatalf("with its own: %v, want 600", got)
 	}

@@ -87,22 +87,33 @@ func insert(n int, got *int) *pgx.Batch {
 func group(t *testing.T, c *Committer, h *held, batches []*pgx.Batch) []error {
 	t.Helper()
 	errs := make([]error, len(batches))
+	first := holdFirst(t, c, h, batches[0])
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); errs[0] = c.Commit(context.Background(), 0, batches[0]) }()
-	waitFor(t, func() bool { return len(h.sizes()) == 1 })
 	for i := 1; i < len(batches); i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs[i] = c.Commit(context.Background(), uint64(len(batches)-i), batches[i]) }()
 	}
-	waitFor(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.waiting) == len(batches)-1
-	})
+	waitQueued(t, c, len(batches)-1)
 	close(h.release)
 	wg.Wait()
+	errs[0] = <-first
 	return errs
+}
+
+// holdFirst commits b on c while h holds its send, and returns once it is
+// in flight: the channel gets its error when h is released.
+func holdFirst(t *testing.T, c *Committer, h *held, b *pgx.Batch) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Commit(context.Background(), 0, b) }()
+	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	return done
+}
+
+// waitQueued waits until n batches are queued on c.
+func waitQueued(t *testing.T, c *Committer, n int) {
+	t.Helper()
+	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == n })
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -165,9 +176,7 @@ func TestBelowTheConcurrencyABatchIsSentAtOnce(t *testing.T) {
 	h := &held{db: pool, release: make(chan struct{})}
 	c := New(h, Options{Concurrency: 2})
 	var got [2]int
-	done := make(chan error)
-	go func() { done <- c.Commit(context.Background(), 0, insert(1, &got[0])) }()
-	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	done := holdFirst(t, c, h, insert(1, &got[0]))
 	if err := c.Commit(context.Background(), 0, insert(2, &got[1])); err != nil || got[1] != 2 {
 		t.Fatalf("second batch: %v, read %d", err, got[1])
 	}
@@ -282,9 +291,7 @@ func TestAQueuedBatchWhoseContextEndsIsNotSent(t *testing.T) {
 	h := &held{db: pool, release: make(chan struct{})}
 	c := New(h, Options{Concurrency: 1})
 	var got [4]int
-	first := make(chan error)
-	go func() { first <- c.Commit(context.Background(), 0, insert(1, &got[0])) }()
-	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	first := holdFirst(t, c, h, insert(1, &got[0]))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error)
@@ -294,13 +301,13 @@ func TestAQueuedBatchWhoseContextEndsIsNotSent(t *testing.T) {
 	grouped := make(chan error, 2)
 	go func() { grouped <- c.Commit(soon, 2, insert(3, &got[2])) }()
 	go func() { grouped <- c.Commit(context.Background(), 3, insert(4, &got[3])) }()
-	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == 3 })
+	waitQueued(t, c, 3)
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the cancelled batch: %v, want context.Canceled", err)
 	}
 	close(h.release)
-	for _, ch := range []chan error{first, grouped, grouped} {
+	for _, ch := range []<-chan error{first, grouped, grouped} {
 		if err := <-ch; err != nil {
 			t.Fatal(err)
 		}
@@ -333,9 +340,7 @@ func TestAPanickingGroupLeavesTheCommitterWorking(t *testing.T) {
 	h := &held{db: pool, release: make(chan struct{}), panics: true}
 	c := New(h, Options{Concurrency: 1})
 	var got [3]int
-	first := make(chan error)
-	go func() { first <- c.Commit(context.Background(), 0, insert(1, &got[0])) }()
-	waitFor(t, func() bool { return len(h.sizes()) == 1 })
+	first := holdFirst(t, c, h, insert(1, &got[0]))
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
@@ -343,7 +348,7 @@ func TestAPanickingGroupLeavesTheCommitterWorking(t *testing.T) {
 	}()
 	other := make(chan error, 1)
 	go func() { other <- c.Commit(context.Background(), 2, insert(3, &got[2])) }()
-	waitFor(t, func() bool { c.mu.Lock(); defer c.mu.Unlock(); return len(c.waiting) == 2 })
+	waitQueued(t, c, 2)
 	close(h.release)
 	if err := <-first; err != nil {
 		t.Fatal(err)

@@ -211,10 +211,11 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 			}
 		}
 	}
+	order := lockOrder(req.Scope)
 	// A second round is needed only when the world moved between two
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
-		id, claimed, err := e.claim(ctx, req, lockOrder(req.Scope))
+		id, claimed, err := e.claim(ctx, req, order)
 		if err == nil {
 			e.hints.add(hint)
 		}
@@ -230,7 +231,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.DebugContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created}
+			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created, order: order}
 			return e.resume(ctx, op, own)
 		}
 		reply, err := e.answerRetry(ctx, op, req, scope, nil)
@@ -266,10 +267,10 @@ func (e *Engine) claim(ctx context.Context, req Request, order uint64) (id int64
 	return id, id != 0, nil
 }
 
-// lockOrder is where a claim of scope goes in a group commit's order: a
-// hash of the scope that every instance computes alike (FNV-1a, no seed),
-// so that two instances' groups take the locks of the same keys in one
-// order.
+// lockOrder is where a claim of scope, and each step of its owner, goes in
+// a group commit's order: a hash of the scope that every instance computes
+// alike (FNV-1a, no seed), so that two instances' groups take the locks of
+// the same keys in one order.
 func lockOrder(s Scope) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s.Tenant))
@@ -445,7 +446,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 // ownerOf is an owner of rec's key as rec says it stands: its row, fencing
 // token, scope and resource.
 func (e *Engine) ownerOf(rec Record) *Owner {
-	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource}
+	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource, order: lockOrder(rec.Scope)}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran

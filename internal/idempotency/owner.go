@@ -46,6 +46,7 @@ type Owner struct {
 	rescheduling bool      // a decided look (LookAt, LookNever) is in the batch being committed
 	rescheduled  bool      // a committed hold or release booked a decided look
 	markedReview bool
+	order        uint64 // lockOrder of the key's scope: its place in a group commit
 }
 
 // QueueFinish adds to b the statement that stores r, rendered, as the key's
@@ -192,7 +193,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.pending, o.rescheduling = nil, false
 	releasing := o.releasing
 	o.releasing = nil
-	err := o.e.commits.Commit(ctx, uint64(o.KeyID), b)
+	err := o.e.commits.Commit(ctx, o.order, b)
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
