@@ -18,8 +18,9 @@
 //     request's, never between them;
 //   - if PostgreSQL refuses any statement of a group, it rolled the whole
 //     group back (an ERROR is its word that nothing of the group was
-//     written), and each batch of the group is sent again alone, so that
-//     only the batches that fail alone fail (another request may commit
+//     written), and each batch of the group is sent again alone, the
+//     refused one last, so that only the batches that fail alone fail and
+//     the others need not wait for it (another request may commit
 //     between two of them: a merchant reference may go to the other
 //     payment, as it could have without the group);
 //   - if the outcome is not known (the connection broke, the deadline
@@ -29,10 +30,14 @@
 //     would: it may or may not have been written, and nothing is sent
 //     again.
 //
-// The cost of sharing: a group is as slow as its slowest batch. A batch
-// that waits on a row lock past the group's deadline takes the whole group
-// down with it, each request with an unknown outcome (resolved as any lost
-// commit is: the key's record says what committed).
+// The cost of sharing: a group is as slow as its slowest batch. So a group
+// waits for a row lock at most Options.LockTimeout (and at most half of
+// what is left of its time): a batch that waits longer, on a lock held by
+// a long transaction, makes PostgreSQL refuse the group, and each batch is
+// sent again alone, so that only that one waits on. Any other slow
+// statement still takes the whole group down when the group's deadline
+// passes, each request with an unknown outcome (resolved as any lost commit
+// is: the key's record says what committed).
 //
 // What a batch may not do, since it shares its transaction: begin or end a
 // transaction itself (pgx.Batch.BeginTx, BEGIN, COMMIT), or depend on
@@ -60,6 +65,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -85,6 +91,11 @@ type Options struct {
 	// sent (default 10 s). A request's own context does not: once a group
 	// is sent, each of its requests waits for the outcome.
 	Timeout time.Duration
+	// LockTimeout bounds a group's wait for any one lock (PostgreSQL's
+	// lock_timeout, set for the group's transaction only; default 1 s),
+	// and is at most half of what is left of the group's time when it is
+	// sent. A batch sent alone waits as its own context allows.
+	LockTimeout time.Duration
 }
 
 // Committer commits batches, grouping those that queue up.
@@ -108,6 +119,9 @@ func New(db Sender, opts Options) *Committer {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = time.Second
+	}
 	return &Committer{db: db, opts: opts}
 }
 
@@ -119,6 +133,21 @@ type request struct {
 	err      error
 	group    []*request    // set, with r first, when r is to send the group
 	done     chan struct{} // closed when err is known, or when group is set
+	leader   bool          // r sends its group: nobody waits on done
+	finished bool          // err is known and done closed: by the leader only
+}
+
+// finish sets r's outcome and lets r's Commit return, unless it is the
+// leader's own (which returns when the group is done). Only the leader's
+// goroutine calls it.
+func (r *request) finish(err error) {
+	if r.finished {
+		return
+	}
+	r.err, r.finished = err, true
+	if !r.leader {
+		close(r.done)
+	}
 }
 
 // ErrSenderPanicked is the error of the batches of a group whose sending
@@ -198,20 +227,15 @@ func (c *Committer) handOff() {
 	close(next[0].done)
 }
 
-// send commits group and sets each request's error; it closes the done
-// channel of every request but the first, the leader, which is not waiting
-// on it. If sending panics, the others get ErrSenderPanicked and the panic
-// goes on in the leader.
+// send commits group and finishes each request: its error set, and its
+// done channel closed but for the first, the leader, which is not waiting
+// on it. If sending panics, those not finished get ErrSenderPanicked and
+// the panic goes on in the leader.
 func (c *Committer) send(ctx context.Context, group []*request) {
-	sent := false
+	group[0].leader = true
 	defer func() {
-		if !sent {
-			for _, r := range group {
-				r.err = ErrSenderPanicked
-			}
-		}
-		for _, r := range group[1:] {
-			close(r.done)
+		for _, r := range group {
+			r.finish(ErrSenderPanicked) // those the panic left unfinished
 		}
 	}()
 	deadline := time.Now().Add(c.opts.Timeout)
@@ -222,17 +246,25 @@ func (c *Committer) send(ctx context.Context, group []*request) {
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	c.sendGroup(ctx, group)
-	sent = true
+	c.sendGroup(ctx, group, c.lockTimeout(time.Until(deadline)))
 }
 
+// lockTimeout is the lock_timeout of a group with left of its time.
+func (c *Committer) lockTimeout(left time.Duration) time.Duration {
+	return max(min(c.opts.LockTimeout, left/2), time.Millisecond)
+}
+
+// setLockTimeout is a group's first statement: its lock_timeout, in
+// milliseconds, for its transaction only.
+const setLockTimeout = "SELECT set_config('lock_timeout', $1::text, true)"
+
 // sendGroup is send's work.
-func (c *Committer) sendGroup(ctx context.Context, group []*request) {
+func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout time.Duration) {
 	if len(group) == 1 {
-		group[0].err = c.db.SendBatch(ctx, group[0].b).Close()
+		group[0].finish(c.db.SendBatch(ctx, group[0].b).Close())
 		return
 	}
-	n := 0
+	n := 1
 	for _, r := range group {
 		n += len(r.b.QueuedQueries)
 	}
@@ -240,22 +272,43 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 	// statement it prepared, which a failed batch deallocates, so a query
 	// is sent once, and each batch's own stay unsent for the retry alone.
 	all := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n)}
-	for _, r := range group {
+	// A batch waiting on a lock held by a long transaction is refused
+	// (lock_not_available, an ERROR) rather than holding the others back
+	// until the group's deadline, which would leave each of them unknown.
+	all.Queue(setLockTimeout, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
+	// reading is the batch whose results are being read: when a statement
+	// fails, the one PostgreSQL refused.
+	reading := -1
+	for i, r := range group {
 		for _, q := range r.b.QueuedQueries {
-			all.QueuedQueries = append(all.QueuedQueries, &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn})
+			fn := q.Fn
+			all.QueuedQueries = append(all.QueuedQueries, &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments,
+				Fn: func(br pgx.BatchResults) error {
+					reading = i
+					if fn != nil {
+						return fn(br)
+					}
+					_, err := br.Exec() // what pgx does for a query without one
+					return err
+				}})
 		}
 	}
 	err := c.db.SendBatch(ctx, all).Close()
 	if !refused(err) {
 		for _, r := range group {
-			r.err = err
+			r.finish(err)
 		}
 		return
 	}
 	// PostgreSQL refused a statement and rolled the group back: each batch
-	// is sent again alone, so that only the one it refused fails.
+	// is sent again alone, so that only the ones it refuses alone fail;
+	// the one it refused goes last, so that the others do not wait for it
+	// (for a lock it waited on too long, say).
+	if reading >= 0 {
+		group = append(slices.Delete(slices.Clone(group), reading, reading+1), group[reading])
+	}
 	for _, r := range group {
-		r.err = c.db.SendBatch(ctx, r.b).Close()
+		r.finish(c.db.SendBatch(ctx, r.b).Close())
 	}
 }
 

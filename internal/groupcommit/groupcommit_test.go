@@ -33,7 +33,7 @@ type held struct {
 
 func (h *held) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	h.mu.Lock()
-	h.sent = append(h.sent, b.Len())
+	h.sent = append(h.sent, batches(b))
 	d, _ := ctx.Deadline()
 	h.deadlines = append(h.deadlines, d)
 	first := len(h.sent) == 1
@@ -46,6 +46,16 @@ func (h *held) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		panic("boom")
 	}
 	return h.db.SendBatch(ctx, b)
+}
+
+// batches is how many of b's queries are the requests' (one each, in these
+// tests): a group's first sets its lock_timeout.
+func batches(b *pgx.Batch) int {
+	n := b.Len()
+	if n > 0 && b.QueuedQueries[0].SQL == setLockTimeout {
+		n--
+	}
+	return n
 }
 
 func (h *held) sizes() []int {
@@ -363,5 +373,59 @@ func TestAPanickingGroupLeavesTheCommitterWorking(t *testing.T) {
 	defer c.mu.Unlock()
 	if c.inFlight != 0 || len(c.waiting) != 0 {
 		t.Fatalf("in flight %d, waiting %d: want the slot handed back", c.inFlight, len(c.waiting))
+	}
+}
+
+// A batch of a group that waits on a lock held by a long transaction does
+// not hold the others back until the group's deadline (each of them then
+// unknown): past the group's lock_timeout PostgreSQL refuses the group,
+// the others commit alone, and the blocked one waits on alone.
+func TestABatchWaitingOnALockDoesNotHoldItsGroupBack(t *testing.T) {
+	pool := newTable(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO items (n) VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT FROM items WHERE n = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 1, Timeout: 5 * time.Second, LockTimeout: 100 * time.Millisecond})
+	first := holdFirst(t, c, h, insert(10, new(int)))
+	blocked := &pgx.Batch{}
+	blocked.Queue(`UPDATE items SET seq = seq + 1 WHERE n = 1`)
+	blockedErr, freeErr := make(chan error, 1), make(chan error, 1)
+	var got int
+	go func() { blockedErr <- c.Commit(ctx, 1, blocked) }() // sent first: key 1
+	go func() { freeErr <- c.Commit(ctx, 2, insert(2, &got)) }()
+	waitQueued(t, c, 2)
+	close(h.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case err := <-freeErr:
+		if err != nil || got != 2 {
+			t.Fatalf("the free batch: %v, read %d", err, got)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the free batch waited on its group's blocked one; sent %v", h.sizes())
+	}
+	t.Logf("the free batch committed %v after its group was sent", time.Since(start).Round(time.Millisecond))
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blockedErr; err != nil {
+		t.Fatalf("the blocked batch, once the lock was let go: %v", err)
+	}
+	// The first alone; the group; then each of its two alone.
+	if s := h.sizes(); fmt.Sprint(s) != "[1 2 1 1]" {
+		t.Fatalf("sent %v", s)
 	}
 }
