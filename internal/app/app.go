@@ -34,7 +34,7 @@ type Config struct {
 	ReplayTTL         time.Duration // IDEMPOTENCY_TTL
 	Lease             time.Duration // LEASE_DURATION
 	RetryAfter        time.Duration // advice on 409 in use, 202, 503
-	CommitConcurrency int           // COMMIT_CONCURRENCY; 0: package groupcommit's default
+	CommitConcurrency int           // COMMIT_CONCURRENCY; 0: one claim and one owner step in flight
 	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	// ProviderLookupLag is how long after a create a lookup may still miss

@@ -155,12 +155,12 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		durErr = errors.Join(durErr, fmt.Errorf("RECONCILE_MAX_ATTEMPTS must be a positive integer"))
 	}
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", maxAttempts, "unresolved attempts before a payment is marked for manual review (RECONCILE_MAX_ATTEMPTS)")
-	commits, err := strconv.Atoi(env("COMMIT_CONCURRENCY", "2"))
+	commits, err := strconv.Atoi(env("COMMIT_CONCURRENCY", "1"))
 	if err != nil || commits < 1 {
 		durErr = errors.Join(durErr, fmt.Errorf("COMMIT_CONCURRENCY must be a positive integer"))
 	}
 	fs.IntVar(&c.CommitConcurrency, "commit-concurrency", commits,
-		"requests' transactions in flight at once; beyond it they queue and are committed together, several in one transaction (COMMIT_CONCURRENCY)")
+		"requests' transactions of each kind (claims, owner steps) in flight at once; beyond it they queue and are committed together, several in one transaction (COMMIT_CONCURRENCY)")
 	fs.StringVar(&c.OutboxPublisher, "outbox-publisher", env("OUTBOX_PUBLISHER", "log"), "outbox publisher: log or nats (OUTBOX_PUBLISHER)")
 	secret(&c.NATSURL, "nats-url", "NATS_URL", "NATS URL (may hold credentials)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")

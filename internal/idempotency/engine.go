@@ -82,9 +82,9 @@ type Config struct {
 	// RetryAfter is the one advice the service gives a client that should
 	// come back later: a 409 in use, a 202 processing, a 503.
 	RetryAfter time.Duration
-	// CommitConcurrency is how many claims and owner steps are in flight
-	// at once before the others are grouped (COMMIT_CONCURRENCY; 0:
-	// package groupcommit's default).
+	// CommitConcurrency is how many claims, and how many owner steps, are
+	// in flight at once before the others of their kind are grouped
+	// (COMMIT_CONCURRENCY; 0: 1 of each).
 	CommitConcurrency int
 }
 
@@ -116,9 +116,14 @@ type Engine struct {
 	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
 	hints   *hints // scopes seen taken lately: read them before claiming
-	// commits sends the claims' and owners' batches, grouping those of
-	// concurrent requests into one transaction (package groupcommit).
-	commits *groupcommit.Committer
+	// claims and steps send the claims' batches and the owners', each
+	// grouping those of concurrent requests into one transaction (package
+	// groupcommit). Like is grouped with like: a claim's batch and an
+	// owner step's are different statements, so a group of one kind is
+	// twice the size of a mixed one at the same commits per payment, and
+	// its batches are alike (what set-based statements would need).
+	claims *groupcommit.Committer
+	steps  *groupcommit.Committer
 }
 
 // NewEngine returns an Engine.
@@ -126,8 +131,12 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
+	if cfg.CommitConcurrency <= 0 {
+		cfg.CommitConcurrency = 1
+	}
+	commits := groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout}
 	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(),
-		commits: groupcommit.New(d.DB, groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout})}
+		claims: groupcommit.New(d.DB, commits), steps: groupcommit.New(d.DB, commits)}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -261,7 +270,7 @@ func (e *Engine) claim(ctx context.Context, req Request, order uint64) (id int64
 	if req.Create != nil {
 		req.Create(claim.After(b))
 	}
-	if err = e.commits.Commit(ctx, order, b); err != nil {
+	if err = e.claims.Commit(ctx, order, b); err != nil {
 		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	return id, id != 0, nil

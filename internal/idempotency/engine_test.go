@@ -539,6 +539,130 @@ func TestConcurrentRequestsShareCommits(t *testing.T) {
 	t.Logf("%d requests: claims in %d transactions, answers in %d", n, claims, commits)
 }
 
+// gatedOp finishes every key it resumes, once its gate is open.
+type gatedOp struct {
+	renders
+	gate chan struct{}
+}
+
+func (gatedOp) Name() string { return "widgets.create" }
+
+func (o gatedOp) Resume(ctx context.Context, own *Owner) (Result, error) {
+	<-o.gate
+	b := &pgx.Batch{}
+	if err := own.QueueFinish(b, done{}); err != nil {
+		return nil, err
+	}
+	return done{}, own.Commit(ctx, b)
+}
+
+// Claims and owner steps are committed apart, like with like: an owner's
+// step neither waits behind a claim in flight nor shares a transaction with
+// the claims queued behind it. Here a claim waits on a row lock with the
+// one claim slot; a second claim queues behind it; an owner's finishing
+// step meanwhile commits at once, alone.
+func TestClaimsAndOwnerStepsAreCommittedApart(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	e := NewEngine(Deps{
+		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: metrics.New(prometheus.NewRegistry()),
+	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
+	ctx := context.Background()
+	createWidgets(t, pool)
+	do := func(op Operation, id string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Do(ctx, op, Request{
+				Scope:       Scope{Tenant: "t", Operation: "widgets.create", Key: id},
+				Fingerprint: []byte{1}, Resource: Resource{Type: "widget", ID: id},
+				Create: insertWidget(id),
+			})
+			done <- err
+		}()
+		return done
+	}
+	// The owner of w_step has claimed its key and holds its step.
+	gate := make(chan struct{})
+	step := do(gatedOp{gate: gate}, "w_step")
+	waitFor(t, func() bool { return widgetExists(t, pool, "w_step") })
+	// The claim of w_blocked waits on another transaction's w_blocked.
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `INSERT INTO widgets (id) VALUES ('w_blocked')`); err != nil {
+		t.Fatal(err)
+	}
+	blocked := do(&recordingOp{}, "w_blocked")
+	waitFor(t, func() bool { return waitingOnALock(t, pool) })
+	// A claim queued behind it, with which the step, had it queued in the
+	// same committer, would have been grouped (the assertions below do not
+	// depend on its being queued yet).
+	queued := do(&recordingOp{}, "w_queued")
+	time.Sleep(50 * time.Millisecond)
+	close(gate)
+	select {
+	case err := <-step:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the owner's step waited behind the claim in flight")
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []<-chan error{blocked, queued} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mixed int
+	if err := pool.QueryRow(ctx, `
+		SELECT count(*) FROM widgets w JOIN idempotency_keys k
+		    ON (w.xid::text::bigint % 4294967296) = k.xmin::text::bigint
+		WHERE k.response_status IS NOT NULL`).Scan(&mixed); err != nil {
+		t.Fatal(err)
+	}
+	if mixed != 0 {
+		t.Fatalf("%d keys finished in a transaction that also claimed keys", mixed)
+	}
+}
+
+// waitFor waits, up to 10 s, until cond holds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
+
+func widgetExists(t *testing.T, pool *pgxpool.Pool, id string) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM widgets WHERE id = $1)`, id).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// waitingOnALock reports whether a session of pool's database waits on a
+// lock.
+func waitingOnALock(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `
+		SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
 // createWidgets creates the table insertWidget writes, with the id of the
 // transaction that wrote each row.
 func createWidgets(t *testing.T, pool *pgxpool.Pool) {

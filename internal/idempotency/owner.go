@@ -193,7 +193,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.pending, o.rescheduling = nil, false
 	releasing := o.releasing
 	o.releasing = nil
-	err := o.e.commits.Commit(ctx, o.order, b)
+	err := o.e.steps.Commit(ctx, o.order, b)
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
