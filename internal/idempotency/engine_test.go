@@ -539,23 +539,6 @@ func TestConcurrentRequestsShareCommits(t *testing.T) {
 	t.Logf("%d requests: claims in %d transactions, answers in %d", n, claims, commits)
 }
 
-// gatedOp finishes every key it resumes, once its gate is open.
-type gatedOp struct {
-	renders
-	gate chan struct{}
-}
-
-func (gatedOp) Name() string { return "widgets.create" }
-
-func (o gatedOp) Resume(ctx context.Context, own *Owner) (Result, error) {
-	<-o.gate
-	b := &pgx.Batch{}
-	if err := own.QueueFinish(b, done{}); err != nil {
-		return nil, err
-	}
-	return done{}, own.Commit(ctx, b)
-}
-
 // Claims and owner steps are committed apart, like with like: an owner's
 // step neither waits behind a claim in flight nor shares a transaction with
 // the claims queued behind it. Here a claim waits on a row lock with the
@@ -563,12 +546,7 @@ func (o gatedOp) Resume(ctx context.Context, own *Owner) (Result, error) {
 // step meanwhile commits at once, alone.
 func TestClaimsAndOwnerStepsAreCommittedApart(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	e := NewEngine(Deps{
-		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: metrics.New(prometheus.NewRegistry()),
-	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
+	e, pool, _ := testEngine(t) // one claim and one step in flight: the default
 	ctx := context.Background()
 	createWidgets(t, pool)
 	do := func(op Operation, id string) <-chan error {
@@ -585,7 +563,7 @@ func TestClaimsAndOwnerStepsAreCommittedApart(t *testing.T) {
 	}
 	// The owner of w_step has claimed its key and holds its step.
 	gate := make(chan struct{})
-	step := do(gatedOp{gate: gate}, "w_step")
+	step := do(heldOp{release: gate}, "w_step")
 	waitFor(t, func() bool { return widgetExists(t, pool, "w_step") })
 	// The claim of w_blocked waits on another transaction's w_blocked.
 	holder, err := pool.Begin(ctx)
