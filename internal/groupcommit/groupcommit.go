@@ -96,6 +96,9 @@ type Options struct {
 	// and is at most half of what is left of the group's time when it is
 	// sent. A batch sent alone waits as its own context allows.
 	LockTimeout time.Duration
+	// Sent, if set, is told how many batches each transaction held, as it
+	// is sent: a group's, then each of a refused group's sent alone.
+	Sent func(batches int)
 }
 
 // Committer commits batches, grouping those that queue up.
@@ -261,7 +264,7 @@ const setLockTimeout = "SELECT set_config('lock_timeout', $1::text, true)"
 // sendGroup is send's work.
 func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout time.Duration) {
 	if len(group) == 1 {
-		group[0].finish(c.db.SendBatch(ctx, group[0].b).Close())
+		group[0].finish(c.sendAlone(ctx, group[0].b))
 		return
 	}
 	n := 1
@@ -293,6 +296,7 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout
 				}})
 		}
 	}
+	c.sent(len(group))
 	err := c.db.SendBatch(ctx, all).Close()
 	if !refused(err) {
 		for _, r := range group {
@@ -308,7 +312,20 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout
 		group = append(slices.Delete(slices.Clone(group), reading, reading+1), group[reading])
 	}
 	for _, r := range group {
-		r.finish(c.db.SendBatch(ctx, r.b).Close())
+		r.finish(c.sendAlone(ctx, r.b))
+	}
+}
+
+// sendAlone sends b as a transaction of its own.
+func (c *Committer) sendAlone(ctx context.Context, b *pgx.Batch) error {
+	c.sent(1)
+	return c.db.SendBatch(ctx, b).Close()
+}
+
+// sent tells Options.Sent of a transaction of n batches.
+func (c *Committer) sent(n int) {
+	if c.opts.Sent != nil {
+		c.opts.Sent(n)
 	}
 }
 

@@ -204,7 +204,8 @@ func TestBelowTheConcurrencyABatchIsSentAtOnce(t *testing.T) {
 func TestARefusedBatchFailsAloneInItsGroup(t *testing.T) {
 	pool := newTable(t)
 	h := &held{db: pool, release: make(chan struct{})}
-	c := New(h, Options{Concurrency: 1})
+	var sent []int // Options.Sent: each transaction's batches
+	c := New(h, Options{Concurrency: 1, Sent: func(n int) { sent = append(sent, n) }})
 	got := make([]int, 4)
 	batches := []*pgx.Batch{insert(1, &got[0]), insert(2, &got[1]), insert(1, &got[2]), insert(3, &got[3])}
 	errs := group(t, c, h, batches)
@@ -227,6 +228,9 @@ func TestARefusedBatchFailsAloneInItsGroup(t *testing.T) {
 	// The first alone; the group of three; then each of the three alone.
 	if s := h.sizes(); fmt.Sprint(s) != "[1 3 1 1 1]" {
 		t.Fatalf("sent %v", s)
+	}
+	if fmt.Sprint(sent) != "[1 3 1 1 1]" {
+		t.Fatalf("Options.Sent was told %v, want [1 3 1 1 1]", sent)
 	}
 }
 

@@ -134,9 +134,13 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.CommitConcurrency <= 0 {
 		cfg.CommitConcurrency = 1
 	}
-	commits := groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout}
+	committer := func(kind string) *groupcommit.Committer {
+		batches := d.Metrics.GroupCommitBatches.WithLabelValues(kind)
+		return groupcommit.New(d.DB, groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout,
+			Sent: func(n int) { batches.Observe(float64(n)) }})
+	}
 	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(),
-		claims: groupcommit.New(d.DB, commits), steps: groupcommit.New(d.DB, commits)}
+		claims: committer("claims"), steps: committer("steps")}
 }
 
 // RetryAfter is the engine's advice to come back later.

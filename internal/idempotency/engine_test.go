@@ -494,9 +494,10 @@ func TestConcurrentRequestsShareCommits(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
 	e := NewEngine(Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: metrics.New(prometheus.NewRegistry()),
+		Metrics: metrics.New(reg),
 	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
 	ctx := context.Background()
 	createWidgets(t, pool)
@@ -537,6 +538,37 @@ func TestConcurrentRequestsShareCommits(t *testing.T) {
 		t.Fatalf("claims in %d transactions and answers in %d, for %d requests: nothing was grouped", claims, commits, n)
 	}
 	t.Logf("%d requests: claims in %d transactions, answers in %d", n, claims, commits)
+	// The group commit's histogram says so too: by kind, the transactions
+	// (its count) and the batches they held (its sum).
+	for kind, sent := range groupCommitBatches(t, reg) {
+		if sent[1] != n || sent[0] >= n {
+			t.Errorf("%s: %d batches in %d transactions, want %d batches in fewer", kind, sent[1], sent[0], n)
+		}
+	}
+}
+
+// groupCommitBatches reads paymentsapi_group_commit_batches from reg: by
+// kind, the transactions sent and the batches they held.
+func groupCommitBatches(t *testing.T, reg *prometheus.Registry) map[string][2]int {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := map[string][2]int{}
+	for _, f := range families {
+		if f.GetName() != "paymentsapi_group_commit_batches" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			h := m.GetHistogram()
+			sent[m.GetLabel()[0].GetValue()] = [2]int{int(h.GetSampleCount()), int(h.GetSampleSum())}
+		}
+	}
+	if len(sent) != 2 {
+		t.Fatalf("paymentsapi_group_commit_batches has kinds %v, want claims and steps", sent)
+	}
+	return sent
 }
 
 // Claims and owner steps are committed apart, like with like: an owner's

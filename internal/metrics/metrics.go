@@ -37,6 +37,10 @@ type Metrics struct {
 	// StripeWebhooks counts Stripe's webhook events by outcome (applied,
 	// duplicate, ignored, signature_invalid, ...).
 	StripeWebhooks *prometheus.CounterVec
+	// GroupCommitBatches measures how many requests' batches each
+	// transaction of the group commit held, by kind (claims, steps): its
+	// count is the transactions, its sum the batches (package groupcommit).
+	GroupCommitBatches *prometheus.HistogramVec
 	// HTTPRequests measures requests by route pattern, method and status.
 	HTTPRequests *prometheus.HistogramVec
 	// OrphanProviderObjects is how many of the provider's charges and
@@ -87,6 +91,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "paymentsapi_stripe_webhook_events_total",
 			Help: "Stripe webhook events received, by outcome.",
 		}, []string{"outcome"}),
+		GroupCommitBatches: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "paymentsapi_group_commit_batches",
+			Help:    "Requests' batches per transaction sent by the group commit, by kind: claims, steps.",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64},
+		}, []string{"kind"}),
 		HTTPRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "paymentsapi_http_request_duration_seconds",
 			Help:    "HTTP requests by route pattern, method and status code.",
@@ -101,7 +110,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
 	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
-		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.HTTPRequests,
+		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.GroupCommitBatches, m.HTTPRequests,
 		m.OrphanProviderObjects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
