@@ -162,21 +162,88 @@ func (p *apiProcess) exited() (bool, error) {
 	}
 }
 
-// goroutines reads go_goroutines from the API's /metrics.
-func (p *apiProcess) goroutines(ctx context.Context) (int, error) {
+// metrics reads the API's /metrics.
+func (p *apiProcess) metrics(ctx context.Context) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("API metrics: %w", err)
+		return "", fmt.Errorf("API metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, fmt.Errorf("API metrics: %w", err)
+		return "", fmt.Errorf("API metrics: %w", err)
 	}
-	v, err := parseMetric(string(b), "go_goroutines")
+	return string(b), nil
+}
+
+// goroutines reads go_goroutines from the API's /metrics.
+func (p *apiProcess) goroutines(ctx context.Context) (int, error) {
+	m, err := p.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	v, err := parseMetric(m, "go_goroutines")
 	return int(v), err
+}
+
+// groupCommits is what the API's group commit sent, by kind (claims,
+// steps): transactions and the requests' batches in them
+// (paymentsapi_group_commit_batches). ok is false for a service without
+// it (the floor, an API built before it), or if it could not be read.
+func (p *apiProcess) groupCommits(ctx context.Context) (g groupCommits, ok bool) {
+	m, err := p.metrics(ctx)
+	if err != nil {
+		return g, false
+	}
+	return parseGroupCommits(m)
+}
+
+// groupCommits counts the group commit's transactions and the batches
+// they held, by kind.
+type groupCommits struct{ Claims, Steps groupTally }
+
+type groupTally struct{ Transactions, Batches float64 }
+
+// sub is g less earlier, counted from then.
+func (g groupCommits) sub(earlier groupCommits) groupCommits {
+	return groupCommits{
+		Claims: groupTally{g.Claims.Transactions - earlier.Claims.Transactions, g.Claims.Batches - earlier.Claims.Batches},
+		Steps:  groupTally{g.Steps.Transactions - earlier.Steps.Transactions, g.Steps.Batches - earlier.Steps.Batches},
+	}
+}
+
+// perTransaction is the batches per transaction; 0 when none was sent.
+func (t groupTally) perTransaction() float64 {
+	if t.Transactions == 0 {
+		return 0
+	}
+	return t.Batches / t.Transactions
+}
+
+// parseGroupCommits reads paymentsapi_group_commit_batches from a
+// Prometheus text exposition.
+func parseGroupCommits(exposition string) (g groupCommits, ok bool) {
+	for kind, t := range map[string]*groupTally{"claims": &g.Claims, "steps": &g.Steps} {
+		var err1, err2 error
+		t.Transactions, err1 = parseMetric(exposition, `paymentsapi_group_commit_batches_count{kind="`+kind+`"}`)
+		t.Batches, err2 = parseMetric(exposition, `paymentsapi_group_commit_batches_sum{kind="`+kind+`"}`)
+		if err1 != nil || err2 != nil {
+			return groupCommits{}, false
+		}
+	}
+	return g, true
+}
+
+// describe says, for a progress line, how many requests' batches each
+// group-commit transaction held; "" if nothing was sent.
+func (g groupCommits) describe() string {
+	if g.Claims.Transactions == 0 && g.Steps.Transactions == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; group commit: %.1f claims per transaction, %.1f owner steps per transaction",
+		g.Claims.perTransaction(), g.Steps.perTransaction())
 }

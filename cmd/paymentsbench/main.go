@@ -379,7 +379,7 @@ func (b *benchRun) measure(ctx context.Context) ([]phase, summary, error) {
 			if err != nil {
 				return nil, summary{}, err
 			}
-			b.progress("round %d/%d: %s: new payments %.0f/s (the relay drained the outbox %s later)", r, b.cfg.Rounds, svc.Name, p.rate(), fmtDuration(p.Drain))
+			b.progress("round %d/%d: %s: new payments %.0f/s (the relay drained the outbox %s later)%s", r, b.cfg.Rounds, svc.Name, p.rate(), fmtDuration(p.Drain), p.Groups.describe())
 			phases = append(phases, p)
 		}
 	}
@@ -524,6 +524,7 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	if err != nil {
 		return phase{}, err
 	}
+	groups0, groupsOK := svc.Proc.groupCommits(ctx)
 	p := w.run(ctx, svc.Client)
 	if !svc.NoRelay {
 		drain, left, err := waitOutboxDrained(ctx, svc.DB, drainTimeout)
@@ -542,6 +543,9 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 	self1, err := processCPU(os.Getpid())
 	if err != nil {
 		return phase{}, err
+	}
+	if groups1, ok := svc.Proc.groupCommits(ctx); ok && groupsOK {
+		p.Groups = groups1.sub(groups0)
 	}
 	own := b.ownWAL(ctx, w.Name, svc.Database, lsn0)
 	if err := clock.Sleep(ctx, statsFlushWait); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -188,5 +189,39 @@ func TestFlowScriptCommitsThreeTimes(t *testing.T) {
 		if !strings.Contains(script, "INSERT INTO "+table) {
 			t.Errorf("the flow inserts no %s", table)
 		}
+	}
+}
+
+// The group commit's histogram is read by kind, and a phase's share is
+// the difference of two readings; an API without it reads as none.
+func TestParseGroupCommits(t *testing.T) {
+	exposition := func(claims, claimTx, steps, stepTx int) string {
+		return "# TYPE paymentsapi_group_commit_batches histogram\n" +
+			`paymentsapi_group_commit_batches_bucket{kind="claims",le="1"} 3` + "\n" +
+			fmt.Sprintf("paymentsapi_group_commit_batches_sum{kind=\"claims\"} %d\n", claims) +
+			fmt.Sprintf("paymentsapi_group_commit_batches_count{kind=\"claims\"} %d\n", claimTx) +
+			fmt.Sprintf("paymentsapi_group_commit_batches_sum{kind=\"steps\"} %d\n", steps) +
+			fmt.Sprintf("paymentsapi_group_commit_batches_count{kind=\"steps\"} %d\n", stepTx)
+	}
+	before, ok := parseGroupCommits(exposition(10, 10, 4, 4))
+	if !ok {
+		t.Fatal("not read")
+	}
+	after, ok := parseGroupCommits(exposition(360, 110, 404, 104))
+	if !ok {
+		t.Fatal("not read")
+	}
+	g := after.sub(before)
+	if g.Claims.perTransaction() != 3.5 || g.Steps.perTransaction() != 4 {
+		t.Fatalf("per transaction: claims %v, steps %v; want 3.5 and 4", g.Claims.perTransaction(), g.Steps.perTransaction())
+	}
+	if d := g.describe(); d != "; group commit: 3.5 claims per transaction, 4.0 owner steps per transaction" {
+		t.Fatalf("described as %q", d)
+	}
+	if _, ok := parseGroupCommits("go_goroutines 52\n"); ok {
+		t.Fatal("an API without the histogram read as having one")
+	}
+	if d := (groupCommits{}).describe(); d != "" {
+		t.Fatalf("nothing sent described as %q", d)
 	}
 }

@@ -100,6 +100,9 @@ type phase struct {
 	// span: pgbench's process, or the bench's own (its load generator and
 	// the provider simulator, which share the machine with the API).
 	ClientCPU time.Duration
+	// Groups is what the API's group commit sent over the phase (zero
+	// for a service that does not say: the floor, an older build).
+	Groups groupCommits
 	// Drain is how long the relay took, after the last answer, to publish
 	// the events left in the outbox: its lag behind the load.
 	Drain time.Duration
