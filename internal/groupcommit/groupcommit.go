@@ -15,7 +15,9 @@
 // What a request gets is what its own batch alone would have given it:
 //   - its statements run in its order, each with its callbacks
 //     (QueuedQuery.QueryRow and the like), before or after another
-//     request's, never between them;
+//     request's, never between them (unless they are merged with like
+//     batches' into statements over many rows: see Options.Merge and
+//     merge.go);
 //   - if PostgreSQL refuses any statement of a group, it rolled the whole
 //     group back (an ERROR is its word that nothing of the group was
 //     written), and each batch of the group is sent again alone, the
@@ -99,6 +101,12 @@ type Options struct {
 	// Sent, if set, is told how many batches each transaction held, as it
 	// is sent: a group's, then each of a refused group's sent alone.
 	Sent func(batches int)
+	// Merge, if set, is the text for many rows of a statement written for
+	// one, and false for a statement that has none (rowset.Many). The
+	// batches of a group whose statements all have one, the same
+	// statements in the same order, are then sent as those statements
+	// each once, over arrays of their parameters: see merge.
+	Merge func(sql string) (string, bool)
 }
 
 // Committer commits batches, grouping those that queue up.
@@ -109,6 +117,8 @@ type Committer struct {
 	mu       sync.Mutex
 	inFlight int        // transactions sent and not yet answered
 	waiting  []*request // batches queued for the next group, in arrival order
+
+	many sync.Map // a statement's text → its text for many rows, "" for none (Options.Merge)
 }
 
 // New returns a Committer that sends its groups on db.
@@ -282,8 +292,13 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout
 	// reading is the batch whose results are being read: when a statement
 	// fails, the one PostgreSQL refused.
 	reading := -1
-	for i, r := range group {
-		for _, q := range r.b.QueuedQueries {
+	for _, unit := range c.units(group) {
+		if len(unit) > 1 {
+			c.queueMerged(all, group, unit, &reading)
+			continue
+		}
+		i := unit[0]
+		for _, q := range group[i].b.QueuedQueries {
 			fn := q.Fn
 			all.QueuedQueries = append(all.QueuedQueries, &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments,
 				Fn: func(br pgx.BatchResults) error {

@@ -1,0 +1,142 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/rowset"
+)
+
+// insertItem writes item n unless it exists, and returns it; its second
+// statement stamps it (seq = -n), so that a merge has two statements.
+var (
+	insertItem = rowset.New([]rowset.Column{{Name: "n", Type: "int"}}, `
+		, ins AS (INSERT INTO items (n) SELECT n FROM input ORDER BY ord ON CONFLICT DO NOTHING RETURNING n)
+		SELECT input.ord, ins.n FROM input JOIN ins USING (n)`)
+	stampItem = rowset.New([]rowset.Column{{Name: "n", Type: "int"}}, `
+		UPDATE items SET seq = -items.n FROM input WHERE items.n = input.n`)
+	insertItemOrRefuse = rowset.New([]rowset.Column{{Name: "n", Type: "int"}}, `
+		INSERT INTO items (n) SELECT n FROM input ORDER BY ord`)
+)
+
+// mergeable is a batch of insertItem and stampItem for n: got is n if it
+// wrote the item, -1 if the item was there already.
+func mergeable(n int, got *int) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(insertItem.SQL(), n).QueryRow(func(r pgx.Row) error {
+		err := r.Scan(nil, got)
+		if errors.Is(err, pgx.ErrNoRows) {
+			*got, err = -1, nil
+		}
+		return err
+	})
+	b.Queue(stampItem.SQL(), n)
+	return b
+}
+
+// groupOf commits batches (keys: their positions, unless keys says) while
+// a first batch is in flight, so that they are sent as one group, and
+// returns each one's error.
+func groupOf(t *testing.T, c *Committer, h *held, keys []uint64, batches ...*pgx.Batch) []error {
+	t.Helper()
+	first := holdFirst(t, c, h, insert(1000, new(int)))
+	errs := make([]error, len(batches))
+	var wg sync.WaitGroup
+	for i, b := range batches {
+		key := uint64(i + 1)
+		if keys != nil {
+			key = keys[i]
+		}
+		wg.Go(func() { errs[i] = c.Commit(context.Background(), key, b) })
+	}
+	waitQueued(t, c, len(batches))
+	close(h.release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	return errs
+}
+
+// mergingWithItem2 is a table holding item 2, and a committer that merges
+// like batches, with one slot, sending through h.
+func mergingWithItem2(t *testing.T) (*pgxpool.Pool, *held, *Committer) {
+	t.Helper()
+	pool := newTable(t)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO items (n) VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{db: pool, release: make(chan struct{})}
+	return pool, h, New(h, Options{Concurrency: 1, Merge: rowset.Many})
+}
+
+// Like batches are sent as one statement each: three batches of two
+// statements are two statements in the group, and each batch gets its own
+// row, or none where its statement returned none for it.
+func TestLikeBatchesAreMergedIntoOneStatementEach(t *testing.T) {
+	pool, h, c := mergingWithItem2(t)
+	ctx := context.Background()
+	got := []int{0, 0, 0}
+	errs := groupOf(t, c, h, nil, mergeable(1, &got[0]), mergeable(2, &got[1]), mergeable(3, &got[2]))
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(got) != "[1 -1 3]" {
+		t.Fatalf("read %v, want [1 -1 3]: each batch its own row, none for the item that was there", got)
+	}
+	if s := h.sizes(); fmt.Sprint(s) != "[1 2]" {
+		t.Fatalf("sent %v, want [1 2]: the group's six statements as two", s)
+	}
+	var stamped, xids int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE seq = -n), count(DISTINCT xid) FILTER (WHERE n <> 2) FROM items WHERE n < 1000`).Scan(&stamped, &xids); err != nil {
+		t.Fatal(err)
+	}
+	if stamped != 3 || xids != 1 {
+		t.Fatalf("%d items stamped, new ones in %d transactions; want 3 in 1", stamped, xids)
+	}
+}
+
+// A refused merged statement says nothing of whose row it was: every batch
+// of the group is sent alone, and only the one refused alone fails.
+func TestARefusedMergeIsSentBatchByBatch(t *testing.T) {
+	_, h, c := mergingWithItem2(t)
+	batch := func(n int) *pgx.Batch { b := &pgx.Batch{}; b.Queue(insertItemOrRefuse.SQL(), n); return b }
+	errs := groupOf(t, c, h, nil, batch(1), batch(2), batch(3))
+	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
+		t.Fatalf("errors %v: only the duplicate of item 2 may fail", errs)
+	}
+	if s := h.sizes(); fmt.Sprint(s) != "[1 1 1 1 1]" {
+		t.Fatalf("sent %v, want [1 1 1 1 1]: the merge, then each alone", s)
+	}
+}
+
+// Batches with the same key are not merged: an operation that keys its
+// batches by what they contend for may tell their rows apart by it.
+func TestBatchesWithOneKeyAreNotMerged(t *testing.T) {
+	pool := newTable(t)
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 1, Merge: rowset.Many})
+	got := []int{0, 0, 0}
+	errs := groupOf(t, c, h, []uint64{7, 7, 8}, mergeable(1, &got[0]), mergeable(2, &got[1]), mergeable(3, &got[2]))
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two units: one batch of key 7 with the batch of key 8 (merged), the
+	// other batch of key 7 alone: 2 + 2 statements.
+	if s := h.sizes(); fmt.Sprint(s) != "[1 4]" {
+		t.Fatalf("sent %v, want [1 4]", s)
+	}
+	if fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("read %v", got)
+	}
+}
