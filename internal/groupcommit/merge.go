@@ -3,6 +3,7 @@ package groupcommit
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -56,8 +57,9 @@ func (c *Committer) units(group []*request) [][]int {
 	return units
 }
 
-// shape is what batches must share to be merged: their statements' texts,
-// in order; false if one of them has no text for many rows.
+// shape is what batches must share to be merged: their statements' texts
+// and numbers of arguments, in order; false if one of them has no text for
+// many rows.
 func (c *Committer) shape(b *pgx.Batch) (string, bool) {
 	if len(b.QueuedQueries) == 0 {
 		return "", false
@@ -68,6 +70,8 @@ func (c *Committer) shape(b *pgx.Batch) (string, bool) {
 			return "", false
 		}
 		s.WriteString(q.SQL)
+		s.WriteByte(0)
+		s.WriteString(strconv.Itoa(len(q.Arguments)))
 		s.WriteByte(0)
 	}
 	return s.String(), true

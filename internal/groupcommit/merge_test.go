@@ -140,3 +140,19 @@ func TestBatchesWithOneKeyAreNotMerged(t *testing.T) {
 		t.Fatalf("read %v", got)
 	}
 }
+
+// Batches whose statements are the same but whose arguments are not as
+// many are not merged: a merge would have no argument to take for one of
+// them. (pgx refuses to build such a batch, before sending anything; the
+// group gets its error, as for any batch that cannot be built.)
+func TestBatchesWithOtherArgumentsAreNotMerged(t *testing.T) {
+	_, h, c := mergingWithItem2(t)
+	odd := &pgx.Batch{}
+	odd.Queue(insertItemOrRefuse.SQL(), 5, 6)
+	ok := &pgx.Batch{}
+	ok.Queue(insertItemOrRefuse.SQL(), 7)
+	errs := groupOf(t, c, h, nil, ok, odd)
+	if errs[1] == nil {
+		t.Fatal("the batch with two arguments for one parameter did not fail")
+	}
+}
