@@ -146,7 +146,6 @@ type request struct {
 	err      error
 	group    []*request    // set, with r first, when r is to send the group
 	done     chan struct{} // closed when err is known, or when group is set
-	leader   bool          // r sends its group: nobody waits on done
 	finished bool          // err is known and done closed: by the leader only
 }
 
@@ -158,7 +157,7 @@ func (r *request) finish(err error) {
 		return
 	}
 	r.err, r.finished = err, true
-	if !r.leader {
+	if r.group == nil { // not the leader, which is not waiting on done
 		close(r.done)
 	}
 }
@@ -245,7 +244,6 @@ func (c *Committer) handOff() {
 // on it. If sending panics, those not finished get ErrSenderPanicked and
 // the panic goes on in the leader.
 func (c *Committer) send(ctx context.Context, group []*request) {
-	group[0].leader = true
 	defer func() {
 		for _, r := range group {
 			r.finish(ErrSenderPanicked) // those the panic left unfinished
@@ -259,12 +257,13 @@ func (c *Committer) send(ctx context.Context, group []*request) {
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	c.sendGroup(ctx, group, c.lockTimeout(time.Until(deadline)))
+	c.sendGroup(ctx, group)
 }
 
-// lockTimeout is the lock_timeout of a group with left of its time.
-func (c *Committer) lockTimeout(left time.Duration) time.Duration {
-	return max(min(c.opts.LockTimeout, left/2), time.Millisecond)
+// lockTimeout is the lock_timeout of a group that must be done by
+// deadline.
+func (c *Committer) lockTimeout(deadline time.Time) time.Duration {
+	return max(min(c.opts.LockTimeout, time.Until(deadline)/2), time.Millisecond)
 }
 
 // setLockTimeout is a group's first statement: its lock_timeout, in
@@ -272,7 +271,7 @@ func (c *Committer) lockTimeout(left time.Duration) time.Duration {
 const setLockTimeout = "SELECT set_config('lock_timeout', $1::text, true)"
 
 // sendGroup is send's work.
-func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout time.Duration) {
+func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 	if len(group) == 1 {
 		group[0].finish(c.sendAlone(ctx, group[0].b))
 		return
@@ -288,7 +287,8 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request, lockTimeout
 	// A batch waiting on a lock held by a long transaction is refused
 	// (lock_not_available, an ERROR) rather than holding the others back
 	// until the group's deadline, which would leave each of them unknown.
-	all.Queue(setLockTimeout, strconv.FormatInt(lockTimeout.Milliseconds(), 10))
+	deadline, _ := ctx.Deadline() // send's: every group has one
+	all.Queue(setLockTimeout, strconv.FormatInt(c.lockTimeout(deadline).Milliseconds(), 10))
 	// reading is the batch whose results are being read: when a statement
 	// fails, the one PostgreSQL refused.
 	reading := -1

@@ -35,10 +35,12 @@ var errReadByRow = errors.New("groupcommit: a merged statement's result is read 
 // of like batches, and each other batch alone. Each unit is the batches'
 // indexes in group, in order; the units are in the order of their first.
 func (c *Committer) units(group []*request) [][]int {
-	var units [][]int
+	units := make([][]int, 0, len(group))
 	if c.opts.Merge == nil {
-		for i := range group {
-			units = append(units, []int{i})
+		all := make([]int, len(group)) // each batch alone: one allocation
+		for i := range all {
+			all[i] = i
+			units = append(units, all[i:i+1:i+1])
 		}
 		return units
 	}
