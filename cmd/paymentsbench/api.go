@@ -203,17 +203,22 @@ func (p *apiProcess) groupCommits(ctx context.Context) (g groupCommits, ok bool)
 }
 
 // groupCommits counts the group commit's transactions and the batches
-// they held, by kind.
-type groupCommits struct{ Claims, Steps groupTally }
+// they held, by kind, and of those the batches sent merged with like ones
+// (paymentsapi_group_commit_merged_batches_total; Merging is false for an
+// API built before it).
+type groupCommits struct {
+	Claims, Steps groupTally
+	Merging       bool
+}
 
-type groupTally struct{ Transactions, Batches float64 }
+type groupTally struct{ Transactions, Batches, Merged float64 }
 
 // sub is g less earlier, counted from then.
 func (g groupCommits) sub(earlier groupCommits) groupCommits {
-	return groupCommits{
-		Claims: groupTally{g.Claims.Transactions - earlier.Claims.Transactions, g.Claims.Batches - earlier.Claims.Batches},
-		Steps:  groupTally{g.Steps.Transactions - earlier.Steps.Transactions, g.Steps.Batches - earlier.Steps.Batches},
+	less := func(a, b groupTally) groupTally {
+		return groupTally{a.Transactions - b.Transactions, a.Batches - b.Batches, a.Merged - b.Merged}
 	}
+	return groupCommits{Claims: less(g.Claims, earlier.Claims), Steps: less(g.Steps, earlier.Steps), Merging: g.Merging}
 }
 
 // perTransaction is the batches per transaction; 0 when none was sent.
@@ -234,6 +239,10 @@ func parseGroupCommits(exposition string) (g groupCommits, ok bool) {
 		if err1 != nil || err2 != nil {
 			return groupCommits{}, false
 		}
+		merged, err := parseMetric(exposition, `paymentsapi_group_commit_merged_batches_total{kind="`+kind+`"}`)
+		if err == nil {
+			t.Merged, g.Merging = merged, true
+		}
 	}
 	return g, true
 }
@@ -244,6 +253,14 @@ func (g groupCommits) describe() string {
 	if g.Claims.Transactions == 0 && g.Steps.Transactions == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; group commit: %.1f claims per transaction, %.1f owner steps per transaction",
-		g.Claims.perTransaction(), g.Steps.perTransaction())
+	return fmt.Sprintf("; group commit: %.1f claims per transaction%s, %.1f owner steps per transaction%s",
+		g.Claims.perTransaction(), g.merged(g.Claims), g.Steps.perTransaction(), g.merged(g.Steps))
+}
+
+// merged says what share of t's batches were merged, if g's API merges.
+func (g groupCommits) merged(t groupTally) string {
+	if !g.Merging || t.Batches == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.0f%% merged)", 100*t.Merged/t.Batches)
 }

@@ -218,6 +218,16 @@ func TestParseGroupCommits(t *testing.T) {
 	if d := g.describe(); d != "; group commit: 3.5 claims per transaction, 4.0 owner steps per transaction" {
 		t.Fatalf("described as %q", d)
 	}
+	// An API that merges like batches says what share it merged.
+	merging := func(claims, steps int) string {
+		return fmt.Sprintf("paymentsapi_group_commit_merged_batches_total{kind=\"claims\"} %d\n", claims) +
+			fmt.Sprintf("paymentsapi_group_commit_merged_batches_total{kind=\"steps\"} %d\n", steps)
+	}
+	before, _ = parseGroupCommits(exposition(10, 10, 4, 4) + merging(0, 0))
+	after, _ = parseGroupCommits(exposition(360, 110, 404, 104) + merging(175, 100))
+	if d := after.sub(before).describe(); d != "; group commit: 3.5 claims per transaction (50% merged), 4.0 owner steps per transaction (25% merged)" {
+		t.Fatalf("described as %q", d)
+	}
 	if _, ok := parseGroupCommits("go_goroutines 52\n"); ok {
 		t.Fatal("an API without the histogram read as having one")
 	}

@@ -12,9 +12,17 @@
 // refuses.
 //
 // That is a property of each statement's type, not of its text: Create gets
-// a *Batch, which queues only Statements, and the one way to make a
-// Statement is Gated, whose builder is handed the condition to test (and
-// must use it: Gated refuses a builder that ignores it).
+// a *Batch, which queues only Statements, and the ways to make a Statement
+// (Gated, NewTemplate, NewRows) hand their builder the condition to test
+// (and it must use it: they refuse a builder that ignores it).
+//
+// The condition is per row. A claim is a statement over input rows
+// (package rowset): one row for one request, or the rows of several
+// requests' like batches, merged (package groupcommit). It sets Setting to
+// the list of the ordinals of the rows whose key it took (",1,3,"), and a
+// statement over the same input rows (NewRows) tests its row's ordinal
+// there; a statement written for one request (Gated) tests that the list
+// is not empty, which for a claim of one row is the same thing.
 package claim
 
 import (
@@ -22,15 +30,25 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/rowset"
 )
 
-// Setting is the transaction-local setting the claim sets once it took its
-// key (set_config's is_local): outside such a claim it is empty.
+// Setting is the transaction-local setting the claim sets (set_config's
+// is_local): the ordinals of its input rows whose key it took, each between
+// commas (",1,3,"); empty if it took none, and outside a claim.
 const Setting = "paymentsapi.claimed"
 
-// condition holds, in the transaction of a claim's batch, once the claim
-// took its key.
-const condition = "coalesce(current_setting('" + Setting + "', true), '') = 'on'"
+// took is Setting's value, "" when unset.
+const took = "coalesce(current_setting('" + Setting + "', true), '')"
+
+// condition holds, in the transaction of a claim's batch of one request,
+// once the claim took its key.
+const condition = took + " <> ''"
+
+// rowCondition holds, in a statement over input rows (package rowset)
+// after a claim over the same rows, for a row whose key the claim took.
+const rowCondition = "strpos(" + took + ", ',' || input.ord || ',') > 0"
 
 // Statement is one statement of a claim's batch that writes, locks and
 // refuses nothing unless the claim took its key. Only Gated makes one.
@@ -55,11 +73,28 @@ type Template struct{ sql string }
 
 // NewTemplate builds and checks the SQL of a Gated statement (see Gated).
 func NewTemplate(build func(claimed string) string) Template {
-	sql := build(condition)
-	if !strings.Contains(sql, condition) {
+	return Template{sql: checked(build(condition), condition)}
+}
+
+// NewRows builds and checks the SQL of a statement over input rows with
+// cols (rowset.New's body), which a claim's batch queues after a claim over
+// the same rows: build is handed the condition that holds for an input row
+// whose key the claim took, and must test it wherever the statement
+// writes, locks or refuses (as Gated's). Its arguments (With) are the
+// columns' values, in order. Batches of such statements only may be merged
+// (package groupcommit) with their claims.
+func NewRows(cols []rowset.Column, build func(claimed string) string) Template {
+	body := checked(build(rowCondition), rowCondition)
+	return Template{sql: rowset.New(cols, body).SQL()}
+}
+
+// checked is sql, which must test cond: a builder that ignores it is a
+// defect, and panics.
+func checked(sql, cond string) string {
+	if !strings.Contains(sql, cond) {
 		panic(fmt.Sprintf("claim: a statement ignores the condition it was handed: %s", strings.Join(strings.Fields(sql), " ")))
 	}
-	return Template{sql: sql}
+	return sql
 }
 
 // With is the Statement of t with args.
@@ -93,14 +128,20 @@ func (c *Batch) Queue(s Statement) {
 	}
 }
 
-// Set is the SQL expression by which the claim sets the condition for the
-// rest of its batch: on if took (an SQL condition) holds, cleared if not.
-// It is set both ways because a batch may share its transaction with other
-// requests' (package groupcommit): a claim that did not take its key must
-// not inherit the condition an earlier claim of the transaction set.
-func Set(took string) string {
-	return "set_config('" + Setting + "', CASE WHEN " + took + " THEN 'on' ELSE '' END, true)"
+// Took is the SQL expression by which a claim over input rows sets the
+// condition for the rest of its batch: rows is a relation of the ordinals
+// (column ord) of its input rows whose key it took. The list is set whole,
+// emptied if none took, because a batch may share its transaction with
+// other requests' (package groupcommit): a claim must not inherit the
+// condition an earlier claim of the transaction set.
+func Took(rows string) string {
+	return "(SELECT set_config('" + Setting + "', COALESCE(',' || string_agg(ord::text, ',' ORDER BY ord) || ',', ''), true) FROM " + rows + ")"
 }
+
+// Claimed is the statement that makes the condition hold in a batch of one
+// request as its claim does when it takes its key: for a test of the
+// statements queued after a claim, without one.
+func Claimed() string { return "SELECT set_config('" + Setting + "', ',1,', true)" }
 
 // Reset is the statement that clears the condition, for an owner's batch
 // that queued a claim (idempotency.Engine.QueueScheduled) and goes on.

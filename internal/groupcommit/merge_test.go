@@ -156,3 +156,35 @@ func TestBatchesWithOtherArgumentsAreNotMerged(t *testing.T) {
 		t.Fatal("the batch with two arguments for one parameter did not fail")
 	}
 }
+
+// A group that merges batches plans its statements generically: a merged
+// statement's custom plan would be made anew at each execution (its arrays'
+// lengths are in it). A group that merges nothing leaves the setting as it
+// is.
+func TestAMergingGroupUsesGenericPlans(t *testing.T) {
+	planning := rowset.New([]rowset.Column{{Name: "n", Type: "int"}}, `
+		SELECT input.ord, current_setting('plan_cache_mode') FROM input`)
+	batch := func(mode *string) *pgx.Batch {
+		b := &pgx.Batch{}
+		b.Queue(planning.SQL(), 1).QueryRow(func(r pgx.Row) error { return r.Scan(nil, mode) })
+		return b
+	}
+	for _, c := range []struct {
+		keys []uint64 // one key: not merged
+		want string
+	}{
+		{nil, "[force_generic_plan force_generic_plan]"},
+		{[]uint64{7, 7}, "[auto auto]"},
+	} {
+		_, h, committer := mergingWithItem2(t)
+		modes := make([]string, 2)
+		for _, err := range groupOf(t, committer, h, c.keys, batch(&modes[0]), batch(&modes[1])) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if fmt.Sprint(modes) != c.want {
+			t.Errorf("keys %v: planned with %v, want %s", c.keys, modes, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/groupcommit"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/rowset"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
@@ -121,7 +122,9 @@ type Engine struct {
 	// groupcommit). Like is grouped with like: a claim's batch and an
 	// owner step's are different statements, so a group of one kind is
 	// twice the size of a mixed one at the same commits per payment, and
-	// its batches are alike (what set-based statements would need).
+	// its batches are alike: like batches whose statements are all over
+	// input rows (package rowset) are merged, each statement sent once for
+	// all of them (a payment's claim and its settle are).
 	claims *groupcommit.Committer
 	steps  *groupcommit.Committer
 }
@@ -135,9 +138,9 @@ func NewEngine(d Deps, cfg Config) *Engine {
 		cfg.CommitConcurrency = 1
 	}
 	committer := func(kind string) *groupcommit.Committer {
-		batches := d.Metrics.GroupCommitBatches.WithLabelValues(kind)
+		batches, merged := d.Metrics.GroupCommitBatches.WithLabelValues(kind), d.Metrics.GroupCommitMerged.WithLabelValues(kind)
 		return groupcommit.New(d.DB, groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout,
-			Sent: func(n int) { batches.Observe(float64(n)) }})
+			Sent: func(n int) { batches.Observe(float64(n)) }, Merge: rowset.Many, Merged: func(n int) { merged.Add(float64(n)) }})
 	}
 	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(),
 		claims: committer("claims"), steps: committer("steps")}

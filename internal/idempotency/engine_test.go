@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -446,7 +447,7 @@ func TestARetryRunsNoneOfCreate(t *testing.T) {
 		t.Fatalf("claim k2: %d, %v", id, err)
 	}
 	var claimed bool
-	if err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('`+claim.Setting+`', true), '') = 'on'`).Scan(&claimed); err != nil || claimed {
+	if err := conn.QueryRow(ctx, `SELECT coalesce(current_setting('`+claim.Setting+`', true), '') <> ''`).Scan(&claimed); err != nil || claimed {
 		t.Fatalf("after the claim's transaction, Claimed = %v (%v), want false", claimed, err)
 	}
 }
@@ -492,13 +493,7 @@ func TestARetryGroupedBehindAClaimRunsNoneOfCreate(t *testing.T) {
 // and each still creates its widget and finishes its key.
 func TestConcurrentRequestsShareCommits(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.NewPool(t)
-	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	reg := prometheus.NewRegistry()
-	e := NewEngine(Deps{
-		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: metrics.New(reg),
-	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
+	e, pool, _, reg := measuredEngine(t)
 	ctx := context.Background()
 	createWidgets(t, pool)
 	const n = 40
@@ -547,28 +542,51 @@ func TestConcurrentRequestsShareCommits(t *testing.T) {
 	}
 }
 
+// measuredEngine is testEngine with one claim and one step in flight, and
+// the registry of its metrics.
+func measuredEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake, *prometheus.Registry) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	e := NewEngine(Deps{
+		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: metrics.New(reg),
+	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
+	return e, pool, clk, reg
+}
+
 // groupCommitBatches reads paymentsapi_group_commit_batches from reg: by
 // kind, the transactions sent and the batches they held.
 func groupCommitBatches(t *testing.T, reg *prometheus.Registry) map[string][2]int {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sent := map[string][2]int{}
-	for _, f := range families {
-		if f.GetName() != "paymentsapi_group_commit_batches" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			h := m.GetHistogram()
-			sent[m.GetLabel()[0].GetValue()] = [2]int{int(h.GetSampleCount()), int(h.GetSampleSum())}
-		}
+	for kind, m := range byKind(t, reg, "paymentsapi_group_commit_batches") {
+		h := m.GetHistogram()
+		sent[kind] = [2]int{int(h.GetSampleCount()), int(h.GetSampleSum())}
 	}
 	if len(sent) != 2 {
 		t.Fatalf("paymentsapi_group_commit_batches has kinds %v, want claims and steps", sent)
 	}
 	return sent
+}
+
+// byKind is the metric name of reg, by its one label (kind).
+func byKind(t *testing.T, reg *prometheus.Registry, name string) map[string]*dto.Metric {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*dto.Metric{}
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m
+			}
+		}
+	}
+	return got
 }
 
 // Claims and owner steps are committed apart, like with like: an owner's
@@ -598,14 +616,7 @@ func TestClaimsAndOwnerStepsAreCommittedApart(t *testing.T) {
 	step := do(heldOp{release: gate}, "w_step")
 	waitFor(t, func() bool { return widgetExists(t, pool, "w_step") })
 	// The claim of w_blocked waits on another transaction's w_blocked.
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }()
-	if _, err := holder.Exec(ctx, `INSERT INTO widgets (id) VALUES ('w_blocked')`); err != nil {
-		t.Fatal(err)
-	}
+	holder := holdWidget(t, pool, "w_blocked")
 	blocked := do(&recordingOp{}, "w_blocked")
 	waitFor(t, func() bool { return waitingOnALock(t, pool) })
 	// A claim queued behind it, with which the step, had it queued in the
@@ -640,6 +651,22 @@ func TestClaimsAndOwnerStepsAreCommittedApart(t *testing.T) {
 	if mixed != 0 {
 		t.Fatalf("%d keys finished in a transaction that also claimed keys", mixed)
 	}
+}
+
+// holdWidget inserts widget id in a transaction it leaves open (rolled
+// back at the test's end): a claim that writes id waits on it.
+func holdWidget(t *testing.T, pool *pgxpool.Pool, id string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	if _, err := holder.Exec(ctx, `INSERT INTO widgets (id) VALUES ($1)`, id); err != nil {
+		t.Fatal(err)
+	}
+	return holder
 }
 
 // waitFor waits, up to 10 s, until cond holds.

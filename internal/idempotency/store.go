@@ -13,6 +13,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
+	"github.com/paymentsapi/paymentsapi/internal/rowset"
 )
 
 // This file holds every statement on idempotency_keys that the engine and
@@ -38,26 +39,43 @@ type Querier interface {
 // fencing token 1 and a lease until now+lease, and sets *id to its row id
 // once b runs, or to 0 if the scope is already taken (the row inserted
 // first is the lock). Only a claim that took its key makes the condition of
-// package claim hold for the statements after it in the batch. A concurrent claim of the same
-// scope waits for the first transaction to end.
+// package claim hold for the statements after it in the batch. A concurrent
+// claim of the same scope waits for the first transaction to end.
 //
 // firstLook (nil: none) is when the reconciler first looks at the key if
 // nobody finished it.
+//
+// The statement is one over input rows (package rowset), so that the
+// claims of several requests' like batches may be merged into one
+// (package groupcommit): each row claims its scope, and gets back its own
+// id, or 0.
 func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, firstLook *time.Time) {
-	b.Queue(`
-		WITH claimed AS (
+	b.Queue(claimSQL, scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, firstLook).
+		QueryRow(func(row pgx.Row) error { return row.Scan(nil, id, nil) }) // nil: the row's ordinal, set_config's echo
+}
+
+// claimSQL is queueClaim's statement.
+var claimSQL = rowset.New([]rowset.Column{
+	{Name: "tenant_id", Type: "text"}, {Name: "operation", Type: "text"}, {Name: "idempotency_key", Type: "text"},
+	{Name: "fingerprint", Type: "bytea"}, {Name: "resource_type", Type: "text"}, {Name: "resource_id", Type: "text"},
+	{Name: "lease_expires_at", Type: "timestamptz"}, {Name: "created_at", Type: "timestamptz"},
+	{Name: "recovery_next_at", Type: "timestamptz"},
+}, `, claimed AS (
 		    INSERT INTO idempotency_keys
 		        (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 		         fencing_token, lease_expires_at, created_at, recovery_next_at)
-		    VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9)
+		    SELECT tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+		           1, lease_expires_at, created_at, recovery_next_at
+		    FROM input ORDER BY ord
 		    ON CONFLICT DO NOTHING -- any of the scope's unique indexes (Renamed)
-		    RETURNING id
+		    RETURNING id, tenant_id, operation, idempotency_key
+		), took AS (
+		    SELECT input.ord, claimed.id
+		    FROM input JOIN claimed USING (tenant_id, operation, idempotency_key)
 		)
-		SELECT COALESCE((SELECT id FROM claimed), 0),
-		       `+claim.Set("EXISTS (SELECT FROM claimed)"),
-		scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, firstLook,
-	).QueryRow(func(row pgx.Row) error { return row.Scan(id, nil) }) // nil: set_config's echo
-}
+		SELECT input.ord, COALESCE(took.id, 0), `+claim.Took("took")+`
+		FROM input LEFT JOIN took USING (ord)
+		ORDER BY input.ord`).SQL()
 
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
@@ -146,17 +164,28 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // the key's fencing token; otherwise the batch fails with ErrFenced.
 func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers := jsontext.AppendStringMap(make([]byte, 0, 128), resp.Headers)
-	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now, NotifyChannel)
+	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now)
 }
 
 // finishSQL is queueFinish's statement, built once: it runs on every final
-// answer, and positional arguments spare pgx rewriting named ones each time.
-var finishSQL = notifyingWaiters(`
-		UPDATE idempotency_keys
-		SET response_status = $3, response_headers = $4, response_body = $5,
-		    completed_at = $6, lease_expires_at = NULL, recovery_next_at = NULL
-		WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
-		RETURNING id, waiters`, "$7", true)
+// answer. It is a statement over input rows (package rowset), so that the
+// final answers of several requests' like batches may be stored by one
+// (package groupcommit); each row is fenced on its own, and its waiters
+// told (notifyingWaiters, per row).
+var finishSQL = rowset.New([]rowset.Column{
+	{Name: "id", Type: "bigint"}, {Name: "fencing_token", Type: "bigint"}, {Name: "response_status", Type: "integer"},
+	{Name: "response_headers", Type: "jsonb"}, {Name: "response_body", Type: "bytea"}, {Name: "completed_at", Type: "timestamptz"},
+}, `, changed AS (
+		    UPDATE idempotency_keys k
+		    SET response_status = input.response_status, response_headers = input.response_headers,
+		        response_body = input.response_body, completed_at = input.completed_at,
+		        lease_expires_at = NULL, recovery_next_at = NULL
+		    FROM input
+		    WHERE k.id = input.id AND k.fencing_token = input.fencing_token AND k.response_status IS NULL
+		    RETURNING input.ord, k.id, k.waiters
+		), woken AS (SELECT pg_notify('`+NotifyChannel+`', id::text) FROM changed WHERE waiters > 0)
+		SELECT input.ord, (SELECT count(*) FROM woken)::int, `+fencedUnless("EXISTS (SELECT FROM changed WHERE changed.ord = input.ord)")+`
+		FROM input ORDER BY input.ord`).SQL()
 
 // hold is one hold or release of a key by its owner.
 type hold struct {

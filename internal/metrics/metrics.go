@@ -41,6 +41,10 @@ type Metrics struct {
 	// transaction of the group commit held, by kind (claims, steps): its
 	// count is the transactions, its sum the batches (package groupcommit).
 	GroupCommitBatches *prometheus.HistogramVec
+	// GroupCommitMerged counts the requests' batches the group commit sent
+	// merged with like ones (each statement once over all their rows), by
+	// kind (package groupcommit, Options.Merge).
+	GroupCommitMerged *prometheus.CounterVec
 	// HTTPRequests measures requests by route pattern, method and status.
 	HTTPRequests *prometheus.HistogramVec
 	// OrphanProviderObjects is how many of the provider's charges and
@@ -96,6 +100,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Requests' batches per transaction sent by the group commit, by kind: claims, steps.",
 			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64},
 		}, []string{"kind"}),
+		GroupCommitMerged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paymentsapi_group_commit_merged_batches_total",
+			Help: "Requests' batches the group commit sent merged with like ones, each statement once for all, by kind: claims, steps.",
+		}, []string{"kind"}),
 		HTTPRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "paymentsapi_http_request_duration_seconds",
 			Help:    "HTTP requests by route pattern, method and status code.",
@@ -110,7 +118,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.IdempotencyConflicts.WithLabelValues(reason) // export zeroes from the start
 	}
 	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
-		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.GroupCommitBatches, m.HTTPRequests,
+		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.GroupCommitBatches, m.GroupCommitMerged, m.HTTPRequests,
 		m.OrphanProviderObjects,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

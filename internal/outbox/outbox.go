@@ -18,6 +18,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/jsontext"
+	"github.com/paymentsapi/paymentsapi/internal/rowset"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
@@ -93,7 +94,7 @@ func AppendJSON(dst []byte, e Event) ([]byte, error) {
 
 // Queue adds the insert of e to b, so that it commits or rolls back with the
 // state change queued beside it.
-func Queue(b *pgx.Batch, e Event) { b.Queue(insert("true"), args(e)...) }
+func Queue(b *pgx.Batch, e Event) { b.Queue(insertSQL, args(e)...) }
 
 // Write writes events to the outbox in one round trip, in db's transaction
 // if db is one (pgx.Tx), else in one of their own: for what writes events
@@ -114,14 +115,28 @@ func Write(ctx context.Context, db DB, events ...Event) error {
 // claim took its key.
 func IfClaimed(e Event) claim.Statement { return insertIfClaimed.With(args(e)...) }
 
-var insertIfClaimed = claim.NewTemplate(insert)
+// The insert of an event is a statement over input rows (package rowset):
+// the events of several requests' like batches may be written by one
+// (package groupcommit). Its columns are args'.
+var (
+	eventColumns = []rowset.Column{
+		{Name: "id", Type: "text"}, {Name: "aggregate_type", Type: "text"}, {Name: "aggregate_id", Type: "text"},
+		{Name: "event_type", Type: "text"}, {Name: "payload", Type: "jsonb"}, {Name: "created_at", Type: "timestamptz"},
+		{Name: "traceparent", Type: "text"},
+	}
+	insertSQL       = rowset.New(eventColumns, insert("true")).SQL()
+	insertIfClaimed = claim.NewRows(eventColumns, insert)
+)
 
+// insert is the insert of the input rows' events where cond holds.
 func insert(cond string) string {
 	return `
 		INSERT INTO outbox_events
 		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, traceparent)
-		SELECT $1, $2, $3, $4, $5, $6, $6, $7
-		WHERE ` + cond
+		SELECT id::uuid, aggregate_type, aggregate_id, event_type, payload, created_at, created_at, traceparent
+		FROM input
+		WHERE ` + cond + `
+		ORDER BY ord`
 }
 
 func args(e Event) []any {

@@ -233,7 +233,7 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id
 			mv.To, mv.Set = StateCancelRequested, nil
 		}
 		stmt, err := machine.MoveIfClaimed(mv,
-			"(SELECT state FROM payments WHERE id = $1) = '"+string(f)+"'")
+			"(SELECT state FROM payments WHERE id = input.id) = '"+string(f)+"'")
 		if err != nil {
 			panic(err) // the moves are the machine's own: a mistake here is a programming error
 		}
@@ -291,7 +291,7 @@ func (s *Service) QueueEnd(ctx context.Context, b *pgx.Batch, p Payment, action 
 	}
 	from := action.requested()
 	mv := statemachine.Move[State]{ID: p.ID, From: from, Reason: reason, At: now,
-		Set: []statemachine.Column{{Name: heldBy, Value: nil}}}
+		Set: []statemachine.Column{{Name: heldBy, Value: nil, Type: "text"}}}
 	if p.HeldBy != "" {
 		// An unnamed hold (taken before 00023) is guarded by its state
 		// alone, as it was.

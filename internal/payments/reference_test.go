@@ -133,7 +133,7 @@ func TestSimultaneousInsertsOfOneReference(t *testing.T) {
 	ctx := context.Background()
 	insert := func(id, ref string) error {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT ` + claim.Set("true"))
+		b.Queue(claim.Claimed())
 		queueInsertPayment(claim.After(b), Payment{ID: id, TenantID: "tenant_a", State: StateReceived, CreatedAt: t0, UpdatedAt: t0,
 			Command: Command{AccountID: "acc_1", AmountMinor: 1000, Currency: "EUR", MerchantReference: ref,
 				PaymentMethod: "pm_card_visa", Channel: "web"}})

@@ -14,6 +14,7 @@ package statemachine
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
+	"github.com/paymentsapi/paymentsapi/internal/rowset"
 )
 
 // ErrStaleWrite: a guarded move found the row no longer in the state the
@@ -92,12 +94,17 @@ func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machi
 		return table.audit("$1", "NULL", "$2", "$3", "$4", "$4") + ` WHERE ` + claimed
 	})
 	// The creation's record, then the move's: ordered, so that their ids
-	// (the order the audit is read in) say so.
-	m.createdAs = claim.NewTemplate(func(claimed string) string {
-		return table.audit("$1", "r.from_state", "r.to_state", "r.reason", "$6", "$6") + `
-		FROM (VALUES (1, NULL, $2, $4), (2, $2, $3, $5)) AS r (n, from_state, to_state, reason)
+	// (the order the audit is read in) say so. A statement over input rows
+	// (package rowset), as a claim's batch is.
+	m.createdAs = claim.NewRows([]rowset.Column{
+		{Name: "id", Type: "text"}, {Name: "initial_state", Type: "text"}, {Name: "state", Type: "text"},
+		{Name: "created_reason", Type: "text"}, {Name: "reason", Type: "text"}, {Name: "at", Type: "timestamptz"},
+	}, func(claimed string) string {
+		return "\n\t\t" + table.audit("input.id", "r.from_state", "r.to_state", "r.reason", "input.at", "input.at") + `
+		FROM input CROSS JOIN LATERAL (VALUES (1, NULL, input.initial_state, input.created_reason),
+		                                      (2, input.initial_state, input.state, input.reason)) AS r (n, from_state, to_state, reason)
 		WHERE ` + claimed + `
-		ORDER BY r.n`
+		ORDER BY input.ord, r.n`
 	})
 	return m
 }
@@ -193,6 +200,30 @@ func (m *Machine[S]) Pairs() []string {
 type Column struct {
 	Name  string
 	Value any
+	// Type is the value's SQL type; "" derives it from the value's Go type
+	// (sqlType), which a nil value has none of.
+	Type string
+}
+
+// sqlType is c's SQL type: Type, or the one of its value's Go type. A
+// column whose type cannot be told is a programming error: it panics.
+func (c Column) sqlType() string {
+	if c.Type != "" {
+		return c.Type
+	}
+	switch v := c.Value.(type) {
+	case time.Time, *time.Time:
+		return "timestamptz"
+	case int, int32, int64:
+		return "bigint"
+	case bool:
+		return "boolean"
+	default:
+		if v != nil && reflect.TypeOf(v).Kind() == reflect.String {
+			return "text"
+		}
+	}
+	panic(fmt.Sprintf("statemachine: column %s: no SQL type for %T: set its Type", c.Name, c.Value))
 }
 
 // NonEmpty returns the columns whose value is not "": what a move writes
@@ -248,18 +279,18 @@ func (m *Machine[S]) check(mv Move[S]) error {
 
 // MoveIfClaimed is QueueMove in a claim's batch: the move is made, or
 // refused, only if the claim took its key and extra (an SQL condition on
-// the move's parameters; "" for none) holds when the statement runs;
-// otherwise it does nothing.
+// the move's input row, whose columns moveColumns names, e.g. input.id;
+// "" for none) holds when the statement runs; otherwise it does nothing.
 func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, error) {
 	if err := m.check(mv); err != nil {
 		return claim.Statement{}, err
 	}
 	t := builtOnce(&m.claimMoves, moveShape(mv, extra), func() claim.Template {
-		return claim.NewTemplate(func(claimed string) string {
+		return claim.NewRows(moveColumns(mv), func(claimed string) string {
 			if extra != "" {
 				claimed += " AND " + extra
 			}
-			return m.moveSQL(mv, claimed)
+			return m.moveBody(mv, claimed)
 		})
 	})
 	return t.With(moveArgs(mv)...), nil
@@ -290,17 +321,17 @@ func moveArgs[S ~string](mv Move[S]) []any {
 }
 
 // moveShape is what the SQL of mv in a claim's batch depends on: the
-// columns it writes and tests, and extra, not their values. The states are
+// columns it writes and tests, their types, and extra, not their values. The states are
 // parameters.
 func moveShape[S ~string](mv Move[S], extra string) string {
 	var b strings.Builder
 	for _, c := range mv.Set {
-		b.WriteString(c.Name)
+		b.WriteString(c.Name + " " + c.sqlType())
 		b.WriteByte(',')
 	}
 	b.WriteByte('|')
 	for _, c := range mv.If {
-		b.WriteString(c.Name)
+		b.WriteString(c.Name + " " + c.sqlType())
 		b.WriteByte(',')
 	}
 	b.WriteByte('|')
@@ -311,43 +342,61 @@ func moveShape[S ~string](mv Move[S], extra string) string {
 // queueMove is QueueMove without the Go-side check, so that tests can show
 // the database refuses what the code would not send.
 func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
-	sql := builtOnce(&m.plainMoves, moveShape(mv, ""), func() string { return m.moveSQL(mv, "") })
+	sql := builtOnce(&m.plainMoves, moveShape(mv, ""), func() string {
+		return rowset.New(moveColumns(mv), m.moveBody(mv, "")).SQL()
+	})
 	b.Queue(sql, moveArgs(mv)...)
 }
 
-// moveSQL is the statement of mv, whose arguments are moveArgs(mv); a
-// non-empty cond guards the move and its refusal.
-func (m *Machine[S]) moveSQL(mv Move[S], cond string) string {
-	where, moved := "", "EXISTS (SELECT FROM moved)"
+// moveColumns are the input columns of mv's statement, in moveArgs' order:
+// id, from_state, to_state, at, reason, then set_<column> for each column
+// it writes and if_<column> for each it tests.
+func moveColumns[S ~string](mv Move[S]) []rowset.Column {
+	cols := make([]rowset.Column, 0, 5+len(mv.Set)+len(mv.If))
+	cols = append(cols, rowset.Column{Name: "id", Type: "text"}, rowset.Column{Name: "from_state", Type: "text"},
+		rowset.Column{Name: "to_state", Type: "text"}, rowset.Column{Name: "at", Type: "timestamptz"},
+		rowset.Column{Name: "reason", Type: "text"})
+	for _, c := range mv.Set {
+		cols = append(cols, rowset.Column{Name: "set_" + c.Name, Type: c.sqlType()})
+	}
+	for _, c := range mv.If {
+		cols = append(cols, rowset.Column{Name: "if_" + c.Name, Type: c.sqlType()})
+	}
+	return cols
+}
+
+// moveBody is the body of mv's statement over input rows (package rowset,
+// columns moveColumns): each row's move, or its refusal. A non-empty cond
+// (on the input row) guards the move and its refusal.
+func (m *Machine[S]) moveBody(mv Move[S], cond string) string {
+	where, moved := "", "EXISTS (SELECT FROM moved WHERE moved.ord = input.ord)"
 	if cond != "" {
 		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
 	}
-	n := 5 // the parameters before the columns': moveArgs
 	var set strings.Builder
 	for _, c := range mv.Set {
-		n++
-		fmt.Fprintf(&set, ", %s = $%d", c.Name, n)
+		fmt.Fprintf(&set, ", %s = input.set_%s", c.Name, c.Name)
 	}
 	var guard strings.Builder
 	for _, c := range mv.If {
-		n++
-		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, n)
+		fmt.Fprintf(&guard, " AND m.%s = input.if_%s", c.Name, c.Name)
 	}
 	t := m.table
 	createdAt := ""
 	if t.CreatedAt != "" {
-		createdAt = ", created_at"
+		createdAt = ", m.created_at"
 	}
-	return `
-		WITH moved AS (
-		    UPDATE ` + t.Name + ` SET state = $3, updated_at = $4` + set.String() + `
-		    WHERE id = $1 AND state = $2` + guard.String() + where + `
-		    RETURNING id` + createdAt + `
+	return `, moved AS (
+		    UPDATE ` + t.Name + ` AS m SET state = input.to_state, updated_at = input.at` + set.String() + `
+		    FROM input
+		    WHERE m.id = input.id AND m.state = input.from_state` + guard.String() + where + `
+		    RETURNING input.ord, m.id, input.from_state, input.to_state, input.reason, input.at` + createdAt + `
 		), audit AS (
-		    ` + t.audit("id", "$2", "$3", "$5", "$4", "created_at") + ` FROM moved
+		    ` + t.audit("id", "from_state", "to_state", "reason", "at", "created_at") + ` FROM moved ORDER BY ord
 		)
-		SELECT ` + refuse.Unless(moved, refuse.StaleState,
-		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", "")
+		SELECT input.ord, ` + refuse.Unless(moved, refuse.StaleState,
+		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', input.id, input.from_state, input.to_state)", "") + `
+		FROM input ORDER BY input.ord`
 }
 
 // QueueSet adds to b a guarded write of cols on row id that stays in state

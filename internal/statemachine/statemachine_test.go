@@ -346,7 +346,7 @@ func TestCreatedRecordsOnlyAfterAClaimThatTookItsKey(t *testing.T) {
 	} {
 		b := &pgx.Batch{}
 		if c.claimed {
-			b.Queue(`SELECT ` + claim.Set("true"))
+			b.Queue(claim.Claimed())
 		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
 		claim.After(b).Queue(machine.Created(c.id, "request accepted", t0))
@@ -394,7 +394,7 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 	}
 	for _, mv := range moves {
 		b := &pgx.Batch{}
-		b.Queue(`SELECT ` + claim.Set("true"))
+		b.Queue(claim.Claimed())
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, mv.id, t0)
 		st, err := machine.MoveIfClaimed(statemachine.Move[smt.WidgetState]{
 			ID: mv.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: mv.set, If: mv.guard,
@@ -448,7 +448,7 @@ func TestARowCreatedSentRecordsItsCreationAndItsMove(t *testing.T) {
 	} {
 		b := &pgx.Batch{}
 		if c.claimed {
-			b.Queue(`SELECT ` + claim.Set("true"))
+			b.Queue(claim.Claimed())
 		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at, first_sent_at) VALUES ($1, 't', 'PROVIDER_REQUEST_SENT', $2, $2, $2)`, c.id, t1)
 		st, err := machine.CreatedAs(c.id, smt.WidgetSent, "request accepted", "sending", t1)
