@@ -271,12 +271,26 @@ func (c *Committer) lockTimeout(deadline time.Time) time.Duration {
 
 // setLockTimeout is a group's first statement: its lock_timeout, in
 // milliseconds ($1), for its transaction only; and if it merges batches
-// ($2), generic plans for its statements. A merged statement's arrays have
+// ($2), the planning of its statements (mergedPlans).
+const setLockTimeout = `SELECT set_config('lock_timeout', $1::text, true),
+	CASE WHEN $2::boolean THEN ` + mergedPlans + ` END`
+
+// mergedPlans are the settings under which a merging group's statements
+// are planned, for its transaction only. A merged statement's arrays have
 // a length its custom plan would know, so PostgreSQL would plan it anew at
 // each execution (measured at 0.07-0.23 ms a statement, a third of its
-// cost); a generic plan is made once per connection.
-const setLockTimeout = `SELECT set_config('lock_timeout', $1::text, true),
-	CASE WHEN $2::boolean THEN set_config('plan_cache_mode', 'force_generic_plan', true) END`
+// cost): its plan is made generic, once per connection. A merged statement
+// finds each of its rows by its key, a group's size of them, so the plan
+// that suits it is the same for any size of table: a nested loop over the
+// input rows, each looked up through its index. But a generic plan made
+// while a table looked small (a new database) joins it by a sequential
+// scan, and stays in the connection's cache as the table grows (measured:
+// a merged move at 2.7 ms against 0.15 ms for one row's, with 19,000
+// payments). So sequential scans, hash joins and merge joins are off
+// there.
+const mergedPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)
+	|| set_config('enable_seqscan', 'off', true) || set_config('enable_hashjoin', 'off', true)
+	|| set_config('enable_mergejoin', 'off', true)`
 
 // sendGroup is send's work.
 func (c *Committer) sendGroup(ctx context.Context, group []*request) {

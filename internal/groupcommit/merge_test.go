@@ -157,13 +157,15 @@ func TestBatchesWithOtherArgumentsAreNotMerged(t *testing.T) {
 	}
 }
 
-// A group that merges batches plans its statements generically: a merged
-// statement's custom plan would be made anew at each execution (its arrays'
-// lengths are in it). A group that merges nothing leaves the setting as it
-// is.
+// A group that merges batches plans its statements generically (a merged
+// statement's custom plan would be made anew at each execution: its arrays'
+// lengths are in it), and by each row's index whatever the table's size
+// looked like then (mergedPlans). A group that merges nothing leaves the
+// settings as they are.
 func TestAMergingGroupUsesGenericPlans(t *testing.T) {
 	planning := rowset.New([]rowset.Column{{Name: "n", Type: "int"}}, `
-		SELECT input.ord, current_setting('plan_cache_mode') FROM input`)
+		SELECT input.ord, concat_ws(',', current_setting('plan_cache_mode'), current_setting('enable_seqscan'),
+		       current_setting('enable_hashjoin'), current_setting('enable_mergejoin')) FROM input`)
 	batch := func(mode *string) *pgx.Batch {
 		b := &pgx.Batch{}
 		b.Queue(planning.SQL(), 1).QueryRow(func(r pgx.Row) error { return r.Scan(nil, mode) })
@@ -173,8 +175,8 @@ func TestAMergingGroupUsesGenericPlans(t *testing.T) {
 		keys []uint64 // one key: not merged
 		want string
 	}{
-		{nil, "[force_generic_plan force_generic_plan]"},
-		{[]uint64{7, 7}, "[auto auto]"},
+		{nil, "[force_generic_plan,off,off,off force_generic_plan,off,off,off]"},
+		{[]uint64{7, 7}, "[auto,on,on,on auto,on,on,on]"},
 	} {
 		_, h, committer := mergingWithItem2(t)
 		modes := make([]string, 2)
