@@ -116,7 +116,8 @@ type Engine struct {
 	waiter  Waiter
 	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
-	hints   *hints // scopes seen taken lately: read them before claiming
+	hints   *hints  // scopes seen taken lately: read them before claiming
+	memory  *memory // final answers committed or replayed lately, replayed without a read
 	// claims and steps send the claims' batches and the owners', each
 	// grouping those of concurrent requests into one transaction (package
 	// groupcommit). Like is grouped with like: a claim's batch and an
@@ -142,7 +143,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 		return groupcommit.New(d.DB, groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout,
 			Sent: func(n int) { batches.Observe(float64(n)) }, Merge: rowset.Many, Merged: func(n int) { merged.Add(float64(n)) }})
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(),
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(), memory: newMemory(),
 		claims: committer("claims"), steps: committer("steps")}
 }
 
@@ -208,6 +209,13 @@ type Reply struct {
 // resource in one transaction, then resumes it; a retry is answered from
 // what the key's record says, and takes the key over if its owner died.
 func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
+	// A retry of a key whose final answer this engine committed or
+	// replayed lately is replayed from memory, while the server that holds
+	// it is known to be the one it came from (see memory).
+	if rec, ok := e.memory.replay(req.Scope, req.Fingerprint, e.clock.Now(), e.cfg.ReplayTTL); ok {
+		e.metrics.IdempotencyReplays.Inc()
+		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
+	}
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
 	scope := names(op)
@@ -216,12 +224,13 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// runs only if the record is not there (hints).
 	hint := e.hints.hash(req.Scope)
 	if e.hints.taken(hint) {
+		gen := e.memory.current()
 		seen, err := e.look(ctx, req.Scope, scope)
 		if err != nil {
 			return Reply{}, err
 		}
 		if seen != nil {
-			reply, err := e.answerRetry(ctx, op, req, scope, seen)
+			reply, err := e.answerRetry(ctx, op, req, scope, seen, gen)
 			if !errors.Is(err, ErrNotFound) {
 				return reply, err
 			}
@@ -247,10 +256,11 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.DebugContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created, order: order}
+			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created,
+				order: order, scope: req.Scope, fingerprint: req.Fingerprint}
 			return e.resume(ctx, op, own)
 		}
-		reply, err := e.answerRetry(ctx, op, req, scope, nil)
+		reply, err := e.answerRetry(ctx, op, req, scope, nil, 0)
 		if errors.Is(err, ErrNotFound) && round == 0 {
 			continue
 		}
@@ -359,7 +369,10 @@ const wakeSQL = `
 // (the key's record, just read) if it has it. While the original
 // is in flight it waits, up to req.Wait, for a notification that the key
 // changed, then answers as a retry would.
-func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, scope []string, seen *Record) (reply Reply, err error) {
+//
+// seen, if not nil, is the key's record as read in generation gen of the
+// memory of answers.
+func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, scope []string, seen *Record, gen uint64) (reply Reply, err error) {
 	var (
 		waitCtx context.Context // nil: do not wait
 		changed <-chan struct{}
@@ -375,6 +388,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 		if seen != nil {
 			rec, seen = *seen, nil
 		} else {
+			gen = e.memory.current()
 			// Bounded like every step: a frozen primary answers a 503 within
 			// stepTimeout, and the client's retry finds the new one.
 			lctx, cancel := context.WithTimeout(ctx, stepTimeout)
@@ -395,6 +409,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
 			e.metrics.IdempotencyReplays.Inc()
+			e.memory.keep(rec, gen, now)
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {
@@ -462,7 +477,8 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 // ownerOf is an owner of rec's key as rec says it stands: its row, fencing
 // token, scope and resource.
 func (e *Engine) ownerOf(rec Record) *Owner {
-	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource, order: lockOrder(rec.Scope)}
+	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource, order: lockOrder(rec.Scope),
+		scope: rec.Scope, fingerprint: rec.Fingerprint}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran

@@ -1,0 +1,155 @@
+package idempotency
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// memory holds the final answers this engine committed or replayed lately,
+// so that a retry of a finished key is replayed without reading its record:
+// a final answer never changes, and the same Decide answers the retry from
+// it. It answers only the plain replay (the same command, inside the replay
+// window); everything else reads the record.
+//
+// It must not replay what the database no longer has. A database failover
+// to an asynchronous standby can lose the last commits, and a retry must
+// then find no key and create the resource again, under its derived id
+// (docs/BENCHMARKS.md, issue 22: a first memory, without this, replayed a
+// 201 for a payment the new primary did not have, until the replay window
+// ended). So every answer is kept with the server it was committed to or
+// read from: WatchServer looks at the server every serverLookEvery, and
+//   - a look that finds another server (another postmaster, a restart of
+//     the same, a standby) empties the memory;
+//   - memory answers only while the last look that found the server is
+//     at most serverFresh old: a server that stops answering (the primary
+//     is down, the failover under way) stops it at once, and requests read
+//     the database like any other (which answers 503 meanwhile);
+//   - an answer committed or read while the server changed is not kept
+//     (generation).
+//
+// It holds at most two generations of memoryPerGeneration answers, each at
+// most memoryFor after its completion: a client's retries come within
+// seconds or minutes.
+type memory struct {
+	mu         sync.Mutex
+	young, old map[Scope]Record
+	server     string    // the identity of the server the answers are from; "" none yet
+	seenAt     time.Time // when a look last found it
+	generation uint64    // counts the servers: an answer of another is not kept
+}
+
+const (
+	memoryPerGeneration = 1 << 12
+	memoryFor           = 10 * time.Minute
+	serverLookEvery     = 100 * time.Millisecond
+	serverFresh         = 3 * serverLookEvery
+)
+
+func newMemory() *memory { return &memory{young: make(map[Scope]Record)} }
+
+// serverSeen records a look that found the server identified by id at now:
+// another server than the last one empties the memory.
+func (m *memory) serverSeen(id string, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id != m.server {
+		m.server, m.generation = id, m.generation+1
+		m.young, m.old = make(map[Scope]Record), nil
+	}
+	m.seenAt = now
+}
+
+// serverLost records a look that found no server, or a standby: memory
+// answers nothing until a look finds the server again.
+func (m *memory) serverLost() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seenAt = time.Time{}
+}
+
+// current is the generation to keep an answer under: taken before the
+// statement that commits or reads it.
+func (m *memory) current() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.generation
+}
+
+// fresh reports whether the last look found the server at most
+// serverFresh before now. m.mu is held.
+func (m *memory) fresh(now time.Time) bool {
+	return m.server != "" && !m.seenAt.IsZero() && now.Sub(m.seenAt) <= serverFresh
+}
+
+// keep remembers rec, a finished key's record committed or read in
+// generation gen.
+func (m *memory) keep(rec Record, gen uint64, now time.Time) {
+	if rec.CompletedAt == nil || rec.Response == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if gen != m.generation || !m.fresh(now) {
+		return
+	}
+	if len(m.young) >= memoryPerGeneration {
+		m.old, m.young = m.young, make(map[Scope]Record, memoryPerGeneration)
+	}
+	m.young[rec.Scope] = rec
+}
+
+// replay is the record to replay for a retry of scope carrying
+// fingerprint, if memory may answer it: the server is fresh, the record
+// completed at most memoryFor ago, and Decide says replay.
+func (m *memory) replay(scope Scope, fingerprint []byte, now time.Time, ttl time.Duration) (Record, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.fresh(now) {
+		return Record{}, false
+	}
+	rec, ok := m.young[scope]
+	if !ok {
+		rec, ok = m.old[scope]
+	}
+	if !ok || !now.Before(rec.CompletedAt.Add(memoryFor)) || rec.Decide(fingerprint, now, ttl) != DecideReplay {
+		return Record{}, false
+	}
+	return rec, true
+}
+
+// serverIdentity is what tells one server from another: its address and
+// its postmaster's start time (a promoted standby is another postmaster,
+// and so is a restart); "" for a standby, whose answers memory must not
+// keep.
+const serverIdentity = `
+	SELECT CASE WHEN pg_is_in_recovery() THEN ''
+	       ELSE concat_ws('/', inet_server_addr(), inet_server_port(), pg_postmaster_start_time()) END`
+
+// WatchServer looks at the database server every serverLookEvery until ctx
+// ends, so that the memory of answers answers only from the server that
+// holds them (see memory). Without it running, memory answers nothing.
+func (e *Engine) WatchServer(ctx context.Context) {
+	t := time.NewTicker(serverLookEvery)
+	defer t.Stop()
+	for {
+		e.lookAtServer(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lookAtServer is one look of WatchServer.
+func (e *Engine) lookAtServer(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, serverFresh)
+	defer cancel()
+	var id string
+	if err := e.db.QueryRow(ctx, serverIdentity).Scan(&id); err != nil || id == "" {
+		e.memory.serverLost()
+		return
+	}
+	e.memory.serverSeen(id, e.clock.Now())
+}

@@ -1,0 +1,112 @@
+package idempotency
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A retry of a finished key is replayed from the engine's memory while the
+// server the answer came from is known to be the one the pool talks to:
+// not once the last look at it is stale, and not after a look found
+// another server (a failover, a restart). Then the retry reads the
+// database; and a key the new server does not have (its commit lost with
+// the old primary) is claimed again, its resource created anew, as the
+// failover contract says. Here the stored answer is changed behind the
+// engine's back, so that a replay tells where it came from.
+func TestARetryIsReplayedFromMemoryOnlyWhileItsServerIsKnown(t *testing.T) {
+	t.Parallel()
+	e, pool, clk, _ := measuredEngine(t)
+	ctx := context.Background()
+	createWidgets(t, pool)
+	op := &recordingOp{}
+	req := Request{
+		Scope:       Scope{Tenant: "t", Operation: "widgets.create", Key: "w_m"},
+		Fingerprint: []byte{1}, Resource: Resource{Type: "widget", ID: "w_m"},
+		Create: insertWidget("w_m"),
+	}
+	e.lookAtServer(ctx)
+	if reply, err := e.Do(ctx, op, req); err != nil || reply.Replayed {
+		t.Fatalf("first request: %+v, %v", reply, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET response_body = '"stored"' WHERE idempotency_key = 'w_m'`); err != nil {
+		t.Fatal(err)
+	}
+	replayed := func(want string) {
+		t.Helper()
+		reply, err := e.Do(ctx, op, req)
+		if err != nil || !reply.Replayed || string(reply.Response.Body) != want {
+			t.Fatalf("retry: %+v (%s), %v; want the replay of %s", reply, reply.Response.Body, err, want)
+		}
+	}
+	replayed(`{}`) // from memory
+	clk.Advance(serverFresh + time.Millisecond)
+	replayed(`"stored"`) // the last look is stale: read
+	e.lookAtServer(ctx)
+	replayed(`{}`) // the same server again
+	// A failover that lost the key's commits: the new primary has neither
+	// the key nor the widget.
+	if _, err := pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE idempotency_key = 'w_m'; DELETE FROM widgets WHERE id = 'w_m'`); err != nil {
+		t.Fatal(err)
+	}
+	e.memory.serverSeen("the promoted standby", clk.Now())
+	if reply, err := e.Do(ctx, op, req); err != nil || reply.Replayed {
+		t.Fatalf("retry after the failover: %+v, %v; want the key claimed again", reply, err)
+	}
+	if !widgetExists(t, pool, "w_m") {
+		t.Fatal("the widget was not created again")
+	}
+}
+
+// An answer committed or read while the server changed is not kept: it may
+// be the old server's, lost with it.
+func TestAnAnswerOfAnotherServerIsNotKept(t *testing.T) {
+	m := newMemory()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	m.serverSeen("a", now)
+	rec := Record{Scope: Scope{Tenant: "t", Operation: "o", Key: "k"}, Fingerprint: []byte{1},
+		Response: &Response{Status: 201, Body: []byte(`{}`)}, CompletedAt: &now}
+	gen := m.current()
+	m.serverSeen("b", now)
+	m.keep(rec, gen, now)
+	if _, ok := m.replay(rec.Scope, rec.Fingerprint, now, time.Hour); ok {
+		t.Fatal("kept an answer read from the server before")
+	}
+	m.keep(rec, m.current(), now)
+	if _, ok := m.replay(rec.Scope, rec.Fingerprint, now, time.Hour); !ok {
+		t.Fatal("did not keep an answer of the current server")
+	}
+	if _, ok := m.replay(rec.Scope, []byte{2}, now, time.Hour); ok {
+		t.Fatal("replayed an answer to another command")
+	}
+	if _, ok := m.replay(rec.Scope, rec.Fingerprint, now.Add(memoryFor), time.Hour); ok {
+		t.Fatal("replayed from memory an answer older than memoryFor")
+	}
+	m.serverLost()
+	if _, ok := m.replay(rec.Scope, rec.Fingerprint, now, time.Hour); ok {
+		t.Fatal("replayed while the server is lost")
+	}
+}
+
+// WatchServer's look finds the test's server, a primary, and keeps finding
+// the same one; a pool that cannot reach it loses it.
+func TestLookAtServer(t *testing.T) {
+	t.Parallel()
+	e, _, clk, _ := measuredEngine(t)
+	ctx := context.Background()
+	e.lookAtServer(ctx)
+	first := e.memory.server
+	if first == "" || !e.memory.fresh(clk.Now()) {
+		t.Fatalf("after a look: server %q, fresh %v", first, e.memory.fresh(clk.Now()))
+	}
+	e.lookAtServer(ctx)
+	if e.memory.server != first || e.memory.generation != 1 {
+		t.Fatalf("the same server seen as %q (generation %d)", e.memory.server, e.memory.generation)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	e.lookAtServer(canceled)
+	if e.memory.fresh(clk.Now()) {
+		t.Fatal("a failed look left the server fresh")
+	}
+}
