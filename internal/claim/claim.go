@@ -51,7 +51,8 @@ const condition = took + " <> ''"
 const rowCondition = "strpos(" + took + ", ',' || input.ord || ',') > 0"
 
 // Statement is one statement of a claim's batch that writes, locks and
-// refuses nothing unless the claim took its key. Only Gated makes one.
+// refuses nothing unless the claim took its key. Only this package makes
+// one (Gated, and a Template's With).
 type Statement struct {
 	sql  string
 	args []any

@@ -269,10 +269,10 @@ func (c *Committer) lockTimeout(deadline time.Time) time.Duration {
 	return max(min(c.opts.LockTimeout, time.Until(deadline)/2), time.Millisecond)
 }
 
-// setLockTimeout is a group's first statement: its lock_timeout, in
+// groupSettings is a group's first statement: its lock_timeout, in
 // milliseconds ($1), for its transaction only; and if it merges batches
 // ($2), the planning of its statements (mergedPlans).
-const setLockTimeout = `SELECT set_config('lock_timeout', $1::text, true),
+const groupSettings = `SELECT set_config('lock_timeout', $1::text, true),
 	CASE WHEN $2::boolean THEN ` + mergedPlans + ` END`
 
 // mergedPlans are the settings under which a merging group's statements
@@ -311,7 +311,7 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 	// until the group's deadline, which would leave each of them unknown.
 	deadline, _ := ctx.Deadline() // send's: every group has one
 	units := c.units(group)
-	all.Queue(setLockTimeout, strconv.FormatInt(c.lockTimeout(deadline).Milliseconds(), 10), len(units) < len(group))
+	all.Queue(groupSettings, strconv.FormatInt(c.lockTimeout(deadline).Milliseconds(), 10), len(units) < len(group))
 	// reading is the batch whose results are being read: when a statement
 	// fails, the one PostgreSQL refused.
 	reading := -1

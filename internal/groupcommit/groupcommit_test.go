@@ -52,7 +52,7 @@ func (h *held) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 // tests): a group's first sets its lock_timeout.
 func batches(b *pgx.Batch) int {
 	n := b.Len()
-	if n > 0 && b.QueuedQueries[0].SQL == setLockTimeout {
+	if n > 0 && b.QueuedQueries[0].SQL == groupSettings {
 		n--
 	}
 	return n
