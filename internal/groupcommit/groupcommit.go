@@ -298,6 +298,12 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 		group[0].finish(c.sendAlone(ctx, group[0].b))
 		return
 	}
+	c.sendAsGroup(ctx, group, c.opts.Merge != nil)
+}
+
+// sendAsGroup sends group as one transaction, its like batches merged if
+// merge says so.
+func (c *Committer) sendAsGroup(ctx context.Context, group []*request, merge bool) {
 	n := 1
 	for _, r := range group {
 		n += len(r.b.QueuedQueries)
@@ -310,7 +316,7 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 	// (lock_not_available, an ERROR) rather than holding the others back
 	// until the group's deadline, which would leave each of them unknown.
 	deadline, _ := ctx.Deadline() // send's: every group has one
-	units := c.units(group)
+	units := c.units(group, merge)
 	all.Queue(groupSettings, strconv.FormatInt(c.lockTimeout(deadline).Milliseconds(), 10), len(units) < len(group))
 	// reading is the batch whose results are being read: when a statement
 	// fails, the one PostgreSQL refused.
@@ -343,6 +349,13 @@ func (c *Committer) sendGroup(ctx context.Context, group []*request) {
 		for _, r := range group {
 			r.finish(err)
 		}
+		return
+	}
+	// PostgreSQL refused a merged statement, which says nothing of whose
+	// row it was: the group is sent again unmerged, once, to find the
+	// batch it refuses (and send that one last, below).
+	if reading < 0 && len(units) < len(group) {
+		c.sendAsGroup(ctx, group, false)
 		return
 	}
 	// PostgreSQL refused a statement and rolled the group back: each batch

@@ -120,6 +120,26 @@ func holdFirst(t *testing.T, c *Committer, h *held, b *pgx.Batch) <-chan error {
 	return done
 }
 
+// itemsWithItem1Locked is a table holding item 1, and a
+// transaction that locks item 1 (rolled back at the test's end).
+func itemsWithItem1Locked(t *testing.T) (*pgxpool.Pool, pgx.Tx) {
+	t.Helper()
+	pool := newTable(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO items (n) VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	if _, err := holder.Exec(ctx, `SELECT FROM items WHERE n = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return pool, holder
+}
+
 // waitQueued waits until n batches are queued on c.
 func waitQueued(t *testing.T, c *Committer, n int) {
 	t.Helper()
@@ -385,19 +405,8 @@ func TestAPanickingGroupLeavesTheCommitterWorking(t *testing.T) {
 // unknown): past the group's lock_timeout PostgreSQL refuses the group,
 // the others commit alone, and the blocked one waits on alone.
 func TestABatchWaitingOnALockDoesNotHoldItsGroupBack(t *testing.T) {
-	pool := newTable(t)
+	pool, holder := itemsWithItem1Locked(t)
 	ctx := context.Background()
-	if _, err := pool.Exec(ctx, `INSERT INTO items (n) VALUES (1)`); err != nil {
-		t.Fatal(err)
-	}
-	holder, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }()
-	if _, err := holder.Exec(ctx, `SELECT FROM items WHERE n = 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
 	h := &held{db: pool, release: make(chan struct{})}
 	c := New(h, Options{Concurrency: 1, Timeout: 5 * time.Second, LockTimeout: 100 * time.Millisecond})
 	first := holdFirst(t, c, h, insert(10, new(int)))

@@ -20,8 +20,8 @@ import (
 // returned none for it gives (pgx.ErrNoRows to a QueryRow). What it gives
 // up: its statements no longer run next to each other, but each after the
 // same statement of the batches before it; and a refusal says nothing of
-// whose row it was, so that every batch of the group is then sent alone in
-// the group's order.
+// whose row it was, so that the group is then sent again unmerged, which
+// finds the batch refused (and sends the others alone before it).
 //
 // Batches with the same key are never merged (they go in separate units):
 // an operation that keys its batches by what they contend for can then
@@ -32,11 +32,15 @@ import (
 var errReadByRow = errors.New("groupcommit: a merged statement's result is read with QueryRow only")
 
 // units splits group (in its order) into what is sent as one: each merge
-// of like batches, and each other batch alone. Each unit is the batches'
+// of like batches (if merge), and each other batch alone. Each unit is the batches'
 // indexes in group, in order; the units are in the order of their first.
-func (c *Committer) units(group []*request) [][]int {
+// Only batches next to each other are merged: a merge runs where its first
+// batch stands, so merging across a batch of another shape would take the
+// later batch's locks before that one's, out of the order of their keys
+// that every group keeps (and two groups would deadlock).
+func (c *Committer) units(group []*request, merge bool) [][]int {
 	units := make([][]int, 0, len(group))
-	if c.opts.Merge == nil {
+	if !merge {
 		all := make([]int, len(group)) // each batch alone: one allocation
 		for i := range all {
 			all[i] = i
@@ -44,15 +48,16 @@ func (c *Committer) units(group []*request) [][]int {
 		}
 		return units
 	}
-	open := map[string]int{} // a shape → the unit still taking batches of it
+	last := "" // the shape of the last unit, if it may take more batches
 	for i, r := range group {
 		shape, ok := c.shape(r.b)
+		if n := len(units); ok && n > 0 && shape == last && group[units[n-1][len(units[n-1])-1]].key != r.key {
+			units[n-1] = append(units[n-1], i)
+			continue
+		}
+		last = ""
 		if ok {
-			if u, seen := open[shape]; seen && group[units[u][len(units[u])-1]].key != r.key {
-				units[u] = append(units[u], i)
-				continue
-			}
-			open[shape] = len(units)
+			last = shape
 		}
 		units = append(units, []int{i})
 	}

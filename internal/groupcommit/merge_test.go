@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -104,8 +105,9 @@ func TestLikeBatchesAreMergedIntoOneStatementEach(t *testing.T) {
 	}
 }
 
-// A refused merged statement says nothing of whose row it was: every batch
-// of the group is sent alone, and only the one refused alone fails.
+// A refused merged statement says nothing of whose row it was: the group is
+// sent again unmerged, which finds the batch refused, then each batch
+// alone, that one last, and only the one refused alone fails.
 func TestARefusedMergeIsSentBatchByBatch(t *testing.T) {
 	_, h, c := mergingWithItem2(t)
 	batch := func(n int) *pgx.Batch { b := &pgx.Batch{}; b.Queue(insertItemOrRefuse.SQL(), n); return b }
@@ -113,8 +115,8 @@ func TestARefusedMergeIsSentBatchByBatch(t *testing.T) {
 	if errs[0] != nil || errs[1] == nil || errs[2] != nil {
 		t.Fatalf("errors %v: only the duplicate of item 2 may fail", errs)
 	}
-	if s := h.sizes(); fmt.Sprint(s) != "[1 1 1 1 1]" {
-		t.Fatalf("sent %v, want [1 1 1 1 1]: the merge, then each alone", s)
+	if s := h.sizes(); fmt.Sprint(s) != "[1 1 3 1 1 1]" {
+		t.Fatalf("sent %v, want [1 1 3 1 1 1]: the merge, the group unmerged, then each alone", s)
 	}
 }
 
@@ -188,5 +190,79 @@ func TestAMergingGroupUsesGenericPlans(t *testing.T) {
 		if fmt.Sprint(modes) != c.want {
 			t.Errorf("keys %v: planned with %v, want %s", c.keys, modes, c.want)
 		}
+	}
+}
+
+// Only batches next to each other in the group's order are merged: a merge
+// runs where its first batch stands, so merging the batches of keys 1 and
+// 3 across key 2's, of another shape, would take key 3's locks before key
+// 2's, out of the order every group keeps.
+func TestOnlyNeighboursAreMerged(t *testing.T) {
+	c := New(nil, Options{Merge: rowset.Many})
+	like := func(key uint64) *request {
+		b := &pgx.Batch{}
+		b.Queue(insertItem.SQL(), int(key))
+		return &request{key: key, b: b}
+	}
+	other := func(key uint64) *request {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT 1`)
+		return &request{key: key, b: b}
+	}
+	for _, tc := range []struct {
+		group []*request
+		want  string
+	}{
+		{[]*request{like(1), other(2), like(3)}, "[[0] [1] [2]]"},
+		{[]*request{like(1), like(2), other(3), like(4), like(5)}, "[[0 1] [2] [3 4]]"},
+		{[]*request{like(1), like(1), like(2)}, "[[0] [1 2]]"}, // one key: not merged
+	} {
+		if got := fmt.Sprint(c.units(tc.group, true)); got != tc.want {
+			t.Errorf("units %s, want %s", got, tc.want)
+		}
+	}
+}
+
+// A merged statement refused because one batch's row waited on a lock too
+// long does not hold the others back: the group is sent again unmerged,
+// which finds that batch, and the others are sent alone before it (as in
+// TestABatchWaitingOnALockDoesNotHoldItsGroupBack). Sent alone in the
+// group's order instead, the free batch waited behind the blocked one
+// until the group's deadline, and its outcome was unknown.
+func TestAMergedBatchWaitingOnALockDoesNotHoldItsGroupBack(t *testing.T) {
+	pool, holder := itemsWithItem1Locked(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO items (n) VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	h := &held{db: pool, release: make(chan struct{})}
+	c := New(h, Options{Concurrency: 1, Timeout: 5 * time.Second, LockTimeout: 100 * time.Millisecond, Merge: rowset.Many})
+	first := holdFirst(t, c, h, insert(10, new(int)))
+	bump := func(n int) *pgx.Batch { b := &pgx.Batch{}; b.Queue(stampItem.SQL(), n); return b }
+	blockedErr, freeErr := make(chan error, 1), make(chan error, 1)
+	go func() { blockedErr <- c.Commit(ctx, 1, bump(1)) }() // sent first: key 1
+	go func() { freeErr <- c.Commit(ctx, 2, bump(2)) }()
+	waitQueued(t, c, 2)
+	close(h.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-freeErr:
+		if err != nil {
+			t.Fatalf("the free batch: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the free batch waited on its group's blocked one; sent %v", h.sizes())
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blockedErr; err != nil {
+		t.Fatalf("the blocked batch, once the lock was let go: %v", err)
+	}
+	// The first alone; the merge; the group unmerged; then each alone.
+	if s := h.sizes(); fmt.Sprint(s) != "[1 1 2 1 1]" {
+		t.Fatalf("sent %v", s)
 	}
 }

@@ -117,7 +117,7 @@ type Engine struct {
 	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
 	hints   *hints  // scopes seen taken lately: read them before claiming
-	memory  *memory // final answers committed or replayed lately, replayed without a read
+	memory  *memory // final answers committed lately, replayed without a read
 	// claims and steps send the claims' batches and the owners', each
 	// grouping those of concurrent requests into one transaction (package
 	// groupcommit). Like is grouped with like: a claim's batch and an
@@ -209,9 +209,9 @@ type Reply struct {
 // resource in one transaction, then resumes it; a retry is answered from
 // what the key's record says, and takes the key over if its owner died.
 func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
-	// A retry of a key whose final answer this engine committed or
-	// replayed lately is replayed from memory, while the server that holds
-	// it is known to be the one it came from (see memory).
+	// A retry of a key whose final answer this engine committed lately is
+	// replayed from memory, while the server that holds it is known to be
+	// the one the pool talks to (see memory).
 	if rec, ok := e.memory.replay(req.Scope, req.Fingerprint, e.clock.Now(), e.cfg.ReplayTTL); ok {
 		e.metrics.IdempotencyReplays.Inc()
 		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
@@ -224,13 +224,12 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// runs only if the record is not there (hints).
 	hint := e.hints.hash(req.Scope)
 	if e.hints.taken(hint) {
-		gen := e.memory.current()
 		seen, err := e.look(ctx, req.Scope, scope)
 		if err != nil {
 			return Reply{}, err
 		}
 		if seen != nil {
-			reply, err := e.answerRetry(ctx, op, req, scope, seen, gen)
+			reply, err := e.answerRetry(ctx, op, req, scope, seen)
 			if !errors.Is(err, ErrNotFound) {
 				return reply, err
 			}
@@ -260,7 +259,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 				order: order, scope: req.Scope, fingerprint: req.Fingerprint}
 			return e.resume(ctx, op, own)
 		}
-		reply, err := e.answerRetry(ctx, op, req, scope, nil, 0)
+		reply, err := e.answerRetry(ctx, op, req, scope, nil)
 		if errors.Is(err, ErrNotFound) && round == 0 {
 			continue
 		}
@@ -369,10 +368,7 @@ const wakeSQL = `
 // (the key's record, just read) if it has it. While the original
 // is in flight it waits, up to req.Wait, for a notification that the key
 // changed, then answers as a retry would.
-//
-// seen, if not nil, is the key's record as read in generation gen of the
-// memory of answers.
-func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, scope []string, seen *Record, gen uint64) (reply Reply, err error) {
+func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, scope []string, seen *Record) (reply Reply, err error) {
 	var (
 		waitCtx context.Context // nil: do not wait
 		changed <-chan struct{}
@@ -388,7 +384,6 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 		if seen != nil {
 			rec, seen = *seen, nil
 		} else {
-			gen = e.memory.current()
 			// Bounded like every step: a frozen primary answers a 503 within
 			// stepTimeout, and the client's retry finds the new one.
 			lctx, cancel := context.WithTimeout(ctx, stepTimeout)
@@ -409,7 +404,6 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
 			e.metrics.IdempotencyReplays.Inc()
-			e.memory.keep(rec, gen, now)
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {

@@ -6,27 +6,29 @@ import (
 	"time"
 )
 
-// memory holds the final answers this engine committed or replayed lately,
-// so that a retry of a finished key is replayed without reading its record:
-// a final answer never changes, and the same Decide answers the retry from
-// it. It answers only the plain replay (the same command, inside the replay
+// memory holds the final answers this engine committed lately, so that a
+// retry of a finished key is replayed without reading its record: a final
+// answer never changes, and the same Decide answers the retry from it. It
+// answers only the plain replay (the same command, inside the replay
 // window); everything else reads the record.
 //
 // It must not replay what the database no longer has. A database failover
 // to an asynchronous standby can lose the last commits, and a retry must
 // then find no key and create the resource again, under its derived id
-// (docs/BENCHMARKS.md, issue 22: a first memory, without this, replayed a
-// 201 for a payment the new primary did not have, until the replay window
-// ended). So every answer is kept with the server it was committed to or
-// read from: WatchServer looks at the server every serverLookEvery, and
-//   - a look that finds another server (another postmaster, a restart of
-//     the same, a standby) empties the memory;
-//   - memory answers only while the last look that found the server is
-//     at most serverFresh old: a server that stops answering (the primary
-//     is down, the failover under way) stops it at once, and requests read
+// (docs/BENCHMARKS.md, issue 22: a first memory, without what follows,
+// replayed a 201 for a payment the new primary did not have, until the
+// replay window ended). So WatchServer looks at the server every
+// serverLookEvery, and
+//   - memory answers only while the last look that found the server is at
+//     most serverFresh old: a server that stops answering (the primary is
+//     down, the failover under way) stops it at once, and requests read
 //     the database like any other (which answers 503 meanwhile);
-//   - an answer committed or read while the server changed is not kept
-//     (generation).
+//   - a look that finds another server (another postmaster, a restart of
+//     the same, a standby) empties it;
+//   - an answer is kept only if the statement that committed it says it
+//     ran on the server the last look found (serverIdentity, a column of
+//     the key's finish): a commit on a connection still open to an old
+//     primary is not.
 //
 // It holds at most two generations of memoryPerGeneration answers, each at
 // most memoryFor after its completion: a client's retries come within
@@ -36,7 +38,6 @@ type memory struct {
 	young, old map[Scope]Record
 	server     string    // the identity of the server the answers are from; "" none yet
 	seenAt     time.Time // when a look last found it
-	generation uint64    // counts the servers: an answer of another is not kept
 }
 
 const (
@@ -54,7 +55,7 @@ func (m *memory) serverSeen(id string, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if id != m.server {
-		m.server, m.generation = id, m.generation+1
+		m.server = id
 		m.young, m.old = make(map[Scope]Record), nil
 	}
 	m.seenAt = now
@@ -68,29 +69,21 @@ func (m *memory) serverLost() {
 	m.seenAt = time.Time{}
 }
 
-// current is the generation to keep an answer under: taken before the
-// statement that commits or reads it.
-func (m *memory) current() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.generation
-}
-
 // fresh reports whether the last look found the server at most
 // serverFresh before now. m.mu is held.
 func (m *memory) fresh(now time.Time) bool {
 	return m.server != "" && !m.seenAt.IsZero() && now.Sub(m.seenAt) <= serverFresh
 }
 
-// keep remembers rec, a finished key's record committed or read in
-// generation gen.
-func (m *memory) keep(rec Record, gen uint64, now time.Time) {
+// keep remembers rec, a finished key's record whose answer was committed
+// on the server identified by on.
+func (m *memory) keep(rec Record, on string, now time.Time) {
 	if rec.CompletedAt == nil || rec.Response == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if gen != m.generation || !m.fresh(now) {
+	if on == "" || on != m.server || !m.fresh(now) {
 		return
 	}
 	if len(m.young) >= memoryPerGeneration {
@@ -118,13 +111,12 @@ func (m *memory) replay(scope Scope, fingerprint []byte, now time.Time, ttl time
 	return rec, true
 }
 
-// serverIdentity is what tells one server from another: its address and
-// its postmaster's start time (a promoted standby is another postmaster,
-// and so is a restart); "" for a standby, whose answers memory must not
-// keep.
-const serverIdentity = `
-	SELECT CASE WHEN pg_is_in_recovery() THEN ''
-	       ELSE concat_ws('/', inet_server_addr(), inet_server_port(), pg_postmaster_start_time()) END`
+// serverIdentity is the SQL expression that tells one server from another:
+// its address and its postmaster's start time (a promoted standby is
+// another postmaster, and so is a restart); "" for a standby, whose
+// answers memory must not keep.
+const serverIdentity = `CASE WHEN pg_is_in_recovery() THEN ''
+	ELSE concat_ws('/', inet_server_addr(), inet_server_port(), pg_postmaster_start_time()) END`
 
 // WatchServer looks at the database server every serverLookEvery until ctx
 // ends, so that the memory of answers answers only from the server that
@@ -147,7 +139,7 @@ func (e *Engine) lookAtServer(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, serverFresh)
 	defer cancel()
 	var id string
-	if err := e.db.QueryRow(ctx, serverIdentity).Scan(&id); err != nil || id == "" {
+	if err := e.db.QueryRow(ctx, `SELECT `+serverIdentity).Scan(&id); err != nil || id == "" {
 		e.memory.serverLost()
 		return
 	}

@@ -162,16 +162,18 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // queueFinish adds to b the statement that stores resp as the key's final
 // answer, ends the lease and the need for recovery, provided token is still
 // the key's fencing token; otherwise the batch fails with ErrFenced.
-func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
+func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time, server *string) {
 	headers := jsontext.AppendStringMap(make([]byte, 0, 128), resp.Headers)
-	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now)
+	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now).
+		QueryRow(func(row pgx.Row) error { return row.Scan(nil, nil, nil, server) }) // the ordinal, the waiters told, the fence
 }
 
 // finishSQL is queueFinish's statement, built once: it runs on every final
 // answer. It is a statement over input rows (package rowset), so that the
 // final answers of several requests' like batches may be stored by one
 // (package groupcommit); each row is fenced on its own, and its waiters
-// told (notifyingWaiters, per row).
+// told (notifyingWaiters, per row). Each row also says which server it was
+// written on (serverIdentity), for the memory of answers.
 var finishSQL = rowset.New([]rowset.Column{
 	{Name: "id", Type: "bigint"}, {Name: "fencing_token", Type: "bigint"}, {Name: "response_status", Type: "integer"},
 	{Name: "response_headers", Type: "jsonb"}, {Name: "response_body", Type: "bytea"}, {Name: "completed_at", Type: "timestamptz"},
@@ -184,7 +186,8 @@ var finishSQL = rowset.New([]rowset.Column{
 		    WHERE k.id = input.id AND k.fencing_token = input.fencing_token AND k.response_status IS NULL
 		    RETURNING input.ord, k.id, k.waiters
 		), woken AS (SELECT pg_notify('`+NotifyChannel+`', id::text) FROM changed WHERE waiters > 0)
-		SELECT input.ord, (SELECT count(*) FROM woken)::int, `+fencedUnless("EXISTS (SELECT FROM changed WHERE changed.ord = input.ord)")+`
+		SELECT input.ord, (SELECT count(*) FROM woken)::int, `+fencedUnless("EXISTS (SELECT FROM changed WHERE changed.ord = input.ord)")+`,
+		       `+serverIdentity+`
 		FROM input ORDER BY input.ord`).SQL()
 
 // hold is one hold or release of a key by its owner.

@@ -211,16 +211,28 @@ func (c Column) sqlType() string {
 	if c.Type != "" {
 		return c.Type
 	}
-	switch v := c.Value.(type) {
+	switch c.Value.(type) {
 	case time.Time, *time.Time:
 		return "timestamptz"
-	case int, int32, int64:
-		return "bigint"
-	case bool:
-		return "boolean"
-	default:
-		if v != nil && reflect.TypeOf(v).Kind() == reflect.String {
+	case []byte:
+		return "bytea"
+	}
+	if c.Value != nil {
+		t := reflect.TypeOf(c.Value)
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.Kind() {
+		case reflect.String:
 			return "text"
+		case reflect.Bool:
+			return "boolean"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			return "bigint"
+		case reflect.Uint, reflect.Uint64:
+			return "numeric"
+		case reflect.Float32, reflect.Float64:
+			return "double precision"
 		}
 	}
 	panic(fmt.Sprintf("statemachine: column %s: no SQL type for %T: set its Type", c.Name, c.Value))
