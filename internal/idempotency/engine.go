@@ -117,7 +117,7 @@ type Engine struct {
 	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
 	hints   *hints  // scopes seen taken lately: read them before claiming
-	memory  *memory // final answers committed lately, replayed without a read
+	memory  *memory // final answers committed or replayed lately, replayed without a read
 	// claims and steps send the claims' batches and the owners', each
 	// grouping those of concurrent requests into one transaction (package
 	// groupcommit). Like is grouped with like: a claim's batch and an
@@ -209,9 +209,9 @@ type Reply struct {
 // resource in one transaction, then resumes it; a retry is answered from
 // what the key's record says, and takes the key over if its owner died.
 func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
-	// A retry of a key whose final answer this engine committed lately is
-	// replayed from memory, while the server that holds it is known to be
-	// the one the pool talks to (see memory).
+	// A retry of a key whose final answer this engine committed or
+	// replayed lately is replayed from memory, while the server that holds
+	// it is known to be the one the pool talks to (see memory).
 	if rec, ok := e.memory.replay(req.Scope, req.Fingerprint, e.clock.Now(), e.cfg.ReplayTTL); ok {
 		e.metrics.IdempotencyReplays.Inc()
 		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
@@ -404,6 +404,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
 			e.metrics.IdempotencyReplays.Inc()
+			e.memory.keep(rec, rec.readOn, now)
 			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {

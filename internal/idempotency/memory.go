@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// memory holds the final answers this engine committed lately, so that a
-// retry of a finished key is replayed without reading its record: a final
+// memory holds the final answers this engine committed or replayed from
+// the database lately, so that a retry of a finished key is replayed
+// without reading its record: a final
 // answer never changes, and the same Decide answers the retry from it. It
 // answers only the plain replay (the same command, inside the replay
 // window); everything else reads the record.
@@ -25,10 +26,10 @@ import (
 //     the database like any other (which answers 503 meanwhile);
 //   - a look that finds another server (another postmaster, a restart of
 //     the same, a standby) empties it;
-//   - an answer is kept only if the statement that committed it says it
-//     ran on the server the last look found (serverIdentity, a column of
-//     the key's finish): a commit on a connection still open to an old
-//     primary is not.
+//   - an answer is kept only if the statement that committed it, or read
+//     it, says it ran on the server the last look found (serverIdentity, a
+//     column of the key's finish and of its read): one on a connection
+//     still open to an old primary is not.
 //
 // It holds at most two generations of memoryPerGeneration answers, each at
 // most memoryFor after its completion: a client's retries come within
@@ -76,7 +77,7 @@ func (m *memory) fresh(now time.Time) bool {
 }
 
 // keep remembers rec, a finished key's record whose answer was committed
-// on the server identified by on.
+// or read on the server identified by on.
 func (m *memory) keep(rec Record, on string, now time.Time) {
 	if rec.CompletedAt == nil || rec.Response == nil {
 		return

@@ -66,6 +66,15 @@ func TestARetryIsReplayedFromMemoryOnlyWhileItsServerIsKnown(t *testing.T) {
 	if _, kept := e.memory.young[Scope{Tenant: "t", Operation: "widgets.create", Key: "w_n"}]; kept {
 		t.Fatal("kept an answer committed on a server the last look did not find")
 	}
+	// A replay read from the server the last look found is kept: the next
+	// retry is answered from memory even once the stored answer changed.
+	e.lookAtServer(ctx)
+	req.Scope.Key, req.Resource.ID, req.Create = "w_n", "w_n", insertWidget("w_n")
+	replayed(`{}`) // read
+	if _, err := pool.Exec(ctx, `UPDATE idempotency_keys SET response_body = '"stored"' WHERE idempotency_key = 'w_n'`); err != nil {
+		t.Fatal(err)
+	}
+	replayed(`{}`) // from memory
 }
 
 // An answer is kept only if its commit ran on the server the last look

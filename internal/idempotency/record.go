@@ -39,6 +39,9 @@ type Record struct {
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	ManualReviewAt *time.Time // when the key was left for a person to resolve (nil: it is not)
+	// readOn is the server the record was read from (serverIdentity), for
+	// the memory of answers; "" for a record not read from the database.
+	readOn string
 }
 
 // Decision is how a request that found an existing record is answered.

@@ -80,7 +80,7 @@ var claimSQL = rowset.New([]rowset.Column{
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at, manual_review_at
+	       created_at, completed_at, manual_review_at, ` + serverIdentity + `
 	FROM idempotency_keys`
 
 // selectByScope reads the key of a scope stored under any of the
@@ -118,7 +118,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt, &r.ManualReviewAt)
+		&r.CreatedAt, &r.CompletedAt, &r.ManualReviewAt, &r.readOn)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
