@@ -214,7 +214,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// it is known to be the one the pool talks to (see memory).
 	if rec, ok := e.memory.replay(req.Scope, req.Fingerprint, e.clock.Now(), e.cfg.ReplayTTL); ok {
 		e.metrics.IdempotencyReplays.Inc()
-		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
+		return rec.replay(), nil
 	}
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
@@ -405,7 +405,7 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 		case DecideReplay:
 			e.metrics.IdempotencyReplays.Inc()
 			e.memory.keep(rec, rec.readOn, now)
-			return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
+			return rec.replay(), nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {
 				return Reply{}, e.inUseBy(rec, now)
@@ -553,7 +553,7 @@ func (e *Engine) afterLostWrite(ctx context.Context, own *Owner, err error) (Rep
 		return Reply{}, errors.Join(err, loadErr)
 	}
 	if rec.Response != nil {
-		return Reply{Response: *rec.Response, Replayed: true, Resource: rec.Resource}, nil
+		return rec.replay(), nil
 	}
 	return Reply{}, &KeyInUseError{RetryAfter: e.cfg.RetryAfter}
 }

@@ -21,10 +21,9 @@ import (
 // It holds at most two generations of hintsPerGeneration scopes, as 64-bit
 // hashes: when the newer fills up, the older is dropped. About 2 MB.
 type hints struct {
-	seed  maphash.Seed
-	mu    sync.Mutex
-	young map[uint64]struct{}
-	old   map[uint64]struct{}
+	seed maphash.Seed
+	mu   sync.Mutex
+	seen generations[uint64, struct{}]
 }
 
 // hintsPerGeneration is how many scopes a generation holds: at a thousand
@@ -33,7 +32,7 @@ type hints struct {
 const hintsPerGeneration = 1 << 16
 
 func newHints() *hints {
-	return &hints{seed: maphash.MakeSeed(), young: make(map[uint64]struct{}, hintsPerGeneration)}
+	return &hints{seed: maphash.MakeSeed(), seen: newGenerations[uint64, struct{}](hintsPerGeneration)}
 }
 
 // hash is s's entry: computed once per request, for taken and add.
@@ -52,19 +51,13 @@ func (h *hints) hash(s Scope) uint64 {
 func (h *hints) add(k uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.young) >= hintsPerGeneration {
-		h.old, h.young = h.young, make(map[uint64]struct{}, hintsPerGeneration)
-	}
-	h.young[k] = struct{}{}
+	h.seen.put(k, struct{}{})
 }
 
 // taken reports whether the scope hashed to k was seen taken lately.
 func (h *hints) taken(k uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, ok := h.young[k]
-	if !ok {
-		_, ok = h.old[k]
-	}
+	_, ok := h.seen.get(k)
 	return ok
 }

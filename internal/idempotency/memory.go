@@ -35,10 +35,10 @@ import (
 // most memoryFor after its completion: a client's retries come within
 // seconds or minutes.
 type memory struct {
-	mu         sync.Mutex
-	young, old map[Scope]Record
-	server     string    // the identity of the server the answers are from; "" none yet
-	seenAt     time.Time // when a look last found it
+	mu      sync.Mutex
+	answers generations[Scope, Record]
+	server  string    // the identity of the server the answers are from; "" none yet
+	seenAt  time.Time // when a look last found it
 }
 
 const (
@@ -48,7 +48,7 @@ const (
 	serverFresh         = 3 * serverLookEvery
 )
 
-func newMemory() *memory { return &memory{young: make(map[Scope]Record)} }
+func newMemory() *memory { return &memory{answers: newGenerations[Scope, Record](memoryPerGeneration)} }
 
 // serverSeen records a look that found the server identified by id at now:
 // another server than the last one empties the memory.
@@ -57,7 +57,7 @@ func (m *memory) serverSeen(id string, now time.Time) {
 	defer m.mu.Unlock()
 	if id != m.server {
 		m.server = id
-		m.young, m.old = make(map[Scope]Record), nil
+		m.answers = newGenerations[Scope, Record](memoryPerGeneration)
 	}
 	m.seenAt = now
 }
@@ -87,10 +87,7 @@ func (m *memory) keep(rec Record, on string, now time.Time) {
 	if on == "" || on != m.server || !m.fresh(now) {
 		return
 	}
-	if len(m.young) >= memoryPerGeneration {
-		m.old, m.young = m.young, make(map[Scope]Record, memoryPerGeneration)
-	}
-	m.young[rec.Scope] = rec
+	m.answers.put(rec.Scope, rec)
 }
 
 // replay is the record to replay for a retry of scope carrying
@@ -102,10 +99,7 @@ func (m *memory) replay(scope Scope, fingerprint []byte, now time.Time, ttl time
 	if !m.fresh(now) {
 		return Record{}, false
 	}
-	rec, ok := m.young[scope]
-	if !ok {
-		rec, ok = m.old[scope]
-	}
+	rec, ok := m.answers.get(scope)
 	if !ok || !now.Before(rec.CompletedAt.Add(memoryFor)) || rec.Decide(fingerprint, now, ttl) != DecideReplay {
 		return Record{}, false
 	}

@@ -63,7 +63,7 @@ func TestARetryIsReplayedFromMemoryOnlyWhileItsServerIsKnown(t *testing.T) {
 		Fingerprint: []byte{1}, Resource: Resource{Type: "widget", ID: "w_n"}, Create: insertWidget("w_n")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, kept := e.memory.young[Scope{Tenant: "t", Operation: "widgets.create", Key: "w_n"}]; kept {
+	if _, kept := e.memory.answers.get(Scope{Tenant: "t", Operation: "widgets.create", Key: "w_n"}); kept {
 		t.Fatal("kept an answer committed on a server the last look did not find")
 	}
 	// A replay read from the server the last look found is kept: the next

@@ -44,6 +44,11 @@ type Record struct {
 	readOn string
 }
 
+// replay is the reply that replays r's stored answer.
+func (r Record) replay() Reply {
+	return Reply{Response: *r.Response, Replayed: true, Resource: r.Resource}
+}
+
 // Decision is how a request that found an existing record is answered.
 type Decision int
 
