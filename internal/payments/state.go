@@ -50,8 +50,9 @@ const (
 // AuditSQL reads payment $1's audit trail, oldest first: each record's
 // id, from_state (NULL for its creation), to_state, reason and occurred_at.
 // A record names its payment's created_at (the machine's
-// Table.CreatedAt), and is found by it and the payment's id, in the index
-// that takes a new payment's records at its right edge; one written before
+// Table.CreatedAt), and is found by it, in the index that takes a new
+// payment's records at its right edge (keyed by the creation time alone,
+// migration 00037), the payment's id tested on what it finds; one written before
 // migration 00036 names none, and is found by the payment's id alone.
 // Operators read it too (docs/operations.md, "A payment's audit trail").
 const AuditSQL = `
