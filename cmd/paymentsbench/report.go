@@ -293,10 +293,14 @@ func targets(s summary) []target {
 	if hasFloor {
 		cpu += fmt.Sprintf(" (%s the floor's)", fmtX(ratio(m.cpu, f.cpu)))
 	}
+	wal := fmtBytes(m.wal)
+	if hasFloor {
+		wal += fmt.Sprintf(" (%s the floor's)", fmtX(ratio(m.wal, f.wal)))
+	}
 	return []target{
 		{"new payments / pgbench flow", fmtX(m.ratio), floor(fmtX(f.ratio)), fmt.Sprintf("≥ %.2f×", targetRatio), m.ratio >= targetRatio},
 		{"new payments / the floor", fmtX(ofFloor), "-", fmt.Sprintf("≥ %.2f×", targetRatio), hasFloor && ofFloor >= targetRatio},
-		{"WAL per payment (its database's, relay included)", fmtBytes(m.wal), floor(fmtBytes(f.wal)), "the floor's at most", hasFloor && m.wal <= f.wal},
+		{"WAL per payment (its database's, relay included)", wal, floor(fmtBytes(f.wal)), "the floor's at most", hasFloor && m.wal <= f.wal},
 		{"API CPU per payment", cpu, floor(fmt.Sprintf("%.3f ms", f.cpu)), fmt.Sprintf("%.1f× the floor's at most", targetCPUOfFloor),
 			hasFloor && m.cpu <= targetCPUOfFloor*f.cpu},
 		{"p99 latency of a new payment", fmtDuration(m.p99), floor(fmtDuration(f.p99)), "the pgbench flow's at most (" + fmtDuration(refP99) + ")",
