@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,14 +60,24 @@ func (n Plan) String() string {
 // transaction that it rolls back, and returns the plan. args are literals.
 func Explain(t testing.TB, pool *pgxpool.Pool, mode, paramTypes, query string, args ...string) Plan {
 	t.Helper()
+	return ExplainUnder(t, pool, nil, mode, paramTypes, query, args...)
+}
+
+// ExplainUnder is Explain with settings (such as "SET LOCAL
+// enable_seqscan = off") run first in its transaction, as the transaction
+// that runs query in the service runs them.
+func ExplainUnder(t testing.TB, pool *pgxpool.Pool, settings []string, mode, paramTypes, query string, args ...string) Plan {
+	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
-		t.Fatal(err)
+	for _, s := range append(slices.Clone(settings), "SET LOCAL plan_cache_mode = "+mode) {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := tx.Exec(ctx, "PREPARE planned("+paramTypes+") AS "+query); err != nil {
 		t.Fatal(err)
@@ -97,9 +108,16 @@ func Explain(t testing.TB, pool *pgxpool.Pool, mode, paramTypes, query string, a
 // plan read more than limit rows, showing its plan.
 func ReadsAtMost(t *testing.T, pool *pgxpool.Pool, limit float64, paramTypes, query string, args ...string) {
 	t.Helper()
+	ReadsAtMostUnder(t, pool, nil, limit, paramTypes, query, args...)
+}
+
+// ReadsAtMostUnder is ReadsAtMost with settings run first in each
+// transaction (ExplainUnder).
+func ReadsAtMostUnder(t *testing.T, pool *pgxpool.Pool, settings []string, limit float64, paramTypes, query string, args ...string) {
+	t.Helper()
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		t.Run(mode, func(t *testing.T) {
-			plan := Explain(t, pool, mode, paramTypes, query, args...)
+			plan := ExplainUnder(t, pool, settings, mode, paramTypes, query, args...)
 			if got := plan.RowsRead(); got > limit {
 				t.Errorf("read %v rows, at most %v expected:\n%s", got, limit, plan)
 			}

@@ -2,3 +2,6 @@ package stream
 
 // CatchUpSQL is catchUpSQL, for the plan test of the external test package.
 const CatchUpSQL = catchUpSQL
+
+// CatchUpPlanning is catchUpPlanning, for the same test.
+const CatchUpPlanning = catchUpPlanning

@@ -595,7 +595,11 @@ func (e *env) waitRecorded(t *testing.T, since time.Time) {
 // A new slot's catch-up (first start, or after a failover) reads the
 // events since the margin before the position through the event log's
 // index, a range per tenant: not the whole outbox, which is kept as long as
-// the event log. Here 22,000 older events surround 12 recent ones.
+// the event log. Here 22,000 older events surround 12 recent ones, and
+// one tenant has nearly all of them, as in a service with one merchant
+// (or one large one): planned without the position's value, a third of
+// that tenant's events looked cheaper to find by reading the whole table
+// (make bench ARGS=-growth: two scans of a 2.4 GB outbox, one per tenant).
 func TestACatchUpReadsOnlyTheMinutesItNeeds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
@@ -603,12 +607,12 @@ func TestACatchUpReadsOnlyTheMinutesItNeeds(t *testing.T) {
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
 		SELECT gen_random_uuid(), 'payment', 'pay_' || n, 'PaymentCreated',
-		       CASE WHEN n % 11 = 0 THEN '{}'::jsonb ELSE jsonb_build_object('tenantId', 't' || n % 3) END,
-		       now() - interval '1 day' + n * interval '1 ms', now() - interval '1 day'
-		FROM generate_series(1, 22000) n;
+		       CASE WHEN n % 11 = 0 THEN '{}'::jsonb ELSE jsonb_build_object('tenantId', 't0', 'body', repeat('x', 450)) END,
+		       now() - interval '1 day' + (n * 7919 % 40000) * interval '2 s', now() - interval '1 day'
+		FROM generate_series(1, 40000) n;
 		INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
 		SELECT gen_random_uuid(), 'payment', 'pay_new' || n, 'PaymentCreated',
-		       CASE WHEN n > 10 THEN '{}'::jsonb ELSE jsonb_build_object('tenantId', 't' || n % 3) END,
+		       CASE WHEN n > 10 THEN '{}'::jsonb ELSE jsonb_build_object('tenantId', 't0') END,
 		       now() - interval '1 minute', now()
 		FROM generate_series(1, 12) n;
 		INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ('s', now(), now());
@@ -631,5 +635,5 @@ func TestACatchUpReadsOnlyTheMinutesItNeeds(t *testing.T) {
 	if len(ids) != 12 || recent != 12 {
 		t.Fatalf("caught up %d events, %d of them recent: want the 12 recent ones", len(ids), recent)
 	}
-	pgtest.ReadsAtMost(t, pool, 100, "text, bigint", stream.CatchUpSQL, "s", margin)
+	pgtest.ReadsAtMostUnder(t, pool, []string{stream.CatchUpPlanning}, 100, "text, bigint", stream.CatchUpSQL, "s", margin)
 }
