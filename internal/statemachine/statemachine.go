@@ -49,9 +49,10 @@ type Table struct {
 	ForeignKey  string // the audit table's column naming the row, e.g. "payment_id"
 	// CreatedAt, if set, is the audit table's column that repeats the
 	// row's created_at on each record, e.g. "payment_created_at": an
-	// index on it and the row's id finds a row's audit by its creation
-	// time, and takes its entries at its right edge, as rows are created
-	// in time order (an index on random ids alone takes them anywhere).
+	// index on it finds a row's audit by its creation time (the row's id
+	// tested on what it finds), and takes its entries at its right edge,
+	// as rows are created in time order (an index on random ids takes them
+	// anywhere).
 	// The resource table then has created_at, and a creation's records
 	// (Created, CreatedAs) are made at it.
 	CreatedAt string

@@ -4,4 +4,7 @@ package stream
 const CatchUpSQL = catchUpSQL
 
 // CatchUpPlanning is catchUpPlanning, for the same test.
-const CatchUpPlanning = catchUpPlanning
+var CatchUpPlanning = catchUpPlanning
+
+// ChooseCatchUp is chooseCatchUp, for the same test.
+var ChooseCatchUp = chooseCatchUp
