@@ -140,6 +140,40 @@ func itemsWithItem1Locked(t *testing.T) (*pgxpool.Pool, pgx.Tx) {
 	return pool, holder
 }
 
+// commitBesideABlockedBatch commits blocked (key 1, whose row holder has
+// locked) and free (key 2) on c, as one group behind a first batch held
+// back until both are queued: free must commit within 3 s while the lock
+// is held, and blocked once holder commits.
+func commitBesideABlockedBatch(t *testing.T, c *Committer, h *held, holder pgx.Tx, blocked, free *pgx.Batch) {
+	t.Helper()
+	ctx := context.Background()
+	first := holdFirst(t, c, h, insert(10, new(int)))
+	blockedErr, freeErr := make(chan error, 1), make(chan error, 1)
+	go func() { blockedErr <- c.Commit(ctx, 1, blocked) }() // sent first: key 1
+	go func() { freeErr <- c.Commit(ctx, 2, free) }()
+	waitQueued(t, c, 2)
+	close(h.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case err := <-freeErr:
+		if err != nil {
+			t.Fatalf("the free batch: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatalf("the free batch waited on its group's blocked one; sent %v", h.sizes())
+	}
+	t.Logf("the free batch committed %v after its group was sent", time.Since(start).Round(time.Millisecond))
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blockedErr; err != nil {
+		t.Fatalf("the blocked batch, once the lock was let go: %v", err)
+	}
+}
+
 // waitQueued waits until n batches are queued on c.
 func waitQueued(t *testing.T, c *Committer, n int) {
 	t.Helper()
@@ -406,36 +440,14 @@ func TestAPanickingGroupLeavesTheCommitterWorking(t *testing.T) {
 // the others commit alone, and the blocked one waits on alone.
 func TestABatchWaitingOnALockDoesNotHoldItsGroupBack(t *testing.T) {
 	pool, holder := itemsWithItem1Locked(t)
-	ctx := context.Background()
 	h := &held{db: pool, release: make(chan struct{})}
 	c := New(h, Options{Concurrency: 1, Timeout: 5 * time.Second, LockTimeout: 100 * time.Millisecond})
-	first := holdFirst(t, c, h, insert(10, new(int)))
 	blocked := &pgx.Batch{}
 	blocked.Queue(`UPDATE items SET seq = seq + 1 WHERE n = 1`)
-	blockedErr, freeErr := make(chan error, 1), make(chan error, 1)
 	var got int
-	go func() { blockedErr <- c.Commit(ctx, 1, blocked) }() // sent first: key 1
-	go func() { freeErr <- c.Commit(ctx, 2, insert(2, &got)) }()
-	waitQueued(t, c, 2)
-	close(h.release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	select {
-	case err := <-freeErr:
-		if err != nil || got != 2 {
-			t.Fatalf("the free batch: %v, read %d", err, got)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatalf("the free batch waited on its group's blocked one; sent %v", h.sizes())
-	}
-	t.Logf("the free batch committed %v after its group was sent", time.Since(start).Round(time.Millisecond))
-	if err := holder.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-blockedErr; err != nil {
-		t.Fatalf("the blocked batch, once the lock was let go: %v", err)
+	commitBesideABlockedBatch(t, c, h, holder, blocked, insert(2, &got))
+	if got != 2 {
+		t.Fatalf("the free batch read %d", got)
 	}
 	// The first alone; the group; then each of its two alone.
 	if s := h.sizes(); fmt.Sprint(s) != "[1 2 1 1]" {

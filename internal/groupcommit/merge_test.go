@@ -237,30 +237,8 @@ func TestAMergedBatchWaitingOnALockDoesNotHoldItsGroupBack(t *testing.T) {
 	}
 	h := &held{db: pool, release: make(chan struct{})}
 	c := New(h, Options{Concurrency: 1, Timeout: 5 * time.Second, LockTimeout: 100 * time.Millisecond, Merge: rowset.Many})
-	first := holdFirst(t, c, h, insert(10, new(int)))
 	bump := func(n int) *pgx.Batch { b := &pgx.Batch{}; b.Queue(stampItem.SQL(), n); return b }
-	blockedErr, freeErr := make(chan error, 1), make(chan error, 1)
-	go func() { blockedErr <- c.Commit(ctx, 1, bump(1)) }() // sent first: key 1
-	go func() { freeErr <- c.Commit(ctx, 2, bump(2)) }()
-	waitQueued(t, c, 2)
-	close(h.release)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-freeErr:
-		if err != nil {
-			t.Fatalf("the free batch: %v", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatalf("the free batch waited on its group's blocked one; sent %v", h.sizes())
-	}
-	if err := holder.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-blockedErr; err != nil {
-		t.Fatalf("the blocked batch, once the lock was let go: %v", err)
-	}
+	commitBesideABlockedBatch(t, c, h, holder, bump(1), bump(2))
 	// The first alone; the merge; the group unmerged; then each alone.
 	if s := h.sizes(); fmt.Sprint(s) != "[1 1 2 1 1]" {
 		t.Fatalf("sent %v", s)

@@ -255,8 +255,8 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.DebugContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := &Owner{e: e, KeyID: id, Token: 1, Tenant: req.Scope.Tenant, Resource: req.Resource, First: true, Created: req.Created,
-				order: order, scope: req.Scope, fingerprint: req.Fingerprint}
+			own := e.newOwner(id, 1, req.Scope, order, req.Fingerprint, req.Resource)
+			own.First, own.Created = true, req.Created
 			return e.resume(ctx, op, own)
 		}
 		reply, err := e.answerRetry(ctx, op, req, scope, nil)
@@ -472,8 +472,13 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 // ownerOf is an owner of rec's key as rec says it stands: its row, fencing
 // token, scope and resource.
 func (e *Engine) ownerOf(rec Record) *Owner {
-	return &Owner{e: e, KeyID: rec.ID, Token: rec.FencingToken, Tenant: rec.Scope.Tenant, Resource: rec.Resource, order: lockOrder(rec.Scope),
-		scope: rec.Scope, fingerprint: rec.Fingerprint}
+	return e.newOwner(rec.ID, rec.FencingToken, rec.Scope, lockOrder(rec.Scope), rec.Fingerprint, rec.Resource)
+}
+
+// newOwner is the owner of key row id with fencing token, of scope (whose
+// lockOrder is order) and the command's fingerprint, for res.
+func (e *Engine) newOwner(id, token int64, scope Scope, order uint64, fingerprint []byte, res Resource) *Owner {
+	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, order: order, scope: scope, fingerprint: fingerprint}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran
