@@ -27,8 +27,15 @@ providersim: ## start the provider simulator alone on PROVIDERSIM_ADDR (default 
 build: ## build the binaries (paymentsapi, providersim, paymentsctl) into ./bin
 	$(GO) build -o $(BIN)/ ./cmd/paymentsapi ./cmd/providersim ./cmd/paymentsctl
 
-test: tools ## run every test, with the race detector, on real PostgreSQL
+# The packages that drive the idempotency engine run a second time with the
+# inline committer (COMMIT_MODE=inline): the same tests hold for both.
+ENGINE_PKGS := ./internal/idempotency/ ./internal/providerflow/ ./internal/payments/ ./internal/refunds/ \
+	./internal/authorizations/ ./internal/endpoints/ ./internal/delivery/ ./internal/httpapi/... \
+	./internal/moneysim/ ./internal/app/
+
+test: tools ## run every test, with the race detector, on real PostgreSQL; the engine's again with the inline committer
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...
+	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS)
 
 # The database failover tests (cmd/paymentsapi/failover_e2e_test.go): a
 # PostgreSQL primary and standby, two API processes, the primary crashed or
@@ -41,11 +48,12 @@ test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...
 
 # The deterministic simulation of the money's life (internal/moneysim): SEEDS
-# runs from a random first seed (SIM_START=n to choose it); a failing seed
-# prints the command that replays it. `make test` runs a few seeds.
+# runs from a random first seed (SIM_START=n to choose it), with the default
+# committer or COMMIT_MODE=inline|group; a failing seed prints the command
+# that replays it. `make test` runs a few seeds in each mode.
 SEEDS ?= 200
-sim: ## run the money simulation for SEEDS seeds (default 200); replay one with SIM_SEED=n
-	$(GO) test -count=1 -timeout 120m -run 'TestSimulation$$' ./internal/moneysim -sim.seeds=$(SEEDS) $(if $(SIM_START),-sim.start=$(SIM_START))
+sim: ## run the money simulation for SEEDS seeds (default 200; COMMIT_MODE=inline|group); replay one with SIM_SEED=n
+	TEST_COMMIT_MODE=$(COMMIT_MODE) $(GO) test -count=1 -timeout 120m -run 'TestSimulation$$' ./internal/moneysim -sim.seeds=$(SEEDS) $(if $(SIM_START),-sim.start=$(SIM_START))
 
 # Every fuzz target, as package:target. `go test -fuzz` runs one target at a
 # time; the seed corpora (testdata/fuzz/...) also run as plain tests in `make test`.

@@ -192,6 +192,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		ReplayTTL:         cfg.IdempotencyTTL,
 		Lease:             cfg.LeaseDuration,
 		RetryAfter:        time.Second,
+		CommitMode:        cfg.CommitMode,
 		CommitConcurrency: cfg.CommitConcurrency,
 		ProviderTimeout:   cfg.ProviderTimeout,
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
@@ -243,7 +244,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	var wg sync.WaitGroup
 	wg.Go(func() { a.keys.Run(workers) })
 	wg.Go(func() { a.core.Reconciler.Run(workers, cfg.ReconcileInterval) })
-	wg.Go(func() { a.core.Engine.WatchServer(workers) }) // the memory of answers answers only while it runs
 	wg.Go(func() { relay.Run(workers) })
 	wg.Go(func() { deliveries.Run(workers) }) // every instance sends webhooks, with or without NATS
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })

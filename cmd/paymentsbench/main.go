@@ -34,6 +34,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,7 +82,11 @@ type config struct {
 	// APIBinB is a second build of the API, measured beside the first in
 	// every round on a database of its own: an A/B comparison within one
 	// run. Empty: none.
-	APIBinB  string
+	APIBinB string
+	// Plain measures, when there is no APIBinB, the API's plain
+	// configuration (plainEnv) as API B: the same binary, beside the
+	// default one in every round.
+	Plain    bool
 	FloorBin string // bench/floorapi; empty: no floor phases
 	DataDir  string
 	PGBench  string
@@ -105,6 +111,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.APIBin, "api-bin", filepath.Join("bin", "paymentsapi"), "the API binary (make build)")
 	fs.StringVar(&c.APIBinB, "api-bin-b", "",
 		"a second API binary (another build), measured after the first in every round on its own database, for an A/B comparison within one run; empty: none")
+	fs.BoolVar(&c.Plain, "plain", true,
+		"measure the plain configuration ("+strings.Join(plainEnv, " ")+") as API B, beside the default one; ignored with -api-bin-b or -growth")
 	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
 		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
@@ -132,8 +140,16 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	case c.Growth && c.APIBinB != "":
 		return c, errors.New("-api-bin-b compares new payments; the growth mode does not run them")
 	}
+	if c.APIBinB != "" || c.Growth {
+		c.Plain = false
+	}
 	return c, nil
 }
+
+// plainEnv is the API's plain configuration: each transaction committed on
+// its own, as written, and the outbox read by polling. It has no target in
+// the report, only its ratios.
+var plainEnv = []string{"COMMIT_MODE=inline"}
 
 // run is the whole program: everything it needs from the OS is a parameter.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -257,11 +273,16 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, filepath.Base(b.cfg.APIBin), dataDir, settings); err != nil {
 		return err
 	}
-	if b.cfg.APIBinB != "" {
+	if b.cfg.APIBinB != "" || b.cfg.Plain {
 		if err := b.mon.recreateDatabase(ctx, apiBDatabase); err != nil {
 			return err
 		}
-		if b.apiB, err = b.startService(ctx, "API B", b.cfg.APIBinB, apiBDatabase, "paymentsapi-b", dataDir, settings); err != nil {
+		bin, settingsB := b.cfg.APIBinB, settings
+		if b.cfg.Plain {
+			bin = b.cfg.APIBin
+			settingsB.Env = append(slices.Clone(settings.Env), plainEnv...)
+		}
+		if b.apiB, err = b.startService(ctx, "API B", bin, apiBDatabase, "paymentsapi-b", dataDir, settingsB); err != nil {
 			return err
 		}
 	}
@@ -639,5 +660,14 @@ func (b *benchRun) header() header {
 	return header{
 		Machine: machine(), Load: b.loadBefore + " before, " + loadAverage() + " after", PostgreSQL: b.pgVersion, Settings: b.pgSettings, Go: runtime.Version(),
 		Connections: b.cfg.Connections, Rounds: b.cfg.Rounds, Duration: b.cfg.Duration, Started: b.started,
+		PlainB: plainB(b.cfg),
 	}
+}
+
+// plainB names API B's settings when it is the plain configuration.
+func plainB(c config) string {
+	if !c.Plain {
+		return ""
+	}
+	return strings.Join(plainEnv, " ")
 }

@@ -351,6 +351,9 @@ type header struct {
 	Rounds      int
 	Duration    time.Duration
 	Started     time.Time
+	// PlainB: API B is this binary in its plain configuration (its
+	// settings), not another build.
+	PlainB string
 }
 
 // writeReport prints the whole report: where it ran, one row per phase and
@@ -374,7 +377,11 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 		return err
 	}
 	if s.NewB.Ops > 0 {
-		fmt.Fprintf(&b, "\n%s\n", compareBuilds(s.New, s.NewB))
+		if h.PlainB != "" {
+			fmt.Fprintf(&b, "\nAPI B is the plain configuration (%s), which has no target: new payments %s pgbench's, %s the floor's; WAL per payment %s\n",
+				h.PlainB, fmtX(ratio(s.NewB.rate(), s.Reference.rate())), fmtX(ratio(s.NewB.rate(), s.Floor.rate())), fmtBytes(s.NewB.walPerOp()))
+		}
+		fmt.Fprintf(&b, "%s\n", compareBuilds(s.New, s.NewB))
 	}
 	for _, p := range append(slices.Clone(phases), s.Replay) {
 		if p.Failed > 0 {

@@ -34,6 +34,7 @@ type Config struct {
 	ReplayTTL         time.Duration // IDEMPOTENCY_TTL
 	Lease             time.Duration // LEASE_DURATION
 	RetryAfter        time.Duration // advice on 409 in use, 202, 503
+	CommitMode        string        // COMMIT_MODE: idempotency.CommitInline or CommitGroup ("": group)
 	CommitConcurrency int           // COMMIT_CONCURRENCY; 0: one claim and one owner step in flight
 	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
@@ -114,7 +115,8 @@ func New(d Deps, cfg Config) *Core {
 	engine := idempotency.NewEngine(idempotency.Deps{
 		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: d.Tracer,
 	}, idempotency.Config{
-		ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter, CommitConcurrency: cfg.CommitConcurrency,
+		ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter,
+		CommitMode: cfg.CommitMode, CommitConcurrency: cfg.CommitConcurrency,
 	})
 	mods := append(Modules(cfg), cfg.ExtraModules...)
 	ops, err := operation.Build(mods, operation.Env{

@@ -74,7 +74,7 @@ func newToyEnv(t *testing.T) *toyEnv {
 	log := slog.New(slog.DiscardHandler)
 	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL, nil), Clock: clk, Log: log, Metrics: m}, app.Config{
 		ReplayTTL: toyReplayTTL, Lease: toyLease, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
-		ProviderKeyWindow: 24 * time.Hour, StripeWebhookSecret: toyWebhookSecret,
+		ProviderKeyWindow: 24 * time.Hour, StripeWebhookSecret: toyWebhookSecret, CommitMode: pgtest.CommitMode(),
 		ExtraModules: []operation.Module{widgetModule(maker)},
 	})
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{

@@ -110,8 +110,8 @@ func newEnv(t *testing.T, opts envOptions) *env {
 			prov = opts.wrap(prov)
 		}
 		core := app.New(app.Deps{DB: instPool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, app.Config{
-			PaymentHooks: opts.hooks,
-			ReplayTTL:    replayTTL, Lease: lease(opts), RetryAfter: time.Second,
+			PaymentHooks: opts.hooks, CommitMode: pgtest.CommitMode(),
+			ReplayTTL: replayTTL, Lease: lease(opts), RetryAfter: time.Second,
 			ProviderTimeout: opts.providerTimeout, ProviderKeyWindow: 24 * time.Hour, AuthorizationTTL: authTTL,
 			Recovery: idempotency.RecoveryPolicy{MaxAttempts: 20},
 		})

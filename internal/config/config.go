@@ -44,6 +44,7 @@ type Config struct {
 	LeaseDuration          time.Duration
 	ReconcileInterval      time.Duration
 	ReconcileMaxAttempts   int
+	CommitMode             string
 	CommitConcurrency      int
 	OutboxRetention        time.Duration
 	InboxRetention         time.Duration
@@ -155,6 +156,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		durErr = errors.Join(durErr, fmt.Errorf("RECONCILE_MAX_ATTEMPTS must be a positive integer"))
 	}
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", maxAttempts, "unresolved attempts before a payment is marked for manual review (RECONCILE_MAX_ATTEMPTS)")
+	fs.StringVar(&c.CommitMode, "commit-mode", env("COMMIT_MODE", "group"),
+		"how requests' transactions are committed: inline (each on its own, as written) or group (those that queue up committed together, like statements merged) (COMMIT_MODE)")
 	commits, err := strconv.Atoi(env("COMMIT_CONCURRENCY", "1"))
 	if err != nil || commits < 1 {
 		durErr = errors.Join(durErr, fmt.Errorf("COMMIT_CONCURRENCY must be a positive integer"))
@@ -256,6 +259,9 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("PROVIDER_KEY_TTL (%s) must be at most %s with PROVIDER=stripe: "+
 			"Stripe forgets idempotency keys after 24 hours, and a payment re-sent after that could be charged twice",
 			c.ProviderKeyTTL, StripeKeyTTL))
+	}
+	if c.CommitMode != "inline" && c.CommitMode != "group" {
+		errs = append(errs, fmt.Errorf("COMMIT_MODE must be inline or group, not %q", c.CommitMode))
 	}
 	if c.OutboxPublisher != "log" && c.OutboxPublisher != "nats" {
 		errs = append(errs, fmt.Errorf("OUTBOX_PUBLISHER must be log or nats, not %q", c.OutboxPublisher))

@@ -85,7 +85,7 @@ func newEnvOn(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Re
 	m := metrics.New(reg)
 	core := app.New(app.Deps{DB: pool, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clk, Log: log, Metrics: m}, app.Config{
 		ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
-		ProviderKeyWindow: 24 * time.Hour, Webhooks: endpoints.Options{Policy: p, Resolver: r},
+		ProviderKeyWindow: 24 * time.Hour, Webhooks: endpoints.Options{Policy: p, Resolver: r}, CommitMode: pgtest.CommitMode(),
 	})
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),

@@ -108,7 +108,7 @@ func newEnv(t *testing.T) *env {
 	m := metrics.New(reg)
 	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL, nil), Clock: clk, Log: log, Metrics: m}, app.Config{
 		ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
-		ProviderKeyWindow: 24 * time.Hour,
+		ProviderKeyWindow: 24 * time.Hour, CommitMode: pgtest.CommitMode(),
 	})
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),

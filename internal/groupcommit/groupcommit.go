@@ -110,6 +110,11 @@ type Options struct {
 	// Merged, if set, is told how many batches each merge held, as it is
 	// sent.
 	Merged func(batches int)
+	// Plain, if set, reports whether a statement's callback reads its row
+	// as the plain statement returns it: without the ordinal its many-row
+	// text returns first (rowset.IsPaired). Otherwise a merged statement's
+	// callback gets the ordinal too, as the one-row text of New returns it.
+	Plain func(sql string) bool
 }
 
 // Committer commits batches, grouping those that queue up.

@@ -117,18 +117,20 @@ func (c *Committer) queueMerged(all *pgx.Batch, group []*request, unit []int, re
 		for n, i := range unit {
 			fns[n] = group[i].b.QueuedQueries[j].Fn
 		}
+		plain := c.opts.Plain != nil && c.opts.Plain(q.SQL)
 		all.QueuedQueries = append(all.QueuedQueries, &pgx.QueuedQuery{SQL: many, Arguments: arrays,
 			Fn: func(br pgx.BatchResults) error {
 				*reading = -1
-				return dispatch(br, fns)
+				return dispatch(br, fns, plain)
 			}})
 	}
 }
 
 // dispatch reads a merged statement's rows and hands each to the callback
-// of the batch its first column numbers (1: the first of the merge); a
-// batch that got none, its callback gets no row.
-func dispatch(br pgx.BatchResults, fns []func(pgx.BatchResults) error) error {
+// of the batch its first column numbers (1: the first of the merge),
+// without that column if plain; a batch that got none, its callback gets
+// no row.
+func dispatch(br pgx.BatchResults, fns []func(pgx.BatchResults) error, plain bool) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
@@ -149,7 +151,7 @@ func dispatch(br pgx.BatchResults, fns []func(pgx.BatchResults) error) error {
 		}
 		got[n] = true
 		if fns[n] != nil {
-			if err := fns[n](rowResult{rows: rows}); err != nil && fnErr == nil {
+			if err := fns[n](rowResult{rows: rows, plain: plain}); err != nil && fnErr == nil {
 				fnErr = err
 			}
 		}
@@ -168,14 +170,21 @@ func dispatch(br pgx.BatchResults, fns []func(pgx.BatchResults) error) error {
 }
 
 // rowResult is one batch's result of a merged statement: its row (rows at
-// it), or none (nil rows). It is read with QueryRow only.
-type rowResult struct{ rows pgx.Rows }
+// it), or none (nil rows), read without its ordinal if plain. It is read
+// with QueryRow only.
+type rowResult struct {
+	rows  pgx.Rows
+	plain bool
+}
 
 func (r rowResult) QueryRow() pgx.Row { return r }
 
 func (r rowResult) Scan(dest ...any) error {
 	if r.rows == nil {
 		return pgx.ErrNoRows
+	}
+	if r.plain {
+		dest = append([]any{nil}, dest...)
 	}
 	return r.rows.Scan(dest...)
 }

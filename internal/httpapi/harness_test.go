@@ -67,6 +67,12 @@ func withSlowDelay(d time.Duration) envOption {
 	return func(o *envOptions) { o.sim.SlowDelay = d }
 }
 
+// withCommitMode sets the engine's committer, for a test of one of them
+// (the others run with TEST_COMMIT_MODE's).
+func withCommitMode(mode string) envOption {
+	return func(o *envOptions) { o.cfg.CommitMode = mode }
+}
+
 func withProviderTimeout(d time.Duration) envOption {
 	return func(o *envOptions) { o.cfg.ProviderTimeout = d }
 }
@@ -104,7 +110,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		sim: sim.Options{SlowDelay: 500 * time.Millisecond, HangFor: 5 * time.Second},
 		cfg: app.Config{
 			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second,
-			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second,
+			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second, CommitMode: pgtest.CommitMode(),
 		},
 	}
 	for _, opt := range opts {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 )
 
 // Payments created at the same moment share their transactions (package
@@ -17,7 +19,7 @@ import (
 // provider lines the settles up as the claims were.
 func TestPaymentsCreatedTogetherAreWrittenByMergedStatements(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withSlowDelay(300*time.Millisecond))
+	e := newEnv(t, withSlowDelay(300*time.Millisecond), withCommitMode(idempotency.CommitGroup))
 	const n, retries = 24, 6
 	var (
 		wg       sync.WaitGroup

@@ -32,6 +32,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
@@ -175,7 +176,8 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	// Real time, and a short lease: a request cut off by the crash keeps its
 	// key until the lease runs out, and a retry takes over after that.
 	cfg := app.Config{
-		ReplayTTL: 24 * time.Hour, Lease: 4 * time.Second, ProviderTimeout: 2 * time.Second,
+		CommitMode: pgtest.CommitMode(),
+		ReplayTTL:  24 * time.Hour, Lease: 4 * time.Second, ProviderTimeout: 2 * time.Second,
 		ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second,
 		Recovery: idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 500 * time.Millisecond}, MaxAttempts: 100},
 	}

@@ -14,9 +14,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/groupcommit"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/rowset"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
@@ -83,9 +81,13 @@ type Config struct {
 	// RetryAfter is the one advice the service gives a client that should
 	// come back later: a 409 in use, a 202 processing, a 503.
 	RetryAfter time.Duration
-	// CommitConcurrency is how many claims, and how many owner steps, are
-	// in flight at once before the others of their kind are grouped
-	// (COMMIT_CONCURRENCY; 0: 1 of each).
+	// CommitMode is how claims and owner steps are committed
+	// (COMMIT_MODE): CommitInline, each on its own, or CommitGroup ("":
+	// the default), grouped with concurrent requests' (see committer).
+	CommitMode string
+	// CommitConcurrency is, in CommitGroup, how many claims, and how many
+	// owner steps, are in flight at once before the others of their kind
+	// are grouped (COMMIT_CONCURRENCY; 0: 1 of each).
 	CommitConcurrency int
 }
 
@@ -116,21 +118,14 @@ type Engine struct {
 	waiter  Waiter
 	tracer  trace.Tracer // nil: tracing is off
 	cfg     Config
-	hints   *hints  // scopes seen taken lately: read them before claiming
-	memory  *memory // final answers committed or replayed lately, replayed without a read
-	// claims and steps send the claims' batches and the owners', each
-	// grouping those of concurrent requests into one transaction (package
-	// groupcommit). Like is grouped with like: a claim's batch and an
-	// owner step's are different statements, so a group of one kind is
-	// twice the size of a mixed one at the same commits per payment, and
-	// its batches are alike: like batches whose statements are all over
-	// input rows (package rowset) are merged, each statement sent once for
-	// all of them (a payment's claim and its settle are).
-	claims *groupcommit.Committer
-	steps  *groupcommit.Committer
+	// commits runs the claims and the owners' steps: each on its own, or
+	// grouped with those of concurrent requests (see committer).
+	commits committer
 }
 
-// NewEngine returns an Engine.
+// NewEngine returns an Engine. A CommitMode other than CommitInline,
+// CommitGroup or "" is a programming error (the configuration refuses
+// it): NewEngine panics.
 func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
@@ -138,13 +133,11 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if cfg.CommitConcurrency <= 0 {
 		cfg.CommitConcurrency = 1
 	}
-	committer := func(kind string) *groupcommit.Committer {
-		batches, merged := d.Metrics.GroupCommitBatches.WithLabelValues(kind), d.Metrics.GroupCommitMerged.WithLabelValues(kind)
-		return groupcommit.New(d.DB, groupcommit.Options{Concurrency: cfg.CommitConcurrency, Timeout: stepTimeout,
-			Sent: func(n int) { batches.Observe(float64(n)) }, Merge: rowset.Many, Merged: func(n int) { merged.Add(float64(n)) }})
+	commits, err := newCommitter(cfg.CommitMode, d.DB, d.Metrics, cfg.CommitConcurrency)
+	if err != nil {
+		panic("idempotency: " + err.Error())
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, hints: newHints(), memory: newMemory(),
-		claims: committer("claims"), steps: committer("steps")}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, commits: commits}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -209,21 +202,13 @@ type Reply struct {
 // resource in one transaction, then resumes it; a retry is answered from
 // what the key's record says, and takes the key over if its owner died.
 func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, error) {
-	// A retry of a key whose final answer this engine committed or
-	// replayed lately is replayed from memory, while the server that holds
-	// it is known to be the one the pool talks to (see memory).
-	if rec, ok := e.memory.replay(req.Scope, req.Fingerprint, e.clock.Now(), e.cfg.ReplayTTL); ok {
-		e.metrics.IdempotencyReplays.Inc()
-		return rec.replay(), nil
-	}
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
 	scope := names(op)
-	// A key this engine saw taken lately is most likely a retry's: its
-	// record is read first, alone, and answered as a retry's; the claim
-	// runs only if the record is not there (hints).
-	hint := e.hints.hash(req.Scope)
-	if e.hints.taken(hint) {
+	// A key the group committer saw taken lately is most likely a retry's:
+	// its record is read first, alone, and answered as a retry's; the
+	// claim runs only if the record is not there (hints).
+	if e.commits.likelyTaken(req.Scope) {
 		seen, err := e.look(ctx, req.Scope, scope)
 		if err != nil {
 			return Reply{}, err
@@ -240,9 +225,6 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// statements: clean-up deleted the key we collided with.
 	for round := 0; ; round++ {
 		id, claimed, err := e.claim(ctx, req, order)
-		if err == nil {
-			e.hints.add(hint)
-		}
 		if err != nil {
 			if expired := existingResource(ctx, req, err); expired != nil {
 				e.metrics.IdempotencyConflicts.WithLabelValues("expired").Inc()
@@ -255,7 +237,7 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		if claimed {
 			e.metrics.IdempotencyClaims.Inc()
 			e.log.DebugContext(ctx, "idempotency key claimed", "resource", req.Resource.ID)
-			own := e.newOwner(id, 1, req.Scope, order, req.Fingerprint, req.Resource)
+			own := e.newOwner(id, 1, req.Scope, order, req.Resource)
 			own.First, own.Created = true, req.Created
 			return e.resume(ctx, op, own)
 		}
@@ -268,25 +250,19 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 }
 
 // claim is the first transaction: the key and whatever req.Create writes,
-// all or nothing, in one round trip. claimed is false, without error, when
-// the key was already claimed. The batch does not read the key's record
-// too: a new key, the common case here, would pay for a read that finds
-// nothing, and a retry mostly reaches the engine that saw its key taken,
-// which reads the record instead of claiming (hints). A retry that reaches
-// another instance reads it after the claim, in a second round trip.
+// all or nothing. claimed is false, without error, when the key was
+// already claimed; the caller then reads the key's record, as a retry.
 func (e *Engine) claim(ctx context.Context, req Request, order uint64) (id int64, claimed bool, err error) {
-	// The client going away must not cut the batch off halfway: once its
-	// Sync is sent, the claim may have committed, and a cut connection
-	// would leave it in doubt. It is bounded like any owner step instead.
+	// The client going away must not cut the transaction off halfway: once
+	// its commit is sent, the claim may have committed, and a cut
+	// connection would leave it in doubt. It is bounded like any owner step
+	// instead.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 	defer cancel()
 	now := e.clock.Now()
-	b := &pgx.Batch{}
-	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, now, e.cfg.Lease, req.FirstLook.claimAt(now))
-	if req.Create != nil {
-		req.Create(claim.After(b))
-	}
-	if err = e.claims.Commit(ctx, order, b); err != nil {
+	k := newKey{scope: req.Scope, fingerprint: req.Fingerprint, resource: req.Resource,
+		createdAt: now, leaseUntil: now.Add(e.cfg.Lease), firstLook: req.FirstLook.claimAt(now)}
+	if id, err = e.commits.claim(ctx, order, k, req.Create); err != nil {
 		return 0, false, fmt.Errorf("claim idempotency key: %w", err)
 	}
 	return id, id != 0, nil
@@ -334,8 +310,9 @@ func (e *Engine) QueueScheduled(b *pgx.Batch, req Request, at time.Time) {
 	if !IsServiceKey(req.Scope.Key) {
 		panic(fmt.Sprintf("idempotency: the service's own command needs a ServiceKey, not %q", req.Scope.Key))
 	}
-	var id int64
-	queueClaim(b, &id, req.Scope, req.Fingerprint, req.Resource, e.clock.Now(), 0, &at)
+	now := e.clock.Now()
+	queueGatingClaim(b, newKey{scope: req.Scope, fingerprint: req.Fingerprint, resource: req.Resource,
+		createdAt: now, leaseUntil: now, firstLook: &at}, nil)
 	if req.Create != nil {
 		req.Create(claim.After(b))
 	}
@@ -404,7 +381,6 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
 			e.metrics.IdempotencyReplays.Inc()
-			e.memory.keep(rec, rec.readOn, now)
 			return rec.replay(), nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {
@@ -472,13 +448,13 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 // ownerOf is an owner of rec's key as rec says it stands: its row, fencing
 // token, scope and resource.
 func (e *Engine) ownerOf(rec Record) *Owner {
-	return e.newOwner(rec.ID, rec.FencingToken, rec.Scope, lockOrder(rec.Scope), rec.Fingerprint, rec.Resource)
+	return e.newOwner(rec.ID, rec.FencingToken, rec.Scope, lockOrder(rec.Scope), rec.Resource)
 }
 
 // newOwner is the owner of key row id with fencing token, of scope (whose
-// lockOrder is order) and the command's fingerprint, for res.
-func (e *Engine) newOwner(id, token int64, scope Scope, order uint64, fingerprint []byte, res Resource) *Owner {
-	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, order: order, scope: scope, fingerprint: fingerprint}
+// lockOrder is order), for res.
+func (e *Engine) newOwner(id, token int64, scope Scope, order uint64, res Resource) *Owner {
+	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, order: order}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran

@@ -57,18 +57,26 @@ func (o finishingOp) Resume(ctx context.Context, own *Owner) (Result, error) {
 
 func testEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake) {
 	t.Helper()
-	return engineOn(t, pgtest.NewPool(t))
+	return engineOn(t, pgtest.NewPool(t), pgtest.CommitMode())
 }
 
-// engineOn is testEngine on pool.
-func engineOn(t *testing.T, pool *pgxpool.Pool) (*Engine, *pgxpool.Pool, *clock.Fake) {
+// engineOn is testEngine on pool, committing in mode.
+func engineOn(t *testing.T, pool *pgxpool.Pool, mode string) (*Engine, *pgxpool.Pool, *clock.Fake) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	e := NewEngine(Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(prometheus.NewRegistry()),
-	}, Config{ReplayTTL: time.Hour, Lease: time.Minute})
+	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitMode: mode})
 	return e, pool, clk
+}
+
+// queueClaim adds to b the claim of a key, in the form a batch that goes
+// on without looking at it needs (queueGatingClaim), and sets *id to its
+// row, or 0 if the key was taken.
+func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, firstLook *time.Time) {
+	queueGatingClaim(b, newKey{scope: scope, fingerprint: fingerprint, resource: res,
+		createdAt: now, leaseUntil: now.Add(lease), firstLook: firstLook}, id)
 }
 
 // claimKey claims a key alone, as Engine.Do's batch does with nothing else
@@ -552,7 +560,7 @@ func measuredEngine(t *testing.T) (*Engine, *pgxpool.Pool, *clock.Fake, *prometh
 	e := NewEngine(Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(reg),
-	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitConcurrency: 1})
+	}, Config{ReplayTTL: time.Hour, Lease: time.Minute, CommitMode: CommitGroup, CommitConcurrency: 1})
 	return e, pool, clk, reg
 }
 

@@ -14,9 +14,7 @@ import (
 // record read is the database's, as on any other path: a hint that is
 // wrong (a hash collision, a key clean-up deleted, the tail of commits a
 // failover lost) costs one read that finds nothing, and the request claims
-// the key as if it had no hint. (The memory of answers, which answers a
-// retry without the database, answers only while the server it came from
-// is known to be the one the pool talks to: see memory.)
+// the key as if it had no hint.
 //
 // It holds at most two generations of hintsPerGeneration scopes, as 64-bit
 // hashes: when the newer fills up, the older is dropped. About 2 MB.

@@ -14,11 +14,11 @@ import (
 // the key claims as always. The hint is never an answer: once the
 // database has lost the key (a failover that lost its commit, or
 // clean-up), the hinted retry finds nothing and claims the key again,
-// as it would without the hint (issue 22).
+// as it would without the hint. The hints are the group committer's.
 func TestARetryTheEngineSawTakenIsReadBeforeItsClaim(t *testing.T) {
 	t.Parallel()
-	e, pool, _ := testEngine(t)
-	other, _, _ := engineOn(t, pool) // a second instance
+	e, pool, _, _ := measuredEngine(t)
+	other, _, _ := engineOn(t, pool, CommitGroup) // a second instance
 	ctx := context.Background()
 	var resumes, creates atomic.Int32
 	op := finishingOp{resumes: &resumes}

@@ -11,7 +11,7 @@ import (
 
 // widgetRow is insertWidget over input rows (package rowset): a Create whose
 // batch may be merged with other requests' like batches.
-var widgetRow = claim.NewRows([]rowset.Column{{Name: "id", Type: "text"}}, func(claimed string) string {
+var widgetRow = claim.NewRows(`INSERT INTO widgets (id) VALUES ($1)`, []rowset.Column{{Name: "id", Type: "text"}}, func(claimed string) string {
 	return `
 		INSERT INTO widgets (id) SELECT id FROM input WHERE ` + claimed + ` ORDER BY ord`
 })
@@ -56,7 +56,7 @@ func TestAMergedClaimWritesOnlyTheRowsWhoseKeyItTook(t *testing.T) {
 	news := []<-chan error{do("w_1"), do("w_2")}
 	retried := do("w_retry")
 	news = append(news, do("w_3"))
-	waitFor(t, func() bool { return e.claims.Waiting() == 4 })
+	waitFor(t, func() bool { return e.commits.(grouped).claims.Waiting() == 4 })
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -47,10 +47,6 @@ type Owner struct {
 	rescheduled  bool      // a committed hold or release booked a decided look
 	markedReview bool
 	order        uint64 // lockOrder of the key's scope: its place in a group commit
-	scope        Scope  // the key's, and the command's fingerprint: what the memory of answers keeps
-	fingerprint  []byte
-	pendingAt    time.Time // the completion of the answer pending
-	pendingOn    string    // the server its commit wrote it on (serverIdentity)
 }
 
 // QueueFinish adds to b the statement that stores r, rendered, as the key's
@@ -61,9 +57,7 @@ func (o *Owner) QueueFinish(b *pgx.Batch, r Result) error {
 	if err != nil {
 		return fmt.Errorf("render %s result: %w", o.Resource.Type, err)
 	}
-	o.pendingAt = o.e.clock.Now()
-	o.pendingOn = ""
-	queueFinish(b, o.KeyID, o.Token, resp, o.pendingAt, &o.pendingOn)
+	queueFinish(b, o.KeyID, o.Token, resp, o.e.clock.Now())
 	o.pending, o.pendingOut = &resp, r.Outcome()
 	return nil
 }
@@ -199,7 +193,7 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.pending, o.rescheduling = nil, false
 	releasing := o.releasing
 	o.releasing = nil
-	err := o.e.steps.Commit(ctx, o.order, b)
+	err := o.e.commits.commit(ctx, o.order, b)
 	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
@@ -216,9 +210,6 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	o.rescheduled = o.rescheduled || rescheduling
 	if pending != nil {
 		o.answer = pending
-		completed := o.pendingAt
-		o.e.memory.keep(Record{ID: o.KeyID, Scope: o.scope, Fingerprint: o.fingerprint, Resource: o.Resource,
-			FencingToken: o.Token, Response: pending, CompletedAt: &completed}, o.pendingOn, o.e.clock.Now())
 		// Counted once per key: only the owner whose commit stored the
 		// final answer gets here.
 		o.e.metrics.OperationResults.WithLabelValues(o.op.Name(), o.pendingOut).Inc()

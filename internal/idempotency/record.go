@@ -39,9 +39,6 @@ type Record struct {
 	CreatedAt      time.Time
 	CompletedAt    *time.Time
 	ManualReviewAt *time.Time // when the key was left for a person to resolve (nil: it is not)
-	// readOn is the server the record was read from (serverIdentity), for
-	// the memory of answers; "" for a record not read from the database.
-	readOn string
 }
 
 // replay is the reply that replays r's stored answer.

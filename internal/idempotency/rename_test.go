@@ -41,7 +41,7 @@ func TestARenamedScopeIsOneScopeUnderBothNames(t *testing.T) {
 		    WHERE operation IN ('toy.create', 'create_toy')`); err != nil {
 		t.Fatal(err)
 	}
-	e, _, _ := engineOn(t, pool)
+	e, _, _ := engineOn(t, pool, pgtest.CommitMode())
 	var resumes atomic.Int32
 	old := renamedOp{finishingOp: finishingOp{resumes: &resumes}, name: "toy.create", alias: "create_toy"}
 	next := renamedOp{finishingOp: finishingOp{resumes: &resumes}, name: "create_toy", alias: "toy.create"}

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/rowset"
@@ -35,52 +34,10 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// queueClaim adds to b the insert of a new record owned by the caller with
-// fencing token 1 and a lease until now+lease, and sets *id to its row id
-// once b runs, or to 0 if the scope is already taken (the row inserted
-// first is the lock). Only a claim that took its key makes the condition of
-// package claim hold for the statements after it in the batch. A concurrent
-// claim of the same scope waits for the first transaction to end.
-//
-// firstLook (nil: none) is when the reconciler first looks at the key if
-// nobody finished it.
-//
-// The statement is one over input rows (package rowset), so that the
-// claims of several requests' like batches may be merged into one
-// (package groupcommit): each row claims its scope, and gets back its own
-// id, or 0.
-func queueClaim(b *pgx.Batch, id *int64, scope Scope, fingerprint []byte, res Resource, now time.Time, lease time.Duration, firstLook *time.Time) {
-	b.Queue(claimSQL, scope.Tenant, scope.Operation, scope.Key, fingerprint, res.Type, res.ID, now.Add(lease), now, firstLook).
-		QueryRow(func(row pgx.Row) error { return row.Scan(nil, id, nil) }) // nil: the row's ordinal, set_config's echo
-}
-
-// claimSQL is queueClaim's statement.
-var claimSQL = rowset.New([]rowset.Column{
-	{Name: "tenant_id", Type: "text"}, {Name: "operation", Type: "text"}, {Name: "idempotency_key", Type: "text"},
-	{Name: "fingerprint", Type: "bytea"}, {Name: "resource_type", Type: "text"}, {Name: "resource_id", Type: "text"},
-	{Name: "lease_expires_at", Type: "timestamptz"}, {Name: "created_at", Type: "timestamptz"},
-	{Name: "recovery_next_at", Type: "timestamptz"},
-}, `, claimed AS (
-		    INSERT INTO idempotency_keys
-		        (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-		         fencing_token, lease_expires_at, created_at, recovery_next_at)
-		    SELECT tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
-		           1, lease_expires_at, created_at, recovery_next_at
-		    FROM input ORDER BY ord
-		    ON CONFLICT DO NOTHING -- any of the scope's unique indexes (Renamed)
-		    RETURNING id, tenant_id, operation, idempotency_key
-		), took AS (
-		    SELECT input.ord, claimed.id
-		    FROM input JOIN claimed USING (tenant_id, operation, idempotency_key)
-		)
-		SELECT input.ord, COALESCE(took.id, 0), `+claim.Took("took")+`
-		FROM input LEFT JOIN took USING (ord)
-		ORDER BY input.ord`).SQL()
-
 const selectRecord = `
 	SELECT id, tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
 	       fencing_token, lease_expires_at, response_status, response_headers, response_body,
-	       created_at, completed_at, manual_review_at, ` + serverIdentity + `
+	       created_at, completed_at, manual_review_at
 	FROM idempotency_keys`
 
 // selectByScope reads the key of a scope stored under any of the
@@ -118,7 +75,7 @@ func scanRecord(row pgx.Row) (Record, error) {
 	)
 	err := row.Scan(&r.ID, &r.Scope.Tenant, &r.Scope.Operation, &r.Scope.Key, &r.Fingerprint,
 		&r.Resource.Type, &r.Resource.ID, &r.FencingToken, &r.LeaseExpiresAt, &status, &headers, &body,
-		&r.CreatedAt, &r.CompletedAt, &r.ManualReviewAt, &r.readOn)
+		&r.CreatedAt, &r.CompletedAt, &r.ManualReviewAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, ErrNotFound
 	}
@@ -162,22 +119,32 @@ func TakeOver(ctx context.Context, q Querier, id, seen int64, now time.Time, lea
 // queueFinish adds to b the statement that stores resp as the key's final
 // answer, ends the lease and the need for recovery, provided token is still
 // the key's fencing token; otherwise the batch fails with ErrFenced.
-func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time, server *string) {
+func queueFinish(b *pgx.Batch, id, token int64, resp Response, now time.Time) {
 	headers := jsontext.AppendStringMap(make([]byte, 0, 128), resp.Headers)
-	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now).
-		QueryRow(func(row pgx.Row) error { return row.Scan(nil, nil, nil, server) }) // the ordinal, the waiters told, the fence
+	b.Queue(finishSQL, id, token, resp.Status, headers, resp.Body, now)
 }
 
-// finishSQL is queueFinish's statement, built once: it runs on every final
-// answer. It is a statement over input rows (package rowset), so that the
-// final answers of several requests' like batches may be stored by one
-// (package groupcommit); each row is fenced on its own, and its waiters
-// told (notifyingWaiters, per row). Each row also says which server it was
-// written on (serverIdentity), for the memory of answers.
-var finishSQL = rowset.New([]rowset.Column{
-	{Name: "id", Type: "bigint"}, {Name: "fencing_token", Type: "bigint"}, {Name: "response_status", Type: "integer"},
-	{Name: "response_headers", Type: "jsonb"}, {Name: "response_body", Type: "bytea"}, {Name: "completed_at", Type: "timestamptz"},
-}, `, changed AS (
+// finishSQL is queueFinish's statement: the answer stored and the lease
+// ended, provided the key is still the writer's (else the statement
+// refuses, with the batch it is in), and the requests waiting for the key,
+// on any instance, told (notifyingWaiters).
+//
+// Beside it rides the same statement over input rows (package rowset), so
+// that the final answers of several requests' like batches may be stored
+// by one (package groupcommit); each row is fenced on its own.
+var finishSQL = rowset.Paired(`
+		WITH changed AS (
+		    UPDATE idempotency_keys
+		    SET response_status = $3, response_headers = $4, response_body = $5, completed_at = $6,
+		        lease_expires_at = NULL, recovery_next_at = NULL
+		    WHERE id = $1 AND fencing_token = $2 AND response_status IS NULL
+		    RETURNING id, waiters
+		), woken AS (SELECT pg_notify('`+NotifyChannel+`', id::text) FROM changed WHERE waiters > 0)
+		SELECT (SELECT count(*) FROM woken)::int, `+fencedUnless("EXISTS (SELECT FROM changed)"),
+	rowset.New([]rowset.Column{
+		{Name: "id", Type: "bigint"}, {Name: "fencing_token", Type: "bigint"}, {Name: "response_status", Type: "integer"},
+		{Name: "response_headers", Type: "jsonb"}, {Name: "response_body", Type: "bytea"}, {Name: "completed_at", Type: "timestamptz"},
+	}, `, changed AS (
 		    UPDATE idempotency_keys k
 		    SET response_status = input.response_status, response_headers = input.response_headers,
 		        response_body = input.response_body, completed_at = input.completed_at,
@@ -186,9 +153,8 @@ var finishSQL = rowset.New([]rowset.Column{
 		    WHERE k.id = input.id AND k.fencing_token = input.fencing_token AND k.response_status IS NULL
 		    RETURNING input.ord, k.id, k.waiters
 		), woken AS (SELECT pg_notify('`+NotifyChannel+`', id::text) FROM changed WHERE waiters > 0)
-		SELECT input.ord, (SELECT count(*) FROM woken)::int, `+fencedUnless("EXISTS (SELECT FROM changed WHERE changed.ord = input.ord)")+`,
-		       `+serverIdentity+`
-		FROM input ORDER BY input.ord`).SQL()
+		SELECT input.ord, (SELECT count(*) FROM woken)::int, `+fencedUnless("EXISTS (SELECT FROM changed WHERE changed.ord = input.ord)")+`
+		FROM input ORDER BY input.ord`))
 
 // hold is one hold or release of a key by its owner.
 type hold struct {

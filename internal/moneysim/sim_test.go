@@ -69,8 +69,8 @@ func seeds(t *testing.T) []uint64 {
 // command that replays it.
 func TestSimulation(t *testing.T) {
 	list := seeds(t)
-	t.Logf("seeds %d..%d (replay one: -sim.seed=N or SIM_SEED=N; this range: -sim.start=%d -sim.seeds=%d)",
-		list[0], list[len(list)-1], list[0], len(list))
+	t.Logf("seeds %d..%d, commit mode %q (replay one: -sim.seed=N or SIM_SEED=N; this range: -sim.start=%d -sim.seeds=%d)",
+		list[0], list[len(list)-1], pgtest.CommitMode(), list[0], len(list))
 	for _, seed := range list {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()

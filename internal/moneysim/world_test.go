@@ -227,7 +227,7 @@ type seen struct {
 // default (a minute, never before the lag).
 func (w *world) serviceConfig() app.Config {
 	return app.Config{
-		ReplayTTL: replayTTL, Lease: lease, RetryAfter: time.Second,
+		ReplayTTL: replayTTL, Lease: lease, RetryAfter: time.Second, CommitMode: pgtest.CommitMode(),
 		ProviderTimeout: callTimeout, ProviderKeyWindow: keyWindow,
 		// A constant backoff of two ticks, and the reconciler run on the
 		// tick grid only: the backoff's jitter (package backoff draws it
@@ -562,7 +562,11 @@ func (w *world) report() {
 		fmt.Fprintf(&b, "  %s\n", f)
 	}
 	fmt.Fprintf(&b, "knobs: %+v\n", w.knobs)
-	fmt.Fprintf(&b, "replay: go test ./internal/moneysim -run 'TestSimulation$' -count=1 -v -sim.seed=%d   (or SIM_SEED=%d; SIM_TRACE=1 for the whole trace)\n", w.seed, w.seed)
+	mode := ""
+	if m := pgtest.CommitMode(); m != "" {
+		mode = "TEST_COMMIT_MODE=" + m + " "
+	}
+	fmt.Fprintf(&b, "replay: %sgo test ./internal/moneysim -run 'TestSimulation$' -count=1 -v -sim.seed=%d   (or SIM_SEED=%d; SIM_TRACE=1 for the whole trace)\n", mode, w.seed, w.seed)
 	involved := map[string]bool{}
 	for _, f := range w.failures {
 		for _, word := range strings.FieldsFunc(f, func(r rune) bool { return r == ' ' || r == ',' || r == ':' || r == '(' || r == ')' }) {

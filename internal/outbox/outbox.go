@@ -115,17 +115,23 @@ func Write(ctx context.Context, db DB, events ...Event) error {
 // claim took its key.
 func IfClaimed(e Event) claim.Statement { return insertIfClaimed.With(args(e)...) }
 
-// The insert of an event is a statement over input rows (package rowset):
-// the events of several requests' like batches may be written by one
-// (package groupcommit). Its columns are args'.
+// insertPlain is the insert of one event; its parameters are args'.
+const insertPlain = `
+		INSERT INTO outbox_events
+		    (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at, traceparent)
+		VALUES ($1, $2, $3, $4, $5, $6, $6, $7)`
+
+// Beside the insert of one event rides its form over input rows (package
+// rowset): the events of several requests' like batches may be written by
+// one (package groupcommit). Its columns are args'.
 var (
 	eventColumns = []rowset.Column{
 		{Name: "id", Type: "text"}, {Name: "aggregate_type", Type: "text"}, {Name: "aggregate_id", Type: "text"},
 		{Name: "event_type", Type: "text"}, {Name: "payload", Type: "jsonb"}, {Name: "created_at", Type: "timestamptz"},
 		{Name: "traceparent", Type: "text"},
 	}
-	insertSQL       = rowset.New(eventColumns, insert("true")).SQL()
-	insertIfClaimed = claim.NewRows(eventColumns, insert)
+	insertSQL       = rowset.Paired(insertPlain, rowset.New(eventColumns, insert("true")))
+	insertIfClaimed = claim.NewRows(insertPlain, eventColumns, insert)
 )
 
 // insert is the insert of the input rows' events where cond holds.

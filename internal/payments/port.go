@@ -232,8 +232,7 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id
 		if f != StateAuthorized {
 			mv.To, mv.Set = StateCancelRequested, nil
 		}
-		stmt, err := machine.MoveIfClaimed(mv,
-			"(SELECT state FROM payments WHERE id = input.id) = '"+string(f)+"'")
+		stmt, err := machine.MoveIfClaimed(mv, true)
 		if err != nil {
 			panic(err) // the moves are the machine's own: a mistake here is a programming error
 		}

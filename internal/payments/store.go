@@ -59,16 +59,32 @@ func queueInsertPayment(b *claim.Batch, p Payment) {
 		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod, p.FirstSentAt, p.LastSentAt))
 }
 
-// insertPaymentIfClaimed is queueInsertPayment's statement, over input rows
-// (package rowset): each row inserts its payment, or refuses for it.
-var insertPaymentIfClaimed = claim.NewRows([]rowset.Column{
-	{Name: "id", Type: "text"}, {Name: "tenant_id", Type: "text"}, {Name: "account_id", Type: "text"},
-	{Name: "amount_minor", Type: "bigint"}, {Name: "currency", Type: "text"}, {Name: "merchant_reference", Type: "text"},
-	{Name: "payment_method", Type: "text"}, {Name: "channel", Type: "text"}, {Name: "description", Type: "text"},
-	{Name: "state", Type: "text"}, {Name: "created_at", Type: "timestamptz"}, {Name: "capture_method", Type: "text"},
-	{Name: "first_sent_at", Type: "timestamptz"}, {Name: "last_sent_at", Type: "timestamptz"},
-}, func(claimed string) string {
-	return `, ins AS (
+// insertPaymentIfClaimed is queueInsertPayment's statement: the payment
+// inserted, or, if a live payment of the tenant holds its reference, a
+// refusal naming that payment. Its form over input rows (package rowset),
+// for a group committer, inserts each row's payment or refuses for it.
+var insertPaymentIfClaimed = claim.NewRows(`
+	WITH inserted AS (
+	    INSERT INTO payments
+	        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
+	         payment_method, channel, description, state, created_at, updated_at, capture_method,
+	         first_sent_at, last_sent_at)
+	    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14)
+	    ON CONFLICT DO NOTHING
+	    RETURNING id
+	)
+	SELECT `+refuse.Unless("EXISTS (SELECT FROM inserted)", refuseReferenceHeld,
+	"'merchant reference held by another payment'",
+	`COALESCE((SELECT p.id FROM payments p
+	    WHERE p.tenant_id = $2 AND p.account_id = $3 AND p.merchant_reference = $6 AND p.`+holdsReference+`), '')`),
+	[]rowset.Column{
+		{Name: "id", Type: "text"}, {Name: "tenant_id", Type: "text"}, {Name: "account_id", Type: "text"},
+		{Name: "amount_minor", Type: "bigint"}, {Name: "currency", Type: "text"}, {Name: "merchant_reference", Type: "text"},
+		{Name: "payment_method", Type: "text"}, {Name: "channel", Type: "text"}, {Name: "description", Type: "text"},
+		{Name: "state", Type: "text"}, {Name: "created_at", Type: "timestamptz"}, {Name: "capture_method", Type: "text"},
+		{Name: "first_sent_at", Type: "timestamptz"}, {Name: "last_sent_at", Type: "timestamptz"},
+	}, func(claimed string) string {
+		return `, ins AS (
 	    INSERT INTO payments
 	        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	         payment_method, channel, description, state, created_at, updated_at, capture_method,
@@ -83,12 +99,12 @@ var insertPaymentIfClaimed = claim.NewRows([]rowset.Column{
 	    RETURNING id
 	)
 	SELECT input.ord, ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM ins WHERE ins.id = input.id)"), refuseReferenceHeld,
-		"'merchant reference held by another payment'",
-		`COALESCE((SELECT p.id FROM payments p
+			"'merchant reference held by another payment'",
+			`COALESCE((SELECT p.id FROM payments p
 	    WHERE p.tenant_id = input.tenant_id AND p.account_id = input.account_id
 	      AND p.merchant_reference = input.merchant_reference AND p.`+holdsReference+`), '')`) + `
 	FROM input ORDER BY input.ord`
-})
+	})
 
 // queueAuthorized adds to b the write of a payment's authorization expiry,
 // with its move to StateAuthorized (queued before it by the flow).

@@ -63,6 +63,12 @@ const envServerLog = "PGTEST_SERVER_LOG"
 // DATABASE_URL, which the tests do not own.
 func ServerLog() string { return os.Getenv(envServerLog) }
 
+// CommitMode is how the tests' idempotency engines commit
+// (idempotency.Config.CommitMode): TEST_COMMIT_MODE, "" for the default.
+// `make test` runs the packages that drive the engine once in each mode,
+// so that every test of the protocol holds for both committers.
+func CommitMode() string { return os.Getenv("TEST_COMMIT_MODE") }
+
 // Main runs the tests of a package (m.Run) against a PostgreSQL server and
 // returns the exit code for os.Exit. If TEST_DATABASE_URL or DATABASE_URL is
 // set, it uses that server; otherwise it starts an ephemeral pgembed cluster

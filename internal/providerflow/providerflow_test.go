@@ -782,7 +782,7 @@ func newRig(t *testing.T, noCancel bool, visible time.Duration) *rig {
 	engine := idempotency.NewEngine(idempotency.Deps{
 		DB: pool, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: metrics.New(prometheus.NewRegistry()),
-	}, idempotency.Config{ReplayTTL: 48 * time.Hour, Lease: lease})
+	}, idempotency.Config{ReplayTTL: 48 * time.Hour, Lease: lease, CommitMode: pgtest.CommitMode()})
 	states := providerflow.States[smt.WidgetState]{
 		Sent: smt.WidgetSent, Succeeded: smt.WidgetSucceeded, Declined: smt.WidgetDeclined,
 		Retryable: smt.WidgetRetryable, Unknown: smt.WidgetUnknown, Canceled: smt.WidgetCanceled,

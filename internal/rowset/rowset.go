@@ -95,9 +95,13 @@ func manyInput(cols []Column) string {
 		" FROM unnest(" + strings.Join(arrays, ", ") + ") WITH ORDINALITY AS u (" + strings.Join(names, ", ") + ", ord))"
 }
 
-// Many is the many-row text of the one-row text sql, made by New; false if
-// sql is any other text.
+// Many is the many-row text of sql, a one-row text made by New or a text
+// made by Paired; false for any other text.
 func Many(sql string) (string, bool) {
+	sql, ok := Grouped(sql)
+	if !ok {
+		return "", false
+	}
 	rest, ok := strings.CutPrefix(sql, header)
 	if !ok {
 		return "", false
@@ -120,3 +124,42 @@ func Many(sql string) (string, bool) {
 	}
 	return manyInput(cols) + body, true
 }
+
+// A statement is read in its plain form: written for one request, with
+// $1, $2, ... its parameters, the text a reader meets and the one that runs
+// when each request's transaction is its own. Where like batches may be
+// merged (package groupcommit), the same statement over input rows rides
+// along in the text, inside a comment PostgreSQL skips: Paired makes that
+// text, and Grouped finds the form over input rows in it.
+
+// pairedMark opens the comment of a paired text.
+const pairedMark = "\n/* over input rows (package rowset):\n"
+
+// Paired is the text of the statement plain, which runs as it is written,
+// carrying rows, the same statement over input rows with the same
+// parameters in the same order and, after the ordinal, the same result
+// columns. A group committer merges like batches with rows; everywhere
+// else plain runs alone.
+func Paired(plain string, rows Statement) string {
+	if strings.Contains(rows.sql, "*/") || strings.Contains(plain, pairedMark) {
+		panic("rowset: a statement that cannot be paired: " + strings.Join(strings.Fields(plain), " "))
+	}
+	return plain + pairedMark + rows.sql + "\n*/"
+}
+
+// Grouped is the form over input rows of sql: the one Paired put beside
+// it, or sql itself if it is one (New's); false for any other text.
+func Grouped(sql string) (string, bool) {
+	if strings.HasPrefix(sql, header) {
+		return sql, true
+	}
+	_, rows, ok := strings.Cut(sql, pairedMark)
+	if !ok {
+		return "", false
+	}
+	return strings.TrimSuffix(rows, "\n*/"), true
+}
+
+// IsPaired reports whether sql is a text Paired made: its result, read in
+// the plain form's columns, comes without the ordinal.
+func IsPaired(sql string) bool { return strings.Contains(sql, pairedMark) }

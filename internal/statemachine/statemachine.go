@@ -62,12 +62,26 @@ type Table struct {
 // SELECT list for the columns a record always has (the row's key, from,
 // to, reason, when) and the row's created_at's value.
 func (t Table) audit(key, from, to, reason, at, createdAt string) string {
-	cols, vals := t.ForeignKey+", from_state, to_state, reason, occurred_at", key+", "+from+", "+to+", "+reason+", "+at
+	return `INSERT INTO ` + t.Transitions + ` (` + t.auditColumns() + `)
+		SELECT ` + t.auditValues(key, from, to, reason, at, createdAt)
+}
+
+// auditColumns are the columns of an audit record that audit writes.
+func (t Table) auditColumns() string {
+	cols := t.ForeignKey + ", from_state, to_state, reason, occurred_at"
 	if t.CreatedAt != "" {
-		cols, vals = cols+", "+t.CreatedAt, vals+", "+createdAt
+		cols += ", " + t.CreatedAt
 	}
-	return `INSERT INTO ` + t.Transitions + ` (` + cols + `)
-		SELECT ` + vals
+	return cols
+}
+
+// auditValues are the values of auditColumns.
+func (t Table) auditValues(key, from, to, reason, at, createdAt string) string {
+	vals := key + ", " + from + ", " + to + ", " + reason + ", " + at
+	if t.CreatedAt != "" {
+		vals += ", " + createdAt
+	}
+	return vals
 }
 
 // Machine is one resource's state machine.
@@ -95,9 +109,11 @@ func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machi
 		return table.audit("$1", "NULL", "$2", "$3", "$4", "$4") + ` WHERE ` + claimed
 	})
 	// The creation's record, then the move's: ordered, so that their ids
-	// (the order the audit is read in) say so. A statement over input rows
-	// (package rowset), as a claim's batch is.
-	m.createdAs = claim.NewRows([]rowset.Column{
+	// (the order the audit is read in) say so.
+	m.createdAs = claim.NewRows(`
+		INSERT INTO `+table.Transitions+` (`+table.auditColumns()+`)
+		VALUES (`+table.auditValues("$1", "NULL", "$2", "$4", "$6", "$6")+`),
+		       (`+table.auditValues("$1", "$2", "$3", "$5", "$6", "$6")+`)`, []rowset.Column{
 		{Name: "id", Type: "text"}, {Name: "initial_state", Type: "text"}, {Name: "state", Type: "text"},
 		{Name: "created_reason", Type: "text"}, {Name: "reason", Type: "text"}, {Name: "at", Type: "timestamptz"},
 	}, func(claimed string) string {
@@ -290,18 +306,25 @@ func (m *Machine[S]) check(mv Move[S]) error {
 	return nil
 }
 
-// MoveIfClaimed is QueueMove in a claim's batch: the move is made, or
-// refused, only if the claim took its key and extra (an SQL condition on
-// the move's input row, whose columns moveColumns names, e.g. input.id;
-// "" for none) holds when the statement runs; otherwise it does nothing.
-func (m *Machine[S]) MoveIfClaimed(mv Move[S], extra string) (claim.Statement, error) {
+// MoveIfClaimed is QueueMove in a claim's transaction: the move is made,
+// or refused, only if the claim took its key and, with ifInFrom, the row
+// is in mv.From when the statement runs; otherwise it does nothing (one of
+// several moves from different states, of which the row's state picks
+// one).
+func (m *Machine[S]) MoveIfClaimed(mv Move[S], ifInFrom bool) (claim.Statement, error) {
 	if err := m.check(mv); err != nil {
 		return claim.Statement{}, err
 	}
-	t := builtOnce(&m.claimMoves, moveShape(mv, extra), func() claim.Template {
-		return claim.NewRows(moveColumns(mv), func(claimed string) string {
-			if extra != "" {
-				claimed += " AND " + extra
+	inFrom := func(id, from string) string {
+		if !ifInFrom {
+			return ""
+		}
+		return "(SELECT state FROM " + m.table.Name + " WHERE id = " + id + ") = " + from
+	}
+	t := builtOnce(&m.claimMoves, moveShape(mv, fmt.Sprint(ifInFrom)), func() claim.Template {
+		return claim.NewRows(m.movePlain(mv, inFrom("$1", "$2")), moveColumns(mv), func(claimed string) string {
+			if c := inFrom("input.id", "input.from_state"); c != "" {
+				claimed += " AND " + c
 			}
 			return m.moveBody(mv, claimed)
 		})
@@ -353,12 +376,52 @@ func moveShape[S ~string](mv Move[S], extra string) string {
 }
 
 // queueMove is QueueMove without the Go-side check, so that tests can show
-// the database refuses what the code would not send.
+// the database refuses what the code would not send. The statement is
+// movePlain's, with moveBody's over input rows beside it (rowset.Paired),
+// for a group committer to merge like batches' moves.
 func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
 	sql := builtOnce(&m.plainMoves, moveShape(mv, ""), func() string {
-		return rowset.New(moveColumns(mv), m.moveBody(mv, "")).SQL()
+		return rowset.Paired(m.movePlain(mv, ""), rowset.New(moveColumns(mv), m.moveBody(mv, "")))
 	})
 	b.Queue(sql, moveArgs(mv)...)
+}
+
+// movePlain is mv's statement, written for one row (its parameters are
+// moveArgs'): the row moves from mv.From to mv.To if it is still in
+// mv.From (and holds mv.If's values), writing mv.Set's columns, and the
+// move is recorded in the audit table; otherwise the statement refuses
+// (refuse.StaleState). A non-empty cond guards the move and its refusal.
+func (m *Machine[S]) movePlain(mv Move[S], cond string) string {
+	where, moved := "", "EXISTS (SELECT FROM moved)"
+	if cond != "" {
+		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
+	}
+	n := 6 // the first parameter after the row, the states, the time and the reason
+	var set strings.Builder
+	for _, c := range mv.Set {
+		fmt.Fprintf(&set, ", %s = $%d", c.Name, n)
+		n++
+	}
+	var guard strings.Builder
+	for _, c := range mv.If {
+		fmt.Fprintf(&guard, " AND %s = $%d", c.Name, n)
+		n++
+	}
+	t := m.table
+	returning := "id"
+	if t.CreatedAt != "" {
+		returning += ", created_at"
+	}
+	return `
+		WITH moved AS (
+		    UPDATE ` + t.Name + ` SET state = $3, updated_at = $4` + set.String() + `
+		    WHERE id = $1 AND state = $2` + guard.String() + where + `
+		    RETURNING ` + returning + `
+		), audit AS (
+		    ` + t.audit("id", "$2", "$3", "$5", "$4", "created_at") + ` FROM moved
+		)
+		SELECT ` + refuse.Unless(moved, refuse.StaleState,
+		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", "")
 }
 
 // moveColumns are the input columns of mv's statement, in moveArgs' order:

@@ -380,25 +380,32 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 		id    string
 		set   []statemachine.Column
 		guard []statemachine.Column // If
-		extra string
-		moved bool
+		// inFrom: the move is one of several from different states, made
+		// only if the row is in its From (here it is not: SENT, not
+		// RECEIVED).
+		inFrom bool
+		moved  bool
 	}{
-		{"w_first", first, nil, "", true},
-		{"w_last", []statemachine.Column{{Name: "last_sent_at", Value: t1}}, nil, "", true},
-		{"w_first_again", first, nil, "", true},
-		{"w_both", []statemachine.Column{{Name: "first_sent_at", Value: t1}, {Name: "last_sent_at", Value: t1}}, nil, "", true},
+		{"w_first", first, nil, false, true},
+		{"w_last", []statemachine.Column{{Name: "last_sent_at", Value: t1}}, nil, false, true},
+		{"w_first_again", first, nil, false, true},
+		{"w_both", []statemachine.Column{{Name: "first_sent_at", Value: t1}, {Name: "last_sent_at", Value: t1}}, nil, false, true},
 		// The same columns written, but a guard of its own, or a condition
 		// of its own that does not hold: not w_first's statement.
-		{"w_guarded", first, []statemachine.Column{{Name: "note", Value: ""}}, "", true},
-		{"w_held_back", first, nil, "false", false},
+		{"w_guarded", first, []statemachine.Column{{Name: "note", Value: ""}}, false, true},
+		{"w_held_back", first, nil, true, false},
 	}
 	for _, mv := range moves {
 		b := &pgx.Batch{}
 		b.Queue(claim.Claimed())
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, mv.id, t0)
-		st, err := machine.MoveIfClaimed(statemachine.Move[smt.WidgetState]{
+		move := statemachine.Move[smt.WidgetState]{
 			ID: mv.id, From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1, Set: mv.set, If: mv.guard,
-		}, mv.extra)
+		}
+		if mv.inFrom {
+			move.From, move.To = smt.WidgetSent, smt.WidgetSucceeded
+		}
+		st, err := machine.MoveIfClaimed(move, mv.inFrom)
 		if err != nil {
 			t.Fatal(err)
 		}
