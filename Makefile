@@ -36,6 +36,7 @@ ENGINE_PKGS := ./internal/idempotency/ ./internal/providerflow/ ./internal/payme
 test: tools ## run every test, with the race detector, on real PostgreSQL; the engine's again with the inline committer
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...
 	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS)
+	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 10m -run 'Killed|TwoAPIProcesses|EndToEnd' ./cmd/paymentsapi/
 
 # The database failover tests (cmd/paymentsapi/failover_e2e_test.go): a
 # PostgreSQL primary and standby, two API processes, the primary crashed or

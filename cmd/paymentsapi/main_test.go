@@ -201,7 +201,11 @@ func startProcess(t *testing.T, path string, env []string, args ...string) (*exe
 	t.Helper()
 	stdout, stderr := newLineWatcher(), newLineWatcher()
 	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = os.Environ()
+	if mode := pgtest.CommitMode(); mode != "" {
+		cmd.Env = append(cmd.Env, "COMMIT_MODE="+mode) // before env: a test's own choice wins
+	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -152,18 +152,17 @@ type Request struct {
 	Fingerprint []byte // the one definition of "the same command", from the operation
 	// Resource is what a first request creates, its id chosen up front.
 	Resource Resource
-	// Create queues, after the claim of the key, the statements that write
-	// the resource and whatever must exist exactly when it does (its first
-	// event). The claim and these statements run as one batch: one round
-	// trip, one implicit transaction, all or nothing. So a statement that
-	// must refuse (a rule of the operation broken) does it in the database,
-	// with package refuse: its error undoes the claim and is returned by Do
-	// for the operation to translate. When the key is already taken (a
-	// retry) the claim writes nothing and raises nothing, and so does every
-	// statement queued here: each is a claim.Statement, which tests the
-	// claim's condition (see package claim); a test of the operation proves
-	// it guards every write (httpapi's TestRetriesWriteNothing counts every
-	// table's rows).
+	// Create queues the statements that write the resource and whatever
+	// must exist exactly when it does (its first event), in the claim's
+	// transaction: all or nothing with the claim. So a statement that must
+	// refuse (a rule of the operation broken) does it in the database, with
+	// package refuse: its error undoes the claim and is returned by Do for
+	// the operation to translate. The inline committer runs them only once
+	// the claim took the key; the group committer sends them in the claim's
+	// batch, where, for a retry, they write and raise nothing: each is a
+	// claim.Statement, with a plain form and one that tests the claim's
+	// condition (see package claim). httpapi's TestRetriesWriteNothing
+	// counts every table's rows.
 	Create func(b *claim.Batch)
 	// Created is the resource as Create writes it, handed to the first
 	// owner (Owner.Created) so that Resume need not read it back.
@@ -205,20 +204,8 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
 	scope := names(op)
-	// A key the group committer saw taken lately is most likely a retry's:
-	// its record is read first, alone, and answered as a retry's; the
-	// claim runs only if the record is not there (hints).
-	if e.commits.likelyTaken(req.Scope) {
-		seen, err := e.look(ctx, req.Scope, scope)
-		if err != nil {
-			return Reply{}, err
-		}
-		if seen != nil {
-			reply, err := e.answerRetry(ctx, op, req, scope, seen)
-			if !errors.Is(err, ErrNotFound) {
-				return reply, err
-			}
-		}
+	if reply, answered, err := e.answerIfLikelyTaken(ctx, op, req, scope); answered {
+		return reply, err
 	}
 	order := lockOrder(req.Scope)
 	// A second round is needed only when the world moved between two
@@ -247,6 +234,26 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 		}
 		return reply, err
 	}
+}
+
+// answerIfLikelyTaken answers req as a retry, from its key's record read
+// first and alone, if the committer saw the key taken lately (the group
+// committer's hints; never the inline one's): answered is false when it
+// did not, or when the record is not there after all, and the request
+// claims its key as any other.
+func (e *Engine) answerIfLikelyTaken(ctx context.Context, op Operation, req Request, scope []string) (reply Reply, answered bool, err error) {
+	if !e.commits.likelyTaken(req.Scope) {
+		return Reply{}, false, nil
+	}
+	seen, err := e.look(ctx, req.Scope, scope)
+	if err != nil || seen == nil {
+		return Reply{}, err != nil, err
+	}
+	reply, err = e.answerRetry(ctx, op, req, scope, seen)
+	if errors.Is(err, ErrNotFound) {
+		return Reply{}, false, nil
+	}
+	return reply, true, err
 }
 
 // claim is the first transaction: the key and whatever req.Create writes,
