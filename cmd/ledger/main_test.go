@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub/natstest"
@@ -112,5 +114,31 @@ func TestRunNeedsItsURLs(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); err != errUsage {
 		t.Fatalf("run -h = %v", err)
+	}
+}
+
+// With MIGRATE=false the ledger applies nothing: on a database that lacks
+// migrations it stops, naming them, before it reads a message.
+func TestRunWithoutMigratingRefusesADatabaseThatLacksMigrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewEmptyURL(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": "nats://127.0.0.1:1", "MIGRATE": "false"}
+	err := run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	var missing *database.MissingMigrationsError
+	if !errors.As(err, &missing) || !strings.Contains(err.Error(), "paymentsapi migrate") {
+		t.Fatalf("run with MIGRATE=false on an empty database: %v, want a refusal naming paymentsapi migrate", err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var tables int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Errorf("the ledger created %d tables with MIGRATE=false", tables)
 	}
 }
