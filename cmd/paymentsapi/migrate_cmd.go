@@ -53,6 +53,10 @@ func prepareSchema(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, l
 	if cfg.Migrate {
 		return database.Migrate(ctx, pool, log)
 	}
-	_, err := database.CheckMigrated(ctx, pool)
-	return err
+	version, err := database.CheckMigrated(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "MIGRATE=false: no migration applied; the database has every one this release needs", "version", version)
+	return nil
 }
