@@ -27,7 +27,9 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // TestRunBooksEntriesFromNATS runs the command in-process against a real
 // PostgreSQL and a real NATS server: an event published before it started
 // and one published while it runs are booked, its metrics say so, and it
-// stops cleanly when its context ends.
+// stops cleanly when its context ends. It runs as docker-compose.yml runs
+// it: with MIGRATE=false, as a role with only the application role's
+// documented grants.
 func TestRunBooksEntriesFromNATS(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
@@ -51,7 +53,7 @@ func TestRunBooksEntriesFromNATS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr := &testio.SyncBuffer{}, &testio.SyncBuffer{}
 	done := make(chan error, 1)
-	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL}
+	env := map[string]string{"DATABASE_URL": pgtest.URLAsApplicationRole(t, dbURL, ""), "NATS_URL": natsURL, "MIGRATE": "false"}
 	go func() {
 		done <- run(ctx, []string{"-metrics-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, stdout, stderr)
 	}()

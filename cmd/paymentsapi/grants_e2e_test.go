@@ -22,35 +22,6 @@ import (
 // and read. It is the test's one place for the relay's needs.
 const relayGrants = "REPLICATION"
 
-// grantsTheDocsList is the first line of the block of docs/operations.md
-// that holds the application role's grants.
-const grantsTheDocsList = "-- The application role's grants."
-
-// documentedGrants returns the statements of docs/operations.md's block of
-// the application role's grants, for role.
-func documentedGrants(t *testing.T, role string) []string {
-	t.Helper()
-	doc, err := os.ReadFile("../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, block, found := strings.Cut(string(doc), "```sql\n"+grantsTheDocsList+"\n")
-	block, _, closed := strings.Cut(block, "```")
-	if !found || !closed {
-		t.Fatalf("docs/operations.md has no sql block that starts with %q", grantsTheDocsList)
-	}
-	var statements []string
-	for s := range strings.SplitSeq(block, ";") {
-		if s = strings.TrimSpace(s); s != "" {
-			statements = append(statements, strings.ReplaceAll(s, "paymentsapi_app", role))
-		}
-	}
-	if len(statements) == 0 {
-		t.Fatal("docs/operations.md lists no grants")
-	}
-	return statements
-}
-
 // permissionDenied matches what PostgreSQL says when a role lacks a right.
 var permissionDenied = regexp.MustCompile(`permission denied|must be owner|must be superuser|42501`)
 
@@ -67,14 +38,8 @@ func TestTheServiceRunsUnderTheDocumentedGrants(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const grantedAt = 30
-	owner := pgtest.NewPoolAt(t, grantedAt)
-	ownerURL := owner.Config().ConnString()
-	appURL, app := pgtest.NewRole(t, ownerURL, relayGrants)
-	for _, q := range documentedGrants(t, app) {
-		if _, err := owner.Exec(ctx, q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	ownerURL := pgtest.NewPoolAt(t, grantedAt).Config().ConnString()
+	appURL := pgtest.URLAsApplicationRole(t, ownerURL, relayGrants)
 	if err := run(ctx, []string{"migrate"}, func(k string) string {
 		return map[string]string{"DATABASE_URL": ownerURL, "LOG_LEVEL": "warn"}[k]
 	}, nil, io.Discard, io.Discard); err != nil {
@@ -174,7 +139,7 @@ func TestComposeGrantsTheDocumentedGrants(t *testing.T) {
 	if !found {
 		t.Fatal("dev/postgres-init/roles.sql does not grant as paymentsapi_owner")
 	}
-	for _, q := range documentedGrants(t, "paymentsapi_app") {
+	for _, q := range pgtest.DocumentedGrants(t, "paymentsapi_app") {
 		if !strings.Contains(asOwner, q+";") {
 			t.Errorf("dev/postgres-init/roles.sql lacks, as the owner: %s", q)
 		}
