@@ -1,5 +1,6 @@
 // Package migrations holds the goose SQL migrations of the payments database.
-// They are embedded in the binary and applied at start-up.
+// They are embedded in the binary and applied at start-up, or by
+// `paymentsapi migrate` for servers started with MIGRATE=false.
 package migrations
 
 import "embed"

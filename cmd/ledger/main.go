@@ -5,13 +5,14 @@
 //
 // Usage:
 //
-//	ledger [-database-url URL] [-nats-url URL] [-consumer ledger] [-metrics-addr :9091] [-log-level info]
+//	ledger [-database-url URL] [-nats-url URL] [-consumer ledger] [-metrics-addr :9091] [-log-level info] [-migrate=false]
 //
 // Each flag's default comes from a variable: DATABASE_URL, NATS_URL,
-// LEDGER_CONSUMER, METRICS_ADDR, LOG_LEVEL; a flag wins over its variable.
-// DATABASE_URL and NATS_URL are required. It applies the migrations (the
-// same ones as the API, under the same advisory lock), so it may start
-// before the API. It waits for NATS while NATS is unreachable. With
+// LEDGER_CONSUMER, METRICS_ADDR, LOG_LEVEL, MIGRATE; a flag wins over its
+// variable. DATABASE_URL and NATS_URL are required. It applies the
+// migrations (the same ones as the API, under the same advisory lock), so
+// it may start before the API; with MIGRATE=false it applies none and
+// refuses a database that lacks one, as the API does. It waits for NATS while NATS is unreachable. With
 // -metrics-addr it serves GET /metrics (Prometheus) and GET /healthz there.
 // SIGINT or SIGTERM stops it after the messages already received are
 // handled. Logs are JSON lines on stderr.
@@ -27,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -65,6 +67,7 @@ type config struct {
 	consumer    string
 	metricsAddr string
 	logLevel    string
+	migrate     bool
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -84,6 +87,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.consumer, "consumer", env("LEDGER_CONSUMER", ledger.DefaultConsumer), "inbox consumer and JetStream durable consumer name (LEDGER_CONSUMER)")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", env("METRICS_ADDR", ""), "where to serve /metrics and /healthz; empty: not served (METRICS_ADDR)")
 	fs.StringVar(&c.logLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
+	migrate := env("MIGRATE", "true")
+	fs.StringVar(&migrate, "migrate", migrate, "apply the migrations at start-up: true or false (MIGRATE)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, errUsage
@@ -97,6 +102,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		c.natsURL = env("NATS_URL", "")
 	}
 	var errs []error
+	var err error
+	if c.migrate, err = strconv.ParseBool(migrate); err != nil {
+		errs = append(errs, fmt.Errorf("MIGRATE must be true or false, not %q", migrate))
+	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}
@@ -128,7 +137,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer pool.Close()
-	if err := database.Migrate(ctx, pool, log); err != nil {
+	if cfg.migrate {
+		err = database.Migrate(ctx, pool, log)
+	} else {
+		_, err = database.CheckMigrated(ctx, pool)
+	}
+	if err != nil {
 		return err
 	}
 

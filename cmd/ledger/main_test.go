@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub/natstest"
@@ -25,7 +27,9 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // TestRunBooksEntriesFromNATS runs the command in-process against a real
 // PostgreSQL and a real NATS server: an event published before it started
 // and one published while it runs are booked, its metrics say so, and it
-// stops cleanly when its context ends.
+// stops cleanly when its context ends. It runs as docker-compose.yml runs
+// it: with MIGRATE=false, as a role with only the application role's
+// documented grants.
 func TestRunBooksEntriesFromNATS(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewURL(t)
@@ -49,7 +53,7 @@ func TestRunBooksEntriesFromNATS(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr := &testio.SyncBuffer{}, &testio.SyncBuffer{}
 	done := make(chan error, 1)
-	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": natsURL}
+	env := map[string]string{"DATABASE_URL": pgtest.URLAsApplicationRole(t, dbURL, ""), "NATS_URL": natsURL, "MIGRATE": "false"}
 	go func() {
 		done <- run(ctx, []string{"-metrics-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, stdout, stderr)
 	}()
@@ -112,5 +116,31 @@ func TestRunNeedsItsURLs(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, &stderr); err != errUsage {
 		t.Fatalf("run -h = %v", err)
+	}
+}
+
+// With MIGRATE=false the ledger applies nothing: on a database that lacks
+// migrations it stops, naming them, before it reads a message.
+func TestRunWithoutMigratingRefusesADatabaseThatLacksMigrations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbURL := pgtest.NewEmptyURL(t)
+	env := map[string]string{"DATABASE_URL": dbURL, "NATS_URL": "nats://127.0.0.1:1", "MIGRATE": "false"}
+	err := run(ctx, nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	var missing *database.MissingMigrationsError
+	if !errors.As(err, &missing) || !strings.Contains(err.Error(), "paymentsapi migrate") {
+		t.Fatalf("run with MIGRATE=false on an empty database: %v, want a refusal naming paymentsapi migrate", err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var tables int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Errorf("the ledger created %d tables with MIGRATE=false", tables)
 	}
 }

@@ -42,11 +42,15 @@ var errUsage = errors.New("usage")
 // so tests start the real server in-process.
 //
 //	paymentsapi [serve] [flags]                     the API, with its reconciler, relay and listener
+//	paymentsapi migrate [flags]                      apply the migrations and exit
 //	paymentsapi reconcile [-once] [flags]            the reconciler alone (an operator's tool)
 //	paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
 //	paymentsapi outbox replay ID...                  publish events once more
 //	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "migrate" {
+		return migrateCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "outbox" {
 		return outboxCommand(ctx, args[1:], getenv, stdout, stderr)
 	}

@@ -161,6 +161,18 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 		t.Fatalf("second banner request is not a replay:\n%s", second)
 	}
 
+	stopRun(t, cancel, done)
+	// The data stays for the next run.
+	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "PG_VERSION")); err != nil {
+		t.Errorf("embedded data dir not kept under %s: %v", dataDir, err)
+	}
+}
+
+// stopRun ends the context of a run started in-process (cancel) and waits
+// for it to return (on done), failing the test if it returned an error or
+// did not return within a minute.
+func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
 	cancel()
 	select {
 	case err := <-done:
@@ -168,11 +180,7 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 			t.Fatalf("run returned %v", err)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatal("run did not return after cancel")
-	}
-	// The data stays for the next run.
-	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "PG_VERSION")); err != nil {
-		t.Errorf("embedded data dir not kept under %s: %v", dataDir, err)
+		t.Fatal("run did not return after its context ended")
 	}
 }
 

@@ -43,8 +43,8 @@ func TestOperatorCommandsRefuseWhatWouldBeUnsafe(t *testing.T) {
 	err = run(ctx, []string{"outbox", "parked"}, func(k string) string {
 		return map[string]string{"DATABASE_URL": empty}[k]
 	}, strings.NewReader(""), io.Discard, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "migrations") {
-		t.Errorf("outbox parked on an unmigrated database: %v, want a refusal", err)
+	if err == nil || !strings.Contains(err.Error(), "run `paymentsapi migrate`") {
+		t.Errorf("outbox parked on an unmigrated database: %v, want a refusal naming paymentsapi migrate", err)
 	}
 	pool, err := pgxpool.New(ctx, empty)
 	if err != nil {

@@ -81,11 +81,12 @@ type use int
 
 const (
 	// useServer: the server. In dev mode it starts its own PostgreSQL and
-	// provider simulator; it migrates the database and stores the API keys.
+	// provider simulator; it migrates the database (with MIGRATE=false it
+	// refuses one that lacks a migration) and stores the API keys.
 	useServer use = iota
 	// useOperator: an operator's command (reconcile, outbox) on the
 	// database the servers use. It needs DATABASE_URL, never migrates (it
-	// refuses a database with pending migrations) and stores no keys.
+	// refuses a database that lacks a migration) and stores no keys.
 	useOperator
 )
 
@@ -107,9 +108,10 @@ func checkOperator(cfg config.Config, needsProvider bool) error {
 	return nil
 }
 
-// newApp connects to (or, in dev mode, starts) the database, migrates it,
-// stores the API keys, and starts the provider; for an operator's command it
-// only connects, checks the schema is current, and connects the provider.
+// newApp connects to (or, in dev mode, starts) the database, migrates it
+// (with MIGRATE=false, checks that it is migrated), stores the API keys,
+// and starts the provider; for an operator's command it only connects,
+// checks the schema is current, and connects the provider.
 //
 // tp traces the database's round trips and the provider's calls (nil: an
 // operator's command, untraced).
@@ -146,12 +148,8 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 	}
 	a.closers = append(a.closers, a.pool.Close)
 	if u == useOperator {
-		pending, err := database.Pending(ctx, a.pool)
-		if err != nil {
+		if _, err := database.CheckMigrated(ctx, a.pool); err != nil {
 			return nil, err
-		}
-		if pending {
-			return nil, errors.New("the database has migrations to apply: start a server of this version first (it migrates); operator commands never do")
 		}
 	} else {
 		// Before migrating: a server the relay cannot read is refused
@@ -160,7 +158,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		if err := stream.CheckServer(ctx, a.pool); err != nil {
 			return nil, err
 		}
-		if err := database.Migrate(ctx, a.pool, log); err != nil {
+		if err := prepareSchema(ctx, a.pool, cfg, log); err != nil {
 			return nil, err
 		}
 		if err := setUpAPIKeys(ctx, a.pool, cfg, clk, log); err != nil {

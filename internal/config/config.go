@@ -20,7 +20,12 @@ type Config struct {
 	HTTPAddr    string
 	// DebugAddr is where Go's profiler (net/http/pprof) listens; empty:
 	// nowhere. Unauthenticated: bind it to loopback.
-	DebugAddr       string
+	DebugAddr string
+	// Migrate is whether the server applies the migrations at start-up
+	// (MIGRATE, default true). False: it applies none, and refuses a
+	// database that lacks one (`paymentsapi migrate` applies them), so its
+	// role needs no right to change the schema.
+	Migrate         bool
 	APIKeys         string
 	Provider        string // "sim" or "stripe"
 	ProviderURL     string
@@ -144,7 +149,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.InboxRetention, "inbox-retention", "INBOX_RETENTION", "720h", "how long the event consumers' inbox rows are kept (rejected ones are kept until a person deletes them)")
 	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")
 	dur(&c.WebhookTimeout, "webhook-timeout", "WEBHOOK_TIMEOUT", "10s", "bound of one webhook delivery attempt, from dial to the last byte read")
-	var allowHTTP, allowPrivate, schedule string
+	var allowHTTP, allowPrivate, schedule, migrate string
+	fs.StringVar(&migrate, "migrate", env("MIGRATE", "true"),
+		"apply the migrations at start-up: true or false; false refuses a database that lacks one (run paymentsapi migrate) (MIGRATE)")
 	fs.StringVar(&allowHTTP, "webhook-allow-http", env("WEBHOOK_ALLOW_HTTP", ""),
 		"allow plain http webhook endpoints: true or false; default true in dev mode only (WEBHOOK_ALLOW_HTTP)")
 	fs.StringVar(&allowPrivate, "webhook-allow-private", env("WEBHOOK_ALLOW_PRIVATE", ""),
@@ -218,6 +225,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	}
 	allow(&c.WebhookAllowHTTP, "WEBHOOK_ALLOW_HTTP", allowHTTP)
 	allow(&c.WebhookAllowPrivate, "WEBHOOK_ALLOW_PRIVATE", allowPrivate)
+	if c.Migrate, err = strconv.ParseBool(migrate); err != nil {
+		errs = append(errs, fmt.Errorf("MIGRATE must be true or false, not %q", migrate))
+	}
 	if c.WebhookRetrySchedule, err = parseSchedule(schedule); err != nil {
 		errs = append(errs, fmt.Errorf("WEBHOOK_RETRY_SCHEDULE: %w", err))
 	}

@@ -26,6 +26,15 @@ func TestLoadFlagsOverEnvironment(t *testing.T) {
 	if err != nil || !dev.DevMode() || dev.APIKeys != DevAPIKeys {
 		t.Errorf("dev mode: %+v, %v", dev, err)
 	}
+	if !c.Migrate || !dev.Migrate {
+		t.Error("MIGRATE defaults to false, want true: a server migrates unless told not to")
+	}
+	for args, env := range map[string]map[string]string{"-migrate=false": {}, "": {"MIGRATE": "false"}} {
+		noMigrate, err := Load(strings.Fields(args), func(k string) string { return env[k] }, &bytes.Buffer{})
+		if err != nil || noMigrate.Migrate {
+			t.Errorf("%q %v: migrate %v, %v", args, env, noMigrate.Migrate, err)
+		}
+	}
 	if dev.InboxRetention != 720*time.Hour {
 		t.Errorf("INBOX_RETENTION defaults to %s, want 720h", dev.InboxRetention)
 	}
@@ -51,6 +60,7 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		"burst without a rate":      {"RATE_LIMIT_BURST": "20"},
 		"webhook http not a bool":   {"WEBHOOK_ALLOW_HTTP": "sometimes"},
 		"webhook private not bool":  {"WEBHOOK_ALLOW_PRIVATE": "yes please"},
+		"migrate not a bool":        {"MIGRATE": "never"},
 		"webhook timeout zero":      {"WEBHOOK_TIMEOUT": "0s"},
 		"webhook schedule empty":    {"WEBHOOK_RETRY_SCHEDULE": "5s,,1m"},
 		"webhook schedule negative": {"WEBHOOK_RETRY_SCHEDULE": "5s,-1m"},

@@ -100,23 +100,15 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	return nil
 }
 
-// Pending reports whether migrations remain to be applied (for /readyz and
-// the operator's commands). It writes nothing: a database goose never saw
-// has everything pending.
+// Pending reports whether migrations remain to be applied (for /readyz).
+// It writes nothing (CheckMigrated).
 func Pending(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
-	var versioned bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&versioned); err != nil {
-		return false, fmt.Errorf("check migrations: %w", err)
-	}
-	if !versioned {
+	_, err := CheckMigrated(ctx, pool)
+	var missing *MissingMigrationsError
+	if errors.As(err, &missing) {
 		return true, nil
 	}
-	p, db, err := newMigrator(pool)
-	if err != nil {
-		return false, err
-	}
-	defer db.Close()
-	return p.HasPending(ctx)
+	return false, err
 }
 
 // Ready reports whether the database answers and every migration is

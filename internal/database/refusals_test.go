@@ -33,7 +33,7 @@ func TestRefusalsStayOutOfTheServerLog(t *testing.T) {
 	assertRefuses(t, conn, quiet)
 	// A caller that may not set the parameter (refuse runs with its owner's
 	// rights) gets the refusal too, not a "permission denied".
-	assertRefuses(t, connectAs(t, admin, dbURL, marker(t)), quiet)
+	assertRefuses(t, connectAs(t, admin, conn, dbURL, marker(t)), quiet)
 	if _, err := conn.Exec(context.Background(), `SELECT 1 / 0 AS `+pgx.Identifier{loud}.Sanitize()); err == nil {
 		t.Fatal("1 / 0 did not fail")
 	}
@@ -133,14 +133,18 @@ func migratedAs(t *testing.T, admin *pgx.Conn, grant string) (*pgx.Conn, *url.UR
 	return conn, u
 }
 
-// connectAs creates a login role name with no privilege of its own and
-// connects it to the database of dbURL; the role is dropped when the test
-// ends.
-func connectAs(t *testing.T, admin *pgx.Conn, dbURL *url.URL, name string) *pgx.Conn {
+// connectAs creates a login role name whose one privilege is to call
+// refuse (granted by owner, the function's owner: no function is
+// executable by PUBLIC, 00040) and connects it to the database of dbURL;
+// the role is dropped when the test ends.
+func connectAs(t *testing.T, admin, owner *pgx.Conn, dbURL *url.URL, name string) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	role := pgx.Identifier{name}.Sanitize()
 	if _, err := admin.Exec(ctx, `CREATE ROLE `+role+` LOGIN PASSWORD 'refusals' NOSUPERUSER`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.Exec(ctx, `GRANT EXECUTE ON FUNCTION refuse(text, text, text) TO `+role); err != nil {
 		t.Fatal(err)
 	}
 	u := *dbURL
@@ -151,6 +155,7 @@ func connectAs(t *testing.T, admin *pgx.Conn, dbURL *url.URL, name string) *pgx.
 	}
 	t.Cleanup(func() {
 		conn.Close(context.Background())
+		_, _ = owner.Exec(context.Background(), `REVOKE EXECUTE ON FUNCTION refuse(text, text, text) FROM `+role)
 		_, _ = admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+role)
 	})
 	return conn

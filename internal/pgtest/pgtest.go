@@ -280,6 +280,21 @@ func contractedMigrations() (fs.FS, error) {
 	return out, nil
 }
 
+// NewestMigration returns the version of the newest migration of package
+// migrations: the one a database of this release must hold.
+func NewestMigration(t testing.TB) int64 {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("pgtest: no migrations: %v", err)
+	}
+	v, err := goose.NumericComponent(names[len(names)-1]) // fs.Glob sorts
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return v
+}
+
 // NewEmptyURL is NewURL without migrations: an empty database, for tests
 // that migrate it themselves (an upgrade from an older schema).
 func NewEmptyURL(t testing.TB) string {
@@ -374,33 +389,55 @@ func pgtestdbConfig(connString string) (pgtestdb.Config, error) {
 // URLAsNewRole returns dbURL (a database of NewURL or NewEmptyURL) as a
 // login role made for this test only, with attributes (for instance
 // "NOREPLICATION"), every privilege on the database and on its public
-// schema, and nothing else. The server's administrator (EnvURL) makes it,
-// and drops it, with what it owns, when the test ends.
+// schema, and nothing else (NewRole).
 func URLAsNewRole(t testing.TB, dbURL, attributes string) string {
+	t.Helper()
+	roleURL, role := NewRole(t, dbURL, attributes)
+	ctx := context.Background()
+	database := databaseOf(t, dbURL)
+	for _, q := range []struct{ url, sql string }{
+		{os.Getenv(EnvURL), `GRANT ALL ON DATABASE ` + pgx.Identifier{database}.Sanitize() + ` TO ` + role},
+		{adminURL(t, database), `GRANT ALL ON SCHEMA public TO ` + role},
+	} {
+		conn, err := pgx.Connect(ctx, q.url)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		_, err = conn.Exec(ctx, q.sql)
+		_ = conn.Close(ctx)
+		if err != nil {
+			t.Fatalf("pgtest: %s: %v", q.sql, err)
+		}
+	}
+	return roleURL
+}
+
+// NewRole makes a login role for this test only, with attributes (for
+// instance "REPLICATION") and no privilege but those every role has
+// (PUBLIC's), and returns dbURL (a database of NewURL or NewEmptyURL) as
+// that role, and the role's name. The server's administrator (EnvURL)
+// makes it, and drops it when the test ends, with what it owns and every
+// privilege granted to it in that database.
+func NewRole(t testing.TB, dbURL, attributes string) (roleURL, role string) {
 	t.Helper()
 	ctx := context.Background()
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	database := strings.TrimPrefix(u.Path, "/")
+	database := databaseOf(t, dbURL)
 	admin, err := pgx.Connect(ctx, os.Getenv(EnvURL))
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	au, err := url.Parse(os.Getenv(EnvURL))
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	au.Path = "/" + database
-	adminDB, err := pgx.Connect(ctx, au.String())
+	adminDB, err := pgx.Connect(ctx, adminURL(t, database))
 	if err != nil {
 		_ = admin.Close(ctx)
 		t.Fatalf("pgtest: %v", err)
 	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	role := "test_role_" + hex.EncodeToString(b)
+	role = "test_role_" + hex.EncodeToString(b)
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_, _ = adminDB.Exec(ctx, `DROP OWNED BY `+role)
@@ -409,17 +446,31 @@ func URLAsNewRole(t testing.TB, dbURL, attributes string) string {
 		_, _ = admin.Exec(ctx, `DROP ROLE IF EXISTS `+role)
 		_ = admin.Close(ctx)
 	})
-	for _, q := range []string{
-		`CREATE ROLE ` + role + ` LOGIN PASSWORD '` + role + `' ` + attributes,
-		`GRANT ALL ON DATABASE ` + pgx.Identifier{database}.Sanitize() + ` TO ` + role,
-	} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatalf("pgtest: %s: %v", q, err)
-		}
-	}
-	if _, err := adminDB.Exec(ctx, `GRANT ALL ON SCHEMA public TO `+role); err != nil {
-		t.Fatalf("pgtest: %v", err)
+	q := `CREATE ROLE ` + role + ` LOGIN PASSWORD '` + role + `' ` + attributes
+	if _, err := admin.Exec(ctx, q); err != nil {
+		t.Fatalf("pgtest: %s: %v", q, err)
 	}
 	u.User = url.UserPassword(role, role)
-	return u.String()
+	return u.String(), role
+}
+
+// databaseOf is the database dbURL names.
+func databaseOf(t testing.TB, dbURL string) string {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// adminURL is the server administrator's URL (EnvURL) on database.
+func adminURL(t testing.TB, database string) string {
+	t.Helper()
+	au, err := url.Parse(os.Getenv(EnvURL))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	au.Path = "/" + database
+	return au.String()
 }
