@@ -210,18 +210,14 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	}
 	return s.flowOf(p).Resume(ctx, own, providerflow.Subject[State]{
 		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
-		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt,
-		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
-		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
-		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(ctx, b, p, to, a, now)
-		},
+		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt, Op: inFlow{s, p},
 	})
 }
 
-// settle is what a payment writes with its move to `to`: the event of a
+// Settle is what a payment writes with its move to `to`: the event of a
 // final outcome; the result is the payment as it now stands.
-func (s *Service) settle(ctx context.Context, b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+	s, p := f.s, f.p
 	from := p.State
 	if to != p.State {
 		p.UpdatedAt = now // only a move writes updated_at: show what the database holds
