@@ -54,9 +54,9 @@ type Config struct {
 	// the delivery worker (internal/delivery) checks the same at every
 	// connection.
 	Webhooks endpoints.Options
-	// ExtraModules are operations registered by tests, built after the
-	// ones of Modules (so they may act through their ports) and then
-	// treated exactly like them. A forker adds a line to Modules instead.
+	// ExtraModules are operations registered by tests, listed after the
+	// ones of Modules and treated exactly like them. A forker adds a line
+	// to Modules instead.
 	ExtraModules []operation.Module
 }
 
@@ -75,9 +75,11 @@ type Deps struct {
 	Tracer trace.TracerProvider
 }
 
-// Modules are the service's operations, in the order they are built: an
-// operation that acts on another's resource comes after it. Adding an
-// operation is one package and one line here.
+// Modules are the service's operations. Their order is the order of the
+// core's Operations and nothing else: each module declares the modules it
+// acts through (operation.Module.Uses) and the hooks it runs at their
+// points (Hooks), and operation.Build wires them whatever the order. Adding
+// an operation is one package and one line here.
 func Modules(cfg Config) []operation.Module {
 	return []operation.Module{
 		payments.Module(cfg.PaymentHooks),

@@ -9,18 +9,24 @@ import (
 )
 
 // CaptureModule is the capture_payment operation as the service registers
-// it (internal/app): after the payments, whose Actions port it acts
-// through.
+// it (internal/app). It acts through the payments' Actions port.
 func CaptureModule() operation.Module { return module(capture, NewCaptures) }
 
 // CancelModule is the cancel_payment operation, registered like
-// CaptureModule.
-func CancelModule() operation.Module { return module(cancel, NewCancels) }
+// CaptureModule. It also schedules, with each payment's move to
+// AUTHORIZED, the void the service issues itself at the authorization's
+// expiry (a hook the payments offer).
+func CancelModule() operation.Module {
+	m := module(cancel, NewCancels)
+	m.Hooks = []operation.Hook{payments.WhenAuthorized((*Service).scheduleExpiry)}
+	return m
+}
 
 func module(k kind, build func(Deps, payments.Actions, Config) *Service) operation.Module {
 	return operation.Module{
 		Name:     k.operation,
 		Resource: operation.Resource{Type: k.resource, IDField: k.idField, ProviderKey: ProviderKey},
+		Uses:     []string{payments.OperationCreate},
 		New: func(env operation.Env) (operation.Instance, error) {
 			pay, err := operation.Lookup[payments.Actions](env, payments.OperationCreate)
 			if err != nil {
@@ -31,17 +37,12 @@ func module(k kind, build func(Deps, payments.Actions, Config) *Service) operati
 				return nil, fmt.Errorf("%s: the provider %T does not capture (provider.Captures)", k.operation, env.Provider)
 			}
 			c := env.Config
-			s := build(Deps{
+			return build(Deps{
 				DB: env.DB, Engine: env.Engine, Provider: port, Clock: env.Clock, Log: env.Log, Metrics: env.Metrics,
 			}, pay, Config{
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck, AbandonAfter: c.ReplayTTL,
-			})
-			if k.action == payments.ActionVoid {
-				// The service voids what nobody captured in time.
-				pay.WhenAuthorized(s.scheduleExpiry)
-			}
-			return s, nil
+			}), nil
 		},
 	}
 }

@@ -91,9 +91,9 @@ type Service struct {
 	// flow takes an automatic payment through the provider, manual one
 	// that only authorizes (its success is StateAuthorized).
 	flow, manual *providerflow.Flow[State]
-	// onAuthorized are the hooks of WhenAuthorized, set while the
-	// operations are built.
-	onAuthorized []func(b *pgx.Batch, p Payment, now time.Time) error
+	// onAuthorized are the hooks other modules declare (WhenAuthorized),
+	// added once every operation is built (operation.Build).
+	onAuthorized []AuthorizedHook
 }
 
 var _ idempotency.Operation = (*Service)(nil)

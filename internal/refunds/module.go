@@ -24,7 +24,7 @@ const (
 const EntrySucceeded = "REFUND_SUCCEEDED"
 
 // Module is the create-refund operation as the service registers it
-// (internal/app): after the payments, whose Port it acts through.
+// (internal/app). It acts through the payments' Port.
 func Module() operation.Module {
 	return operation.Module{
 		Name: OperationCreate,
@@ -43,6 +43,7 @@ func Module() operation.Module {
 			{Type: "refund.updated", Object: "refund", MetadataID: stripeprovider.MetadataRefundID},
 			{Type: "charge.refund.updated", Object: "refund", MetadataID: stripeprovider.MetadataRefundID},
 		},
+		Uses: []string{payments.OperationCreate},
 		New: func(env operation.Env) (operation.Instance, error) {
 			pay, err := operation.Lookup[payments.Port](env, payments.OperationCreate)
 			if err != nil {
