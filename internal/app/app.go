@@ -26,6 +26,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
@@ -43,9 +44,11 @@ type Config struct {
 	// the provider declares (provider.Adapter.LookupLag).
 	ProviderLookupLag time.Duration
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK; default one minute
-	AuthorizationTTL  time.Duration // AUTHORIZATION_TTL; default 168h
-	Recovery          idempotency.RecoveryPolicy
-	PaymentHooks      payments.Hooks // failpoints, for tests
+	// Settings are the values of the settings the modules declare
+	// (config.Config.Settings); one without a value has its default.
+	Settings     setting.Values
+	Recovery     idempotency.RecoveryPolicy
+	PaymentHooks payments.Hooks // failpoints, for tests
 	// StripeWebhookSecret verifies POST /webhooks/stripe (STRIPE_WEBHOOK_SECRET);
 	// empty: the route does not exist.
 	StripeWebhookSecret string
@@ -89,6 +92,16 @@ func Modules(cfg Config) []operation.Module {
 	}
 }
 
+// Settings are the settings the modules declare, for package config to load
+// and list.
+func Settings() []setting.Setting {
+	var out []setting.Setting
+	for _, m := range Modules(Config{}) {
+		out = append(out, m.Settings...)
+	}
+	return out
+}
+
 // Core is the assembled service.
 type Core struct {
 	Engine *idempotency.Engine
@@ -126,8 +139,8 @@ func New(d Deps, cfg Config) *Core {
 		Config: operation.Config{
 			ReplayTTL: cfg.ReplayTTL, ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
 			ProviderLookupLag: max(cfg.ProviderLookupLag, d.Provider.LookupLag()), RefusalRecheck: cfg.RefusalRecheck,
-			AuthorizationTTL: cfg.AuthorizationTTL,
 		},
+		Settings: cfg.Settings,
 	})
 	if err != nil {
 		panic(err) // the modules are the code's: a mistake in them is a programming error

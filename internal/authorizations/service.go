@@ -31,6 +31,10 @@ type Config struct {
 	// not retried by its client) waits before it is canceled and the
 	// payment is authorized again (IDEMPOTENCY_TTL).
 	AbandonAfter time.Duration
+	// AuthorizationTTL is how long a manual payment's authorization lasts
+	// (AUTHORIZATION_TTL; 0: DefaultAuthorizationTTL): the cancel operation
+	// voids it then.
+	AuthorizationTTL time.Duration
 }
 
 // Deps are the collaborators of a Service.
@@ -51,12 +55,17 @@ type Service struct {
 	d    Deps
 	pay  payments.Actions
 	flow *providerflow.Flow[State]
+	// authorizationTTL is Config.AuthorizationTTL, or its default.
+	authorizationTTL time.Duration
 }
 
 var _ idempotency.Operation = (*Service)(nil)
 
 func newService(k kind, d Deps, pay payments.Actions, cfg Config) *Service {
-	return &Service{k: k, d: d, pay: pay, flow: &providerflow.Flow[State]{
+	if cfg.AuthorizationTTL <= 0 {
+		cfg.AuthorizationTTL = DefaultAuthorizationTTL
+	}
+	return &Service{k: k, d: d, pay: pay, authorizationTTL: cfg.AuthorizationTTL, flow: &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateSucceeded, Declined: StateDeclined,
@@ -166,15 +175,14 @@ func expiryKey(paymentID string) string {
 	return idempotency.ServiceKey("authorization-expiry:" + paymentID)
 }
 
-// scheduleExpiry queues, with p's move to AUTHORIZED, the void the service
-// issues itself at p's authorizationExpiresAt: its action, and a key of
-// cancel_payment that the reconciler first looks at then
-// (idempotency.Engine.QueueScheduled). If p was captured or canceled by
-// then, it ends without a call.
-func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time) error {
-	if p.AuthorizationExpiresAt == nil {
-		return fmt.Errorf("payment %s authorized without an expiry", p.ID)
-	}
+// scheduleExpiry sets, with p's move to AUTHORIZED, when its authorization
+// expires (AUTHORIZATION_TTL from now), and queues the void the service
+// issues itself then: its action, and a key of cancel_payment that the
+// reconciler first looks at then (idempotency.Engine.QueueScheduled). If p
+// was captured or canceled by then, it ends without a call.
+func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time) (payments.Payment, error) {
+	expires := now.Add(s.authorizationTTL)
+	p.AuthorizationExpiresAt = &expires
 	cmd := Command{PaymentID: p.ID, Currency: p.Command.Currency, Reason: ReasonExpired}
 	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{
@@ -189,8 +197,8 @@ func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time
 			queueInsert(b, a)
 			b.Queue(machine.Created(a.ID, "authorization expiry scheduled", now))
 		},
-	}, *p.AuthorizationExpiresAt)
-	return nil
+	}, expires)
+	return p, nil
 }
 
 // Resume takes the action of a key the caller owns from its recorded state

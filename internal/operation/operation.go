@@ -19,6 +19,8 @@
 //   - Uses and Hooks: the other modules whose ports it acts through, and
 //     what it runs at the points they offer. Build wires them, so the
 //     order of the list changes nothing.
+//   - Settings: the settings it reads, which package config loads and
+//     lists with the service's own.
 //   - New: the operation built on the service's collaborators (Env): its
 //     routes, its rendering of results, its problems, its recovery.
 //
@@ -42,6 +44,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 // Module is one idempotent operation, as the rest of the service needs it.
@@ -66,6 +69,10 @@ type Module struct {
 	// move to AUTHORIZED). Build hands each to the operation that offers
 	// it once every operation is built.
 	Hooks []Hook
+	// Settings are the settings the operation reads where it is built
+	// (setting.Value on Env.Settings): package config loads and lists
+	// them with the service's own.
+	Settings []setting.Setting
 	// New builds the operation on the service's collaborators.
 	New func(Env) (Instance, error)
 }
@@ -179,6 +186,9 @@ type Env struct {
 	// it asserts the port it calls (provider.Charges, provider.Refunds).
 	Provider provider.Adapter
 	Config   Config
+	// Settings are the values of the modules' settings (Module.Settings);
+	// one without a value reads as its default.
+	Settings setting.Values
 	// Built holds, by name, the operations this one uses (Module.Uses),
 	// built before it, so that it can act on another's resource through
 	// the port that one exports (a refund through its payment's).
@@ -196,7 +206,6 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	ProviderLookupLag time.Duration // the provider's and PROVIDER_LOOKUP_LAG, the longer
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK
-	AuthorizationTTL  time.Duration // AUTHORIZATION_TTL: how long a manual payment's authorization lasts
 }
 
 // Instance is an operation built on its collaborators.

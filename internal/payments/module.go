@@ -58,7 +58,7 @@ func Module(hooks Hooks) operation.Module {
 			}, Config{
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,
-				AbandonAfter: c.ReplayTTL, AuthorizationTTL: c.AuthorizationTTL, Hooks: hooks,
+				AbandonAfter: c.ReplayTTL, Hooks: hooks,
 			}), nil
 		},
 	}

@@ -321,10 +321,11 @@ func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, actionID, r
 	return p
 }
 
-// AuthorizedHook runs with the move of a payment to StateAuthorized: what
-// it queues in b commits with the move (an operation schedules the
-// authorization's expiry).
-type AuthorizedHook func(b *pgx.Batch, p Payment, now time.Time) error
+// AuthorizedHook runs with the move of payment p to StateAuthorized: what
+// it queues in b commits with the move. It returns p with what it decides
+// of it: when its authorization expires (AuthorizationExpiresAt), which
+// the operation that voids it at expiry sets.
+type AuthorizedHook func(b *pgx.Batch, p Payment, now time.Time) (Payment, error)
 
 // pointAuthorized is the one hook point the payments offer: their move to
 // StateAuthorized.
@@ -333,13 +334,13 @@ const pointAuthorized = "authorized"
 // WhenAuthorized declares hook, a method of the declaring module's
 // operation T, as run with the move of every payment to StateAuthorized:
 // one of that module's operation.Module.Hooks.
-func WhenAuthorized[T operation.Instance](hook func(self T, b *pgx.Batch, p Payment, now time.Time) error) operation.Hook {
+func WhenAuthorized[T operation.Instance](hook func(self T, b *pgx.Batch, p Payment, now time.Time) (Payment, error)) operation.Hook {
 	return operation.Hook{Module: OperationCreate, Point: pointAuthorized, Of: func(self operation.Instance) (any, error) {
 		t, ok := self.(T)
 		if !ok {
 			return nil, fmt.Errorf("the hook is a method of %T, and the module builds a %T", *new(T), self)
 		}
-		return AuthorizedHook(func(b *pgx.Batch, p Payment, now time.Time) error { return hook(t, b, p, now) }), nil
+		return AuthorizedHook(func(b *pgx.Batch, p Payment, now time.Time) (Payment, error) { return hook(t, b, p, now) }), nil
 	}}
 }
 

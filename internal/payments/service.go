@@ -37,16 +37,9 @@ type Config struct {
 	// money (never sent, or refused) waits for its client's retry before
 	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
 	AbandonAfter time.Duration
-	// AuthorizationTTL is how long a manual payment's authorization lasts
-	// (AUTHORIZATION_TTL, default 168h): its authorizationExpiresAt.
-	AuthorizationTTL time.Duration
 	// Hooks are failpoints for tests; the zero value does nothing.
 	Hooks Hooks
 }
-
-// DefaultAuthorizationTTL is AUTHORIZATION_TTL's default: seven days, as
-// long as a card network holds an authorization for most cards.
-const DefaultAuthorizationTTL = 7 * 24 * time.Hour
 
 // Hooks are failpoints at the boundaries of the state machine, for tests
 // that prove recovery. Each runs after the named step has committed; an error
@@ -118,9 +111,6 @@ func NewService(d Deps, cfg Config) *Service {
 	manual := *s.flow
 	manual.States.Succeeded = StateAuthorized
 	s.manual = &manual
-	if s.cfg.AuthorizationTTL <= 0 {
-		s.cfg.AuthorizationTTL = DefaultAuthorizationTTL
-	}
 	return s
 }
 
@@ -230,13 +220,10 @@ func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerfl
 	case StateDeclined:
 		p.ProviderReference, p.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
 	case StateAuthorized:
-		expires := now.Add(s.cfg.AuthorizationTTL)
-		p.ProviderReference, p.AuthorizationExpiresAt, eventType = a.ID, &expires, EventAuthorized
-		queueAuthorized(b, p.ID, expires)
-		for _, hook := range s.onAuthorized {
-			if err := hook(b, p, now); err != nil {
-				return nil, err
-			}
+		p.ProviderReference, eventType = a.ID, EventAuthorized
+		var err error
+		if p, err = s.authorize(b, p, now); err != nil {
+			return nil, err
 		}
 	case StateCanceled:
 		eventType = EventCanceled
@@ -247,6 +234,27 @@ func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerfl
 	// Debug: the request's own line (payment id, status) or the
 	// reconciler's says the outcome; one line per payment is the hot path's.
 	s.log.Debug("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
+	return p, nil
+}
+
+// authorize queues p's authorization expiry with its move to
+// StateAuthorized, and then what the hooks of the move queue. The hooks say
+// when it expires: the operations on authorizations keep their lifetime
+// (AUTHORIZATION_TTL) and void what outlives it.
+func (s *Service) authorize(b *pgx.Batch, p Payment, now time.Time) (Payment, error) {
+	hooked := &pgx.Batch{}
+	for _, hook := range s.onAuthorized {
+		var err error
+		if p, err = hook(hooked, p, now); err != nil {
+			return Payment{}, err
+		}
+	}
+	if p.AuthorizationExpiresAt == nil {
+		return Payment{}, fmt.Errorf("payment %s is authorized, and no operation says when its authorization expires: "+
+			"register the operations on authorizations (payments.WhenAuthorized)", p.ID)
+	}
+	queueAuthorized(b, p.ID, *p.AuthorizationExpiresAt)
+	b.QueuedQueries = append(b.QueuedQueries, hooked.QueuedQueries...)
 	return p, nil
 }
 
