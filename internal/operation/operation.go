@@ -15,7 +15,9 @@
 //     provider's webhooks find our resource behind the provider's object.
 //   - Events: the event types it writes to the outbox (their public names:
 //     the NATS subjects) and, for those the ledger books, how.
-//   - ProviderEvents: the provider's webhook events about its resources.
+//   - ProviderEvents: a provider port of its own's webhook events about its
+//     resources (those of the service's ports are their adapters' to
+//     declare, by Resource.ProviderObject).
 //   - Uses and Hooks: the other modules whose ports it acts through, and
 //     what it runs at the points they offer. Build wires them, so the
 //     order of the list changes nothing.
@@ -56,8 +58,10 @@ type Module struct {
 	Resource Resource
 	// Events are the event types the operation writes to the outbox.
 	Events []Event
-	// ProviderEvents are the provider's webhook events about the
-	// operation's resources.
+	// ProviderEvents are the webhook events about the operation's
+	// resources of a provider port of its own. The events about the
+	// objects of the service's ports are the adapter's to declare
+	// (Resource.ProviderObject).
 	ProviderEvents []ProviderEvent
 	// Uses names the modules whose operations this one acts through, by
 	// the ports they export (a refund through its payment's: Lookup).
@@ -104,6 +108,10 @@ type Resource struct {
 	// knows it by (nil: the operation calls no provider). It is also how a
 	// provider's object names our resource when its metadata does not.
 	ProviderKey func(id string) string
+	// ProviderObject is the kind of the provider's object that stands for
+	// it ("": none): the provider's webhook events about that kind, as
+	// its adapter declares them, name the resource.
+	ProviderObject provider.Object
 }
 
 // IDFromProviderKey is the id of the resource whose provider key is key, or
@@ -162,18 +170,9 @@ type LedgerEntry struct {
 	ProviderReference string // "" when none
 }
 
-// ProviderEvent is one type of the provider's webhook events that names a
+// ProviderEvent is one type of a provider's webhook events that names a
 // resource of the operation.
-type ProviderEvent struct {
-	// Type is the provider's event type (payment_intent.succeeded).
-	Type string
-	// Object is the type of the event's object (payment_intent).
-	Object string
-	// MetadataID is the object's metadata key that holds our resource's id
-	// (payment_id); an object without it is matched by its idempotency key
-	// (Resource.ProviderKey).
-	MetadataID string
-}
+type ProviderEvent = provider.WebhookEvent
 
 // Env is what every operation is built on.
 type Env struct {
