@@ -243,14 +243,14 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id
 // payment as it then stands (still StateCancelRequested if it could not
 // tell yet, or a live owner is at it).
 func (s *Service) ResolveCancel(ctx context.Context, tenant, id string) (Payment, error) {
-	_, err := s.engine.ResolveNow(ctx, idempotency.Resource{Type: ResourceType, ID: id}, func(op string) idempotency.Operation {
+	_, err := s.d.Engine.ResolveNow(ctx, idempotency.Resource{Type: ResourceType, ID: id}, func(op string) idempotency.Operation {
 		if op != OperationCreate {
 			return nil
 		}
 		return s
 	})
 	if err != nil {
-		s.log.WarnContext(ctx, "canceled payment not resolved yet", "payment_id", id, "tenant", tenant, "error", err)
+		s.d.Log.WarnContext(ctx, "canceled payment not resolved yet", "payment_id", id, "tenant", tenant, "error", err)
 	}
 	return s.Get(ctx, tenant, id)
 }

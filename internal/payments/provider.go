@@ -19,7 +19,7 @@ type inFlow struct {
 // it.
 func (f inFlow) Send(ctx context.Context) (providerflow.Answer, error) {
 	p := f.p
-	c, err := f.s.provider.Charge(ctx, provider.ChargeRequest{
+	c, err := f.s.d.Provider.Charge(ctx, provider.ChargeRequest{
 		IdempotencyKey: ProviderKey(p.ID),
 		AmountMinor:    p.Command.AmountMinor,
 		Currency:       p.Command.Currency,
@@ -46,7 +46,7 @@ const clockSkewMargin = time.Hour
 // Lookup asks the provider what became of the payment's key.
 func (f inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
 	p := f.p
-	c, err := f.s.provider.Lookup(ctx, provider.ChargeLookup{
+	c, err := f.s.d.Provider.Lookup(ctx, provider.ChargeLookup{
 		IdempotencyKey: ProviderKey(p.ID),
 		NotBefore:      p.CreatedAt.Add(-clockSkewMargin),
 	})

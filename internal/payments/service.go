@@ -75,12 +75,8 @@ type Deps struct {
 // Service creates payments idempotently, reads them back, and (as the
 // engine's Operation) takes a payment whose key it owns to an answer.
 type Service struct {
-	db       *pgxpool.Pool
-	engine   *idempotency.Engine
-	provider provider.Charges
-	clock    clock.Clock
-	cfg      Config
-	log      *slog.Logger
+	d   Deps
+	cfg Config
 	// flow takes an automatic payment through the provider, manual one
 	// that only authorizes (its success is StateAuthorized).
 	flow, manual *providerflow.Flow[State]
@@ -95,7 +91,7 @@ var _ idempotency.Operation = (*Service)(nil)
 // longer than the provider timeout) are checked once, at start-up, by
 // package config.
 func NewService(d Deps, cfg Config) *Service {
-	s := &Service{db: d.DB, engine: d.Engine, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log}
+	s := &Service{d: d, cfg: cfg}
 	s.flow = &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{
@@ -139,7 +135,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	// between the conflict and the look: then the claim, undone, is tried
 	// again.
 	for range 3 {
-		now := s.clock.Now()
+		now := s.d.Clock.Now()
 		p := Payment{ID: deriveID(tenant, key, fp), TenantID: tenant, Command: cmd, CreatedAt: now, UpdatedAt: now}
 		// The claim's transaction creates the payment already sent
 		// (SendOnClaim records its creation and that move): the request
@@ -154,7 +150,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		reply, err := s.engine.Do(ctx, s, idempotency.Request{
+		reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 			Fingerprint: fp,
 			Resource:    p.Resource(),
@@ -166,7 +162,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Created:   p,
 			Wait:      wait,
 			FirstLook: look,
-			Exists:    idempotency.RowExists(s.db, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),
+			Exists:    idempotency.RowExists(s.d.DB, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),
 		})
 		if holder, held := refuse.Is(err, refuseReferenceHeld); held {
 			if holder == "" {
@@ -190,12 +186,12 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	p, fresh := own.Created.(Payment) // the first request: as the claim wrote it
 	if !fresh {
 		var err error
-		if p, err = getPayment(ctx, s.db, own.Tenant, own.Resource.ID); err != nil {
+		if p, err = getPayment(ctx, s.d.DB, own.Tenant, own.Resource.ID); err != nil {
 			return nil, err
 		}
 	}
 	if !own.First {
-		s.log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
+		s.d.Log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flowOf(p).Resume(ctx, own, providerflow.Subject[State]{
@@ -233,7 +229,7 @@ func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerfl
 	}
 	// Debug: the request's own line (payment id, status) or the
 	// reconciler's says the outcome; one line per payment is the hot path's.
-	s.log.Debug("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
+	s.d.Log.Debug("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
 	return p, nil
 }
 
@@ -274,10 +270,10 @@ func queueEvent(ctx context.Context, b *pgx.Batch, eventType string, p Payment, 
 
 // Get returns the tenant's payment, or ErrNotFound.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Payment, error) {
-	return getPayment(ctx, s.db, tenant, id)
+	return getPayment(ctx, s.d.DB, tenant, id)
 }
 
 // List returns a page of the tenant's payments, newest first.
 func (s *Service) List(ctx context.Context, tenant string, q ListQuery) (Page, error) {
-	return listPayments(ctx, s.db, tenant, q)
+	return listPayments(ctx, s.d.DB, tenant, q)
 }
