@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
@@ -73,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		}
 		args = rest
 	}
-	cfg, err := config.Load(args, getenv, stderr)
+	cfg, err := config.Load(args, getenv, stderr, app.Settings()...)
 	if errors.Is(err, flag.ErrHelp) {
 		return errUsage
 	}

@@ -99,7 +99,7 @@ func orphansCommand(ctx context.Context, args []string, getenv func(string) stri
 // flags and environment (printing usage for -help), with its logger, and
 // refuses one an operator's command must not run with (checkOperator).
 func operatorConfig(args []string, getenv func(string) string, stderr io.Writer, usage string) (config.Config, *slog.Logger, error) {
-	cfg, err := config.Load(args, getenv, stderr)
+	cfg, err := config.Load(args, getenv, stderr, app.Settings()...)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stderr, usage)
 		return config.Config{}, nil, errUsage

@@ -196,7 +196,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
 		ProviderLookupLag: cfg.ProviderLookupLag,
 		RefusalRecheck:    cfg.RefusalRecheck,
-		AuthorizationTTL:  cfg.AuthorizationTTL,
+		Settings:          cfg.Settings,
 		Recovery: idempotency.RecoveryPolicy{
 			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,

@@ -26,6 +26,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
@@ -43,9 +44,11 @@ type Config struct {
 	// the provider declares (provider.Adapter.LookupLag).
 	ProviderLookupLag time.Duration
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK; default one minute
-	AuthorizationTTL  time.Duration // AUTHORIZATION_TTL; default 168h
-	Recovery          idempotency.RecoveryPolicy
-	PaymentHooks      payments.Hooks // failpoints, for tests
+	// Settings are the values of the settings the modules declare
+	// (config.Config.Settings); one without a value has its default.
+	Settings     setting.Values
+	Recovery     idempotency.RecoveryPolicy
+	PaymentHooks payments.Hooks // failpoints, for tests
 	// StripeWebhookSecret verifies POST /webhooks/stripe (STRIPE_WEBHOOK_SECRET);
 	// empty: the route does not exist.
 	StripeWebhookSecret string
@@ -54,9 +57,9 @@ type Config struct {
 	// the delivery worker (internal/delivery) checks the same at every
 	// connection.
 	Webhooks endpoints.Options
-	// ExtraModules are operations registered by tests, built after the
-	// ones of Modules (so they may act through their ports) and then
-	// treated exactly like them. A forker adds a line to Modules instead.
+	// ExtraModules are operations registered by tests, listed after the
+	// ones of Modules and treated exactly like them. A forker adds a line
+	// to Modules instead.
 	ExtraModules []operation.Module
 }
 
@@ -75,9 +78,11 @@ type Deps struct {
 	Tracer trace.TracerProvider
 }
 
-// Modules are the service's operations, in the order they are built: an
-// operation that acts on another's resource comes after it. Adding an
-// operation is one package and one line here.
+// Modules are the service's operations. Their order is the order of the
+// core's Operations and nothing else: each module declares the modules it
+// acts through (operation.Module.Uses) and the hooks it runs at their
+// points (Hooks), and operation.Build wires them whatever the order. Adding
+// an operation is one package and one line here.
 func Modules(cfg Config) []operation.Module {
 	return []operation.Module{
 		payments.Module(cfg.PaymentHooks),
@@ -85,6 +90,16 @@ func Modules(cfg Config) []operation.Module {
 		authorizations.CaptureModule(), authorizations.CancelModule(),
 		endpoints.CreateModule(cfg.Webhooks), endpoints.RotateModule(), delivery.ResendModule(),
 	}
+}
+
+// Settings are the settings the modules declare, for package config to load
+// and list.
+func Settings() []setting.Setting {
+	var out []setting.Setting
+	for _, m := range Modules(Config{}) {
+		out = append(out, m.Settings...)
+	}
+	return out
 }
 
 // Core is the assembled service.
@@ -124,8 +139,8 @@ func New(d Deps, cfg Config) *Core {
 		Config: operation.Config{
 			ReplayTTL: cfg.ReplayTTL, ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
 			ProviderLookupLag: max(cfg.ProviderLookupLag, d.Provider.LookupLag()), RefusalRecheck: cfg.RefusalRecheck,
-			AuthorizationTTL: cfg.AuthorizationTTL,
 		},
+		Settings: cfg.Settings,
 	})
 	if err != nil {
 		panic(err) // the modules are the code's: a mistake in them is a programming error

@@ -325,34 +325,48 @@ func (s *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	if err != nil {
 		return nil, err
 	}
-	key := widgetProviderKey(w.ID)
 	return s.flow.Resume(ctx, own, providerflow.Subject[smt.WidgetState]{
 		ID: w.ID, State: w.State, CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt,
-		FirstSentAt: w.FirstSentAt, LastSentAt: w.LastSentAt,
-		Send:   func(ctx context.Context) (providerflow.Answer, error) { return flowAnswer(s.maker.Make(ctx, key)) },
-		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return flowAnswer(s.maker.Find(ctx, key)) },
-		Settle: func(b *pgx.Batch, to smt.WidgetState, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			if to != w.State {
-				w.UpdatedAt = now
-			}
-			w.State = to
-			var eventType string
-			switch to {
-			case smt.WidgetSucceeded:
-				w.ProviderReference, eventType = a.ID, eventWidgetMade
-			case smt.WidgetDeclined:
-				w.ProviderReference, w.DeclineCode, eventType = a.ID, a.DeclineCode, eventWidgetDeclined
-			}
-			if eventType != "" {
-				e, err := outbox.NewEvent(ctx, eventType, widgetType, w.ID, w.eventPayload(), now)
-				if err != nil {
-					return nil, err
-				}
-				outbox.Queue(b, e)
-			}
-			return w, nil
-		},
+		FirstSentAt: w.FirstSentAt, LastSentAt: w.LastSentAt, Op: widgetInFlow{s, w},
 	})
+}
+
+// widgetInFlow is widget w as the provider flow takes it through the
+// factory.
+type widgetInFlow struct {
+	s *widgets
+	w widget
+}
+
+func (f widgetInFlow) Send(ctx context.Context) (providerflow.Answer, error) {
+	return flowAnswer(f.s.maker.Make(ctx, widgetProviderKey(f.w.ID)))
+}
+
+func (f widgetInFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
+	return flowAnswer(f.s.maker.Find(ctx, widgetProviderKey(f.w.ID)))
+}
+
+func (f widgetInFlow) Settle(ctx context.Context, b *pgx.Batch, to smt.WidgetState, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+	w := f.w
+	if to != w.State {
+		w.UpdatedAt = now
+	}
+	w.State = to
+	var eventType string
+	switch to {
+	case smt.WidgetSucceeded:
+		w.ProviderReference, eventType = a.ID, eventWidgetMade
+	case smt.WidgetDeclined:
+		w.ProviderReference, w.DeclineCode, eventType = a.ID, a.DeclineCode, eventWidgetDeclined
+	}
+	if eventType != "" {
+		e, err := outbox.NewEvent(ctx, eventType, widgetType, w.ID, w.eventPayload(), now)
+		if err != nil {
+			return nil, err
+		}
+		outbox.Queue(b, e)
+	}
+	return w, nil
 }
 
 func flowAnswer(a widgetAnswer, err error) (providerflow.Answer, error) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
@@ -28,6 +29,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -112,7 +114,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 		core := app.New(app.Deps{DB: instPool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, app.Config{
 			PaymentHooks: opts.hooks, CommitMode: pgtest.CommitMode(),
 			ReplayTTL: replayTTL, Lease: lease(opts), RetryAfter: time.Second,
-			ProviderTimeout: opts.providerTimeout, ProviderKeyWindow: 24 * time.Hour, AuthorizationTTL: authTTL,
+			ProviderTimeout: opts.providerTimeout, ProviderKeyWindow: 24 * time.Hour, Settings: setting.Values{authorizations.SettingTTL: authTTL},
 			Recovery: idempotency.RecoveryPolicy{MaxAttempts: 20},
 		})
 		srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{

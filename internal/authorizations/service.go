@@ -31,6 +31,10 @@ type Config struct {
 	// not retried by its client) waits before it is canceled and the
 	// payment is authorized again (IDEMPOTENCY_TTL).
 	AbandonAfter time.Duration
+	// AuthorizationTTL is how long a manual payment's authorization lasts
+	// (AUTHORIZATION_TTL; 0: DefaultAuthorizationTTL): the cancel operation
+	// voids it then.
+	AuthorizationTTL time.Duration
 }
 
 // Deps are the collaborators of a Service.
@@ -51,12 +55,17 @@ type Service struct {
 	d    Deps
 	pay  payments.Actions
 	flow *providerflow.Flow[State]
+	// authorizationTTL is Config.AuthorizationTTL, or its default.
+	authorizationTTL time.Duration
 }
 
 var _ idempotency.Operation = (*Service)(nil)
 
 func newService(k kind, d Deps, pay payments.Actions, cfg Config) *Service {
-	return &Service{k: k, d: d, pay: pay, flow: &providerflow.Flow[State]{
+	if cfg.AuthorizationTTL <= 0 {
+		cfg.AuthorizationTTL = DefaultAuthorizationTTL
+	}
+	return &Service{k: k, d: d, pay: pay, authorizationTTL: cfg.AuthorizationTTL, flow: &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateSucceeded, Declined: StateDeclined,
@@ -166,15 +175,14 @@ func expiryKey(paymentID string) string {
 	return idempotency.ServiceKey("authorization-expiry:" + paymentID)
 }
 
-// scheduleExpiry queues, with p's move to AUTHORIZED, the void the service
-// issues itself at p's authorizationExpiresAt: its action, and a key of
-// cancel_payment that the reconciler first looks at then
-// (idempotency.Engine.QueueScheduled). If p was captured or canceled by
-// then, it ends without a call.
-func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time) error {
-	if p.AuthorizationExpiresAt == nil {
-		return fmt.Errorf("payment %s authorized without an expiry", p.ID)
-	}
+// scheduleExpiry sets, with p's move to AUTHORIZED, when its authorization
+// expires (AUTHORIZATION_TTL from now), and queues the void the service
+// issues itself then: its action, and a key of cancel_payment that the
+// reconciler first looks at then (idempotency.Engine.QueueScheduled). If p
+// was captured or canceled by then, it ends without a call.
+func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time) (payments.Payment, error) {
+	expires := now.Add(s.authorizationTTL)
+	p.AuthorizationExpiresAt = &expires
 	cmd := Command{PaymentID: p.ID, Currency: p.Command.Currency, Reason: ReasonExpired}
 	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{
@@ -189,8 +197,8 @@ func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time
 			queueInsert(b, a)
 			b.Queue(machine.Created(a.ID, "authorization expiry scheduled", now))
 		},
-	}, *p.AuthorizationExpiresAt)
-	return nil
+	}, expires)
+	return p, nil
 }
 
 // Resume takes the action of a key the caller owns from its recorded state
@@ -242,16 +250,6 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 				"the payment is "+string(p.State)+": nothing to cancel")
 		}
 	}
-	var begin func(b *pgx.Batch, now time.Time)
-	if scheduled {
-		reason := "authorization expired"
-		if a.Reason != ReasonExpired {
-			reason = "cancel of a payment found authorized after all"
-		}
-		// The flow commits the begin before it sends, and settles only
-		// after: from then on this action holds the payment.
-		begin = func(b *pgx.Batch, now time.Time) { p = s.pay.QueueStart(b, p, a.Kind, a.ID, reason, now) }
-	}
 	var expires *providerflow.Expiry
 	if a.Kind == payments.ActionCapture && p.AuthorizationExpiresAt != nil {
 		// A capture is never sent past the authorization's expiry: the
@@ -259,15 +257,42 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		// after a lost one, checks it again.
 		expires = &providerflow.Expiry{At: *p.AuthorizationExpiresAt, DeclineCode: ReasonExpired}
 	}
+	inflow := &inFlow{s: s, a: a, p: p}
+	var op providerflow.Operation[State] = inflow
+	if scheduled {
+		reason := "authorization expired"
+		if a.Reason != ReasonExpired {
+			reason = "cancel of a payment found authorized after all"
+		}
+		op = issued{inflow, reason}
+	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
 		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
-		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Begin: begin, Expires: expires,
-		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.send(ctx, a, p) },
-		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, a, p) },
-		Settle: func(b *pgx.Batch, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(ctx, b, a, p, to, ans, now)
-		},
+		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Expires: expires, Op: op,
 	})
+}
+
+// inFlow is action a on payment p as the provider flow takes it: the
+// flow's providerflow.Operation, whose Send captures or voids p.
+type inFlow struct {
+	s *Service
+	a Action
+	p payments.Payment
+}
+
+// issued is an action the service sends whoever owns its key (an expiry's
+// void, or a cancel that found its payment authorized after all): the flow
+// commits its begin on the payment (Begin) before it sends, and settles
+// only after, so from then on the action holds the payment.
+type issued struct {
+	*inFlow
+	reason string
+}
+
+// Begin queues the action's hold on the payment with its first move to the
+// sent state; Settle then sees the payment held.
+func (i issued) Begin(b *pgx.Batch, now time.Time) {
+	i.p = i.s.pay.QueueStart(b, i.p, i.a.Kind, i.a.ID, i.reason, now)
 }
 
 // beforeExpiry settles a scheduled void that has nothing to do yet: it is
@@ -431,9 +456,10 @@ func (s *Service) end(ctx context.Context, own *idempotency.Owner, a Action, p p
 	return r, nil
 }
 
-// send asks the provider to capture or void p's authorization, with the
-// key derived from the action.
-func (s *Service) send(ctx context.Context, a Action, p payments.Payment) (providerflow.Answer, error) {
+// Send asks the provider to capture or void the payment's authorization,
+// with the key derived from the action.
+func (f *inFlow) Send(ctx context.Context) (providerflow.Answer, error) {
+	s, a, p := f.s, f.a, f.p
 	var (
 		c   provider.Charge
 		err error
@@ -486,13 +512,14 @@ func (s *Service) answer(a Action, c provider.Charge) providerflow.Answer {
 	return ans
 }
 
-// lookup asks the provider what became of the action: a capture's own
+// Lookup asks the provider what became of the action: a capture's own
 // record, if the provider holds one (a declined capture), else the charge
 // as it now stands (read-after-write). A charge still authorized, with no
 // record of the capture, never saw the action: provider.ErrNotFound, so
 // that the flow sends it again (with the same key) or, for a refused one,
 // knows that nothing moved.
-func (s *Service) lookup(ctx context.Context, a Action, p payments.Payment) (providerflow.Answer, error) {
+func (f *inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
+	s, a, p := f.s, f.a, f.p
 	if a.Kind == payments.ActionCapture {
 		// A declined capture leaves the charge authorized, as one that
 		// never arrived does: only the capture's own record tells them
@@ -520,10 +547,11 @@ func (s *Service) lookup(ctx context.Context, a Action, p payments.Payment) (pro
 	return s.answer(a, c), nil
 }
 
-// settle is what an action writes with its move to `to`: for an end, the
+// Settle is what an action writes with its move to `to`: for an end, the
 // payment's move (captured, voided, or authorized again) and its event.
 // The result is the action and its payment as they now stand.
-func (s *Service) settle(ctx context.Context, b *pgx.Batch, a Action, p payments.Payment, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (f *inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, ans providerflow.Answer, now time.Time) (idempotency.Result, error) {
+	s, a, p := f.s, f.a, f.p
 	if to != a.State {
 		a.UpdatedAt = now
 	}

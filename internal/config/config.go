@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 // Config is every setting of the paymentsapi process.
@@ -37,10 +39,7 @@ type Config struct {
 	ProviderLookupLag time.Duration
 	// RefusalRecheck is how long after a refusal the reconciler looks the
 	// resource up anyway (REFUSAL_RECHECK); never before the lookup lag.
-	RefusalRecheck time.Duration
-	// AuthorizationTTL is how long a manual payment's authorization lasts
-	// (its authorizationExpiresAt).
-	AuthorizationTTL       time.Duration
+	RefusalRecheck         time.Duration
 	StripeAPIKey           string
 	StripeAPIBase          string
 	StripeWebhookSecret    string
@@ -79,6 +78,10 @@ type Config struct {
 	// WebhookRetrySchedule is the wait after each failed delivery attempt,
 	// the n-th for the n-th; after the last the message has failed.
 	WebhookRetrySchedule []time.Duration
+
+	// Settings are the values of the settings the service's modules
+	// declare (operation.Module.Settings), by name.
+	Settings setting.Values
 }
 
 // DevMode reports whether the service runs with an embedded PostgreSQL.
@@ -99,8 +102,10 @@ const StripeKeyTTL = 24 * time.Hour
 // duplicate window, 2 min).
 const MinInboxRetention = time.Hour
 
-// Load parses args (without the program name) over the environment.
-func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+// Load parses args (without the program name) over the environment: the
+// service's own settings, and those its modules declare (settings), each
+// with its flag and its line in -help.
+func Load(args []string, getenv func(string) string, stderr io.Writer, settings ...setting.Setting) (Config, error) {
 	var c Config
 	fs := flag.NewFlagSet("paymentsapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -136,7 +141,6 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
 	dur(&c.ProviderLookupLag, "provider-lookup-lag", "PROVIDER_LOOKUP_LAG", "0s", "how long a provider's lookup may miss a new object; the longer of this and the provider's own declaration is used")
 	dur(&c.RefusalRecheck, "refusal-recheck", "REFUSAL_RECHECK", "1m", "how long after a refusal the reconciler looks it up anyway (at least the lookup lag)")
-	dur(&c.AuthorizationTTL, "authorization-ttl", "AUTHORIZATION_TTL", "168h", "how long a manual-capture payment's authorization lasts before the service voids it")
 	secret(&c.StripeAPIKey, "stripe-api-key", "STRIPE_API_KEY", "Stripe secret key")
 	secret(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "Stripe webhook signing secret (whsec_...); empty: no POST /webhooks/stripe")
 	fs.StringVar(&c.StripeAPIBase, "stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL, e.g. a stripe-mock (STRIPE_API_BASE)")
@@ -192,11 +196,29 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 		durErr = errors.Join(durErr, fmt.Errorf("RATE_LIMIT_BURST must be an integer"))
 	}
 	fs.IntVar(&c.RateLimitBurst, "rate-limit-burst", burst, "requests a tenant may send at once; 0: RATE_LIMIT rounded up (RATE_LIMIT_BURST)")
+	raw := make([]string, len(settings))
+	for i, st := range settings {
+		if fs.Lookup(st.Flag()) != nil {
+			return Config{}, fmt.Errorf("a module declares the setting %s, which the service has already", st.Name)
+		}
+		fs.StringVar(&raw[i], st.Flag(), env(st.Name, st.Default), st.Usage+" ("+st.Name+")")
+	}
 	if durErr != nil {
 		return Config{}, durErr
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	c.Settings = make(setting.Values, len(settings))
+	for i, st := range settings {
+		v, err := st.Parse(raw[i])
+		if err != nil {
+			durErr = errors.Join(durErr, fmt.Errorf("%s %w", st.Name, err))
+		}
+		c.Settings[st.Name] = v
+	}
+	if durErr != nil {
+		return Config{}, durErr
 	}
 	for p, envName := range secrets {
 		if *p == "" {
@@ -285,7 +307,7 @@ func (c Config) validate() error {
 		"LEASE_DURATION": c.LeaseDuration, "RECONCILE_INTERVAL": c.ReconcileInterval,
 		"SHUTDOWN_TIMEOUT": c.ShutdownTimeout, "OUTBOX_RETENTION": c.OutboxRetention,
 		"CLEANUP_INTERVAL": c.CleanupInterval, "INBOX_RETENTION": c.InboxRetention, "EVENT_RETENTION": c.EventRetention,
-		"REFUSAL_RECHECK": c.RefusalRecheck, "AUTHORIZATION_TTL": c.AuthorizationTTL,
+		"REFUSAL_RECHECK": c.RefusalRecheck,
 		"WEBHOOK_TIMEOUT": c.WebhookTimeout,
 	} {
 		if d <= 0 {

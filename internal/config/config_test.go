@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/delivery"
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 func TestLoadFlagsOverEnvironment(t *testing.T) {
@@ -72,6 +73,46 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		if _, err := Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// A module's setting is read as the service's own are: the flag over the
+// variable over the default, listed in -help with its variable, and a
+// value its Parse refuses is refused with the setting's name.
+func TestLoadReadsTheSettingsModulesDeclare(t *testing.T) {
+	ttl := setting.Duration("WIDGET_TTL", "2h", "how long a widget lasts")
+	load := func(args []string, env map[string]string) (time.Duration, error) {
+		c, err := Load(args, func(k string) string { return env[k] }, &bytes.Buffer{}, ttl)
+		if err != nil {
+			return 0, err
+		}
+		return setting.Value[time.Duration](c.Settings, ttl)
+	}
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, 2 * time.Hour},
+		{nil, map[string]string{"WIDGET_TTL": "3h"}, 3 * time.Hour},
+		{[]string{"-widget-ttl", "4h"}, map[string]string{"WIDGET_TTL": "3h"}, 4 * time.Hour},
+	} {
+		if got, err := load(c.args, c.env); err != nil || got != c.want {
+			t.Errorf("%v over %v: %v %v, want %v", c.args, c.env, got, err, c.want)
+		}
+	}
+	if _, err := load(nil, map[string]string{"WIDGET_TTL": "0s"}); err == nil || !strings.Contains(err.Error(), "WIDGET_TTL must be positive") {
+		t.Errorf("a zero TTL: %v", err)
+	}
+	var help bytes.Buffer
+	if _, err := Load([]string{"-h"}, func(string) string { return "" }, &help, ttl); err == nil {
+		t.Fatal("-h did not stop")
+	}
+	if !strings.Contains(help.String(), "-widget-ttl") || !strings.Contains(help.String(), "how long a widget lasts (WIDGET_TTL)") {
+		t.Errorf("-help does not list the module's setting:\n%s", help.String())
+	}
+	if _, err := Load(nil, func(string) string { return "" }, &bytes.Buffer{}, setting.Duration("LEASE_DURATION", "1s", "twice")); err == nil {
+		t.Error("a module's setting named like one of the service's: accepted")
 	}
 }
 

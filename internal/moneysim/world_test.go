@@ -26,6 +26,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	modulesetting "github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 // The service's timing rules in the simulation: the production defaults.
@@ -127,7 +128,7 @@ func drawManualKnobs(rng *rand.Rand, k *Knobs) {
 	k.PManual = pick(rng, 0.0, 0.3, 0.6, 0.9)
 	switch r := rng.Float64(); {
 	case r < 0.4:
-		k.AuthorizationTTL = payments.DefaultAuthorizationTTL
+		k.AuthorizationTTL = authorizations.DefaultAuthorizationTTL
 	case r < 0.7:
 		k.AuthorizationTTL = between(rng, 20*time.Minute, 6*time.Hour)
 	default:
@@ -233,9 +234,9 @@ func (w *world) serviceConfig() app.Config {
 		// tick grid only: the backoff's jitter (package backoff draws it
 		// from the global source) then never changes which pass claims a
 		// key, and the run stays the seed's.
-		Recovery:         idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 2 * tick, Max: 2 * tick}},
-		PaymentHooks:     w.hooks(),
-		AuthorizationTTL: w.knobs.AuthorizationTTL,
+		Recovery:     idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 2 * tick, Max: 2 * tick}},
+		PaymentHooks: w.hooks(),
+		Settings:     modulesetting.Values{authorizations.SettingTTL: w.knobs.AuthorizationTTL},
 	}
 }
 

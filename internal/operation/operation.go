@@ -15,7 +15,14 @@
 //     provider's webhooks find our resource behind the provider's object.
 //   - Events: the event types it writes to the outbox (their public names:
 //     the NATS subjects) and, for those the ledger books, how.
-//   - ProviderEvents: the provider's webhook events about its resources.
+//   - ProviderEvents: a provider port of its own's webhook events about its
+//     resources (those of the service's ports are their adapters' to
+//     declare, by Resource.ProviderObject).
+//   - Uses and Hooks: the other modules whose ports it acts through, and
+//     what it runs at the points they offer. Build wires them, so the
+//     order of the list changes nothing.
+//   - Settings: the settings it reads, which package config loads and
+//     lists with the service's own.
 //   - New: the operation built on the service's collaborators (Env): its
 //     routes, its rendering of results, its problems, its recovery.
 //
@@ -39,6 +46,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 // Module is one idempotent operation, as the rest of the service needs it.
@@ -50,11 +58,44 @@ type Module struct {
 	Resource Resource
 	// Events are the event types the operation writes to the outbox.
 	Events []Event
-	// ProviderEvents are the provider's webhook events about the
-	// operation's resources.
+	// ProviderEvents are the webhook events about the operation's
+	// resources of a provider port of its own. The events about the
+	// objects of the service's ports are the adapter's to declare
+	// (Resource.ProviderObject).
 	ProviderEvents []ProviderEvent
+	// Uses names the modules whose operations this one acts through, by
+	// the ports they export (a refund through its payment's: Lookup).
+	// Build builds them first, wherever they stand in the list, and New
+	// may look up those alone.
+	Uses []string
+	// Hooks are what this operation runs at the points other operations
+	// offer (the authorization's expiry, scheduled with each payment's
+	// move to AUTHORIZED). Build hands each to the operation that offers
+	// it once every operation is built.
+	Hooks []Hook
+	// Settings are the settings the operation reads where it is built
+	// (setting.Value on Env.Settings): package config loads and lists
+	// them with the service's own.
+	Settings []setting.Setting
 	// New builds the operation on the service's collaborators.
 	New func(Env) (Instance, error)
+}
+
+// Hook is what one operation runs at a point another operation offers. The
+// offering package makes the Hooks of its points (payments.WhenAuthorized),
+// so that the hook's type is checked where it is declared.
+type Hook struct {
+	// Module names the operation that offers the point, Point the point.
+	Module, Point string
+	// Of makes the hook from the declaring operation as built: a function
+	// of the type the point runs.
+	Of func(self Instance) (any, error)
+}
+
+// Hooked is what an operation that offers hook points implements: Build
+// adds to it, at point, each hook that a module declares for it.
+type Hooked interface {
+	AddHook(point string, hook any) error
 }
 
 // Resource describes the resource an operation's keys create.
@@ -67,6 +108,10 @@ type Resource struct {
 	// knows it by (nil: the operation calls no provider). It is also how a
 	// provider's object names our resource when its metadata does not.
 	ProviderKey func(id string) string
+	// ProviderObject is the kind of the provider's object that stands for
+	// it ("": none): the provider's webhook events about that kind, as
+	// its adapter declares them, name the resource.
+	ProviderObject provider.Object
 }
 
 // IDFromProviderKey is the id of the resource whose provider key is key, or
@@ -125,18 +170,9 @@ type LedgerEntry struct {
 	ProviderReference string // "" when none
 }
 
-// ProviderEvent is one type of the provider's webhook events that names a
+// ProviderEvent is one type of a provider's webhook events that names a
 // resource of the operation.
-type ProviderEvent struct {
-	// Type is the provider's event type (payment_intent.succeeded).
-	Type string
-	// Object is the type of the event's object (payment_intent).
-	Object string
-	// MetadataID is the object's metadata key that holds our resource's id
-	// (payment_id); an object without it is matched by its idempotency key
-	// (Resource.ProviderKey).
-	MetadataID string
-}
+type ProviderEvent = provider.WebhookEvent
 
 // Env is what every operation is built on.
 type Env struct {
@@ -149,9 +185,12 @@ type Env struct {
 	// it asserts the port it calls (provider.Charges, provider.Refunds).
 	Provider provider.Adapter
 	Config   Config
-	// Built holds the operations built before this one, by name, so that an
-	// operation can act on another's resource through the port that one
-	// exports (a refund through its payment's).
+	// Settings are the values of the modules' settings (Module.Settings);
+	// one without a value reads as its default.
+	Settings setting.Values
+	// Built holds, by name, the operations this one uses (Module.Uses),
+	// built before it, so that it can act on another's resource through
+	// the port that one exports (a refund through its payment's).
 	Built map[string]Instance
 	// Modules are all the registered modules, this one's included, for an
 	// operation that needs what the others declare (the event names a
@@ -166,7 +205,6 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	ProviderLookupLag time.Duration // the provider's and PROVIDER_LOOKUP_LAG, the longer
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK
-	AuthorizationTTL  time.Duration // AUTHORIZATION_TTL: how long a manual payment's authorization lasts
 }
 
 // Instance is an operation built on its collaborators.
@@ -217,12 +255,12 @@ type Checked interface {
 }
 
 // Lookup returns the built operation called name as a T, the port its
-// package exports.
+// package exports. The caller's module must name it in Module.Uses.
 func Lookup[T any](env Env, name string) (T, error) {
 	var zero T
 	in, ok := env.Built[name]
 	if !ok {
-		return zero, fmt.Errorf("operation %q is not built yet: register it before the operations that use it", name)
+		return zero, fmt.Errorf("operation %q is not among the modules this one uses: name it in Module.Uses", name)
 	}
 	port, ok := in.(T)
 	if !ok {
@@ -231,31 +269,108 @@ func Lookup[T any](env Env, name string) (T, error) {
 	return port, nil
 }
 
-// Build builds mods in order on env, each seeing the ones before it
-// (Env.Built). It refuses two modules of one name or of one resource type.
+// Build builds mods on env and answers them in the list's order. Each is
+// built after the modules it uses and sees those alone (Env.Built); then
+// each hook is handed to the operation that offers it. So the list's order
+// changes nothing of what is built. It refuses two modules of one name or of
+// one resource type, a use or a hook of a module not in the list, and uses
+// in a circle.
 func Build(mods []Module, env Env) ([]Instance, error) {
-	env.Built = make(map[string]Instance, len(mods))
 	env.Modules = mods
-	types := map[string]bool{}
-	out := make([]Instance, 0, len(mods))
-	for _, m := range mods {
-		switch {
-		case m.Name == "" || m.New == nil || m.Resource.Type == "" || m.Resource.IDField == "":
-			return nil, fmt.Errorf("operation: module %q needs a Name, New, a Resource.Type and a Resource.IDField", m.Name)
-		case env.Built[m.Name] != nil:
-			return nil, fmt.Errorf("operation: %q registered twice", m.Name)
-		case types[m.Resource.Type]:
-			return nil, fmt.Errorf("operation: resource type %q registered twice", m.Resource.Type)
+	order, err := buildOrder(mods)
+	if err != nil {
+		return nil, err
+	}
+	built := make(map[string]Instance, len(mods))
+	for _, m := range order {
+		menv := env
+		menv.Built = make(map[string]Instance, len(m.Uses))
+		for _, u := range m.Uses {
+			menv.Built[u] = built[u]
 		}
-		in, err := m.New(env)
+		in, err := m.New(menv)
 		if err != nil {
 			return nil, fmt.Errorf("build %s: %w", m.Name, err)
 		}
 		if in.Name() != m.Name {
 			return nil, fmt.Errorf("operation: module %q builds an operation called %q", m.Name, in.Name())
 		}
-		env.Built[m.Name], types[m.Resource.Type] = in, true
-		out = append(out, in)
+		built[m.Name] = in
+	}
+	out := make([]Instance, 0, len(mods))
+	for _, m := range mods {
+		for _, h := range m.Hooks {
+			if err := addHook(built, m.Name, h); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, built[m.Name])
 	}
 	return out, nil
+}
+
+// buildOrder is mods checked and ordered so that each comes after the
+// modules it uses; otherwise as listed.
+func buildOrder(mods []Module) ([]Module, error) {
+	byName := make(map[string]Module, len(mods))
+	types := map[string]bool{}
+	for _, m := range mods {
+		switch {
+		case m.Name == "" || m.New == nil || m.Resource.Type == "" || m.Resource.IDField == "":
+			return nil, fmt.Errorf("operation: module %q needs a Name, New, a Resource.Type and a Resource.IDField", m.Name)
+		case byName[m.Name].Name != "":
+			return nil, fmt.Errorf("operation: %q registered twice", m.Name)
+		case types[m.Resource.Type]:
+			return nil, fmt.Errorf("operation: resource type %q registered twice", m.Resource.Type)
+		}
+		byName[m.Name], types[m.Resource.Type] = m, true
+	}
+	const visiting, placed = 1, 2
+	seen := map[string]int{}
+	order := make([]Module, 0, len(mods))
+	var place func(m Module) error
+	place = func(m Module) error {
+		switch seen[m.Name] {
+		case placed:
+			return nil
+		case visiting:
+			return fmt.Errorf("operation: %q uses itself, through the modules it uses", m.Name)
+		}
+		seen[m.Name] = visiting
+		for _, u := range m.Uses {
+			used, ok := byName[u]
+			if !ok {
+				return fmt.Errorf("operation: %q uses %q, which is not registered", m.Name, u)
+			}
+			if err := place(used); err != nil {
+				return err
+			}
+		}
+		seen[m.Name] = placed
+		order = append(order, m)
+		return nil
+	}
+	for _, m := range mods {
+		if err := place(m); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+// addHook hands hook h, declared by the module called by, to the operation
+// that offers its point.
+func addHook(built map[string]Instance, by string, h Hook) error {
+	target, ok := built[h.Module].(Hooked)
+	if !ok {
+		return fmt.Errorf("operation: %q hooks into %q, which is not registered or offers no hooks", by, h.Module)
+	}
+	fn, err := h.Of(built[by])
+	if err == nil {
+		err = target.AddHook(h.Point, fn)
+	}
+	if err != nil {
+		return fmt.Errorf("operation: %q's hook at %s %s: %w", by, h.Module, h.Point, err)
+	}
+	return nil
 }

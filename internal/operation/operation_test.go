@@ -31,34 +31,82 @@ func module(name, resource string) operation.Module {
 		New: func(operation.Env) (operation.Instance, error) { return stub{name}, nil }}
 }
 
-// Build builds the modules in order, each seeing those before it, and
-// refuses a list the rest of the service could not tell apart.
-func TestBuildRefusesWhatCannotBeToldApart(t *testing.T) {
-	ok := []operation.Module{module("create_a", "a"), module("create_b", "b")}
-	ok[1].New = func(env operation.Env) (operation.Instance, error) {
-		if _, err := operation.Lookup[port](env, "create_a"); err != nil {
-			return nil, err
+// Build builds each module after those it uses, and refuses a list the
+// rest of the service could not tell apart or could not wire.
+func TestBuildRefusesWhatCannotBeToldApartOrWired(t *testing.T) {
+	ok := []operation.Module{module("create_a", "a"), using(module("create_b", "b"), "create_a")}
+	for name, mods := range map[string][]operation.Module{"listed in order": ok, "listed in reverse": {ok[1], ok[0]}} {
+		if ops, err := operation.Build(mods, operation.Env{}); err != nil || len(ops) != 2 || ops[0].Name() != mods[0].Name {
+			t.Fatalf("%s: %v %v", name, ops, err)
 		}
-		return stub{"create_b"}, nil
 	}
-	if ops, err := operation.Build(ok, operation.Env{}); err != nil || len(ops) != 2 {
-		t.Fatalf("a good list: %v %v", ops, err)
-	}
+	undeclared := using(module("create_b", "b"), "create_a")
+	undeclared.Uses = nil
 	misnamed := module("create_c", "c")
 	misnamed.New = func(operation.Env) (operation.Instance, error) { return stub{"create_d"}, nil }
 	noIDField := module("create_e", "e")
 	noIDField.Resource.IDField = ""
+	hookless := module("create_f", "f")
+	hookless.Hooks = []operation.Hook{{Module: "create_a", Point: "done", Of: func(operation.Instance) (any, error) { return nil, nil }}}
 	for name, mods := range map[string][]operation.Module{
 		"two of one name":          {module("create_a", "a"), module("create_a", "b")},
 		"two of one resource type": {module("create_a", "a"), module("create_b", "a")},
-		"a port built later":       {ok[1], ok[0]},
+		"a port not declared":      {ok[0], undeclared},
+		"a use not registered":     {ok[1]},
+		"uses in a circle":         {using(module("create_a", "a"), "create_b"), ok[1]},
 		"a misnamed build":         {misnamed},
 		"no id field":              {noIDField},
+		"a hook nobody offers":     {ok[0], hookless},
 	} {
 		if _, err := operation.Build(mods, operation.Env{}); err == nil {
 			t.Errorf("%s: built", name)
 		} else if strings.TrimSpace(err.Error()) == "" {
 			t.Errorf("%s: an empty error", name)
+		}
+	}
+}
+
+// using is m acting through the port of the module called used.
+func using(m operation.Module, used string) operation.Module {
+	m.Uses = []string{used}
+	build := m.New
+	m.New = func(env operation.Env) (operation.Instance, error) {
+		if _, err := operation.Lookup[port](env, used); err != nil {
+			return nil, err
+		}
+		return build(env)
+	}
+	return m
+}
+
+// hooks is a stub that offers the point "done" and records its hooks.
+type hooks struct {
+	stub
+	added *[]string
+}
+
+func (h hooks) AddHook(point string, hook any) error {
+	*h.added = append(*h.added, point+" "+hook.(string))
+	return nil
+}
+
+// A hook reaches the operation that offers its point whatever the list's
+// order, made from its declaring operation as built.
+func TestBuildHandsEveryHookToItsPointInAnyOrder(t *testing.T) {
+	var added []string
+	offers := module("create_a", "a")
+	offers.New = func(operation.Env) (operation.Instance, error) { return hooks{stub{"create_a"}, &added}, nil }
+	declares := module("create_b", "b")
+	declares.Hooks = []operation.Hook{{Module: "create_a", Point: "done", Of: func(self operation.Instance) (any, error) {
+		return "by " + self.Name(), nil
+	}}}
+	for _, mods := range [][]operation.Module{{offers, declares}, {declares, offers}} {
+		added = nil
+		if _, err := operation.Build(mods, operation.Env{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(added) != 1 || added[0] != "done by create_b" {
+			t.Errorf("%s first: hooks added %q, want [done by create_b]", mods[0].Name, added)
 		}
 	}
 }

@@ -110,7 +110,7 @@ func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
 			"This payment was canceled: no money moved (it was canceled, or nobody retried it within the replay window). Pay with a new Idempotency-Key.")
 		return httpapi.ProblemResponse(prob.Set("paymentId", p.ID)), nil
 	default:
-		return httpapi.ResourceResponse(http.StatusAccepted, p.View(), Location(p.ID), s.engine.RetryAfter()), nil
+		return httpapi.ResourceResponse(http.StatusAccepted, p.View(), Location(p.ID), s.d.Engine.RetryAfter()), nil
 	}
 }
 

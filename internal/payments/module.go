@@ -9,7 +9,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
-	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
 )
 
 // The event types a payment's life writes (their public names: the NATS
@@ -33,7 +32,7 @@ func Module(hooks Hooks) operation.Module {
 	return operation.Module{
 		Name: OperationCreate,
 		Resource: operation.Resource{
-			Type: ResourceType, IDField: "paymentId", ProviderKey: ProviderKey,
+			Type: ResourceType, IDField: "paymentId", ProviderKey: ProviderKey, ProviderObject: provider.ObjectCharge,
 		},
 		Events: []operation.Event{
 			{Type: EventCreated, Name: "payment.created"},
@@ -41,11 +40,6 @@ func Module(hooks Hooks) operation.Module {
 			{Type: EventDeclined, Name: "payment.declined"},
 			{Type: EventAuthorized, Name: "payment.authorized"},
 			{Type: EventCanceled, Name: "payment.canceled"},
-		},
-		ProviderEvents: []operation.ProviderEvent{
-			{Type: "payment_intent.succeeded", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
-			{Type: "payment_intent.payment_failed", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
-			{Type: "payment_intent.canceled", Object: "payment_intent", MetadataID: stripeprovider.MetadataPaymentID},
 		},
 		New: func(env operation.Env) (operation.Instance, error) {
 			port, ok := env.Provider.(provider.Charges)
@@ -58,7 +52,7 @@ func Module(hooks Hooks) operation.Module {
 			}, Config{
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,
-				AbandonAfter: c.ReplayTTL, AuthorizationTTL: c.AuthorizationTTL, Hooks: hooks,
+				AbandonAfter: c.ReplayTTL, Hooks: hooks,
 			}), nil
 		},
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
 )
@@ -19,7 +20,8 @@ import (
 // Port is what another operation may do with a payment (a refund acts on
 // its payment through it): read it, and queue the payments' own statements
 // beside its own, so that only this package writes the payments table.
-// *Service is the Port; another operation finds it with
+// *Service is the Port; another operation names payments in its
+// operation.Module.Uses and finds it with
 // operation.Lookup[payments.Port](env, payments.OperationCreate).
 type Port interface {
 	// Get returns the tenant's payment, or ErrNotFound.
@@ -128,11 +130,6 @@ type Actions interface {
 	// StateCancelRequested (it moved no money), and returns it as it then
 	// stands.
 	ResolveCancel(ctx context.Context, tenant, id string) (Payment, error)
-	// WhenAuthorized registers hook, run with the move of every payment to
-	// StateAuthorized: what it queues in b commits with the move (an
-	// operation schedules the authorization's expiry). Register while the
-	// operations are built, before any payment moves.
-	WhenAuthorized(hook func(b *pgx.Batch, p Payment, now time.Time) error)
 }
 
 // Action is what an action does to an authorized payment.
@@ -246,14 +243,14 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id
 // payment as it then stands (still StateCancelRequested if it could not
 // tell yet, or a live owner is at it).
 func (s *Service) ResolveCancel(ctx context.Context, tenant, id string) (Payment, error) {
-	_, err := s.engine.ResolveNow(ctx, idempotency.Resource{Type: ResourceType, ID: id}, func(op string) idempotency.Operation {
+	_, err := s.d.Engine.ResolveNow(ctx, idempotency.Resource{Type: ResourceType, ID: id}, func(op string) idempotency.Operation {
 		if op != OperationCreate {
 			return nil
 		}
 		return s
 	})
 	if err != nil {
-		s.log.WarnContext(ctx, "canceled payment not resolved yet", "payment_id", id, "tenant", tenant, "error", err)
+		s.d.Log.WarnContext(ctx, "canceled payment not resolved yet", "payment_id", id, "tenant", tenant, "error", err)
 	}
 	return s.Get(ctx, tenant, id)
 }
@@ -324,6 +321,36 @@ func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, actionID, r
 	return p
 }
 
-func (s *Service) WhenAuthorized(hook func(b *pgx.Batch, p Payment, now time.Time) error) {
-	s.onAuthorized = append(s.onAuthorized, hook)
+// AuthorizedHook runs with the move of payment p to StateAuthorized: what
+// it queues in b commits with the move. It returns p with what it decides
+// of it: when its authorization expires (AuthorizationExpiresAt), which
+// the operation that voids it at expiry sets.
+type AuthorizedHook func(b *pgx.Batch, p Payment, now time.Time) (Payment, error)
+
+// pointAuthorized is the one hook point the payments offer: their move to
+// StateAuthorized.
+const pointAuthorized = "authorized"
+
+// WhenAuthorized declares hook, a method of the declaring module's
+// operation T, as run with the move of every payment to StateAuthorized:
+// one of that module's operation.Module.Hooks.
+func WhenAuthorized[T operation.Instance](hook func(self T, b *pgx.Batch, p Payment, now time.Time) (Payment, error)) operation.Hook {
+	return operation.Hook{Module: OperationCreate, Point: pointAuthorized, Of: func(self operation.Instance) (any, error) {
+		t, ok := self.(T)
+		if !ok {
+			return nil, fmt.Errorf("the hook is a method of %T, and the module builds a %T", *new(T), self)
+		}
+		return AuthorizedHook(func(b *pgx.Batch, p Payment, now time.Time) (Payment, error) { return hook(t, b, p, now) }), nil
+	}}
+}
+
+// AddHook adds hook at point (operation.Hooked): an AuthorizedHook at the
+// payments' move to StateAuthorized.
+func (s *Service) AddHook(point string, hook any) error {
+	h, ok := hook.(AuthorizedHook)
+	if point != pointAuthorized || !ok {
+		return fmt.Errorf("payments offer one hook point, %q, for an AuthorizedHook, not %q for a %T", pointAuthorized, point, hook)
+	}
+	s.onAuthorized = append(s.onAuthorized, h)
+	return nil
 }

@@ -8,9 +8,18 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 )
 
-// charge asks the provider to charge p, with the key derived from p.
-func (s *Service) charge(ctx context.Context, p Payment) (providerflow.Answer, error) {
-	c, err := s.provider.Charge(ctx, provider.ChargeRequest{
+// inFlow is payment p as the provider flow takes it: the flow's
+// providerflow.Operation, whose Send charges it.
+type inFlow struct {
+	s *Service
+	p Payment
+}
+
+// Send asks the provider to charge the payment, with the key derived from
+// it.
+func (f inFlow) Send(ctx context.Context) (providerflow.Answer, error) {
+	p := f.p
+	c, err := f.s.d.Provider.Charge(ctx, provider.ChargeRequest{
 		IdempotencyKey: ProviderKey(p.ID),
 		AmountMinor:    p.Command.AmountMinor,
 		Currency:       p.Command.Currency,
@@ -34,9 +43,10 @@ func (s *Service) charge(ctx context.Context, p Payment) (providerflow.Answer, e
 // far beyond the skew of any host whose clock is kept by NTP.
 const clockSkewMargin = time.Hour
 
-// lookup asks the provider what became of p's key.
-func (s *Service) lookup(ctx context.Context, p Payment) (providerflow.Answer, error) {
-	c, err := s.provider.Lookup(ctx, provider.ChargeLookup{
+// Lookup asks the provider what became of the payment's key.
+func (f inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
+	p := f.p
+	c, err := f.s.d.Provider.Lookup(ctx, provider.ChargeLookup{
 		IdempotencyKey: ProviderKey(p.ID),
 		NotBefore:      p.CreatedAt.Add(-clockSkewMargin),
 	})

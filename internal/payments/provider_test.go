@@ -27,8 +27,8 @@ func (r *lookupRecorder) Lookup(_ context.Context, l provider.ChargeLookup) (pro
 func TestLookupAsksFromBeforeThePaymentWasCreated(t *testing.T) {
 	created := time.Date(2025, 3, 1, 12, 0, 0, 500, time.UTC)
 	rec := &lookupRecorder{charge: provider.Charge{ID: "pi_1", Status: provider.StatusSucceeded}}
-	s := &Service{provider: rec}
-	got, err := s.lookup(context.Background(), Payment{ID: "pay_1", CreatedAt: created})
+	s := &Service{d: Deps{Provider: rec}}
+	got, err := inFlow{s, Payment{ID: "pay_1", CreatedAt: created}}.Lookup(context.Background())
 	if err != nil || got.ID != "pi_1" || got.Status != provider.StatusSucceeded {
 		t.Errorf("lookup = %+v, %v; want pi_1 succeeded", got, err)
 	}

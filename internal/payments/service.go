@@ -37,16 +37,9 @@ type Config struct {
 	// money (never sent, or refused) waits for its client's retry before
 	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
 	AbandonAfter time.Duration
-	// AuthorizationTTL is how long a manual payment's authorization lasts
-	// (AUTHORIZATION_TTL, default 168h): its authorizationExpiresAt.
-	AuthorizationTTL time.Duration
 	// Hooks are failpoints for tests; the zero value does nothing.
 	Hooks Hooks
 }
-
-// DefaultAuthorizationTTL is AUTHORIZATION_TTL's default: seven days, as
-// long as a card network holds an authorization for most cards.
-const DefaultAuthorizationTTL = 7 * 24 * time.Hour
 
 // Hooks are failpoints at the boundaries of the state machine, for tests
 // that prove recovery. Each runs after the named step has committed; an error
@@ -82,18 +75,14 @@ type Deps struct {
 // Service creates payments idempotently, reads them back, and (as the
 // engine's Operation) takes a payment whose key it owns to an answer.
 type Service struct {
-	db       *pgxpool.Pool
-	engine   *idempotency.Engine
-	provider provider.Charges
-	clock    clock.Clock
-	cfg      Config
-	log      *slog.Logger
+	d   Deps
+	cfg Config
 	// flow takes an automatic payment through the provider, manual one
 	// that only authorizes (its success is StateAuthorized).
 	flow, manual *providerflow.Flow[State]
-	// onAuthorized are the hooks of WhenAuthorized, set while the
-	// operations are built.
-	onAuthorized []func(b *pgx.Batch, p Payment, now time.Time) error
+	// onAuthorized are the hooks other modules declare (WhenAuthorized),
+	// added once every operation is built (operation.Build).
+	onAuthorized []AuthorizedHook
 }
 
 var _ idempotency.Operation = (*Service)(nil)
@@ -102,7 +91,7 @@ var _ idempotency.Operation = (*Service)(nil)
 // longer than the provider timeout) are checked once, at start-up, by
 // package config.
 func NewService(d Deps, cfg Config) *Service {
-	s := &Service{db: d.DB, engine: d.Engine, provider: d.Provider, clock: d.Clock, cfg: cfg, log: d.Log}
+	s := &Service{d: d, cfg: cfg}
 	s.flow = &providerflow.Flow[State]{
 		Machine: machine,
 		States: providerflow.States[State]{
@@ -118,9 +107,6 @@ func NewService(d Deps, cfg Config) *Service {
 	manual := *s.flow
 	manual.States.Succeeded = StateAuthorized
 	s.manual = &manual
-	if s.cfg.AuthorizationTTL <= 0 {
-		s.cfg.AuthorizationTTL = DefaultAuthorizationTTL
-	}
 	return s
 }
 
@@ -149,7 +135,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	// between the conflict and the look: then the claim, undone, is tried
 	// again.
 	for range 3 {
-		now := s.clock.Now()
+		now := s.d.Clock.Now()
 		p := Payment{ID: deriveID(tenant, key, fp), TenantID: tenant, Command: cmd, CreatedAt: now, UpdatedAt: now}
 		// The claim's transaction creates the payment already sent
 		// (SendOnClaim records its creation and that move): the request
@@ -164,7 +150,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		reply, err := s.engine.Do(ctx, s, idempotency.Request{
+		reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
 			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 			Fingerprint: fp,
 			Resource:    p.Resource(),
@@ -176,7 +162,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			Created:   p,
 			Wait:      wait,
 			FirstLook: look,
-			Exists:    idempotency.RowExists(s.db, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),
+			Exists:    idempotency.RowExists(s.d.DB, `SELECT FROM payments WHERE id = $1 AND tenant_id = $2`, p.ID, tenant),
 		})
 		if holder, held := refuse.Is(err, refuseReferenceHeld); held {
 			if holder == "" {
@@ -200,28 +186,24 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	p, fresh := own.Created.(Payment) // the first request: as the claim wrote it
 	if !fresh {
 		var err error
-		if p, err = getPayment(ctx, s.db, own.Tenant, own.Resource.ID); err != nil {
+		if p, err = getPayment(ctx, s.d.DB, own.Tenant, own.Resource.ID); err != nil {
 			return nil, err
 		}
 	}
 	if !own.First {
-		s.log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
+		s.d.Log.InfoContext(ctx, "resuming payment", "payment_id", p.ID, "tenant", p.TenantID,
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flowOf(p).Resume(ctx, own, providerflow.Subject[State]{
 		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
-		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt,
-		Send:   func(ctx context.Context) (providerflow.Answer, error) { return s.charge(ctx, p) },
-		Lookup: func(ctx context.Context) (providerflow.Answer, error) { return s.lookup(ctx, p) },
-		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(ctx, b, p, to, a, now)
-		},
+		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt, Op: inFlow{s, p},
 	})
 }
 
-// settle is what a payment writes with its move to `to`: the event of a
+// Settle is what a payment writes with its move to `to`: the event of a
 // final outcome; the result is the payment as it now stands.
-func (s *Service) settle(ctx context.Context, b *pgx.Batch, p Payment, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+	s, p := f.s, f.p
 	from := p.State
 	if to != p.State {
 		p.UpdatedAt = now // only a move writes updated_at: show what the database holds
@@ -234,13 +216,10 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, p Payment, to State,
 	case StateDeclined:
 		p.ProviderReference, p.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
 	case StateAuthorized:
-		expires := now.Add(s.cfg.AuthorizationTTL)
-		p.ProviderReference, p.AuthorizationExpiresAt, eventType = a.ID, &expires, EventAuthorized
-		queueAuthorized(b, p.ID, expires)
-		for _, hook := range s.onAuthorized {
-			if err := hook(b, p, now); err != nil {
-				return nil, err
-			}
+		p.ProviderReference, eventType = a.ID, EventAuthorized
+		var err error
+		if p, err = s.authorize(b, p, now); err != nil {
+			return nil, err
 		}
 	case StateCanceled:
 		eventType = EventCanceled
@@ -250,7 +229,28 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, p Payment, to State,
 	}
 	// Debug: the request's own line (payment id, status) or the
 	// reconciler's says the outcome; one line per payment is the hot path's.
-	s.log.Debug("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
+	s.d.Log.Debug("payment settled", "payment_id", p.ID, "tenant", p.TenantID, "from", from, "to", to)
+	return p, nil
+}
+
+// authorize queues p's authorization expiry with its move to
+// StateAuthorized, and then what the hooks of the move queue. The hooks say
+// when it expires: the operations on authorizations keep their lifetime
+// (AUTHORIZATION_TTL) and void what outlives it.
+func (s *Service) authorize(b *pgx.Batch, p Payment, now time.Time) (Payment, error) {
+	hooked := &pgx.Batch{}
+	for _, hook := range s.onAuthorized {
+		var err error
+		if p, err = hook(hooked, p, now); err != nil {
+			return Payment{}, err
+		}
+	}
+	if p.AuthorizationExpiresAt == nil {
+		return Payment{}, fmt.Errorf("payment %s is authorized, and no operation says when its authorization expires: "+
+			"register the operations on authorizations (payments.WhenAuthorized)", p.ID)
+	}
+	queueAuthorized(b, p.ID, *p.AuthorizationExpiresAt)
+	b.QueuedQueries = append(b.QueuedQueries, hooked.QueuedQueries...)
 	return p, nil
 }
 
@@ -270,10 +270,10 @@ func queueEvent(ctx context.Context, b *pgx.Batch, eventType string, p Payment, 
 
 // Get returns the tenant's payment, or ErrNotFound.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Payment, error) {
-	return getPayment(ctx, s.db, tenant, id)
+	return getPayment(ctx, s.d.DB, tenant, id)
 }
 
 // List returns a page of the tenant's payments, newest first.
 func (s *Service) List(ctx context.Context, tenant string, q ListQuery) (Page, error) {
-	return listPayments(ctx, s.db, tenant, q)
+	return listPayments(ctx, s.d.DB, tenant, q)
 }

@@ -280,6 +280,31 @@ type Provider interface {
 	Captures
 }
 
+// Object is a kind of object the provider keeps for the service, named by
+// the port that creates it. An operation says which kind stands for its
+// resource (operation.Resource.ProviderObject); an adapter that sends
+// webhooks says which of its events are about each kind.
+type Object string
+
+// The kinds of objects the ports create.
+const (
+	ObjectCharge Object = "charge" // Charges.Charge: a payment's
+	ObjectRefund Object = "refund" // Refunds.Refund: a refund's
+)
+
+// WebhookEvent is one type of a provider's webhook events that is about an
+// object it keeps for the service, and how that object names our resource.
+type WebhookEvent struct {
+	// Type is the provider's event type (payment_intent.succeeded).
+	Type string
+	// Object is the type of the event's object (payment_intent).
+	Object string
+	// MetadataID is the object's metadata key that holds our resource's id
+	// (payment_id); an object without it is matched by its idempotency key
+	// (operation.Resource.ProviderKey).
+	MetadataID string
+}
+
 // Outcome names the outcome of one provider call for metrics: the status
 // answered, or not_found, unavailable, ambiguous or unknown.
 func Outcome(status Status, err error) string {

@@ -143,7 +143,8 @@ type Flow[S State] struct {
 	Hooks            Hooks
 }
 
-// Subject is one resource in the flow, as its operation describes it.
+// Subject is one resource in the flow: its row, as its operation read it,
+// and the operation that acts on it (Op).
 type Subject[S State] struct {
 	ID    string
 	State S
@@ -153,11 +154,6 @@ type Subject[S State] struct {
 	// FirstSentAt and LastSentAt are its provider history, as its row says
 	// (Columns).
 	FirstSentAt, LastSentAt *time.Time
-	// Send asks the provider to act, with the key derived from the resource.
-	// The flow bounds and measures each call (Flow.Timeout, Flow.Metrics).
-	Send func(ctx context.Context) (Answer, error)
-	// Lookup asks the provider what became of that key.
-	Lookup func(ctx context.Context) (Answer, error)
 	// Scheduled: the service issued the command itself
 	// (idempotency.Engine.QueueScheduled), so the reconciler is its client:
 	// it sends it (and sends a refused one again) where it would otherwise
@@ -169,15 +165,42 @@ type Subject[S State] struct {
 	// processed, is declined without a call (Expiry.DeclineCode); one the
 	// provider holds is settled as the provider says.
 	Expires *Expiry
-	// Begin, if set, queues what must commit with the resource's first
-	// move to the sent state (a scheduled action's claim on the resource
-	// it acts on); a refusal there stops the send.
-	Begin func(b *pgx.Batch, now time.Time)
+	// Op is the operation's side of the resource: its provider calls, and
+	// what it writes with each move. It may also be a Beginner.
+	Op Operation[S]
+}
+
+// Operation is what the flow asks of an operation about one resource. The
+// operation implements it on a small value that holds the resource, so
+// that each call of the flow lands in a method named for what it does.
+type Operation[S State] interface {
+	// Send asks the provider to act, with the key derived from the
+	// resource. The flow bounds and measures each call (Flow.Timeout,
+	// Flow.Metrics).
+	Send(ctx context.Context) (Answer, error)
+	// Lookup asks the provider what became of that key.
+	Lookup(ctx context.Context) (Answer, error)
 	// Settle queues what the operation writes with the move to `to` (its
 	// event, ...) and returns the result: rendered and stored by the engine
 	// when `to` is final. The move itself records the provider's reference
 	// and decline code (Columns).
-	Settle func(b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, error)
+	Settle(ctx context.Context, b *pgx.Batch, to S, a Answer, now time.Time) (idempotency.Result, error)
+}
+
+// Beginner is what an Operation also implements when something must commit
+// with the resource's first move to the sent state (a scheduled action's
+// claim on the resource it acts on); a refusal there stops the send. Such a
+// resource never takes SendOnClaim's path: its begin needs the move's own
+// transaction.
+type Beginner interface {
+	Begin(b *pgx.Batch, now time.Time)
+}
+
+// begins reports whether s's operation begins it with its first move to
+// the sent state (Beginner).
+func (s Subject[S]) begins() bool {
+	_, ok := s.Op.(Beginner)
+	return ok
 }
 
 // Expiry is when a resource's command lapses, and the decline code it
@@ -187,20 +210,34 @@ type Expiry struct {
 	DeclineCode string
 }
 
-// call makes one provider call, bounded by f.Timeout and measured as op.
-func (f *Flow[S]) call(ctx context.Context, op string, call func(context.Context) (Answer, error)) (Answer, error) {
+// send asks the provider to act on s (Operation.Send).
+func (f *Flow[S]) send(ctx context.Context, s Subject[S]) (Answer, error) {
+	ctx, done := f.call(ctx, f.SendOp)
+	return done(s.Op.Send(ctx))
+}
+
+// lookup asks the provider what became of s (Operation.Lookup).
+func (f *Flow[S]) lookup(ctx context.Context, s Subject[S]) (Answer, error) {
+	ctx, done := f.call(ctx, f.LookupOp)
+	return done(s.Op.Lookup(ctx))
+}
+
+// call bounds one provider call by f.Timeout: the call runs on ctx, and
+// done, given what it returned, measures it as op and returns it.
+func (f *Flow[S]) call(ctx context.Context, op string) (_ context.Context, done func(Answer, error) (Answer, error)) {
 	ctx, cancel := context.WithTimeout(ctx, f.Timeout)
-	defer cancel()
 	start := time.Now()
-	a, err := call(ctx)
-	f.Metrics.ProviderCalls.WithLabelValues(op, provider.Outcome(a.Status, err)).Observe(time.Since(start).Seconds())
-	return a, err
+	return ctx, func(a Answer, err error) (Answer, error) {
+		cancel()
+		f.Metrics.ProviderCalls.WithLabelValues(op, provider.Outcome(a.Status, err)).Observe(time.Since(start).Seconds())
+		return a, err
+	}
 }
 
 // Resume takes s from its recorded state to a result, as own.
 func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	switch {
-	case own.First && s.State == f.States.Sent && s.Begin == nil:
+	case own.First && s.State == f.States.Sent && !s.begins():
 		// Moved to sent by its own claim (SendOnClaim): nobody else holds
 		// the key or could have sent it.
 		return f.sendAndSettle(ctx, own, s, true)
@@ -246,7 +283,7 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 // left longer ago than the provider remembers keys, once the provider is
 // certain it holds nothing for it; what it holds is settled.
 func (f *Flow[S]) lookBeforeSending(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	a, err := f.call(ctx, f.LookupOp, s.Lookup)
+	a, err := f.lookup(ctx, s)
 	switch {
 	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
@@ -270,7 +307,7 @@ func (f *Flow[S]) sendAndSettle(ctx context.Context, own *idempotency.Owner, s S
 	if err := hook(ctx, f.Hooks.AfterSent, s.ID); err != nil {
 		return nil, err
 	}
-	a, err := f.call(ctx, f.SendOp, s.Send)
+	a, err := f.send(ctx, s)
 	if err := hook(ctx, f.Hooks.AfterAnswer, s.ID); err != nil {
 		return nil, err
 	}
@@ -283,7 +320,7 @@ func (f *Flow[S]) sendAndSettle(ctx context.Context, own *idempotency.Owner, s S
 }
 
 func (f *Flow[S]) recoverOutcome(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	a, err := f.call(ctx, f.LookupOp, s.Lookup)
+	a, err := f.lookup(ctx, s)
 	switch {
 	case err == nil:
 		if err := hook(ctx, f.Hooks.AfterAnswer, s.ID); err != nil {
@@ -358,7 +395,7 @@ func (f *Flow[S]) lastSent(s Subject[S]) *time.Time {
 // found" may still lag, the look is booked again for when it cannot. If
 // the provider could not say, the reconciler's backoff applies.
 func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
-	a, err := f.call(ctx, f.LookupOp, s.Lookup)
+	a, err := f.lookup(ctx, s)
 	switch {
 	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
@@ -388,7 +425,7 @@ func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Su
 // "not found" past the lookup lag) is canceled.
 func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	if f.lastSent(s) != nil {
-		a, err := f.call(ctx, f.LookupOp, s.Lookup)
+		a, err := f.lookup(ctx, s)
 		switch {
 		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
 			return f.settleFrom(ctx, own, s, f.States.Sent, a)
@@ -423,7 +460,7 @@ func (f *Flow[S]) lapse(s Subject[S]) Answer {
 // client is answered ErrUnavailable, and the look is booked again.
 func (f *Flow[S]) expire(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	if f.lastSent(s) != nil {
-		a, err := f.call(ctx, f.LookupOp, s.Lookup)
+		a, err := f.lookup(ctx, s)
 		look := idempotency.LookSoon()
 		switch {
 		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
@@ -503,7 +540,7 @@ func (f *Flow[S]) FirstLook(now time.Time) idempotency.Look {
 //
 // The request's Resume then sees the resource in the sent state as its
 // first owner (idempotency.Owner.First), and sends it as the only caller.
-// A Subject with a Begin hook cannot take this path (Begin runs in the
+// A Subject whose Op is a Beginner cannot take this path (Begin runs in the
 // move's own transaction): Resume looks such a one up before it sends.
 func (f *Flow[S]) SendOnClaim(id, created string, now time.Time) (claim.Statement, idempotency.Look, error) {
 	st, err := f.Machine.CreatedAs(id, f.States.Sent, created, "sending to provider", now)
@@ -573,7 +610,7 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[S], to S, reason string, a Answer) (idempotency.Result, error) {
 	now := f.Clock.Now()
 	b := &pgx.Batch{}
-	res, err := s.Settle(b, to, a, now)
+	res, err := s.Op.Settle(ctx, b, to, a, now)
 	if err != nil {
 		return nil, err
 	}
@@ -660,8 +697,8 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 		look = idempotency.LookSoon()
 	}
 	own.QueueHold(b, look)
-	if s.Begin != nil && s.State == f.Machine.Initial() {
-		s.Begin(b, now)
+	if begin, ok := s.Op.(Beginner); ok && s.State == f.Machine.Initial() {
+		begin.Begin(b, now)
 	}
 	if s.State == to {
 		f.Machine.QueueSet(b, s.ID, s.State, set)

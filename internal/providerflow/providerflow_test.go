@@ -86,7 +86,7 @@ type fakeProvider struct {
 	sendCalls, lookupCalls int
 }
 
-func (p *fakeProvider) send(context.Context) (providerflow.Answer, error) {
+func (p *fakeProvider) Send(context.Context) (providerflow.Answer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sendCalls++
@@ -124,7 +124,7 @@ func (p *fakeProvider) send(context.Context) (providerflow.Answer, error) {
 	panic("unknown behaviour")
 }
 
-func (p *fakeProvider) lookup(context.Context) (providerflow.Answer, error) {
+func (p *fakeProvider) Lookup(context.Context) (providerflow.Answer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lookupCalls++
@@ -152,6 +152,14 @@ func (r widgetResult) Outcome() string {
 	return "processing"
 }
 
+// widget is the toy operation's side of a widget in the flow: the fake
+// provider's calls, and a settle that writes nothing.
+type widget struct{ *fakeProvider }
+
+func (widget) Settle(_ context.Context, _ *pgx.Batch, to smt.WidgetState, _ providerflow.Answer, _ time.Time) (idempotency.Result, error) {
+	return widgetResult{to}, nil
+}
+
 // widgets is the toy operation: it creates a widget under a key and
 // resumes it through the flow, reading the widget from its row.
 type widgets struct {
@@ -175,12 +183,8 @@ func (w *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		return nil, fmt.Errorf("%w: %w", idempotency.ErrCrashed, errCrash)
 	}
 	s := providerflow.Subject[smt.WidgetState]{
-		ID:     own.Resource.ID,
-		Send:   w.provider.send,
-		Lookup: w.provider.lookup,
-		Settle: func(_ *pgx.Batch, to smt.WidgetState, _ providerflow.Answer, _ time.Time) (idempotency.Result, error) {
-			return widgetResult{to}, nil
-		},
+		ID: own.Resource.ID,
+		Op: widget{w.provider},
 	}
 	err := w.db.QueryRow(ctx, `SELECT state, created_at, updated_at, first_sent_at, last_sent_at FROM widgets WHERE id = $1`, s.ID).
 		Scan(&s.State, &s.CreatedAt, &s.UpdatedAt, &s.FirstSentAt, &s.LastSentAt)

@@ -10,7 +10,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
-	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
 )
 
 // The event types a refund's life writes.
@@ -24,25 +23,19 @@ const (
 const EntrySucceeded = "REFUND_SUCCEEDED"
 
 // Module is the create-refund operation as the service registers it
-// (internal/app): after the payments, whose Port it acts through.
+// (internal/app). It acts through the payments' Port.
 func Module() operation.Module {
 	return operation.Module{
 		Name: OperationCreate,
 		Resource: operation.Resource{
-			Type: ResourceType, IDField: "refundId", ProviderKey: ProviderKey,
+			Type: ResourceType, IDField: "refundId", ProviderKey: ProviderKey, ProviderObject: provider.ObjectRefund,
 		},
 		Events: []operation.Event{
 			{Type: EventCreated, Name: "refund.created", Hidden: []string{"accountId"}},
 			{Type: EventSucceeded, Ledger: ledgerEntry, Name: "refund.succeeded", Hidden: []string{"accountId"}},
 			{Type: EventDeclined, Name: "refund.declined", Hidden: []string{"accountId"}},
 		},
-		// Stripe's charge.refunded is not one: its object is the Charge,
-		// which (API version 2023-10-16) does not list its refunds.
-		ProviderEvents: []operation.ProviderEvent{
-			{Type: "refund.created", Object: "refund", MetadataID: stripeprovider.MetadataRefundID},
-			{Type: "refund.updated", Object: "refund", MetadataID: stripeprovider.MetadataRefundID},
-			{Type: "charge.refund.updated", Object: "refund", MetadataID: stripeprovider.MetadataRefundID},
-		},
+		Uses: []string{payments.OperationCreate},
 		New: func(env operation.Env) (operation.Instance, error) {
 			pay, err := operation.Lookup[payments.Port](env, payments.OperationCreate)
 			if err != nil {

@@ -128,29 +128,42 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
 		ID: r.ID, State: r.State, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
-		FirstSentAt: r.FirstSentAt, LastSentAt: r.LastSentAt,
-		Send: func(ctx context.Context) (providerflow.Answer, error) {
-			return answer(s.d.Provider.Refund(ctx, provider.RefundRequest{
-				IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference, AmountMinor: r.AmountMinor,
-				Currency: r.Currency, Reason: r.Reason, RefundID: r.ID,
-			}))
-		},
-		Lookup: func(ctx context.Context) (providerflow.Answer, error) {
-			return answer(s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(r.ID), ChargeID: p.ProviderReference}))
-		},
-		Settle: func(b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
-			return s.settle(ctx, b, r, to, a, now)
-		},
+		FirstSentAt: r.FirstSentAt, LastSentAt: r.LastSentAt, Op: inFlow{s: s, r: r, chargeID: p.ProviderReference},
 	})
+}
+
+// inFlow is refund r as the provider flow takes it: the flow's
+// providerflow.Operation, whose Send refunds its payment's charge
+// (chargeID).
+type inFlow struct {
+	s        *Service
+	r        Refund
+	chargeID string
+}
+
+// Send asks the provider to refund the charge, with the key derived from
+// the refund.
+func (f inFlow) Send(ctx context.Context) (providerflow.Answer, error) {
+	r := f.r
+	return answer(f.s.d.Provider.Refund(ctx, provider.RefundRequest{
+		IdempotencyKey: ProviderKey(r.ID), ChargeID: f.chargeID, AmountMinor: r.AmountMinor,
+		Currency: r.Currency, Reason: r.Reason, RefundID: r.ID,
+	}))
+}
+
+// Lookup asks the provider what became of the refund's key.
+func (f inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
+	return answer(f.s.d.Provider.LookupRefund(ctx, provider.RefundLookup{IdempotencyKey: ProviderKey(f.r.ID), ChargeID: f.chargeID}))
 }
 
 func answer(res provider.Refund, err error) (providerflow.Answer, error) {
 	return providerflow.Answer{ID: res.ID, Status: res.Status, DeclineCode: res.DeclineCode}, err
 }
 
-// settle is what a refund writes with its move to `to`: its event, and for
+// Settle is what a refund writes with its move to `to`: its event, and for
 // a success the payment's refunded amount.
-func (s *Service) settle(ctx context.Context, b *pgx.Batch, r Refund, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerflow.Answer, now time.Time) (idempotency.Result, error) {
+	r := f.r
 	if to != r.State {
 		r.UpdatedAt = now // only a move writes updated_at: show what the database holds
 	}
@@ -159,7 +172,7 @@ func (s *Service) settle(ctx context.Context, b *pgx.Batch, r Refund, to State, 
 	switch to {
 	case StateSucceeded:
 		r.ProviderReference, eventType = a.ID, EventSucceeded
-		s.payments.QueueRefunded(b, r.PaymentID, r.AmountMinor)
+		f.s.payments.QueueRefunded(b, r.PaymentID, r.AmountMinor)
 	case StateDeclined:
 		r.ProviderReference, r.DeclineCode, eventType = a.ID, a.DeclineCode, EventDeclined
 	}

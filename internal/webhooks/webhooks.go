@@ -1,7 +1,10 @@
 // Package webhooks receives Stripe's webhooks (POST /webhooks/stripe) and
 // turns the ones about our resources into a prompt to resolve them now, the
-// way the reconciler would. Which events name which resource is each
-// registered operation's to say (operation.Module.ProviderEvents).
+// way the reconciler would. Which events name which resource is said by
+// the Stripe adapter for the kind of object that stands for each registered
+// operation's resource (stripeprovider.WebhookEvents,
+// operation.Resource.ProviderObject), and by an operation with a provider
+// port of its own (operation.Module.ProviderEvents).
 //
 // What it trusts, and what it does not:
 //   - The Stripe-Signature header is verified with stripe-go's webhook
@@ -254,11 +257,14 @@ type kind struct {
 	resource operation.Resource
 }
 
-// kindsOf are the event types acted on, from the registered operations.
+// kindsOf are the event types acted on, from the registered operations:
+// Stripe's events about the kind of object that stands for each one's
+// resource, and those a module declares for a port of its own.
 func kindsOf(mods []operation.Module) map[stripe.EventType]kind {
 	kinds := map[stripe.EventType]kind{}
 	for _, m := range mods {
-		for _, e := range m.ProviderEvents {
+		events := append(stripeprovider.WebhookEvents(m.Resource.ProviderObject), m.ProviderEvents...)
+		for _, e := range events {
 			kinds[stripe.EventType(e.Type)] = kind{event: e, resource: m.Resource}
 		}
 	}
