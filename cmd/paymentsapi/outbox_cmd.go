@@ -10,6 +10,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
@@ -82,7 +83,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	out := json.NewEncoder(stdout)
 	switch {
 	case sub == "parked":
-		parked, err := stream.Parked(ctx, a.pool, maxParkedListed)
+		parked, err := outbox.Parked(ctx, a.pool, maxParkedListed)
 		if err != nil {
 			return err
 		}
@@ -110,7 +111,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		return nil
 	case all:
-		n, err := stream.UnparkAll(ctx, a.pool, now)
+		n, err := outbox.UnparkAll(ctx, a.pool, now)
 		if err != nil {
 			return err
 		}
@@ -119,9 +120,9 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	default:
 		unparked, notParked := 0, []string{}
 		for _, id := range eventIDs {
-			err := stream.Unpark(ctx, a.pool, id, now)
+			err := outbox.Unpark(ctx, a.pool, id, now)
 			switch {
-			case errors.Is(err, stream.ErrNotParked):
+			case errors.Is(err, outbox.ErrNotParked):
 				notParked = append(notParked, id)
 			case err != nil:
 				return err

@@ -83,9 +83,9 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("outbox parked printed %d lines:\n%s", len(lines), out)
 	}
-	var listed []stream.ParkedEvent
+	var listed []outbox.ParkedEvent
 	for _, line := range lines {
-		var p stream.ParkedEvent
+		var p outbox.ParkedEvent
 		if err := json.Unmarshal([]byte(line), &p); err != nil {
 			t.Fatal(err)
 		}

@@ -191,7 +191,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	}
 	published := &publishedSet{ids: map[string]int{}}
 	relay := stream.NewRelay(stream.RelayDeps{ConnString: cluster.URL("payments"), DB: pool, Publisher: published, Clock: clock.System{}, Log: testLogger()},
-		stream.RelayConfig{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+		stream.RelayConfig{SendConfig: outbox.SendConfig{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second}})
 	workers, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { relay.Run(workers) })
