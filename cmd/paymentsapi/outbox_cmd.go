@@ -11,6 +11,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/relay"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
@@ -94,6 +95,15 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		return nil
 	case sub == "replay":
+		// A replay is a message in the stream's slot: the poller, which
+		// has no slot, would never see it.
+		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(cfg.OutboxRelay))
+		if err != nil {
+			return err
+		}
+		if reader != relay.Stream {
+			return fmt.Errorf("outbox replay needs the stream reader, and the servers poll (%s)", why)
+		}
 		missing, err := stream.Replay(ctx, a.pool, eventIDs)
 		if err != nil {
 			return err

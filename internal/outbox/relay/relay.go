@@ -77,14 +77,15 @@ func Choose(ctx context.Context, db outbox.DB, mode Mode) (Mode, string, error) 
 }
 
 // New returns the reader of mode (Poll or Stream, as Choose returns them)
-// with its defaults, and the collector of its backlog gauges.
-func New(mode Mode, d outbox.RelayDeps) (Relay, prometheus.Collector, error) {
+// publishing with send (its zero fields the defaults), and the collector of
+// its backlog gauges.
+func New(mode Mode, d outbox.RelayDeps, send outbox.SendConfig) (Relay, prometheus.Collector, error) {
 	switch mode {
 	case Stream:
-		r := stream.NewRelay(d, stream.RelayConfig{})
+		r := stream.NewRelay(d, stream.RelayConfig{SendConfig: send})
 		return r, stream.NewStatsCollector(d.DB, r.Slot(), d.Clock, d.Log), nil
 	case Poll:
-		r := poll.NewRelay(d, poll.RelayConfig{})
+		r := poll.NewRelay(d, poll.RelayConfig{SendConfig: send})
 		return r, poll.NewStatsCollector(d.DB, d.Clock, d.Log), nil
 	}
 	return nil, nil, fmt.Errorf("no outbox reader %q (poll or stream)", mode)
