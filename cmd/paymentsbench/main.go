@@ -24,6 +24,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -34,6 +35,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 
@@ -80,7 +82,11 @@ type config struct {
 	// APIBinB is a second build of the API, measured beside the first in
 	// every round on a database of its own: an A/B comparison within one
 	// run. Empty: none.
-	APIBinB  string
+	APIBinB string
+	// RelayB is API B's OUTBOX_RELAY: with it and no APIBinB, API B is
+	// the API's own binary, so that the rounds set one outbox reader
+	// beside the other (the API's own: auto, the stream here).
+	RelayB   string
 	FloorBin string // bench/floorapi; empty: no floor phases
 	DataDir  string
 	PGBench  string
@@ -105,6 +111,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.APIBin, "api-bin", filepath.Join("bin", "paymentsapi"), "the API binary (make build)")
 	fs.StringVar(&c.APIBinB, "api-bin-b", "",
 		"a second API binary (another build), measured after the first in every round on its own database, for an A/B comparison within one run; empty: none")
+	fs.StringVar(&c.RelayB, "relay-b", "",
+		"OUTBOX_RELAY of API B (poll, stream or auto); without -api-bin-b, API B is -api-bin: the readers of the outbox compared, the API's own being auto (the stream on the bench's server)")
 	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
 		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
@@ -129,7 +137,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-warmup, -soak and -storm cannot be negative")
 	case c.Growth && c.GrowthRows < 1:
 		return c, errors.New("-growth-rows must be at least 1")
-	case c.Growth && c.APIBinB != "":
+	case c.RelayB != "" && c.RelayB != "poll" && c.RelayB != "stream" && c.RelayB != "auto":
+		return c, fmt.Errorf("-relay-b must be poll, stream or auto, not %q", c.RelayB)
+	case c.Growth && (c.APIBinB != "" || c.RelayB != ""):
 		return c, errors.New("-api-bin-b compares new payments; the growth mode does not run them")
 	}
 	return c, nil
@@ -257,11 +267,15 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, filepath.Base(b.cfg.APIBin), dataDir, settings); err != nil {
 		return err
 	}
-	if b.cfg.APIBinB != "" {
+	if b.cfg.APIBinB != "" || b.cfg.RelayB != "" {
 		if err := b.mon.recreateDatabase(ctx, apiBDatabase); err != nil {
 			return err
 		}
-		if b.apiB, err = b.startService(ctx, "API B", b.cfg.APIBinB, apiBDatabase, "paymentsapi-b", dataDir, settings); err != nil {
+		settingsB := settings
+		if b.cfg.RelayB != "" {
+			settingsB.Env = append(slices.Clone(settings.Env), "OUTBOX_RELAY="+b.cfg.RelayB)
+		}
+		if b.apiB, err = b.startService(ctx, "API B", cmp.Or(b.cfg.APIBinB, b.cfg.APIBin), apiBDatabase, "paymentsapi-b", dataDir, settingsB); err != nil {
 			return err
 		}
 	}
@@ -533,7 +547,7 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 		}
 		p.Drain = drain
 		if left != 0 {
-			b.progress("%s: the outbox relay's slot still %d bytes of WAL behind after %s: the counters miss its work", w.Name, left, drainTimeout)
+			b.progress("%s: the outbox relay still %d behind (bytes of WAL for the stream, events for the poller) after %s: the counters miss its work", w.Name, left, drainTimeout)
 		}
 	}
 	pg1, api1, err := b.cpu(svc)
