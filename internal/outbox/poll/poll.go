@@ -71,6 +71,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -90,9 +91,10 @@ var ErrAheadOfServer = errors.New("outbox poll: the recorded position is ahead o
 // locks are).
 const lockKey int64 = 0x6f7574626f78706f // "outboxpo"
 
-// queryTimeout bounds each statement of a session: a server that froze (a
-// partition, a machine gone without a reset) must not hold the relay,
-// which then starts over, on whichever server is the primary by then.
+// queryTimeout bounds each statement of a session, catchupTimeout the
+// choice of a first start's events: a server that froze (a partition, a
+// machine gone without a reset) must not hold the relay, which then starts
+// over, on whichever server is the primary by then.
 const (
 	queryTimeout   = 10 * time.Second
 	catchupTimeout = 5 * time.Minute
@@ -102,6 +104,7 @@ const (
 // in every instance: one polls at a time.
 type Relay struct {
 	connString string
+	db         *pgxpool.Pool // nil: connString alone
 	send       *outbox.Sender
 	clock      clock.Clock
 	log        *slog.Logger
@@ -109,9 +112,10 @@ type Relay struct {
 	once       *session // RunOnce's session, kept open between calls
 }
 
-// RelayDeps are the collaborators of a Relay. It needs no pool: a
-// session holds a connection of its own (ConnString), and the Sender
-// parks on it.
+// RelayDeps are the collaborators of a Relay. A session holds a
+// connection of its own, made as the pool's are (DB: its dialer and
+// settings, not its tracer: a poll is not a span) or, without a pool, from
+// ConnString; the Sender parks on it.
 type RelayDeps = outbox.RelayDeps
 
 // RelayConfig tunes a Relay. Zero fields take their defaults.
@@ -151,7 +155,7 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Relay{
-		connString: d.ConnString, clock: d.Clock, log: log, cfg: cfg,
+		connString: d.ConnString, db: d.DB, clock: d.Clock, log: log, cfg: cfg,
 		// The Sender's database is each session's connection (Start).
 		send: outbox.NewSender(outbox.RelayDeps{Publisher: d.Publisher, Clock: d.Clock, Log: log, Metrics: d.Metrics, Tracer: d.Tracer}, cfg.SendConfig),
 	}
@@ -274,8 +278,11 @@ func (r *Relay) Close(ctx context.Context) {
 // first time on a database, publishes what no reader will have published
 // (catchUp).
 func (r *Relay) open(ctx context.Context) (_ *session, err error) {
-	cfg, err := pgx.ParseConfig(r.connString)
-	if err != nil {
+	var cfg *pgx.ConnConfig
+	if r.db != nil {
+		cfg = r.db.Config().ConnConfig.Copy()
+		cfg.Tracer = nil
+	} else if cfg, err = pgx.ParseConfig(r.connString); err != nil {
 		return nil, fmt.Errorf("outbox poll: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, queryTimeout)

@@ -49,9 +49,6 @@ const (
 	Stream Mode = "stream"
 )
 
-// Modes are the valid values of OUTBOX_RELAY.
-var Modes = []Mode{Auto, Poll, Stream}
-
 // Choose returns the reader to run for mode on db's server (Poll or
 // Stream) and why, in a sentence for the start-up log. Stream on a server
 // that cannot stream is refused (stream.ErrServerCannotStream, naming the

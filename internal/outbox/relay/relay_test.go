@@ -45,8 +45,8 @@ var readers = []struct {
 	{"stream", func(url string, pool *pgxpool.Pool, pub outbox.Publisher, o options) relay.Relay {
 		return stream.NewRelay(stream.RelayDeps{ConnString: url, DB: pool, Publisher: pub, Clock: clock.System{}}, stream.RelayConfig{Standby: 20 * time.Millisecond, SendConfig: o.send(), AfterPublish: o.AfterPublish})
 	}},
-	{"poll", func(url string, _ *pgxpool.Pool, pub outbox.Publisher, o options) relay.Relay {
-		return poll.NewRelay(poll.RelayDeps{ConnString: url, Publisher: pub, Clock: clock.System{}}, poll.RelayConfig{Interval: 5 * time.Millisecond, Standby: 20 * time.Millisecond, SendConfig: o.send(), AfterPublish: o.AfterPublish})
+	{"poll", func(url string, pool *pgxpool.Pool, pub outbox.Publisher, o options) relay.Relay {
+		return poll.NewRelay(poll.RelayDeps{ConnString: url, DB: pool, Publisher: pub, Clock: clock.System{}}, poll.RelayConfig{Interval: 5 * time.Millisecond, Standby: 20 * time.Millisecond, SendConfig: o.send(), AfterPublish: o.AfterPublish})
 	}},
 }
 
