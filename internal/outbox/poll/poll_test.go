@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,17 +23,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-type recorder struct {
-	mu  sync.Mutex
-	ids []string
-}
-
-func (r *recorder) Publish(_ context.Context, e outbox.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ids = append(r.ids, e.ID)
-	return nil
-}
+// discard accepts every event.
+var discard = outbox.PublisherFunc(func(context.Context, outbox.Event) error { return nil })
 
 func newRelay(t *testing.T, pool *pgxpool.Pool, pub outbox.Publisher) *poll.Relay {
 	t.Helper()
@@ -77,12 +67,16 @@ func TestTheFirstStartPublishesWhatTheStreamMayNotHave(t *testing.T) {
 	recent := write(t, pool, "pay_b", now)
 	exec(t, pool, `INSERT INTO outbox_stream_positions (slot, committed_at, updated_at) VALUES ('s', $1, $1)`, now.Add(-time.Minute))
 
-	pub := &recorder{}
+	var published []string // RunOnce publishes on its caller's goroutine
+	pub := outbox.PublisherFunc(func(_ context.Context, e outbox.Event) error {
+		published = append(published, e.ID)
+		return nil
+	})
 	if _, err := newRelay(t, pool, pub).RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{older, recent}; !slices.Equal(pub.ids, want) {
-		t.Fatalf("published %v, want %v (not %s, published by the stream)", pub.ids, want, streamed)
+	if want := []string{older, recent}; !slices.Equal(published, want) {
+		t.Fatalf("published %v, want %v (not %s, published by the stream)", published, want, streamed)
 	}
 }
 
@@ -93,7 +87,7 @@ func TestAPositionAboveTheServersTransactionIDsIsRefused(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	exec(t, pool, `INSERT INTO outbox_poll_position (order_xid, seq, updated_at) VALUES ('999999999999', 0, now())`)
-	_, err := newRelay(t, pool, &recorder{}).RunOnce(context.Background())
+	_, err := newRelay(t, pool, discard).RunOnce(context.Background())
 	if !errors.Is(err, poll.ErrAheadOfServer) {
 		t.Fatalf("RunOnce from a copied position: %v, want ErrAheadOfServer", err)
 	}
@@ -136,7 +130,7 @@ func TestTheGaugesCountWhatWaitsAfterThePosition(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	if _, err := newRelay(t, pool, &recorder{}).RunOnce(context.Background()); err != nil { // the first position
+	if _, err := newRelay(t, pool, discard).RunOnce(context.Background()); err != nil { // the first position
 		t.Fatal(err)
 	}
 	write(t, pool, "pay_a", now.Add(-time.Minute))
