@@ -7,14 +7,15 @@
 -- transaction still running, and keeps one position row: nothing is
 -- written per event.
 --
--- order_xid: the larger of the writing transaction's id and the next id
--- the server would hand out when the insert's statement began (64 bits,
--- so it never wraps), filled by the default: 8 bytes on the row, and an
--- entry in the index below, whichever reader runs. An event that commits
--- later than the oldest running transaction's start gets a value at least
--- that transaction's id; an event inserted after another event's
--- transaction committed gets a value above that transaction's id (the
--- package doc of internal/outbox/poll says why both matter).
+-- order_xid: the larger of the writing transaction's id and the xmax of
+-- the insert statement's snapshot (above the id of every transaction that
+-- had ended when the statement began); 64 bits, so it never wraps. Filled
+-- by the default: 8 bytes on the row, and an entry in the index below,
+-- whichever reader runs. An event is never below its own transaction's
+-- id, so none can commit behind the poller's position; an event inserted
+-- after another transaction committed is above that transaction's id, so
+-- a payment's events keep their commit order (the package doc of
+-- internal/outbox/poll says why both matter).
 --
 -- Added without a default first, then given one: a default in ADD COLUMN
 -- would be computed once and stored for every existing row (or, volatile,

@@ -7,12 +7,13 @@
 // # Order, and why no event is ever skipped
 //
 // Each event carries an order_xid (migration 00040, the column's default):
-// the larger of its transaction's id and the next id the server would hand
-// out when its insert's statement began. The relay reads, in one statement
-// and so in one snapshot, the events after its position in
-// (order_xid, seq) order whose order_xid is below the snapshot's xmin (the
-// oldest transaction still running then; the horizon), and records the
-// last one it published as its position.
+// the larger of its transaction's id and its insert statement's snapshot's
+// xmax, which is above the id of every transaction that had ended when the
+// statement began. The relay reads, in one statement and so in one
+// snapshot, the events after its position in (order_xid, seq) order whose
+// order_xid is below the snapshot's xmin (the oldest transaction still
+// running then; the horizon), and records the last one it published as its
+// position.
 //
 // No event is skipped: an event the snapshot does not see was written by a
 // transaction running then or starting later, whose id is at or above the
@@ -26,12 +27,13 @@
 // A payment's events go in their commit order: the transactions that
 // write one payment's events are ordered by the payment's row lock, which
 // the later one takes (its move, say) in a statement before its event's
-// insert, so after the earlier one committed. The insert's statement then
-// began after that commit, when the next id was above the earlier
-// transaction's id, and so above the earlier event's order_xid... unless
-// both are equal, and then seq, taken at the inserts, orders them. The
-// transaction id alone would not: a transaction can take its id first and
-// its payment's lock second. (A writer that took the lock in the insert's
+// insert, so after the earlier one committed. The insert's statement began
+// after that commit, so its xmax, and the later event's order_xid, is
+// above the earlier transaction's id, and at least the earlier event's
+// order_xid (an xmax of a statement that began before); where the two are
+// equal, seq, taken at the inserts, orders them. The transaction id alone
+// would not do: a transaction can take its id first and its payment's lock
+// second. (A writer that took the lock in the insert's
 // own statement would break this; the service's moves and inserts are
 // separate statements.)
 //
