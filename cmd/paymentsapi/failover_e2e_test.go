@@ -177,8 +177,9 @@ func foCheck(t *testing.T, db *pgxpool.Pool, simURL string, orders []*foOrder) {
 // foWaitResumed waits until the relays reached every event and the
 // reconciler left no key unfinished. Every event is reached once the
 // database's slot has confirmed a record written after the last key
-// finished: the relay on the old primary reached some, the new one's slot,
-// created after the failover, catches up the rest.
+// finished (the relay on the old primary reached some, the new one's slot,
+// created after the failover, catches up the rest), or, with the poller
+// (OUTBOX_RELAY=poll), once no event is after its position.
 func foWaitResumed(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	var mark string // written once no key is open
@@ -196,10 +197,13 @@ func foWaitResumed(t *testing.T, db *pgxpool.Pool) {
 				return false, err
 			}
 		}
-		var behind *int64 // null: no slot yet
+		var behind *int64 // null: no slot (nor poller's position) yet
 		err := db.QueryRow(ctx, `
-			SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint
-			FROM pg_replication_slots WHERE slot_name = $2 AND database = current_database()`,
+			SELECT CASE WHEN EXISTS (SELECT FROM outbox_poll_position) THEN
+			           (SELECT count(*) FROM outbox_events e, outbox_poll_position p
+			            WHERE e.order_xid >= p.order_xid AND (e.order_xid, e.seq) > (p.order_xid, p.seq))
+			       ELSE (SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint
+			             FROM pg_replication_slots WHERE slot_name = $2 AND database = current_database()) END`,
 			mark, stream.SlotFor(db.Config().ConnConfig.Database)).Scan(&behind)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return false, err

@@ -16,17 +16,17 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
-// relayGrants is what the application role needs beyond the documented
-// grants for the outbox relay to publish: it reads the events from a
-// logical replication slot, which only a role with REPLICATION may create
-// and read. It is the test's one place for the relay's needs.
-const relayGrants = "REPLICATION"
+// relayGrants is what the application role has beyond the documented
+// grants for the outbox relay: nothing. Without REPLICATION the relay
+// chooses the polling reader (OUTBOX_RELAY=auto), which needs only the
+// documented grants; the stream's REPLICATION is an option, not a need.
+const relayGrants = ""
 
 // permissionDenied matches what PostgreSQL says when a role lacks a right.
 var permissionDenied = regexp.MustCompile(`permission denied|must be owner|must be superuser|42501`)
 
 // The whole service runs as a role that has exactly the grants
-// docs/operations.md lists (and relayGrants), with MIGRATE=false, on a
+// docs/operations.md lists, and no REPLICATION, with MIGRATE=false, on a
 // database its owner migrated with `paymentsapi migrate`: payments, a
 // refund, a manual capture, a payment the reconciler resolves, the relay
 // publishing events, a webhook delivered, the event log, readiness,

@@ -94,7 +94,7 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0", "-data-dir", dataDir},
-			func(k string) string { return env[k] }, nil, stdout, stderr)
+			getenv(env), nil, stdout, stderr)
 	}()
 	base, _ := stdout.await(t, listeningRE, 90*time.Second)
 
@@ -186,7 +186,7 @@ func stopRun(t *testing.T, cancel context.CancelFunc, done <-chan error) {
 
 func TestRunRefusesALeaseShorterThanTheProviderTimeout(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": "postgres://unused", "LEASE_DURATION": "5s", "PROVIDER_TIMEOUT": "5s"}
-	err := run(context.Background(), nil, func(k string) string { return env[k] }, nil, io.Discard, io.Discard)
+	err := run(context.Background(), nil, getenv(env), nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "LEASE_DURATION") {
 		t.Fatalf("got %v, want a LEASE_DURATION error", err)
 	}
@@ -344,5 +344,18 @@ func TestBannerNamesTheProviderAndTheDevDatabase(t *testing.T) {
 				t.Errorf("banner for %+v says in-process:\n%s", c.cfg, b.String())
 			}
 		}
+	}
+}
+
+// getenv is a server's environment in a test: env, and, unless env names
+// it, OUTBOX_RELAY from the test's own environment, so that
+// `OUTBOX_RELAY=poll go test ./cmd/paymentsapi` runs every server on the
+// poller (the binaries the tests start inherit it too).
+func getenv(env map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := env[k]; ok || k != "OUTBOX_RELAY" {
+			return v
+		}
+		return os.Getenv(k)
 	}
 }

@@ -22,7 +22,7 @@ func TestOperatorCommandsRefuseWhatWouldBeUnsafe(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	runWith := func(env map[string]string, args ...string) error {
-		return run(ctx, args, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+		return run(ctx, args, getenv(env), strings.NewReader(""), io.Discard, io.Discard)
 	}
 
 	dbURL := pgtest.NewURL(t)

@@ -49,7 +49,7 @@ func TestOrphansFindsWhatALostTailLeftAtTheProvider(t *testing.T) {
 		t.Helper()
 		var stdout bytes.Buffer
 		env := map[string]string{"DATABASE_URL": dbURL, "PROVIDER_URL": simSrv.URL()}
-		err = run(ctx, []string{"orphans", "-since", "1h"}, func(k string) string { return env[k] },
+		err = run(ctx, []string{"orphans", "-since", "1h"}, getenv(env),
 			strings.NewReader(""), &stdout, io.Discard)
 		dec := json.NewDecoder(&stdout)
 		for dec.More() {
@@ -125,12 +125,12 @@ func TestOrphansFindsWhatALostTailLeftAtTheProvider(t *testing.T) {
 func TestOrphansRefusesWithoutTheRealProvider(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}
-	err := run(context.Background(), []string{"orphans"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard)
+	err := run(context.Background(), []string{"orphans"}, getenv(env), strings.NewReader(""), io.Discard, io.Discard)
 	if !errors.Is(err, errNeedsRealProviderForOrphans) {
 		t.Errorf("orphans with only DATABASE_URL: %v, want a refusal naming PROVIDER_URL", err)
 	}
 	for _, args := range [][]string{{"orphans", "-since"}, {"orphans", "-since", "soon"}, {"orphans", "-since=-1h"}} {
-		if err := run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, io.Discard); err == nil ||
+		if err := run(context.Background(), args, getenv(env), strings.NewReader(""), io.Discard, io.Discard); err == nil ||
 			!strings.Contains(err.Error(), "-since") {
 			t.Errorf("%v: %v, want a refusal of -since", args, err)
 		}

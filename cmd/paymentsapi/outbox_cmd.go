@@ -10,6 +10,8 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/relay"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
@@ -82,7 +84,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	out := json.NewEncoder(stdout)
 	switch {
 	case sub == "parked":
-		parked, err := stream.Parked(ctx, a.pool, maxParkedListed)
+		parked, err := outbox.Parked(ctx, a.pool, maxParkedListed)
 		if err != nil {
 			return err
 		}
@@ -93,6 +95,15 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		return nil
 	case sub == "replay":
+		// A replay is a message in the stream's slot: the poller, which
+		// has no slot, would never see it.
+		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(cfg.OutboxRelay))
+		if err != nil {
+			return err
+		}
+		if reader != relay.Stream {
+			return fmt.Errorf("outbox replay needs the stream reader, and the servers poll (%s)", why)
+		}
 		missing, err := stream.Replay(ctx, a.pool, eventIDs)
 		if err != nil {
 			return err
@@ -110,7 +121,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		return nil
 	case all:
-		n, err := stream.UnparkAll(ctx, a.pool, now)
+		n, err := outbox.UnparkAll(ctx, a.pool, now)
 		if err != nil {
 			return err
 		}
@@ -119,9 +130,9 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	default:
 		unparked, notParked := 0, []string{}
 		for _, id := range eventIDs {
-			err := stream.Unpark(ctx, a.pool, id, now)
+			err := outbox.Unpark(ctx, a.pool, id, now)
 			switch {
-			case errors.Is(err, stream.ErrNotParked):
+			case errors.Is(err, outbox.ErrNotParked):
 				notParked = append(notParked, id)
 			case err != nil:
 				return err

@@ -71,7 +71,7 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": dbURL, "LOG_LEVEL": "error"}
 	outboxCmd := func(args ...string) (string, error) {
 		var stdout bytes.Buffer
-		err := outboxCommand(ctx, args, func(k string) string { return env[k] }, &stdout, io.Discard)
+		err := outboxCommand(ctx, args, getenv(env), &stdout, io.Discard)
 		return stdout.String(), err
 	}
 
@@ -83,9 +83,9 @@ func TestOutboxCommandListsAndUnparks(t *testing.T) {
 	if len(lines) != 4 {
 		t.Fatalf("outbox parked printed %d lines:\n%s", len(lines), out)
 	}
-	var listed []stream.ParkedEvent
+	var listed []outbox.ParkedEvent
 	for _, line := range lines {
-		var p stream.ParkedEvent
+		var p outbox.ParkedEvent
 		if err := json.Unmarshal([]byte(line), &p); err != nil {
 			t.Fatal(err)
 		}
@@ -213,8 +213,9 @@ func (p *recordingPublisher) ids() []string {
 }
 
 // TestOutboxCommandReplays runs `paymentsapi outbox replay`: the running
-// relay publishes the event once more; an id the outbox does not hold is
-// named, and fails the command after the others were asked for.
+// stream relay publishes the event once more; an id the outbox does not
+// hold is named, and fails the command after the others were asked for.
+// With the poller, it is refused.
 func TestOutboxCommandReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -231,9 +232,16 @@ func TestOutboxCommandReplays(t *testing.T) {
 	}
 
 	unknown := "01900000-0000-7000-8000-000000000099"
-	env := map[string]string{"DATABASE_URL": dbURL, "LOG_LEVEL": "error"}
+	// A replay is a message in the stream's slot: with the poller it is
+	// refused, asking for nothing.
+	polling := map[string]string{"DATABASE_URL": dbURL, "LOG_LEVEL": "error", "OUTBOX_RELAY": "poll"}
+	if err := outboxCommand(ctx, []string{"replay", ev.ID}, getenv(polling), io.Discard, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "stream") {
+		t.Errorf("replay while the servers poll: %v, want a refusal naming the stream", err)
+	}
+	env := map[string]string{"DATABASE_URL": dbURL, "LOG_LEVEL": "error", "OUTBOX_RELAY": "stream"}
 	var stdout bytes.Buffer
-	err = outboxCommand(ctx, []string{"replay", strings.ToUpper(ev.ID), unknown}, func(k string) string { return env[k] }, &stdout, io.Discard)
+	err = outboxCommand(ctx, []string{"replay", strings.ToUpper(ev.ID), unknown}, getenv(env), &stdout, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), unknown) {
 		t.Errorf("replay with an unknown id: %v, want an error naming it", err)
 	}
@@ -246,7 +254,7 @@ func TestOutboxCommandReplays(t *testing.T) {
 	if got := pub.ids(); !slices.Equal(got, []string{ev.ID, ev.ID}) {
 		t.Errorf("published %v, want %s twice", got, ev.ID)
 	}
-	if err := outboxCommand(ctx, []string{"replay"}, func(k string) string { return env[k] }, io.Discard, io.Discard); err == nil {
+	if err := outboxCommand(ctx, []string{"replay"}, getenv(env), io.Discard, io.Discard); err == nil {
 		t.Error("outbox replay without ids succeeded")
 	}
 }

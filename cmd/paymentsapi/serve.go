@@ -36,7 +36,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
-	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/relay"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
@@ -60,6 +60,7 @@ type instance struct {
 	keys    *idempotency.Listener
 	janitor *cleanup.Janitor
 	tracer  trace.TracerProvider // a no-op one unless OTEL_* asks for traces
+	reader  relay.Mode           // the server's outbox reader (relay.Choose)
 	dataDir string               // dev mode: where the embedded PostgreSQL keeps its data
 	devURL  string               // dev mode: the embedded database's URL, for psql and the operator commands
 	closers []func()
@@ -152,12 +153,16 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 			return nil, err
 		}
 	} else {
-		// Before migrating: a server the relay cannot read is refused
-		// before this release changes its schema (migration 00033 retires
-		// the previous release's relay).
-		if err := stream.CheckServer(ctx, a.pool); err != nil {
+		// Before migrating: with OUTBOX_RELAY=stream, a server the stream
+		// cannot read is refused before this release changes its schema
+		// (migration 00033 retired the previous release's relay); auto
+		// falls back to polling there, which any server allows.
+		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(cfg.OutboxRelay))
+		if err != nil {
 			return nil, err
 		}
+		a.reader = reader
+		log.Info("outbox relay chosen", "reader", string(reader), "why", why)
 		if err := prepareSchema(ctx, a.pool, cfg, log); err != nil {
 			return nil, err
 		}
@@ -304,12 +309,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	return nil
 }
 
-// newRelay returns the outbox relay with the configured publisher
-// (OUTBOX_PUBLISHER: log, JSON lines on stdout; or nats, JetStream at
-// NATS_URL) and its metrics, and a function that closes the publisher.
-// (newApp refused a server the relay cannot read, stream.CheckServer,
-// before it migrated.)
-func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (*stream.Relay, func(), error) {
+// newRelay returns the outbox relay newApp chose (OUTBOX_RELAY) with the
+// configured publisher (OUTBOX_PUBLISHER: log, JSON lines on stdout; or
+// nats, JetStream at NATS_URL) and its metrics, and a function that closes
+// the publisher.
+func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (relay.Relay, func(), error) {
 	var (
 		pub      outbox.Publisher = outbox.NewLogPublisher(stdout)
 		closePub                  = func() {}
@@ -329,15 +333,18 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 		}
 		pub, closePub = natspub.NewPublisher(js, natspub.StreamConfig{}, log), nc.Close
 	}
-	clk := clock.System{}
-	relay := stream.NewRelay(stream.RelayDeps{
+	r, stats, err := relay.New(a.reader, outbox.RelayDeps{
 		ConnString: a.pool.Config().ConnConfig.ConnString(), DB: a.pool,
 		// Every event is recorded in the event log before it is published.
-		Publisher: a.core.EventLog.Publisher(pub), Clock: clk, Log: log.With("component", "outbox-relay"),
+		Publisher: a.core.EventLog.Publisher(pub), Clock: clock.System{}, Log: log.With("component", "outbox-relay"),
 		Metrics: outbox.NewMetrics(a.reg), Tracer: a.tracer,
-	}, stream.RelayConfig{})
-	a.reg.MustRegister(stream.NewStatsCollector(a.pool, relay.Slot(), clk, log))
-	return relay, closePub, nil
+	}, outbox.SendConfig{})
+	if err != nil {
+		closePub()
+		return nil, nil, err
+	}
+	a.reg.MustRegister(stats)
+	return r, closePub, nil
 }
 
 // reconcile runs the reconciler alone: one pass with once, else until ctx

@@ -11,18 +11,18 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
-// A server the outbox relay cannot read (here: a role that may not
-// replicate) is refused at start-up, naming the fix, and before the
-// service migrates anything: the previous release, still running, keeps
-// its relay.
-func TestServeRefusesAServerItsRelayCannotReadBeforeMigrating(t *testing.T) {
+// With OUTBOX_RELAY=stream, a server the stream cannot read (here: a role
+// that may not replicate) is refused at start-up, naming the fix, and
+// before the service migrates anything: the previous release, still
+// running, keeps its relay.
+func TestServeRefusesAServerTheStreamCannotReadBeforeMigrating(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.NewEmptyURL(t)
 	asRole := pgtest.URLAsNewRole(t, dbURL, "NOREPLICATION") // with the rights to migrate: only the check can stop it
 
-	env := map[string]string{"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error"}
-	err := run(ctx, nil, func(k string) string { return env[k] }, nil, io.Discard, io.Discard)
+	env := map[string]string{"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "OUTBOX_RELAY": "stream"}
+	err := run(ctx, nil, getenv(env), nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "REPLICATION") {
 		t.Fatalf("serve on a role that may not replicate: %v, want a refusal naming REPLICATION", err)
 	}

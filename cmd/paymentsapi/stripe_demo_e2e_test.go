@@ -45,7 +45,7 @@ func TestStripeDemoWithTheProjectsFixtures(t *testing.T) {
 	stdout, stderr := newLineWatcher(), newLineWatcher()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, nil, stdout, stderr)
+		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, getenv(env), nil, stdout, stderr)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	base, _ := stdout.await(t, listeningRE, 60*time.Second)

@@ -62,7 +62,7 @@ func TestTracingOfOnePayment(t *testing.T) {
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 
 	env := map[string]string{"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys}
-	cfg, err := config.Load([]string{"-http-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, io.Discard)
+	cfg, err := config.Load([]string{"-http-addr", "127.0.0.1:0"}, getenv(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestTracesExportedOverOTLP(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, nil, stdout, stderr)
+		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, getenv(env), nil, stdout, stderr)
 	}()
 	base, _ := stdout.await(t, listeningRE, 60*time.Second)
 	postTracedPayment(t, base, "exported-1")

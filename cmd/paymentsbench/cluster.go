@@ -130,12 +130,12 @@ const (
 	soakDrainTimeout = 30 * time.Second
 )
 
-// waitOutboxDrained waits until the API's relay has published every event
-// committed before the call, up to limit, and returns how long that took
-// and how much WAL its slot had still to read (0 once drained). The relay
-// confirms a transaction's end once its events are published, and moves
-// its slot past other changes while idle, so the slot's confirmed position
-// reaches the server's current one.
+// waitOutboxDrained waits, at most limit, until the database's outbox
+// relay has published what was committed before it was called: its slot
+// confirmed past a WAL position marked now (the stream), or no event left
+// after its position (the poller, which the position's row names). It
+// returns how long it waited and, if limit ran out, what was left (bytes of
+// WAL, or events; -1: no slot yet).
 func waitOutboxDrained(ctx context.Context, conn *pgx.Conn, limit time.Duration) (time.Duration, int64, error) {
 	start := time.Now()
 	// The end of a record written now: everything committed before ends
@@ -146,13 +146,16 @@ func waitOutboxDrained(ctx context.Context, conn *pgx.Conn, limit time.Duration)
 		return 0, 0, fmt.Errorf("mark the server's WAL position: %w", err)
 	}
 	for {
-		var behind *int64 // null: no slot yet
+		var behind *int64 // null: no slot, and no poller's position, yet
 		err := conn.QueryRow(ctx, `
-			SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint
-			FROM pg_replication_slots WHERE slot_name = $2 AND database = current_database()`,
+			SELECT CASE WHEN EXISTS (SELECT FROM outbox_poll_position) THEN
+			           (SELECT count(*) FROM outbox_events e, outbox_poll_position p
+			            WHERE e.order_xid >= p.order_xid AND (e.order_xid, e.seq) > (p.order_xid, p.seq))
+			       ELSE (SELECT pg_wal_lsn_diff($1::pg_lsn, confirmed_flush_lsn)::bigint
+			             FROM pg_replication_slots WHERE slot_name = $2 AND database = current_database()) END`,
 			target, stream.SlotFor(conn.Config().Database)).Scan(&behind)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return time.Since(start), 0, fmt.Errorf("read the outbox relay's slot: %w", err)
+			return time.Since(start), 0, fmt.Errorf("read the outbox relay's position: %w", err)
 		}
 		if behind != nil && *behind <= 0 {
 			return time.Since(start), 0, nil

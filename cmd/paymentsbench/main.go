@@ -24,6 +24,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -86,7 +87,11 @@ type config struct {
 	// Plain measures, when there is no APIBinB, the API's plain
 	// configuration (plainEnv) as API B: the same binary, beside the
 	// default one in every round.
-	Plain    bool
+	Plain bool
+	// RelayB is API B's OUTBOX_RELAY: with it and no APIBinB, API B is
+	// the API's own binary, so that the rounds set one outbox reader
+	// beside the other (the API's own: auto, the stream here).
+	RelayB   string
 	FloorBin string // bench/floorapi; empty: no floor phases
 	DataDir  string
 	PGBench  string
@@ -112,7 +117,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.APIBinB, "api-bin-b", "",
 		"a second API binary (another build), measured after the first in every round on its own database, for an A/B comparison within one run; empty: none")
 	fs.BoolVar(&c.Plain, "plain", true,
-		"measure the plain configuration ("+strings.Join(plainEnv, " ")+") as API B, beside the default one; ignored with -api-bin-b or -growth")
+		"measure the plain configuration ("+strings.Join(plainEnv, " ")+") as API B, beside the default one; ignored with -api-bin-b, -relay-b or -growth")
+	fs.StringVar(&c.RelayB, "relay-b", "",
+		"OUTBOX_RELAY of API B (poll, stream or auto); without -api-bin-b, API B is -api-bin: the readers of the outbox compared, the API's own being auto (the stream on the bench's server)")
 	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
 		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
@@ -137,10 +144,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-warmup, -soak and -storm cannot be negative")
 	case c.Growth && c.GrowthRows < 1:
 		return c, errors.New("-growth-rows must be at least 1")
-	case c.Growth && c.APIBinB != "":
+	case c.RelayB != "" && c.RelayB != "poll" && c.RelayB != "stream" && c.RelayB != "auto":
+		return c, fmt.Errorf("-relay-b must be poll, stream or auto, not %q", c.RelayB)
+	case c.Growth && (c.APIBinB != "" || c.RelayB != ""):
 		return c, errors.New("-api-bin-b compares new payments; the growth mode does not run them")
 	}
-	if c.APIBinB != "" || c.Growth {
+	if c.APIBinB != "" || c.RelayB != "" || c.Growth {
 		c.Plain = false
 	}
 	return c, nil
@@ -149,7 +158,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 // plainEnv is the API's plain configuration: each transaction committed on
 // its own, as written, and the outbox read by polling. It has no target in
 // the report, only its ratios.
-var plainEnv = []string{"COMMIT_MODE=inline"}
+var plainEnv = []string{"COMMIT_MODE=inline", "OUTBOX_RELAY=poll"}
 
 // run is the whole program: everything it needs from the OS is a parameter.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -273,16 +282,18 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, filepath.Base(b.cfg.APIBin), dataDir, settings); err != nil {
 		return err
 	}
-	if b.cfg.APIBinB != "" || b.cfg.Plain {
+	if b.cfg.APIBinB != "" || b.cfg.RelayB != "" || b.cfg.Plain {
 		if err := b.mon.recreateDatabase(ctx, apiBDatabase); err != nil {
 			return err
 		}
-		bin, settingsB := b.cfg.APIBinB, settings
-		if b.cfg.Plain {
-			bin = b.cfg.APIBin
+		settingsB := settings
+		switch {
+		case b.cfg.Plain:
 			settingsB.Env = append(slices.Clone(settings.Env), plainEnv...)
+		case b.cfg.RelayB != "":
+			settingsB.Env = append(slices.Clone(settings.Env), "OUTBOX_RELAY="+b.cfg.RelayB)
 		}
-		if b.apiB, err = b.startService(ctx, "API B", bin, apiBDatabase, "paymentsapi-b", dataDir, settingsB); err != nil {
+		if b.apiB, err = b.startService(ctx, "API B", cmp.Or(b.cfg.APIBinB, b.cfg.APIBin), apiBDatabase, "paymentsapi-b", dataDir, settingsB); err != nil {
 			return err
 		}
 	}
@@ -554,7 +565,7 @@ func (b *benchRun) servicePhase(ctx context.Context, svc *service, w workload) (
 		}
 		p.Drain = drain
 		if left != 0 {
-			b.progress("%s: the outbox relay's slot still %d bytes of WAL behind after %s: the counters miss its work", w.Name, left, drainTimeout)
+			b.progress("%s: the outbox relay still %d behind (bytes of WAL for the stream, events for the poller) after %s: the counters miss its work", w.Name, left, drainTimeout)
 		}
 	}
 	pg1, api1, err := b.cpu(svc)

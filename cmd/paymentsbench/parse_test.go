@@ -163,7 +163,11 @@ func TestParseConfig(t *testing.T) {
 	if c, err = parseConfig([]string{"-api-bin-b", "/tmp/paymentsapi.before"}, io.Discard); err != nil || c.APIBinB != "/tmp/paymentsapi.before" {
 		t.Errorf("-api-bin-b: %+v, %v", c, err)
 	}
-	for _, args := range [][]string{{"-connections", "0"}, {"-rounds", "0"}, {"-duration", "10ms"}, {"-storm", "-1"}, {"extra"}, {"-growth", "-api-bin-b", "bin/other"}} {
+	if c, err = parseConfig([]string{"-relay-b", "poll"}, io.Discard); err != nil || c.RelayB != "poll" {
+		t.Errorf("-relay-b: %+v, %v", c, err)
+	}
+	for _, args := range [][]string{{"-connections", "0"}, {"-rounds", "0"}, {"-duration", "10ms"}, {"-storm", "-1"}, {"extra"},
+		{"-growth", "-api-bin-b", "bin/other"}, {"-relay-b", "kafka"}, {"-growth", "-relay-b", "poll"}} {
 		if _, err := parseConfig(args, io.Discard); err == nil {
 			t.Errorf("%q: no error", args)
 		}

@@ -7,8 +7,8 @@
 -- the demo's: change them anywhere else.
 
 CREATE ROLE paymentsapi_owner LOGIN PASSWORD 'owner';
--- REPLICATION: the outbox relay reads the events from a logical replication slot.
-CREATE ROLE paymentsapi_app LOGIN PASSWORD 'app' REPLICATION;
+-- No REPLICATION: the outbox relay polls the table (OUTBOX_RELAY=auto).
+CREATE ROLE paymentsapi_app LOGIN PASSWORD 'app';
 ALTER DATABASE payments OWNER TO paymentsapi_owner;
 -- Refusals stay out of the server's log (migration 00016).
 GRANT SET ON PARAMETER log_min_messages TO paymentsapi_owner;

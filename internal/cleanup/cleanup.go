@@ -7,7 +7,7 @@
 //   - IDEMPOTENCY_METADATA_TTL later the key is deleted, and may be used again.
 //   - Outbox events are deleted after the outbox retention, but those the
 //     relay could still have to publish: parked ones, and those a new slot's
-//     catch-up would read (stream.DeleteStreamed).
+//     catch-up would read (outbox.DeletePublished).
 //   - Inbox rows of the event consumers (the ledger, the Stripe webhooks) are deleted
 //     INBOX_RETENTION after they were received, except rejected ones, which
 //     are kept for a person, like parked outbox events. The inbox only has
@@ -42,7 +42,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
-	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
 // Policy is the retention policy.
@@ -147,7 +147,7 @@ func (j *Janitor) RunOnce(ctx context.Context) (Stats, error) {
 	// The outbox is the event log: its events stay the longer of the two.
 	if j.policy.EventRetention > 0 {
 		keep := max(j.policy.OutboxRetention, j.policy.EventRetention)
-		steps = append(steps, step{"delete old outbox events", stream.DeleteStreamed, now.Add(-keep), &st.EventsDeleted})
+		steps = append(steps, step{"delete old outbox events", outbox.DeletePublished, now.Add(-keep), &st.EventsDeleted})
 	}
 	if j.policy.InboxRetention > 0 {
 		steps = append(steps, step{"delete old inbox rows", inbox.DeleteReceived, now.Add(-j.policy.InboxRetention), &st.InboxRowsDeleted})

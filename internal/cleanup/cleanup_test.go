@@ -59,7 +59,7 @@ func count(t *testing.T, db *pgxpool.Pool, sql string) int {
 
 // seedEvents stores n outbox events created at created, per to an
 // aggregate (prefix1, prefix2, ...), with UUIDv7 ids of created's
-// millisecond, as ids.NewEventID makes them: stream.DeleteStreamed finds
+// millisecond, as ids.NewEventID makes them: outbox.DeletePublished finds
 // old events by id.
 func seedEvents(t *testing.T, db *pgxpool.Pool, prefix string, n, per int, created time.Time) {
 	t.Helper()

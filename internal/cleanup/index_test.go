@@ -8,6 +8,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/inbox"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
@@ -32,10 +33,10 @@ func TestDeletingOutboxEventsReadsNoBacklog(t *testing.T) {
 		t.Fatal(err)
 	}
 	cutoff := now.Add(-policy.OutboxRetention)
-	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", stream.DeleteStreamed,
+	pgtest.ReadsAtMost(t, db, 10, "timestamptz, int", outbox.DeletePublished,
 		cutoff.Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
 	// And it really deletes none of them.
-	tag, err := db.Exec(ctx, stream.DeleteStreamed, cutoff, policy.BatchSize)
+	tag, err := db.Exec(ctx, outbox.DeletePublished, cutoff, policy.BatchSize)
 	if err != nil || tag.RowsAffected() != 0 {
 		t.Fatalf("clean-up deleted %d events (%v), want none: a catch-up may need them", tag.RowsAffected(), err)
 	}

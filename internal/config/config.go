@@ -60,6 +60,9 @@ type Config struct {
 	// in statements while it catches up on a backlog (cleanup.Policy.Share).
 	CleanupShare    float64
 	OutboxPublisher string
+	// OutboxRelay is which reader publishes the outbox (OUTBOX_RELAY):
+	// auto, poll or stream (package outbox/relay).
+	OutboxRelay     string
 	NATSURL         string
 	LogLevel        string
 	ShutdownTimeout time.Duration
@@ -176,6 +179,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	fs.IntVar(&c.CommitConcurrency, "commit-concurrency", commits,
 		"requests' transactions of each kind (claims, owner steps) in flight at once; beyond it they queue and are committed together, several in one transaction (COMMIT_CONCURRENCY)")
 	fs.StringVar(&c.OutboxPublisher, "outbox-publisher", env("OUTBOX_PUBLISHER", "log"), "outbox publisher: log or nats (OUTBOX_PUBLISHER)")
+	fs.StringVar(&c.OutboxRelay, "outbox-relay", env("OUTBOX_RELAY", "auto"),
+		"outbox reader: stream (logical decoding: wal_level=logical and a role that may replicate), poll (any server), or auto: the stream where the server allows it, else poll (OUTBOX_RELAY)")
 	secret(&c.NATSURL, "nats-url", "NATS_URL", "NATS URL (may hold credentials)")
 	fs.StringVar(&c.LogLevel, "log-level", env("LOG_LEVEL", "info"), "debug, info, warn or error (LOG_LEVEL)")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "SHUTDOWN_TIMEOUT", "20s", "how long in-flight requests may finish on shutdown")
@@ -297,6 +302,9 @@ func (c Config) validate() error {
 	}
 	if c.OutboxPublisher != "log" && c.OutboxPublisher != "nats" {
 		errs = append(errs, fmt.Errorf("OUTBOX_PUBLISHER must be log or nats, not %q", c.OutboxPublisher))
+	}
+	if c.OutboxRelay != "auto" && c.OutboxRelay != "poll" && c.OutboxRelay != "stream" {
+		errs = append(errs, fmt.Errorf("OUTBOX_RELAY must be auto, poll or stream, not %q", c.OutboxRelay))
 	}
 	if c.OutboxPublisher == "nats" && c.NATSURL == "" {
 		errs = append(errs, errors.New("OUTBOX_PUBLISHER=nats needs NATS_URL"))

@@ -39,6 +39,13 @@ func TestLoadFlagsOverEnvironment(t *testing.T) {
 	if dev.InboxRetention != 720*time.Hour {
 		t.Errorf("INBOX_RETENTION defaults to %s, want 720h", dev.InboxRetention)
 	}
+	if dev.OutboxRelay != "auto" {
+		t.Errorf("OUTBOX_RELAY defaults to %q, want auto", dev.OutboxRelay)
+	}
+	flagged, err := Load([]string{"-outbox-relay", "poll"}, func(string) string { return "" }, &bytes.Buffer{})
+	if err != nil || flagged.OutboxRelay != "poll" {
+		t.Errorf("-outbox-relay poll: %q, %v", flagged.OutboxRelay, err)
+	}
 }
 
 func TestLoadRefusesInconsistentSettings(t *testing.T) {
@@ -48,6 +55,7 @@ func TestLoadRefusesInconsistentSettings(t *testing.T) {
 		"unknown provider":          {"PROVIDER": "paypal"},
 		"stripe without key":        {"PROVIDER": "stripe"},
 		"nats without url":          {"OUTBOX_PUBLISHER": "nats"},
+		"unknown outbox relay":      {"OUTBOX_RELAY": "kafka"},
 		"zero attempts":             {"RECONCILE_MAX_ATTEMPTS": "0"},
 		"zero commits":              {"COMMIT_CONCURRENCY": "0"},
 		"inbox retention too short": {"INBOX_RETENTION": "10m"},

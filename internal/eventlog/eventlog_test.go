@@ -119,7 +119,7 @@ func newEnv(t *testing.T) *env {
 	e.relay = stream.NewRelay(stream.RelayDeps{
 		ConnString: pool.Config().ConnConfig.ConnString(), DB: pool,
 		Publisher: counted{next: core.EventLog.Publisher(e.next), tries: &e.tries}, Clock: clk, Log: log,
-	}, stream.RelayConfig{Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 3})
+	}, stream.RelayConfig{SendConfig: outbox.SendConfig{Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 3}})
 	t.Cleanup(func() { e.relay.Close(context.Background()) })
 	return e
 }

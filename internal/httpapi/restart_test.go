@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,7 +30,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
-	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/outbox/relay"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
@@ -183,20 +184,24 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	}
 	urlA, coreA, regA := startInstance(t, pool, prov, clock.System{}, cfg, httpapi.RateLimit{})
 	urlB, _, regB := startInstance(t, pool, prov, clock.System{}, cfg, httpapi.RateLimit{})
-	// The first instance's workers, as cmd/paymentsapi runs them. The
-	// relay reads the outbox from its replication slot; the crash ends its
-	// session, and it reconnects, after at most a second's wait, to where
-	// the slot was last confirmed (what it published but had not confirmed
-	// comes again: at least once).
-	if err := stream.CheckServer(ctx, pool); err != nil {
+	// The first instance's workers, as cmd/paymentsapi runs them, with the
+	// outbox reader OUTBOX_RELAY names (auto: the stream here). The crash
+	// ends the relay's session, and it reconnects, after at most a
+	// second's wait, to where it last confirmed (what it published but had
+	// not confirmed comes again: at least once).
+	reader, _, err := relay.Choose(ctx, pool, relay.Mode(cmp.Or(os.Getenv("OUTBOX_RELAY"), "auto")))
+	if err != nil {
 		t.Fatal(err)
 	}
 	published := &publishedSet{ids: map[string]int{}}
-	relay := stream.NewRelay(stream.RelayDeps{ConnString: cluster.URL("payments"), DB: pool, Publisher: published, Clock: clock.System{}, Log: testLogger()},
-		stream.RelayConfig{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	rl, _, err := relay.New(reader, outbox.RelayDeps{ConnString: cluster.URL("payments"), DB: pool, Publisher: published, Clock: clock.System{}, Log: testLogger()},
+		outbox.SendConfig{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	workers, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { relay.Run(workers) })
+	wg.Go(func() { rl.Run(workers) })
 	wg.Go(func() { coreA.Reconciler.Run(workers, 500*time.Millisecond) })
 	t.Cleanup(func() { stopWorkers(); wg.Wait() })
 

@@ -80,7 +80,7 @@ func TestThreeNodeBrokerLosesANodeDuringRelayTraffic(t *testing.T) {
 	// leader.
 	pub := &acceptedIDs{next: natspub.NewPublisher(js, streamCfg, nil), ids: map[string]bool{}}
 	relay := stream.NewRelay(stream.RelayDeps{ConnString: e.pool.Config().ConnConfig.ConnString(), DB: e.pool, Publisher: pub, Clock: clock.System{}},
-		stream.RelayConfig{BatchSize: 5, MaxBackoff: time.Second, Standby: 50 * time.Millisecond, AfterPublish: afterPublish})
+		stream.RelayConfig{BatchSize: 5, SendConfig: outbox.SendConfig{MaxBackoff: time.Second}, Standby: 50 * time.Millisecond, AfterPublish: afterPublish})
 	// The slot is created before the payments (an empty RunOnce), so that
 	// their events come through its stream, batch by batch, not through a
 	// new slot's catch-up (which runs no hook).

@@ -1,14 +1,16 @@
 package outbox
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the relay's Prometheus metrics, of this instance's relay
-// (package outbox/stream; its backlog gauges, read from the database, are
-// stream.NewStatsCollector's). No label carries an id.
+// (package outbox/stream or outbox/poll; its backlog gauges, read from the
+// database, are the reader's NewStatsCollector's). No label carries an id.
 //
 //	paymentsapi_outbox_published_total
 //	paymentsapi_outbox_publish_failures_total     failures booked on a row (not those of a broker outage)
@@ -29,8 +31,81 @@ type Metrics struct {
 	BrokerUnavailable prometheus.Gauge
 }
 
-// BacklogCountCap bounds the parked count of the backlog gauges.
+// BacklogCountCap bounds the counts of the backlog gauges.
 const BacklogCountCap = 100_000
+
+// ParkedCountSQL counts the parked events that failed (not those waiting
+// behind them), up to $1 (BacklogCountCap), for a reader's backlog
+// collector.
+const ParkedCountSQL = `(SELECT count(*) FROM (SELECT FROM outbox_parked WHERE last_error IS NOT NULL LIMIT $1) p)`
+
+// Backlog is one reading of a reader's backlog, for its gauges
+// (NewBacklogCollector).
+type Backlog struct {
+	// OldestPendingAge is how long the oldest event still to publish has
+	// waited, as the reader can tell; 0 when none waits.
+	OldestPendingAge time.Duration
+	// Parked counts the parked events that failed (ParkedCountSQL).
+	Parked int64
+	// Own are the values of the reader's own gauges, in the order of their
+	// descriptors; nil leaves a gauge out of this scrape.
+	Own []*float64
+}
+
+// NewBacklogCollector returns the gauges of a reader's backlog, which read
+// reads from the database on each scrape (the same on every instance:
+// aggregate them with max):
+//
+//	paymentsapi_outbox_oldest_pending_age_seconds how long the oldest event still to publish has waited; 0 when none waits
+//	paymentsapi_outbox_parked_events              events parked after failing (those waiting behind them not counted), up to BacklogCountCap
+//
+// and the reader's own (own, whose values read returns in Backlog.Own).
+func NewBacklogCollector(log *slog.Logger, read func(ctx context.Context) (Backlog, error), own ...*prometheus.Desc) prometheus.Collector {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &backlogCollector{
+		log: log, read: read, own: own,
+		oldest: prometheus.NewDesc("paymentsapi_outbox_oldest_pending_age_seconds",
+			"How long the oldest outbox event its relay has still to publish has waited (the stream: since the last transaction it confirmed committed, while it is behind); 0 when none waits.", nil, nil),
+		parked: prometheus.NewDesc("paymentsapi_outbox_parked_events",
+			"Outbox events the relay gave up on, counted up to the cap; kept for a person to look at and unpark.", nil, nil),
+	}
+}
+
+type backlogCollector struct {
+	log            *slog.Logger
+	read           func(ctx context.Context) (Backlog, error)
+	oldest, parked *prometheus.Desc
+	own            []*prometheus.Desc
+}
+
+// Describe sends the descriptors of the gauges.
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.oldest
+	ch <- c.parked
+	for _, d := range c.own {
+		ch <- d
+	}
+}
+
+// Collect reads the backlog.
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b, err := c.read(ctx)
+	if err != nil {
+		c.log.WarnContext(ctx, "could not read the outbox relay's backlog for metrics", "error", err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, max(b.OldestPendingAge, 0).Seconds())
+	ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(b.Parked))
+	for i, d := range c.own {
+		if i < len(b.Own) && b.Own[i] != nil {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, *b.Own[i])
+		}
+	}
+}
 
 // NewMetrics creates the relay's metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {

@@ -1,8 +1,10 @@
-// Package outbox is the transactional outbox: events are written in the same
-// transaction as the state change they announce, and published later, at
-// least once, by the relay of package outbox/stream, which reads them from
-// a logical replication slot in commit order. Consumers deduplicate by
-// event id.
+// Package outbox is the transactional outbox: events are written in the
+// same transaction as the state change they announce, and published later,
+// at least once, a payment's in the order they committed, by one of two
+// readers: package outbox/stream reads them from a logical replication
+// slot, package outbox/poll polls the table (package outbox/relay chooses).
+// Both publish through a Sender, which holds what they share: order within
+// a batch, retries, parked events. Consumers deduplicate by event id.
 package outbox
 
 import (

@@ -38,6 +38,7 @@
 package pgembed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,6 +102,10 @@ type Options struct {
 	// $TMPDIR/paymentsapi-pgembed. Directories that Start creates on the way
 	// get mode 0711.
 	FallbackRoot string
+	// WALLevel is the server's wal_level; "" means logical, which the
+	// outbox's stream reader needs (package outbox/stream). A test sets
+	// replica to run the service as on a stock server, where it polls.
+	WALLevel string
 	// Logger receives what the launcher does; nil discards it.
 	Logger *slog.Logger
 }
@@ -297,7 +302,8 @@ func (c *Cluster) spawn(port int, opts Options) (*process, error) {
 	// The outbox relay reads changes through logical decoding (package
 	// outbox/stream), from a replication slot: the WAL of every change
 	// carries what decoding needs.
-	args = append(args, "-c", "wal_level=logical", "-c", "max_replication_slots=32", "-c", "max_wal_senders=32")
+	level := cmp.Or(opts.WALLevel, "logical")
+	args = append(args, "-c", "wal_level="+level, "-c", "max_replication_slots=32", "-c", "max_wal_senders=32")
 	if opts.Ephemeral {
 		args = append(args,
 			"-c", "fsync=off",

@@ -1,11 +1,31 @@
-// Package testio is test support: I/O helpers that the tests of several
-// packages share. Only tests import it.
+// Package testio is test support: I/O helpers, and waits, that the tests
+// of several packages share. Only tests import it.
 package testio
 
 import (
 	"bytes"
 	"sync"
+	"testing"
+	"time"
 )
+
+// Eventually checks cond every 20 ms until it holds, and fails the test
+// with what and cond's last word if it does not within limit: a test waits
+// for what it expects instead of sleeping.
+func Eventually(t testing.TB, what string, limit time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s", what, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // SyncBuffer is a bytes.Buffer that is safe for concurrent use, so that a
 // goroutine, a logger or a child process may write to it while the test

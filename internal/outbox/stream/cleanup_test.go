@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
@@ -33,7 +33,7 @@ func TestCleanUpKeepsWhatACatchUpCouldNeed(t *testing.T) {
 	}
 	left := func() []string {
 		t.Helper()
-		if _, err := e.pool.Exec(ctx, stream.DeleteStreamed, t0.Add(-30*time.Minute), 100); err != nil {
+		if _, err := e.pool.Exec(ctx, outbox.DeletePublished, t0.Add(-30*time.Minute), 100); err != nil {
 			t.Fatal(err)
 		}
 		rows, err := e.pool.Query(ctx, `SELECT id::text FROM outbox_events ORDER BY seq`)
@@ -91,5 +91,5 @@ func TestCleanUpReadsOnlyWhatIsOldEnough(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pgtest.ReadsAtMost(t, e.pool, 10, "timestamptz, int", stream.DeleteStreamed, t0.Add(-time.Minute).Format(time.RFC3339Nano), "500")
+	pgtest.ReadsAtMost(t, e.pool, 10, "timestamptz, int", outbox.DeletePublished, t0.Add(-time.Minute).Format(time.RFC3339Nano), "500")
 }

@@ -3,22 +3,18 @@ package stream
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
-	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
 // Relay publishes the outbox from a Stream: each committed transaction's
@@ -33,23 +29,10 @@ import (
 // before it confirms leaves the slot where it was, and the next reader gets
 // those transactions again.
 //
-// Order: a payment's events are first published in the order they
-// committed. A batch is published in waves, the k-th wave holding the k-th
-// event of each aggregate in the batch, and a wave only once every event of
-// the one before it was accepted; within a wave no two events share an
-// aggregate, so a failed event never lets a later one of its payment
-// overtake it. A failed publish is retried with backoff, and nothing after
-// it is confirmed until it is accepted or parked.
-//
-// Parking. An event whose publish failed MaxAttempts times for a reason of
-// its own is parked: recorded in outbox_parked with its last error, and
-// every later event of its aggregate is parked behind it (waits_for), so
-// that the stream moves on and the aggregate's order holds. A broker outage
-// (ErrBrokerUnavailable) is not the event's fault: it is retried without
-// counting, however long it lasts, and parks nothing. Unpark releases an
-// aggregate's parked events; the relay then publishes them all, in order,
-// before the aggregate's next event, and forgets them. Attempts are counted
-// in memory: a relay that restarts counts an event's again from zero.
+// Order and parking: a payment's events are first published in the order
+// they committed, by an outbox.Sender (waves, retries, parked events and
+// their release, which the polling reader shares). Nothing after a failed
+// publish is confirmed until it is accepted or parked.
 //
 // Position and catch-up. About once a second (PositionInterval) the relay
 // records, in outbox_stream_positions, the commit time up to which it
@@ -66,22 +49,16 @@ import (
 // Tracing: each publish is a span continuing the trace its event was
 // written under (outbox.StartPublishSpans), one per attempt.
 type Relay struct {
+	send       *outbox.Sender
 	connString string
 	db         *pgxpool.Pool
-	pub        outbox.Publisher
 	clock      clock.Clock
 	log        *slog.Logger
 	cfg        RelayConfig
-	metrics    *outbox.Metrics // nil: none
-	tracer     trace.Tracer    // nil: tracing is off
 
-	saved    time.Time // when the position was last recorded
-	checked  time.Time // when released events were last looked for
-	held     map[aggregate]string
-	attempts map[string]int // failed publishes by event id, this session
-	sent     int            // events the publisher accepted, all sessions
-	stream   *Stream        // the stream being read, to report to while retrying
-	once     *Stream        // RunOnce's session, kept open between calls
+	saved      time.Time // when the position was last recorded
+	stream     *Stream   // the stream being read, to report to while retrying
+	onceStream *Stream   // RunOnce's session, kept open between calls
 }
 
 // endTimeout bounds the end of a session (see end).
@@ -156,12 +133,7 @@ func (r *Relay) prepare(ctx context.Context) error {
 			return fmt.Errorf("outbox stream: mark the catch-up: %w", err)
 		}
 	}
-	held, err := loadHeld(qctx, r.db)
-	if err != nil {
-		return err
-	}
-	r.held, r.attempts = held, map[string]int{}
-	return nil
+	return r.send.Start(qctx, nil)
 }
 
 // end closes a session's stream, letting go of its lock. It waits at most
@@ -173,26 +145,9 @@ func end(ctx context.Context, s *Stream) {
 	_ = s.Close(ctx)
 }
 
-// aggregate names the aggregate an event is about.
-type aggregate struct{ typ, id string }
-
-func aggregateOf(e outbox.Event) aggregate { return aggregate{e.AggregateType, e.AggregateID} }
-
-// RelayDeps are the collaborators of a Relay.
-type RelayDeps struct {
-	// ConnString names the database, for the replication connection.
-	ConnString string
-	// DB is the pool the relay reads and writes its records with, one
-	// short statement at a time.
-	DB        *pgxpool.Pool
-	Publisher outbox.Publisher
-	Clock     clock.Clock
-	Log       *slog.Logger    // nil: discard
-	Metrics   *outbox.Metrics // nil: none
-	// Tracer makes each publish a span continuing the trace its event was
-	// created under; nil or a no-op provider traces nothing.
-	Tracer trace.TracerProvider
-}
+// RelayDeps are the collaborators of a Relay: the pool is the one it
+// keeps its records with, one short statement at a time.
+type RelayDeps = outbox.RelayDeps
 
 // RelayConfig tunes a Relay. Zero fields take their defaults.
 type RelayConfig struct {
@@ -205,25 +160,15 @@ type RelayConfig struct {
 	// one (default 20ms): fewer, larger publishes (and event-log writes),
 	// for a few milliseconds of delay.
 	Linger time.Duration
-	// PublishTimeout bounds one publish (a batch's, with a
-	// BatchPublisher) (default 10s): a publisher that hangs is retried
-	// like one that failed, rather than holding the relay.
-	PublishTimeout time.Duration
-	// Backoff and MaxBackoff space the retries of a failed publish
-	// (defaults 100ms and 30s), and of a failed connection.
-	Backoff, MaxBackoff time.Duration
+	// SendConfig tunes its publishes (Backoff and MaxBackoff space the
+	// starts of its sessions after failures too).
+	outbox.SendConfig
 	// Standby is how often a relay whose slot is being read by another
 	// tries again (default 5s).
 	Standby time.Duration
 	// PositionInterval is how often the position is recorded (default
 	// 1s).
 	PositionInterval time.Duration
-	// MaxAttempts is how many publishes of an event may fail for a reason
-	// of its own before it is parked (default 10).
-	MaxAttempts int
-	// ReleaseInterval is how often, while some events are parked, the
-	// relay looks for those an operator released (default 1s).
-	ReleaseInterval time.Duration
 	// AfterPublish, a failpoint for tests, runs once a batch was published
 	// and before it is confirmed; an error ends the session there, as a
 	// crash would.
@@ -238,26 +183,12 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 	if cfg.Linger <= 0 {
 		cfg.Linger = 20 * time.Millisecond
 	}
-	if cfg.PublishTimeout <= 0 {
-		cfg.PublishTimeout = 10 * time.Second
-	}
-	if cfg.Backoff <= 0 {
-		cfg.Backoff = 100 * time.Millisecond
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 30 * time.Second
-	}
+	cfg.SendConfig = cfg.SendConfig.WithDefaults()
 	if cfg.Standby <= 0 {
 		cfg.Standby = 5 * time.Second
 	}
 	if cfg.PositionInterval <= 0 {
 		cfg.PositionInterval = time.Second
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 10
-	}
-	if cfg.ReleaseInterval <= 0 {
-		cfg.ReleaseInterval = time.Second
 	}
 	log := d.Log
 	if log == nil {
@@ -269,8 +200,18 @@ func NewRelay(d RelayDeps, cfg RelayConfig) *Relay {
 			cfg.Slot = SlotFor(cmp.Or(c.Database, c.User)) // no database: the server takes the user's name
 		}
 	}
-	r := &Relay{connString: d.ConnString, db: d.DB, pub: d.Publisher, clock: d.Clock, log: log, cfg: cfg, metrics: d.Metrics,
-		tracer: tracing.Tracer(d.Tracer)}
+	r := &Relay{connString: d.ConnString, db: d.DB, clock: d.Clock, log: log, cfg: cfg}
+	d.Log = log
+	r.send = outbox.NewSender(d, cfg.SendConfig)
+	// The stream is not read while a publish is retried: tell the server
+	// we are alive, or after wal_sender_timeout it ends the connection
+	// (and the batch is published again by the next session).
+	r.send.Waiting = func() error {
+		if r.stream == nil {
+			return nil
+		}
+		return r.stream.sendStatus()
+	}
 	r.cfg.Catchup = r.catchUp
 	return r
 }
@@ -280,23 +221,10 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 
 // Run reads and publishes until ctx ends, reconnecting after any failure.
 func (r *Relay) Run(ctx context.Context) {
-	policy := backoff.Policy{Base: r.cfg.Backoff, Max: r.cfg.MaxBackoff}
-	failures := 0
-	for ctx.Err() == nil {
-		err := r.session(ctx, func() { failures = 0 })
-		if ctx.Err() != nil {
-			return
-		}
-		wait := r.cfg.Standby
-		if !errors.Is(err, ErrSlotBusy) {
-			failures++
-			wait = policy.Delay(failures)
-			r.log.WarnContext(ctx, "outbox stream interrupted; reconnecting", "error", err, "wait", wait)
-		}
-		if clock.Sleep(ctx, wait) != nil {
-			return
-		}
-	}
+	outbox.Sessions{
+		Backoff: backoff.Policy{Base: r.cfg.Backoff, Max: r.cfg.MaxBackoff}, Standby: r.cfg.Standby, Busy: ErrSlotBusy,
+		Log: r.log, Interrupted: "outbox stream interrupted; reconnecting",
+	}.Run(ctx, r.session)
 }
 
 // session opens the stream and publishes from it until an error; started
@@ -309,13 +237,13 @@ func (r *Relay) session(ctx context.Context, started func()) error {
 	defer end(context.WithoutCancel(ctx), s)
 	started()
 	for {
-		if len(r.held) > 0 && r.clock.Now().Sub(r.checked) >= r.cfg.ReleaseInterval {
-			if err := r.release(ctx); err != nil {
+		if r.send.ReleaseDue() {
+			if err := r.send.Release(ctx); err != nil {
 				return err
 			}
 		}
 		var wait time.Duration // while events are parked, come back for releases
-		if len(r.held) > 0 {
+		if r.send.Holding() {
 			wait = r.cfg.ReleaseInterval
 		}
 		if err := r.step(ctx, s, wait); err != nil {
@@ -337,7 +265,7 @@ func (r *Relay) step(ctx context.Context, s *Stream, wait time.Duration) error {
 		}
 		return nil
 	}
-	if _, err := r.publish(ctx, batch); err != nil {
+	if _, err := r.send.Send(ctx, batch); err != nil {
 		return err
 	}
 	if r.cfg.AfterPublish != nil {
@@ -358,13 +286,11 @@ func (r *Relay) step(ctx context.Context, s *Stream, wait time.Duration) error {
 // Close ends it. It is what tests and one-shot commands run; a server runs
 // Run.
 func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
-	before := r.sent
-	defer func() {
-		published = r.sent - before
-		if err != nil {
-			r.Close(context.WithoutCancel(ctx))
-		}
-	}()
+	return r.send.Once(ctx, func() error { return r.once(ctx) }, r.Close)
+}
+
+// once is RunOnce's body.
+func (r *Relay) once(ctx context.Context) error {
 	// The end of a record written now: everything committed before the
 	// call ends before it, and the server, once it has read that far,
 	// says so. (pg_current_wal_insert_lsn would not do: at a page's start
@@ -374,44 +300,46 @@ func (r *Relay) RunOnce(ctx context.Context) (published int, err error) {
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	if err := r.db.QueryRow(qctx, `SELECT pg_logical_emit_message(false, 'paymentsapi.outbox.runonce', '')::text`).Scan(&end); err != nil {
-		return 0, fmt.Errorf("outbox stream: mark the server's position: %w", err)
+		return fmt.Errorf("outbox stream: mark the server's position: %w", err)
 	}
 	target := LSN(end)
-	if r.once == nil {
-		if r.once, err = r.take(ctx); err != nil {
-			return 0, err
+	if r.onceStream == nil {
+		s, err := r.take(ctx)
+		if err != nil {
+			return err
 		}
+		r.onceStream = s
 	}
-	s := r.once
-	if len(r.held) > 0 {
-		if err := r.release(ctx); err != nil {
-			return 0, err
+	s := r.onceStream
+	if r.send.Holding() {
+		if err := r.send.Release(ctx); err != nil {
+			return err
 		}
 	}
 	for !s.Drained(target) {
 		before := s.read
 		if err := s.AskPosition(); err != nil {
-			return 0, err
+			return err
 		}
 		if err := r.step(ctx, s, 0); err != nil {
-			return 0, err
+			return err
 		}
 		if s.read == before && !s.Drained(target) {
 			// The server has not read further yet (the WAL is not flushed,
 			// or it is decoding): ask again in a moment, not at once.
 			if err := clock.Sleep(ctx, 5*time.Millisecond); err != nil {
-				return 0, err
+				return err
 			}
 		}
 	}
-	return 0, nil
+	return nil
 }
 
 // Close ends RunOnce's session, if one is open.
 func (r *Relay) Close(ctx context.Context) {
-	if r.once != nil {
-		end(ctx, r.once)
-		r.once = nil
+	if r.onceStream != nil {
+		end(ctx, r.onceStream)
+		r.onceStream = nil
 	}
 }
 
@@ -436,6 +364,10 @@ func (r *Relay) record(ctx context.Context, committed time.Time) {
 	}
 	r.saved = now
 }
+
+// CatchupMargin is how far before the recorded position a catch-up
+// starts (see outbox.CatchupMargin, which clean-up keeps events for).
+const CatchupMargin = outbox.CatchupMargin
 
 // catchUpSQL chooses the events a new slot will not carry: those created
 // since the margin before the position ($1's slot; $2 the margin, in
@@ -534,11 +466,11 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) (func(context.Cont
 		for len(ids) > 0 {
 			page := ids[:min(len(ids), r.cfg.BatchSize)]
 			ids = ids[len(page):]
-			events, err := r.load(ctx, page)
+			events, err := outbox.Load(ctx, r.db, page)
 			if err != nil {
 				return err
 			}
-			if _, err := r.publish(ctx, events); err != nil {
+			if _, err := r.send.Send(ctx, events); err != nil {
 				return err
 			}
 		}
@@ -554,28 +486,6 @@ func (r *Relay) catchUp(ctx context.Context, snapshot string) (func(context.Cont
 		}
 		return nil
 	}, nil
-}
-
-// load reads the events ids, in their order (those still in the outbox).
-func (r *Relay) load(ctx context.Context, ids []string) ([]outbox.Event, error) {
-	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
-	defer cancel()
-	rows, err := r.db.Query(ctx, `
-		SELECT id::text, aggregate_type, aggregate_id, event_type, payload, created_at, coalesce(traceparent, '')
-		FROM outbox_events WHERE id = ANY($1::uuid[]) ORDER BY seq`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("outbox stream: read events: %w", err)
-	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
-		var e outbox.Event
-		err := row.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.Type, (*[]byte)(&e.Payload), &e.OccurredAt, &e.TraceParent)
-		e.OccurredAt = e.OccurredAt.UTC()
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("outbox stream: read events: %w", err)
-	}
-	return events, nil
 }
 
 // batch waits for the next transaction (at most wait, if not 0: then it
@@ -634,7 +544,7 @@ func (r *Relay) withReplays(ctx context.Context, events []outbox.Event, ids []st
 	if len(ids) == 0 {
 		return events, nil
 	}
-	found, err := r.load(ctx, ids)
+	found, err := outbox.Load(ctx, r.db, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -642,130 +552,4 @@ func (r *Relay) withReplays(ctx context.Context, events []outbox.Event, ids []st
 		r.log.WarnContext(ctx, "outbox stream: events asked to be replayed are no longer in the outbox", "asked", len(ids), "found", len(found))
 	}
 	return append(events, found...), nil
-}
-
-// publish publishes events in waves (see Relay), retrying each failed
-// event until it is accepted, parked, or ctx ends. It returns how many it
-// parked.
-func (r *Relay) publish(ctx context.Context, events []outbox.Event) (parked int, err error) {
-	for _, wave := range waves(events) {
-		n, err := r.publishWave(ctx, wave)
-		parked += n
-		if err != nil {
-			return parked, err
-		}
-	}
-	return parked, nil
-}
-
-func (r *Relay) publishWave(ctx context.Context, wave []outbox.Event) (parked int, err error) {
-	todo := make([]outbox.Event, 0, len(wave))
-	for _, e := range wave {
-		if first, ok := r.held[aggregateOf(e)]; ok {
-			if e.ID != first { // first itself, sent again, is parked already
-				if err := r.park(ctx, e, 0, "", first); err != nil {
-					return parked, err
-				}
-			}
-			parked++
-			continue
-		}
-		todo = append(todo, e)
-	}
-	policy := backoff.Policy{Base: r.cfg.Backoff, Max: r.cfg.MaxBackoff}
-	for round := 1; len(todo) > 0; round++ {
-		errs := r.publishAll(ctx, todo)
-		now := r.clock.Now()
-		var (
-			failed []outbox.Event
-			first  error
-			outage bool
-		)
-		for i, err := range errs {
-			e := todo[i]
-			if err == nil {
-				r.sent++
-				r.metrics.CountPublished(now.Sub(e.OccurredAt))
-				continue
-			}
-			if first == nil {
-				first = err
-			}
-			if errors.Is(err, outbox.ErrBrokerUnavailable) {
-				outage = true
-			} else {
-				r.metrics.CountFailure()
-				r.attempts[e.ID]++
-				if r.attempts[e.ID] >= r.cfg.MaxAttempts {
-					if err := r.park(ctx, e, r.attempts[e.ID], err.Error(), ""); err != nil {
-						return parked, err
-					}
-					parked++
-					continue
-				}
-			}
-			failed = append(failed, e)
-		}
-		r.metrics.SetBrokerUnavailable(outage)
-		if len(failed) == 0 {
-			return parked, nil
-		}
-		if ctx.Err() != nil {
-			return parked, ctx.Err()
-		}
-		wait := policy.Delay(round)
-		r.log.WarnContext(ctx, "outbox publish failed; retrying, and holding back the events after it",
-			"events", len(failed), "event_id", failed[0].ID, "attempts", r.attempts[failed[0].ID], "wait", wait, "error", first)
-		// The stream is not read meanwhile: tell the server we are alive,
-		// or after wal_sender_timeout it ends the connection (and the batch
-		// is published again by the next session).
-		if r.stream != nil {
-			if err := r.stream.sendStatus(); err != nil {
-				return parked, err
-			}
-		}
-		if err := clock.Sleep(ctx, wait); err != nil {
-			return parked, err
-		}
-		todo = failed
-	}
-	return parked, nil
-}
-
-// publishAll publishes events, at once with a BatchPublisher, each under a
-// span of its own when tracing is on (the publisher then gets a copy of
-// the event carrying the span's traceparent).
-func (r *Relay) publishAll(ctx context.Context, events []outbox.Event) (errs []error) {
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
-	defer cancel()
-	if r.tracer != nil {
-		events = slices.Clone(events)
-		spans := outbox.StartPublishSpans(r.tracer, events)
-		defer func() { outbox.EndPublishSpans(spans, errs) }()
-	}
-	if bp, ok := r.pub.(outbox.BatchPublisher); ok && len(events) > 1 {
-		return bp.PublishBatch(ctx, events)
-	}
-	errs = make([]error, len(events))
-	for i, e := range events {
-		errs[i] = r.pub.Publish(ctx, e)
-	}
-	return errs
-}
-
-// waves splits events (in commit order) so that wave k holds the k-th event
-// of each aggregate, in the order they came.
-func waves(events []outbox.Event) [][]outbox.Event {
-	seen := make(map[aggregate]int, len(events))
-	var out [][]outbox.Event
-	for _, e := range events {
-		k := aggregateOf(e)
-		n := seen[k]
-		seen[k] = n + 1
-		if n == len(out) {
-			out = append(out, nil)
-		}
-		out[n] = append(out[n], e)
-	}
-	return out
 }

@@ -330,7 +330,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	e.commit(t, e.event("pay_b", "PaymentCreated"))
 	b := newBroker()
 	b.broken.Store(poison.ID, true)
-	cfg := stream.RelayConfig{MaxAttempts: 3, ReleaseInterval: 20 * time.Millisecond}
+	cfg := stream.RelayConfig{SendConfig: outbox.SendConfig{MaxAttempts: 3, ReleaseInterval: 20 * time.Millisecond}}
 	reg := prometheus.NewRegistry()
 	e.metrics = outbox.NewMetrics(reg)
 	stop := e.run(t, b, cfg)
@@ -340,7 +340,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	if got := counters(t, reg); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("metrics = %v, want %v", got, want)
 	}
-	listed, err := stream.Parked(context.Background(), e.pool, 10)
+	listed, err := outbox.Parked(context.Background(), e.pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	e.waitParked(t, []string{poison.ID + ": failed after 3", after.ID + ": waits for " + poison.ID, refund.ID + ": waits for " + poison.ID})
 
 	b.broken.Delete(poison.ID) // the cause fixed
-	if err := stream.Unpark(context.Background(), e.pool, after.ID, time.Now()); err != nil {
+	if err := outbox.Unpark(context.Background(), e.pool, after.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	e.waitParked(t, nil)
@@ -367,7 +367,7 @@ func TestAnEventThatKeepsFailingIsParkedWithItsPaymentsLaterOnes(t *testing.T) {
 	if want := []string{"PaymentCreated", "PaymentSucceeded", "RefundCreated", "RefundSucceeded"}; !slices.Equal(byAggregate(got)["pay_a"], want) {
 		t.Fatalf("pay_a's events went out as %v, want %v", byAggregate(got)["pay_a"], want)
 	}
-	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); !errors.Is(err, stream.ErrNotParked) {
+	if err := outbox.Unpark(context.Background(), e.pool, poison.ID, time.Now()); !errors.Is(err, outbox.ErrNotParked) {
 		t.Errorf("unpark of a published event: %v, want ErrNotParked", err)
 	}
 }
@@ -396,7 +396,7 @@ func TestABrokerOutageParksNothing(t *testing.T) {
 		}
 		return nil
 	}
-	e.run(t, b, stream.RelayConfig{MaxAttempts: 2})
+	e.run(t, b, stream.RelayConfig{SendConfig: outbox.SendConfig{MaxAttempts: 2}})
 	got := b.waitFor(t, 2)
 	if want := []string{"PaymentCreated", "PaymentSucceeded"}; !slices.Equal(byAggregate(got)["pay_a"], want) {
 		t.Fatalf("published %v, want %v", byAggregate(got)["pay_a"], want)
@@ -541,7 +541,7 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 	b := newBroker()
 	b.broken.Store(poison.ID, true)
 	crash := func(context.Context, []outbox.Event) error { return errors.New("crash before the confirmation") }
-	stop := e.run(t, b, stream.RelayConfig{MaxAttempts: 2, AfterPublish: crash, Standby: time.Hour})
+	stop := e.run(t, b, stream.RelayConfig{SendConfig: outbox.SendConfig{MaxAttempts: 2}, AfterPublish: crash, Standby: time.Hour})
 	want := []string{poison.ID + ": failed after 2", after.ID + ": waits for " + poison.ID}
 	e.waitParked(t, want)
 	time.Sleep(300 * time.Millisecond) // the relay reconnects, is sent both again, and crashes again
@@ -553,10 +553,10 @@ func TestAParkedEventSentAgainKeepsItsRecord(t *testing.T) {
 	}
 
 	b.broken.Delete(poison.ID)
-	if err := stream.Unpark(context.Background(), e.pool, poison.ID, time.Now()); err != nil {
+	if err := outbox.Unpark(context.Background(), e.pool, poison.ID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	e.run(t, b, stream.RelayConfig{MaxAttempts: 2, ReleaseInterval: 20 * time.Millisecond})
+	e.run(t, b, stream.RelayConfig{SendConfig: outbox.SendConfig{MaxAttempts: 2, ReleaseInterval: 20 * time.Millisecond}})
 	e.waitParked(t, nil)
 	got := byAggregate(b.waitFor(t, 2))["pay_a"]
 	if len(got) < 2 || got[0] != "PaymentCreated" || got[1] != "PaymentSucceeded" {

@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -102,17 +103,7 @@ func (e *env) commit(t *testing.T, evs ...outbox.Event) {
 // last word on it) after 30 s.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s", what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testio.Eventually(t, what, 30*time.Second, cond)
 }
 
 func next(t *testing.T, s *stream.Stream) stream.Tx {

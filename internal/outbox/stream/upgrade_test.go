@@ -8,6 +8,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
@@ -72,7 +73,7 @@ func TestAnUpgradeFromThePollingRelayPublishesWhatItLeft(t *testing.T) {
 	if got := published(); got != "b2 " {
 		t.Fatalf("the first catch-up published %q, want only pay_b's unpublished event (b2)", got)
 	}
-	parked, err := stream.Parked(ctx, pool, 10)
+	parked, err := outbox.Parked(ctx, pool, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestAnUpgradeFromThePollingRelayPublishesWhatItLeft(t *testing.T) {
 		ids[parked[1].ID] != "a2" || parked[1].WaitsFor != parked[0].ID {
 		t.Fatalf("parked after the upgrade: %+v; want a1 (its error kept) and a2 waiting for it", parked)
 	}
-	if err := stream.Unpark(ctx, pool, parked[0].ID, clock.System{}.Now()); err != nil {
+	if err := outbox.Unpark(ctx, pool, parked[0].ID, clock.System{}.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if got := published(); got != "b2 a1 a2 " {

@@ -1,4 +1,4 @@
-package stream
+package outbox
 
 import (
 	"context"
@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/paymentsapi/paymentsapi/internal/outbox"
 )
 
-// This file holds parking (see Relay): the events set aside in
+// This file holds parking (see Sender): the events set aside in
 // outbox_parked (migration 00032), and their release.
 
 // ErrNotParked is returned by Unpark for an event that is not parked.
@@ -23,7 +21,7 @@ const MaxErrorLength = 2000
 
 // loadHeld reads the aggregates that have parked events, each with the
 // event its later ones wait behind (the earliest failed one).
-func loadHeld(ctx context.Context, db outbox.DB) (map[aggregate]string, error) {
+func loadHeld(ctx context.Context, db DB) (map[aggregate]string, error) {
 	rows, err := db.Query(ctx, `
 		SELECT DISTINCT ON (aggregate_type, aggregate_id) aggregate_type, aggregate_id, event_id::text
 		FROM outbox_parked
@@ -51,7 +49,7 @@ func loadHeld(ctx context.Context, db outbox.DB) (map[aggregate]string, error) {
 // event parked behind another that is sent again (after a restart, or in a
 // catch-up) keeps the record it has, and its release if an operator gave
 // one.
-func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, waitsFor string) error {
+func (s *Sender) park(ctx context.Context, e Event, attempts int, cause, waitsFor string) error {
 	if len(cause) > MaxErrorLength {
 		cause = strings.ToValidUTF8(cause[:MaxErrorLength], "") // not a rune cut in two
 	}
@@ -64,7 +62,7 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 	var n int
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	err := r.db.QueryRow(qctx, `
+	err := s.db.QueryRow(qctx, `
 		WITH parked AS (
 		    INSERT INTO outbox_parked (event_id, aggregate_type, aggregate_id, seq, attempts, last_error, waits_for, parked_at)
 		    SELECT id, aggregate_type, aggregate_id, seq, $2, NULLIF($3, ''), NULLIF($4, '')::uuid, $5
@@ -72,7 +70,7 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 		    ON CONFLICT (event_id) `+onConflict+`
 		    RETURNING 1)
 		SELECT (SELECT count(*) FROM parked) + (SELECT count(*) FROM outbox_parked WHERE event_id = $1)`,
-		e.ID, attempts, cause, waitsFor, r.clock.Now()).Scan(&n)
+		e.ID, attempts, cause, waitsFor, s.clock.Now()).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("park outbox event %s: %w", e.ID, err)
 	}
@@ -80,29 +78,29 @@ func (r *Relay) park(ctx context.Context, e outbox.Event, attempts int, cause, w
 		return fmt.Errorf("park outbox event %s: it is not in the outbox", e.ID)
 	}
 	a := aggregateOf(e)
-	if _, ok := r.held[a]; !ok {
-		r.held[a] = e.ID
+	if _, ok := s.held[a]; !ok {
+		s.held[a] = e.ID
 	}
-	log := r.log.With("event_id", e.ID, "event_type", e.Type, "aggregate_id", e.AggregateID)
+	log := s.log.With("event_id", e.ID, "event_type", e.Type, "aggregate_id", e.AggregateID)
 	if waitsFor != "" {
 		log.WarnContext(ctx, "outbox event parked behind an earlier parked event of its aggregate", "waits_for", waitsFor)
 		return nil
 	}
-	r.metrics.CountParked()
+	s.metrics.CountParked()
 	log.ErrorContext(ctx, "outbox event parked: the relay gave up on it; later events of its aggregate wait for it (unpark it once the cause is fixed)",
 		"attempts", attempts, "error", cause)
 	return nil
 }
 
-// release publishes the parked events of every aggregate an operator
+// Release publishes the parked events of every aggregate an operator
 // released, all of them in seq order (those parked behind the released
 // ones since, too), and forgets each once it is published. One that fails
 // again is parked again, with those after it.
-func (r *Relay) release(ctx context.Context) error {
-	r.checked = r.clock.Now()
+func (s *Sender) Release(ctx context.Context) error {
+	s.checked = s.clock.Now()
 	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
-	rows, err := r.db.Query(qctx, `
+	rows, err := s.db.Query(qctx, `
 		SELECT p.event_id::text, p.aggregate_type, p.aggregate_id
 		FROM outbox_parked p
 		WHERE EXISTS (SELECT FROM outbox_parked q
@@ -135,30 +133,30 @@ func (r *Relay) release(ctx context.Context) error {
 		}
 		a := found[0].a
 		found = found[n:]
-		if err := r.releaseAggregate(ctx, a, ids); err != nil {
+		if err := s.releaseAggregate(ctx, a, ids); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string) error {
-	events, err := r.load(ctx, ids)
+func (s *Sender) releaseAggregate(ctx context.Context, a aggregate, ids []string) error {
+	events, err := Load(ctx, s.db, ids)
 	if err != nil {
 		return err
 	}
-	delete(r.held, a)
-	r.log.InfoContext(ctx, "outbox: publishing released events", "aggregate_id", a.id, "events", len(events))
+	delete(s.held, a)
+	s.log.InfoContext(ctx, "outbox: publishing released events", "aggregate_id", a.id, "events", len(events))
 	for _, e := range events {
-		delete(r.attempts, e.ID) // sent round again: its attempts start over
-		parked, err := r.publishWave(ctx, []outbox.Event{e})
+		delete(s.attempts, e.ID) // sent round again: its attempts start over
+		parked, err := s.sendWave(ctx, []Event{e})
 		if err != nil {
 			return err
 		}
 		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
 		if parked > 0 { // failed again: it and the rest wait for the next release
-			_, err := r.db.Exec(qctx, `
+			_, err := s.db.Exec(qctx, `
 				UPDATE outbox_parked SET released_at = NULL,
 				    waits_for = CASE WHEN event_id = $3 THEN NULL ELSE $3::uuid END
 				WHERE aggregate_type = $1 AND aggregate_id = $2`, a.typ, a.id, e.ID)
@@ -167,7 +165,7 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 			}
 			return nil
 		}
-		if _, err := r.db.Exec(qctx, `DELETE FROM outbox_parked WHERE event_id = $1`, e.ID); err != nil {
+		if _, err := s.db.Exec(qctx, `DELETE FROM outbox_parked WHERE event_id = $1`, e.ID); err != nil {
 			return fmt.Errorf("forget released outbox event %s: %w", e.ID, err)
 		}
 	}
@@ -177,7 +175,7 @@ func (r *Relay) releaseAggregate(ctx context.Context, a aggregate, ids []string)
 // Unpark releases the parked event eventID and the other parked events of
 // its aggregate: a running relay publishes them all, in order, within
 // ReleaseInterval. It returns ErrNotParked if eventID is not parked.
-func Unpark(ctx context.Context, db outbox.DB, eventID string, now time.Time) error {
+func Unpark(ctx context.Context, db DB, eventID string, now time.Time) error {
 	tag, err := db.Exec(ctx, `
 		UPDATE outbox_parked SET released_at = $2
 		WHERE (aggregate_type, aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM outbox_parked WHERE event_id = $1)`,
@@ -192,7 +190,7 @@ func Unpark(ctx context.Context, db outbox.DB, eventID string, now time.Time) er
 }
 
 // UnparkAll releases every parked event and returns how many.
-func UnparkAll(ctx context.Context, db outbox.DB, now time.Time) (int64, error) {
+func UnparkAll(ctx context.Context, db DB, now time.Time) (int64, error) {
 	tag, err := db.Exec(ctx, `UPDATE outbox_parked SET released_at = $1 WHERE released_at IS NULL`, now)
 	if err != nil {
 		return 0, fmt.Errorf("unpark outbox events: %w", err)
@@ -203,7 +201,7 @@ func UnparkAll(ctx context.Context, db outbox.DB, now time.Time) (int64, error) 
 // ParkedEvent is a parked event as an operator sees it: one that failed
 // (LastError) or one waiting behind it (WaitsFor).
 type ParkedEvent struct {
-	outbox.Event
+	Event
 	Attempts  int       `json:"attempts"`
 	ParkedAt  time.Time `json:"parkedAt"`
 	LastError string    `json:"lastError,omitempty"`
@@ -215,7 +213,7 @@ type ParkedEvent struct {
 
 // Parked returns up to limit parked events, the earliest parked first, in
 // order within each aggregate.
-func Parked(ctx context.Context, db outbox.DB, limit int) ([]ParkedEvent, error) {
+func Parked(ctx context.Context, db DB, limit int) ([]ParkedEvent, error) {
 	rows, err := db.Query(ctx, `
 		SELECT o.id::text, o.event_type, o.aggregate_type, o.aggregate_id, o.created_at, o.payload,
 		       p.attempts, p.parked_at, coalesce(p.last_error, ''), coalesce(p.waits_for::text, ''), p.released_at IS NOT NULL
