@@ -122,7 +122,9 @@ func previousRelease(t *testing.T, version int64) string {
 			t.Fatal(err)
 		}
 	} else {
-		added, err := git(t, "-C", top, "log", "--diff-filter=A", "--format=%H", "HEAD", "--", file)
+		// Along the first parents, a migration merged from a branch is
+		// added by its merge, whose first parent is the release before it.
+		added, err := git(t, "-C", top, "log", "--first-parent", "-m", "--diff-filter=A", "--format=%H", "HEAD", "--", file)
 		if err != nil || added == "" {
 			t.Fatalf("%s: no commit adds %s (%v)", needHistory, file, err)
 		}
