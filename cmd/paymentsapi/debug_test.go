@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -26,19 +25,7 @@ func TestAPIListenerDoesNotServeTheProfiler(t *testing.T) {
 		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys,
 		"DEBUG_ADDR": "127.0.0.1:0",
 	}
-	stdout, stderr := newLineWatcher(), newLineWatcher()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, nil, stdout, stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	base, _ := stdout.await(t, listeningRE, 60*time.Second)
+	base, stderr := startServer(t, env)
 	debugURL, _ := stderr.await(t, profilerRE, 10*time.Second)
 
 	client := &http.Client{Timeout: 10 * time.Second}

@@ -68,30 +68,19 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprint(stderr, outboxUsage)
 		return errors.New("outbox replay: give the ids of the events to replay")
 	}
-	cfg, log, err := operatorConfig(rest, getenv, stderr, outboxUsage)
-	if err != nil {
-		return err
-	}
-	a, err := newApp(ctx, cfg, log, useOperator, nil)
+	a, err := openDatabaseTool(ctx, rest, getenv, stderr, outboxUsage)
 	if err != nil {
 		return err
 	}
 	defer a.close()
+	log := a.log
 	now := clock.System{}.Now()
 
 	out := json.NewEncoder(stdout)
 	switch {
 	case sub == "parked":
 		parked, err := stream.Parked(ctx, a.pool, maxParkedListed)
-		if err != nil {
-			return err
-		}
-		for _, p := range parked {
-			if err := out.Encode(p); err != nil {
-				return err
-			}
-		}
-		return nil
+		return printLines(out, parked, err)
 	case sub == "replay":
 		missing, err := stream.Replay(ctx, a.pool, eventIDs)
 		if err != nil {

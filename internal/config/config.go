@@ -20,8 +20,12 @@ type Config struct {
 	HTTPAddr    string
 	// DebugAddr is where Go's profiler (net/http/pprof) listens; empty:
 	// nowhere. Unauthenticated: bind it to loopback.
-	DebugAddr       string
-	APIKeys         string
+	DebugAddr string
+	APIKeys   string
+	// APIKeyPepper is the server secret API keys' secrets are hashed
+	// under (API_KEY_PEPPER); empty outside dev mode: a plain SHA-256. In
+	// dev mode an empty one is generated and kept in DataDir.
+	APIKeyPepper    string
 	Provider        string // "sim" or "stripe"
 	ProviderURL     string
 	ProviderTimeout time.Duration
@@ -125,6 +129,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (Config, 
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
+	secret(&c.APIKeyPepper, "api-key-pepper", "API_KEY_PEPPER", "server secret API keys are hashed under, at least 32 characters; dev mode: generated in the data directory")
 	fs.StringVar(&c.Provider, "provider", env("PROVIDER", "sim"), "payment provider: sim or stripe (PROVIDER)")
 	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")
 	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")

@@ -69,6 +69,7 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL": "postgres://u:hunter2@db/x", "API_KEYS": "demo:sk_live_secret",
 		"STRIPE_API_KEY": "sk_live_stripe", "NATS_URL": "nats://u:natspass@n", "STRIPE_WEBHOOK_SECRET": "whsec_hook",
+		"API_KEY_PEPPER": "pepper-pepper-pepper-pepper-pepper",
 	}
 	var out bytes.Buffer
 	if _, err := Load([]string{"-h"}, func(k string) string { return env[k] }, &out); err == nil {
@@ -77,14 +78,14 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 	if _, err := Load([]string{"-no-such-flag"}, func(k string) string { return env[k] }, &out); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
-	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass", "whsec_hook"} {
+	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass", "whsec_hook", "pepper-pepper"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("usage output leaks %q", secret)
 		}
 	}
 	c, err := Load(nil, func(k string) string { return env[k] }, &out)
 	if err != nil || c.StripeAPIKey != "sk_live_stripe" || c.DatabaseURL != env["DATABASE_URL"] || c.APIKeys != env["API_KEYS"] ||
-		c.StripeWebhookSecret != "whsec_hook" {
+		c.StripeWebhookSecret != "whsec_hook" || c.APIKeyPepper != env["API_KEY_PEPPER"] {
 		t.Errorf("secrets from the environment no longer apply: %v", err)
 	}
 }
