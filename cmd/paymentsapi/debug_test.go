@@ -22,7 +22,7 @@ var profilerRE = regexp.MustCompile(`"msg":"profiler listening".*"url":"(http://
 // never with a profile, the goroutines or the process's command line.
 func TestAPIListenerDoesNotServeTheProfiler(t *testing.T) {
 	env := map[string]string{
-		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys,
+		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys, "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"DEBUG_ADDR": "127.0.0.1:0",
 	}
 	base, stderr := startServer(t, env)

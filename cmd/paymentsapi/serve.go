@@ -229,6 +229,9 @@ func webhookPolicy(cfg config.Config) outbound.Policy {
 // tp traces requests, the relay's publishes and the webhook deliveries (a
 // no-op provider: nothing is traced).
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, tp trace.TracerProvider) error {
+	if err := cfg.CheckServer(); err != nil {
+		return err
+	}
 	a, err := newApp(ctx, cfg, log, useServer, tp)
 	if err != nil {
 		return err

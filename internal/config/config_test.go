@@ -193,3 +193,36 @@ func TestWebhookSettings(t *testing.T) {
 		t.Errorf("dev mode with WEBHOOK_ALLOW_PRIVATE=false: http %v, private %v", c.WebhookAllowHTTP, c.WebhookAllowPrivate)
 	}
 }
+
+// Outside dev mode a server names its provider, and runs the simulator in
+// its own process only when told so: a forgotten PROVIDER would otherwise
+// "pay" every payment through a simulator, moving no money. Dev mode starts
+// with no configuration at all.
+func TestAServerOutsideDevModeNamesItsProvider(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // in the refusal; empty: accepted
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://db"}, "PROVIDER must be named"},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim"}, "PROVIDER_SIM_IN_PROCESS=true"},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "false"}, "PROVIDER_SIM_IN_PROCESS=true"},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true"}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim", "PROVIDER_URL": "http://sim:8081"}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "stripe", "STRIPE_API_KEY": "sk_test_x"}, ""},
+	} {
+		c, err := Load(nil, func(k string) string { return tc.env[k] }, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		err = c.CheckServer()
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+	if _, err := Load(nil, func(k string) string {
+		return map[string]string{"PROVIDER_SIM_IN_PROCESS": "maybe"}[k]
+	}, &bytes.Buffer{}); err == nil {
+		t.Error("PROVIDER_SIM_IN_PROCESS=maybe accepted")
+	}
+}
