@@ -27,16 +27,7 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// The schema the second release ran on, while the first still served.
-	// This release authenticates against tenant_api_keys (00042), which
-	// stands in for the first release's api_keys until the migrations run.
-	e := newEnv(t, withPool(func(t testing.TB) *pgxpool.Pool {
-		pool := pgtest.NewPoolAt(t, 27)
-		if _, err := pool.Exec(ctx, `CREATE TABLE tenant_api_keys (id text PRIMARY KEY, tenant_id text NOT NULL,
-			secret_hash bytea NOT NULL UNIQUE, created_at timestamptz NOT NULL, last_used_at timestamptz, revoked_at timestamptz)`); err != nil {
-			t.Fatal(err)
-		}
-		return pool
-	}))
+	e := newEnv(t, withPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAtWithKeys(t, 27) }))
 	// This release's code stands in for the first's, which created a
 	// payment in RECEIVED and moved it on: this one creates it sent, which
 	// 00029 allows, and names the payment's created_at in its audit, a
@@ -54,13 +45,12 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
 	for _, sql := range []string{`DELETE FROM state_machine_moves WHERE (machine, from_state, to_state) = ` + createdSent,
-		`ALTER TABLE payment_transitions DROP COLUMN payment_created_at`,
-		`INSERT INTO api_keys (tenant_id, secret_hash, created_at, updated_at) SELECT tenant_id, secret_hash, created_at, created_at FROM tenant_api_keys`,
-		`DROP TABLE tenant_api_keys`} {
+		`ALTER TABLE payment_transitions DROP COLUMN payment_created_at`} {
 		if _, err := e.pool.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}
 	}
+	pgtest.RetireKeys(t, e.pool)
 	// As the first release wrote it.
 	if _, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET operation = 'payments.create'`); err != nil {
 		t.Fatal(err)
