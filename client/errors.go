@@ -19,36 +19,37 @@ type Code = apigen.ProblemCode
 
 // The codes the API answers with.
 const (
-	CodeIdempotencyKeyMissing      Code = apigen.IDEMPOTENCYKEYMISSING
-	CodeIdempotencyKeyInvalid      Code = apigen.IDEMPOTENCYKEYINVALID
-	CodeIdempotencyKeyInUse        Code = apigen.IDEMPOTENCYKEYINUSE
-	CodeIdempotencyKeyReused       Code = apigen.IDEMPOTENCYKEYREUSED
-	CodeIdempotencyKeyExpired      Code = apigen.IDEMPOTENCYKEYEXPIRED
-	CodeDuplicateMerchantReference Code = apigen.DUPLICATEMERCHANTREFERENCE
-	CodePaymentDeclined            Code = apigen.PAYMENTDECLINED
-	CodePaymentCanceled            Code = apigen.PAYMENTCANCELED
-	CodeRefundDeclined             Code = apigen.REFUNDDECLINED
-	CodePaymentNotRefundable       Code = apigen.PAYMENTNOTREFUNDABLE
-	CodeRefundExceedsRefundable    Code = apigen.REFUNDEXCEEDSREFUNDABLE
-	CodeCaptureDeclined            Code = apigen.CAPTUREDECLINED
-	CodePaymentNotCapturable       Code = apigen.PAYMENTNOTCAPTURABLE
-	CodeCaptureExceedsCapturable   Code = apigen.CAPTUREEXCEEDSCAPTURABLE
-	CodeAuthorizationExpired       Code = apigen.AUTHORIZATIONEXPIRED
-	CodePaymentNotCancelable       Code = apigen.PAYMENTNOTCANCELABLE
-	CodeRateLimited                Code = apigen.RATELIMITED
-	CodeProviderUnavailable        Code = apigen.PROVIDERUNAVAILABLE
-	CodeServiceUnavailable         Code = apigen.SERVICEUNAVAILABLE
-	CodeMalformedJSON              Code = apigen.MALFORMEDJSON
-	CodeValidationFailed           Code = apigen.VALIDATIONFAILED
-	CodePayloadTooLarge            Code = apigen.PAYLOADTOOLARGE
-	CodeUnsupportedMediaType       Code = apigen.UNSUPPORTEDMEDIATYPE
-	CodeUnauthorized               Code = apigen.UNAUTHORIZED
-	CodeNotFound                   Code = apigen.NOTFOUND
-	CodeMethodNotAllowed           Code = apigen.METHODNOTALLOWED
-	CodeInternal                   Code = apigen.INTERNAL
-	CodeWebhookURLForbidden        Code = apigen.WEBHOOKURLFORBIDDEN
-	CodeWebhookEndpointDisabled    Code = apigen.WEBHOOKENDPOINTDISABLED
-	CodeEventNotResendable         Code = apigen.EVENTNOTRESENDABLE
+	CodeIdempotencyKeyMissing        Code = apigen.IDEMPOTENCYKEYMISSING
+	CodeIdempotencyKeyInvalid        Code = apigen.IDEMPOTENCYKEYINVALID
+	CodeIdempotencyKeyInUse          Code = apigen.IDEMPOTENCYKEYINUSE
+	CodeIdempotencyKeyReused         Code = apigen.IDEMPOTENCYKEYREUSED
+	CodeIdempotencyKeyExpired        Code = apigen.IDEMPOTENCYKEYEXPIRED
+	CodeDuplicateMerchantReference   Code = apigen.DUPLICATEMERCHANTREFERENCE
+	CodePaymentDeclined              Code = apigen.PAYMENTDECLINED
+	CodePaymentCanceled              Code = apigen.PAYMENTCANCELED
+	CodeRefundDeclined               Code = apigen.REFUNDDECLINED
+	CodePaymentNotRefundable         Code = apigen.PAYMENTNOTREFUNDABLE
+	CodeRefundExceedsRefundable      Code = apigen.REFUNDEXCEEDSREFUNDABLE
+	CodeCaptureDeclined              Code = apigen.CAPTUREDECLINED
+	CodePaymentNotCapturable         Code = apigen.PAYMENTNOTCAPTURABLE
+	CodeCaptureExceedsCapturable     Code = apigen.CAPTUREEXCEEDSCAPTURABLE
+	CodeAuthorizationExpired         Code = apigen.AUTHORIZATIONEXPIRED
+	CodePaymentNotCancelable         Code = apigen.PAYMENTNOTCANCELABLE
+	CodeRateLimited                  Code = apigen.RATELIMITED
+	CodeProviderUnavailable          Code = apigen.PROVIDERUNAVAILABLE
+	CodeServiceUnavailable           Code = apigen.SERVICEUNAVAILABLE
+	CodeMalformedJSON                Code = apigen.MALFORMEDJSON
+	CodeValidationFailed             Code = apigen.VALIDATIONFAILED
+	CodePayloadTooLarge              Code = apigen.PAYLOADTOOLARGE
+	CodeUnsupportedMediaType         Code = apigen.UNSUPPORTEDMEDIATYPE
+	CodeUnauthorized                 Code = apigen.UNAUTHORIZED
+	CodeTooManyFailedAuthentications Code = apigen.TOOMANYFAILEDAUTHENTICATIONS
+	CodeNotFound                     Code = apigen.NOTFOUND
+	CodeMethodNotAllowed             Code = apigen.METHODNOTALLOWED
+	CodeInternal                     Code = apigen.INTERNAL
+	CodeWebhookURLForbidden          Code = apigen.WEBHOOKURLFORBIDDEN
+	CodeWebhookEndpointDisabled      Code = apigen.WEBHOOKENDPOINTDISABLED
+	CodeEventNotResendable           Code = apigen.EVENTNOTRESENDABLE
 )
 
 // Error is a problem (RFC 9457) the server answered, or, for an answer that

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -23,22 +22,10 @@ var profilerRE = regexp.MustCompile(`"msg":"profiler listening".*"url":"(http://
 // never with a profile, the goroutines or the process's command line.
 func TestAPIListenerDoesNotServeTheProfiler(t *testing.T) {
 	env := map[string]string{
-		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys,
+		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys, "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"DEBUG_ADDR": "127.0.0.1:0",
 	}
-	stdout, stderr := newLineWatcher(), newLineWatcher()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, getenv(env), nil, stdout, stderr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	base, _ := stdout.await(t, listeningRE, 60*time.Second)
+	base, stderr := startServer(t, env)
 	debugURL, _ := stderr.await(t, profilerRE, 10*time.Second)
 
 	client := &http.Client{Timeout: 10 * time.Second}

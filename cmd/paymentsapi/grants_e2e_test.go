@@ -58,7 +58,7 @@ func TestTheServiceRunsUnderTheDocumentedGrants(t *testing.T) {
 	stdout, stderr := newLineWatcher(), &testio.SyncBuffer{}
 	published := &testio.SyncBuffer{}
 	env := map[string]string{
-		"DATABASE_URL": appURL, "MIGRATE": "false", "HTTP_ADDR": "127.0.0.1:0",
+		"DATABASE_URL": appURL, "MIGRATE": "false", "HTTP_ADDR": "127.0.0.1:0", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"API_KEYS": recTenant + ":" + recSecret, "PROVIDER_TIMEOUT": "1s", "LEASE_DURATION": "2s",
 		"RECONCILE_INTERVAL": "200ms", "CLEANUP_INTERVAL": "500ms",
 		"WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE": "true",

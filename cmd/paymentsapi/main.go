@@ -48,9 +48,13 @@ var errUsage = errors.New("usage")
 //	paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
 //	paymentsapi outbox replay ID...                  publish events once more
 //	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
+//	paymentsapi keys create TENANT [-test] | list [TENANT] | revoke KEY_ID   the API keys
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrateCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "keys" {
+		return keysCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "outbox" {
 		return outboxCommand(ctx, args[1:], getenv, stdout, stderr)

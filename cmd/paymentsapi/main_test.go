@@ -192,6 +192,16 @@ func TestRunRefusesALeaseShorterThanTheProviderTimeout(t *testing.T) {
 	}
 }
 
+// Outside dev mode the server refuses to start without a named provider,
+// before it touches the database.
+func TestRunRefusesAServerWithoutANamedProvider(t *testing.T) {
+	env := map[string]string{"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}
+	err := run(context.Background(), nil, func(k string) string { return env[k] }, nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "PROVIDER must be named") {
+		t.Fatalf("got %v, want a refusal naming PROVIDER", err)
+	}
+}
+
 // buildBinaries compiles the real commands once per test.
 func buildBinaries(t *testing.T) (api, providersim string) {
 	t.Helper()
@@ -264,7 +274,7 @@ func TestEndToEndWithRealBinaries(t *testing.T) {
 	apiBin, simBin := buildBinaries(t)
 	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "200ms")
 	api, apiURL := startProcess(t, apiBin, []string{
-		"DATABASE_URL=" + pgtest.NewURL(t), "PROVIDER_URL=" + simURL,
+		"DATABASE_URL=" + pgtest.NewURL(t), "PROVIDER=sim", "PROVIDER_URL=" + simURL,
 		"API_KEYS=e2e:sk_e2e", "HTTP_ADDR=127.0.0.1:0",
 	})
 

@@ -64,7 +64,7 @@ func TestServeWithoutMigratingRefusesADatabaseThatLacksAMigration(t *testing.T) 
 	newest := pgtest.NewestMigration(t)
 	behind := pgtest.NewPoolAt(t, newest-1)
 	env := map[string]string{
-		"DATABASE_URL": behind.Config().ConnString(), "MIGRATE": "false", "HTTP_ADDR": "127.0.0.1:0",
+		"DATABASE_URL": behind.Config().ConnString(), "MIGRATE": "false", "HTTP_ADDR": "127.0.0.1:0", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"API_KEYS": "grants:sk_grants_test", "LOG_LEVEL": "error",
 	}
 	// A server that does start is stopped after a while, so that the test

@@ -30,7 +30,7 @@ func TestOperatorCommandsRefuseWhatWouldBeUnsafe(t *testing.T) {
 	if !errors.Is(err, errNeedsRealProvider) {
 		t.Errorf("reconcile with only DATABASE_URL: %v, want a refusal naming PROVIDER_URL", err)
 	}
-	for _, args := range [][]string{{"reconcile", "-once"}, {"outbox", "parked"}} {
+	for _, args := range [][]string{{"reconcile", "-once"}, {"outbox", "parked"}, {"keys", "list"}} {
 		err := runWith(map[string]string{"PROVIDER_URL": "http://127.0.0.1:1"}, args...)
 		if err == nil || !strings.Contains(err.Error(), "DATABASE_URL") {
 			t.Errorf("%v without DATABASE_URL: %v, want a refusal (no embedded PostgreSQL)", args, err)
@@ -40,11 +40,13 @@ func TestOperatorCommandsRefuseWhatWouldBeUnsafe(t *testing.T) {
 	// An empty database: the operator's commands do not migrate it.
 	empty := pgtest.NewEmptyURL(t)
 	var stderr bytes.Buffer
-	err = run(ctx, []string{"outbox", "parked"}, func(k string) string {
-		return map[string]string{"DATABASE_URL": empty}[k]
-	}, strings.NewReader(""), io.Discard, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "run `paymentsapi migrate`") {
-		t.Errorf("outbox parked on an unmigrated database: %v, want a refusal naming paymentsapi migrate", err)
+	for _, args := range [][]string{{"outbox", "parked"}, {"keys", "create", "demo"}} {
+		err = run(ctx, args, func(k string) string {
+			return map[string]string{"DATABASE_URL": empty}[k]
+		}, strings.NewReader(""), io.Discard, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "run `paymentsapi migrate`") {
+			t.Errorf("%v on an unmigrated database: %v, want a refusal naming paymentsapi migrate", args, err)
+		}
 	}
 	pool, err := pgxpool.New(ctx, empty)
 	if err != nil {

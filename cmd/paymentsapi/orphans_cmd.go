@@ -113,6 +113,30 @@ func operatorConfig(args []string, getenv func(string) string, stderr io.Writer,
 	return cfg, logging.New(stderr, cfg.LogLevel), nil
 }
 
+// openDatabaseTool opens the database of an operator's command that needs
+// no provider (keys, outbox), from the command's flags.
+func openDatabaseTool(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, usage string) (*instance, error) {
+	cfg, log, err := operatorConfig(args, getenv, stderr, usage)
+	if err != nil {
+		return nil, err
+	}
+	return newApp(ctx, cfg, log, useOperator, nil)
+}
+
+// printLines prints what a listing found, one JSON object a line, or the
+// listing's error.
+func printLines[T any](out *json.Encoder, items []T, err error) error {
+	if err != nil {
+		return err
+	}
+	for _, item := range items {
+		if err := out.Encode(item); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // sinceFlag takes -since DURATION (or -since=DURATION) out of args: how far
 // back the audit looks, 72h unless given.
 func sinceFlag(args []string) (since time.Duration, rest []string, err error) {

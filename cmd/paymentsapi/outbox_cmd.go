@@ -85,15 +85,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	switch {
 	case sub == "parked":
 		parked, err := outbox.Parked(ctx, a.pool, maxParkedListed)
-		if err != nil {
-			return err
-		}
-		for _, p := range parked {
-			if err := out.Encode(p); err != nil {
-				return err
-			}
-		}
-		return nil
+		return printLines(out, parked, err)
 	case sub == "replay":
 		// A replay is a message in the stream's slot: the poller, which
 		// has no slot, would never see it.

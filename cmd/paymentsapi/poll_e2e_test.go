@@ -47,7 +47,7 @@ func TestAutoPollsWhereTheRoleMayNotReplicate(t *testing.T) {
 	t.Parallel()
 	asRole := pgtest.URLAsNewRole(t, pgtest.NewEmptyURL(t), "NOREPLICATION")
 	_, _, stderr := serveUntilCancel(t, map[string]string{
-		"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "t1:sk_test_poll_role_0123456789abcdef", "OUTBOX_RELAY": "auto",
+		"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "t1:sk_test_poll_role_0123456789abcdef", "OUTBOX_RELAY": "auto", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 	})
 	reader, seen := stderr.await(t, relayChosenRE, 30*time.Second)
 	if line := seen[len(seen)-1]; reader != "poll" || !strings.Contains(line, "REPLICATION") {
@@ -86,7 +86,7 @@ func TestTheServicePublishesThroughThePollerOnAStockServer(t *testing.T) {
 
 	secret := "sk_test_stock_server_0123456789abcdef"
 	base, stdout, stderr := serveUntilCancel(t, map[string]string{
-		"DATABASE_URL": u.String(), "HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "t1:" + secret, "OUTBOX_RELAY": "auto",
+		"DATABASE_URL": u.String(), "HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "t1:" + secret, "OUTBOX_RELAY": "auto", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 	})
 	reader, seen := stderr.await(t, relayChosenRE, 30*time.Second)
 	if line := seen[len(seen)-1]; reader != "poll" || !strings.Contains(line, "wal_level=replica") {

@@ -38,7 +38,7 @@ const (
 // recAPIEnv is the environment of an API process of these tests.
 func recAPIEnv(dbURL, simURL string, extra ...string) []string {
 	return append([]string{
-		"DATABASE_URL=" + dbURL, "PROVIDER_URL=" + simURL,
+		"DATABASE_URL=" + dbURL, "PROVIDER=sim", "PROVIDER_URL=" + simURL,
 		"API_KEYS=" + recTenant + ":" + recSecret, "HTTP_ADDR=127.0.0.1:0",
 	}, extra...)
 }

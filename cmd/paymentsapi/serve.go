@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -63,6 +67,7 @@ type instance struct {
 	reader  relay.Mode           // the server's outbox reader (relay.Choose)
 	dataDir string               // dev mode: where the embedded PostgreSQL keeps its data
 	devURL  string               // dev mode: the embedded database's URL, for psql and the operator commands
+	apiKeys apikeys.Hasher       // how API keys' secrets are stored (API_KEY_PEPPER)
 	closers []func()
 
 	// provider is the provider's adapter (nil for an operator's database
@@ -143,6 +148,9 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir(), "database_url", a.devURL)
 	}
 
+	if a.apiKeys, err = apiKeyHasher(cfg, u, log); err != nil {
+		return nil, err
+	}
 	a.pool, err = database.Open(ctx, dbURL, tracing.Pool(tp))
 	if err != nil {
 		return nil, err
@@ -166,7 +174,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		if err := prepareSchema(ctx, a.pool, cfg, log); err != nil {
 			return nil, err
 		}
-		if err := setUpAPIKeys(ctx, a.pool, cfg, clk, log); err != nil {
+		if err := setUpAPIKeys(ctx, a.pool, cfg, a.apiKeys, clk, log); err != nil {
 			return nil, err
 		}
 	}
@@ -224,6 +232,9 @@ func webhookPolicy(cfg config.Config) outbound.Policy {
 // tp traces requests, the relay's publishes and the webhook deliveries (a
 // no-op provider: nothing is traced).
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, tp trace.TracerProvider) error {
+	if err := cfg.CheckServer(); err != nil {
+		return err
+	}
 	a, err := newApp(ctx, cfg, log, useServer, tp)
 	if err != nil {
 		return err
@@ -262,7 +273,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}()
 
 	handler := tracing.Handler(tp, httpapi.NewServer(a.core.HTTPDeps(httpapi.Deps{
-		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI,
+		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI, APIKeys: a.apiKeys,
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
 		RateLimit: httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
 	})))
@@ -369,25 +380,82 @@ func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 	return json.NewEncoder(stdout).Encode(map[string]any{"reconciled": stats})
 }
 
-// setUpAPIKeys stores the configured keys. In dev mode the demo key is the
-// default; with a real database there is none, and start-up warns when no
-// key is stored at all.
-func setUpAPIKeys(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, clk clock.Clock, log *slog.Logger) error {
+// setUpAPIKeys adds the configured keys that are not stored yet (API_KEYS
+// is a bootstrap: it never replaces, revives or revokes a key). In dev mode
+// the demo key is the default; with a real database there is none, and
+// start-up warns when no key is stored at all, and for a configured secret
+// short enough to be guessed.
+func setUpAPIKeys(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, h apikeys.Hasher, clk clock.Clock, log *slog.Logger) error {
 	pairs, err := apikeys.ParsePairs(cfg.APIKeys)
 	if err != nil {
 		return err
 	}
-	if err := apikeys.Upsert(ctx, pool, pairs, clk.Now()); err != nil {
+	if !cfg.DevMode() {
+		for _, p := range pairs {
+			if len(p.Secret) < minConfiguredSecret {
+				log.Warn("API_KEYS holds a short secret: one of fewer than 24 characters can be guessed; "+
+					"create a key with `paymentsapi keys create` and revoke this one", "tenant", p.Tenant)
+			}
+		}
+	}
+	added, err := apikeys.Add(ctx, pool, h, pairs, clk.Now())
+	if err != nil {
 		return err
+	}
+	if added > 0 {
+		log.Info("API keys added from API_KEYS", "count", added)
 	}
 	n, err := apikeys.Count(ctx, pool)
 	if err != nil {
 		return err
 	}
 	if n == 0 {
-		log.Warn("no API keys are stored: every request will get 401; set API_KEYS=tenant:secret")
+		log.Warn("no API keys are stored: every request will get 401; create one with `paymentsapi keys create TENANT`")
 	}
 	return nil
+}
+
+// minConfiguredSecret is the shortest secret in API_KEYS that start-up
+// accepts without a warning outside dev mode.
+const minConfiguredSecret = 24
+
+// apiKeyHasher returns how API keys are stored: under API_KEY_PEPPER; in
+// dev mode, without one, under a pepper generated once and kept in the data
+// directory, so that the demo database's keys keep working across restarts.
+func apiKeyHasher(cfg config.Config, u use, log *slog.Logger) (apikeys.Hasher, error) {
+	pepper := cfg.APIKeyPepper
+	if pepper == "" && cfg.DevMode() {
+		var err error
+		if pepper, err = devPepper(cfg.DataDir); err != nil {
+			return apikeys.Hasher{}, err
+		}
+	}
+	if pepper == "" && u == useServer {
+		log.Warn("API_KEY_PEPPER is not set: API keys are stored as a plain SHA-256; set it to a random string of at least 32 characters")
+	}
+	return apikeys.NewHasher(pepper)
+}
+
+// devPepper reads the dev mode's pepper from dir, or generates it there.
+func devPepper(dir string) (string, error) {
+	path := filepath.Join(dir, "api_key_pepper")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read the dev API key pepper: %w", err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	pepper := hex.EncodeToString(b[:])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("keep the dev API key pepper: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(pepper+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("keep the dev API key pepper: %w", err)
+	}
+	return pepper, nil
 }
 
 // startProvider returns the configured provider and a function that stops

@@ -21,7 +21,8 @@ func TestServeRefusesAServerTheStreamCannotReadBeforeMigrating(t *testing.T) {
 	dbURL := pgtest.NewEmptyURL(t)
 	asRole := pgtest.URLAsNewRole(t, dbURL, "NOREPLICATION") // with the rights to migrate: only the check can stop it
 
-	env := map[string]string{"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "OUTBOX_RELAY": "stream"}
+	env := map[string]string{"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "OUTBOX_RELAY": "stream",
+		"PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true"}
 	err := run(ctx, nil, getenv(env), nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "REPLICATION") {
 		t.Fatalf("serve on a role that may not replicate: %v, want a refusal naming REPLICATION", err)

@@ -61,7 +61,7 @@ func TestTracingOfOnePayment(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 
-	env := map[string]string{"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys}
+	env := map[string]string{"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys, "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true"}
 	cfg, err := config.Load([]string{"-http-addr", "127.0.0.1:0"}, getenv(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func TestTracesExportedOverOTLP(t *testing.T) {
 	defer collector.Close()
 
 	env := map[string]string{
-		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys,
+		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys, "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL,
 	}
 	stdout, stderr := newLineWatcher(), newLineWatcher()

@@ -235,7 +235,7 @@ func startAPI(t *testing.T, name, bin, dbURL, simURL string) (*apiProcess, <-cha
 	p := &apiProcess{name: name, log: &syncBuffer{}}
 	stdout := newLineWatcher()
 	p.cmd = exec.Command(bin)
-	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PROVIDER_URL="+simURL,
+	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PROVIDER=sim", "PROVIDER_URL="+simURL,
 		"API_KEYS="+upgradeTenant+":"+upgradeSecret, "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=warn")
 	p.cmd.Stdout, p.cmd.Stderr = stdout, p.log // stdout: the outbox's events
 	if err := p.cmd.Start(); err != nil {

@@ -9,9 +9,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 )
 
-// DefaultCacheTTL is how long an Authenticator trusts a key the database
-// accepted: a revoked or replaced key stops working within it.
-const DefaultCacheTTL = 10 * time.Second
+// MaxCacheTTL is the longest an Authenticator trusts a key the database
+// accepted, whatever it is asked: a revoked key must stop working on every
+// instance within it.
+const MaxCacheTTL = 10 * time.Second
 
 // maxCached bounds the cache; when full it starts over.
 const maxCached = 10_000
@@ -21,9 +22,10 @@ const maxCached = 10_000
 // for its API key. Unknown secrets are never remembered: each is asked
 // again. Safe for concurrent use.
 type Authenticator struct {
-	db    Querier
-	clock clock.Clock
-	ttl   time.Duration
+	db     Querier
+	hasher Hasher
+	clock  clock.Clock
+	ttl    time.Duration
 
 	mu    sync.Mutex
 	known map[[sha256.Size]byte]cached
@@ -34,12 +36,13 @@ type cached struct {
 	until  time.Time
 }
 
-// NewAuthenticator returns an Authenticator; ttl <= 0 means DefaultCacheTTL.
-func NewAuthenticator(db Querier, clk clock.Clock, ttl time.Duration) *Authenticator {
-	if ttl <= 0 {
-		ttl = DefaultCacheTTL
+// NewAuthenticator returns an Authenticator; ttl <= 0, or above
+// MaxCacheTTL, means MaxCacheTTL.
+func NewAuthenticator(db Querier, h Hasher, clk clock.Clock, ttl time.Duration) *Authenticator {
+	if ttl <= 0 || ttl > MaxCacheTTL {
+		ttl = MaxCacheTTL
 	}
-	return &Authenticator{db: db, clock: clk, ttl: ttl, known: map[[sha256.Size]byte]cached{}}
+	return &Authenticator{db: db, hasher: h, clock: clk, ttl: ttl, known: map[[sha256.Size]byte]cached{}}
 }
 
 // Authenticate returns the tenant whose secret this is, or ErrUnknownKey.
@@ -52,7 +55,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (string
 	if ok && now.Before(c.until) {
 		return c.tenant, nil
 	}
-	tenant, err := Authenticate(ctx, a.db, secret)
+	tenant, err := Authenticate(ctx, a.db, a.hasher, secret, now)
 	if err != nil {
 		return "", err
 	}

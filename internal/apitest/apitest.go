@@ -81,7 +81,7 @@ func Start(t testing.TB, opts Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	pool := pgtest.NewPool(t)
 	clk := clock.System{}
-	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "apitest", Secret: Secret}}, clk.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "apitest", Secret: Secret}}, clk.Now()); err != nil {
 		t.Fatalf("apitest: %v", err)
 	}
 	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: opts.SlowDelay, HangFor: opts.ProviderTimeout + time.Second})

@@ -60,7 +60,7 @@ func newToyEnv(t *testing.T) *toyEnv {
 	if _, err := pool.Exec(ctx, widgetMigration); err != nil {
 		t.Fatalf("the toy's migration: %v", err)
 	}
-	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_toy", Secret: toySecret}}, time.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_toy", Secret: toySecret}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// The built-in operations are built too, on a simulator they never call.

@@ -78,7 +78,7 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secret}, {Tenant: "tenant_b", Secret: otherSecret}}, clk.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secret}, {Tenant: "tenant_b", Secret: otherSecret}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	simulator := sim.New(sim.Options{HangFor: opts.providerTimeout + time.Second, Clock: clk})

@@ -27,12 +27,22 @@ type Config struct {
 	// (MIGRATE, default true). False: it applies none, and refuses a
 	// database that lacks one (`paymentsapi migrate` applies them), so its
 	// role needs no right to change the schema.
-	Migrate         bool
-	APIKeys         string
-	Provider        string // "sim" or "stripe"
-	ProviderURL     string
-	ProviderTimeout time.Duration
-	ProviderKeyTTL  time.Duration
+	Migrate bool
+	APIKeys string
+	// APIKeyPepper is the server secret API keys' secrets are hashed
+	// under (API_KEY_PEPPER); empty outside dev mode: a plain SHA-256. In
+	// dev mode an empty one is generated and kept in DataDir.
+	APIKeyPepper string
+	Provider     string // "sim" or "stripe"
+	// ProviderNamed reports whether PROVIDER (or -provider) was given:
+	// outside dev mode a server needs it (CheckServer).
+	ProviderNamed bool
+	// ProviderSimInProcess lets a server outside dev mode run the provider
+	// simulator in its own process (PROVIDER_SIM_IN_PROCESS).
+	ProviderSimInProcess bool
+	ProviderURL          string
+	ProviderTimeout      time.Duration
+	ProviderKeyTTL       time.Duration
 	// ProviderLookupLag is how long after a create the provider's lookup
 	// may still miss it, as the operator knows it (PROVIDER_LOOKUP_LAG);
 	// the service uses the longer of it and the provider's own declaration.
@@ -138,7 +148,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
-	fs.StringVar(&c.Provider, "provider", env("PROVIDER", "sim"), "payment provider: sim or stripe (PROVIDER)")
+	secret(&c.APIKeyPepper, "api-key-pepper", "API_KEY_PEPPER", "server secret API keys are hashed under, at least 32 characters; dev mode: generated in the data directory")
+	fs.StringVar(&c.Provider, "provider", env("PROVIDER", ""), "payment provider: sim or stripe; outside dev mode it must be named (PROVIDER)")
+	var simInProcess string
+	fs.StringVar(&simInProcess, "provider-sim-in-process", env("PROVIDER_SIM_IN_PROCESS", ""),
+		"outside dev mode, allow PROVIDER=sim without PROVIDER_URL to run the simulator in-process: true or false (PROVIDER_SIM_IN_PROCESS)")
 	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")
 	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
@@ -236,6 +250,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	if c.APIKeys == "" && c.DevMode() {
 		c.APIKeys = DevAPIKeys
 	}
+	c.ProviderNamed = c.Provider != ""
+	if !c.ProviderNamed {
+		c.Provider = "sim"
+	}
 	// The webhook destinations' default depends on dev mode, known only
 	// now that DATABASE_URL is read.
 	var errs []error
@@ -254,6 +272,13 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	allow(&c.WebhookAllowPrivate, "WEBHOOK_ALLOW_PRIVATE", allowPrivate)
 	if c.Migrate, err = strconv.ParseBool(migrate); err != nil {
 		errs = append(errs, fmt.Errorf("MIGRATE must be true or false, not %q", migrate))
+	}
+	if simInProcess != "" {
+		b, err := strconv.ParseBool(simInProcess)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PROVIDER_SIM_IN_PROCESS must be true or false, not %q", simInProcess))
+		}
+		c.ProviderSimInProcess = b
 	}
 	if c.WebhookRetrySchedule, err = parseSchedule(schedule); err != nil {
 		errs = append(errs, fmt.Errorf("WEBHOOK_RETRY_SCHEDULE: %w", err))
@@ -282,6 +307,25 @@ func parseSchedule(s string) ([]time.Duration, error) {
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// CheckServer refuses a server's configuration that would, outside dev
+// mode, pay through a provider nobody chose: a missing PROVIDER defaults to
+// the simulator, and an in-process simulator "pays" every payment without
+// any money moving.
+func (c Config) CheckServer() error {
+	if c.DevMode() {
+		return nil
+	}
+	if !c.ProviderNamed {
+		return errors.New("PROVIDER must be named outside dev mode (a DATABASE_URL is set): " +
+			"PROVIDER=stripe for real payments, or PROVIDER=sim for the simulator")
+	}
+	if c.Provider == "sim" && c.ProviderURL == "" && !c.ProviderSimInProcess {
+		return errors.New("PROVIDER=sim outside dev mode runs the simulator in this process, which moves no money: " +
+			"set PROVIDER_URL to a running providersim, or PROVIDER_SIM_IN_PROCESS=true to mean it")
+	}
+	return nil
 }
 
 func (c Config) validate() error {

@@ -128,6 +128,7 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL": "postgres://u:hunter2@db/x", "API_KEYS": "demo:sk_live_secret",
 		"STRIPE_API_KEY": "sk_live_stripe", "NATS_URL": "nats://u:natspass@n", "STRIPE_WEBHOOK_SECRET": "whsec_hook",
+		"API_KEY_PEPPER": "pepper-pepper-pepper-pepper-pepper",
 	}
 	var out bytes.Buffer
 	if _, err := Load([]string{"-h"}, func(k string) string { return env[k] }, &out); err == nil {
@@ -136,14 +137,14 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 	if _, err := Load([]string{"-no-such-flag"}, func(k string) string { return env[k] }, &out); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
-	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass", "whsec_hook"} {
+	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass", "whsec_hook", "pepper-pepper"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("usage output leaks %q", secret)
 		}
 	}
 	c, err := Load(nil, func(k string) string { return env[k] }, &out)
 	if err != nil || c.StripeAPIKey != "sk_live_stripe" || c.DatabaseURL != env["DATABASE_URL"] || c.APIKeys != env["API_KEYS"] ||
-		c.StripeWebhookSecret != "whsec_hook" {
+		c.StripeWebhookSecret != "whsec_hook" || c.APIKeyPepper != env["API_KEY_PEPPER"] {
 		t.Errorf("secrets from the environment no longer apply: %v", err)
 	}
 }
@@ -249,5 +250,38 @@ func TestWebhookSettings(t *testing.T) {
 	}
 	if c := load(map[string]string{"WEBHOOK_ALLOW_PRIVATE": "false"}); !c.WebhookAllowHTTP || c.WebhookAllowPrivate {
 		t.Errorf("dev mode with WEBHOOK_ALLOW_PRIVATE=false: http %v, private %v", c.WebhookAllowHTTP, c.WebhookAllowPrivate)
+	}
+}
+
+// Outside dev mode a server names its provider, and runs the simulator in
+// its own process only when told so: a forgotten PROVIDER would otherwise
+// "pay" every payment through a simulator, moving no money. Dev mode starts
+// with no configuration at all.
+func TestAServerOutsideDevModeNamesItsProvider(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string // in the refusal; empty: accepted
+	}{
+		{map[string]string{}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://db"}, "PROVIDER must be named"},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim"}, "PROVIDER_SIM_IN_PROCESS=true"},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "false"}, "PROVIDER_SIM_IN_PROCESS=true"},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true"}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "sim", "PROVIDER_URL": "http://sim:8081"}, ""},
+		{map[string]string{"DATABASE_URL": "postgres://db", "PROVIDER": "stripe", "STRIPE_API_KEY": "sk_test_x"}, ""},
+	} {
+		c, err := Load(nil, func(k string) string { return tc.env[k] }, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v: %v", tc.env, err)
+		}
+		err = c.CheckServer()
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+	if _, err := Load(nil, func(k string) string {
+		return map[string]string{"PROVIDER_SIM_IN_PROCESS": "maybe"}[k]
+	}, &bytes.Buffer{}); err == nil {
+		t.Error("PROVIDER_SIM_IN_PROCESS=maybe accepted")
 	}
 }

@@ -76,7 +76,7 @@ func newEnvOn(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Re
 	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Now())
-	err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: tenantA}, {Tenant: "tenant_b", Secret: tenantB}}, clk.Now())
+	_, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: tenantA}, {Tenant: "tenant_b", Secret: tenantB}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

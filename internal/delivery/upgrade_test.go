@@ -28,7 +28,7 @@ const versionBeforeTheLogWasTheOutbox = 34
 func TestTheCopyOfAnEarlierReleaseIsReadUntilItsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnvOn(t, pgtest.NewPoolAt(t, versionBeforeTheLogWasTheOutbox), devPolicy, nil)
+	e := newEnvOn(t, pgtest.NewPoolAtWithKeys(t, versionBeforeTheLogWasTheOutbox), devPolicy, nil)
 	ep := e.hook(tenantA, "/old")
 	now := e.clk.Now()
 	const (
@@ -67,6 +67,7 @@ func TestTheCopyOfAnEarlierReleaseIsReadUntilItsRetention(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pgtest.RetireKeys(t, e.pool)
 	if err := database.Migrate(ctx, e.pool, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func newEnv(t *testing.T) *env {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
 	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	simSrv := httptest.NewServer(sim.New(sim.Options{}))

@@ -37,7 +37,7 @@ func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 	// Another database (a promoted standby that never saw the payment),
 	// another engine, the same provider.
 	standby := pgtest.NewPool(t)
-	if err := apikeys.Upsert(context.Background(), standby, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, e.clock.Now()); err != nil {
+	if _, err := apikeys.Add(context.Background(), standby, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, e.clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	url, _, _ := startInstance(t, standby, e.prov, e.clock, e.cfg, e.limit)

@@ -122,7 +122,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		newPool = o.pool
 	}
 	pool := newPool(t)
-	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, time.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	simSrv, err := sim.Start(ctx, "127.0.0.1:0", o.sim)

@@ -105,19 +105,30 @@ func observe(log *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handl
 }
 
 // authenticate admits requests with a valid `Authorization: Bearer <secret>`
-// and records their tenant. Others get 401 and nothing is written.
-func authenticate(auth *apikeys.Authenticator, errs errorWriter) func(http.Handler) http.Handler {
+// and records their tenant. Others get 401 and nothing is written; an
+// address that failed too often is refused 429 before its key is looked at.
+func authenticate(auth *apikeys.Authenticator, throttle *authThrottle, m *metrics.Metrics, errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			addr := clientAddr(r)
+			if wait, refused := throttle.refused(addr); refused {
+				tooManyFailedAuthentications(w, wait)
+				return
+			}
+			fail := func(detail string) {
+				throttle.fail(addr)
+				m.AuthFailures.Inc()
+				unauthorized(w, detail)
+			}
 			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 			if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
-				unauthorized(w, "Send your API key as `Authorization: Bearer <secret>`.")
+				fail("Send your API key as `Authorization: Bearer <secret>`.")
 				return
 			}
 			tenant, err := auth.Authenticate(r.Context(), strings.TrimSpace(secret))
 			switch {
 			case errors.Is(err, apikeys.ErrUnknownKey):
-				unauthorized(w, "The API key is not valid.")
+				fail("The API key is not valid.")
 				return
 			case err != nil:
 				errs.write(w, r, err)

@@ -27,7 +27,7 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// The schema the second release ran on, while the first still served.
-	e := newEnv(t, withPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAt(t, 27) }))
+	e := newEnv(t, withPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAtWithKeys(t, 27) }))
 	// This release's code stands in for the first's, which created a
 	// payment in RECEIVED and moved it on: this one creates it sent, which
 	// 00029 allows, and names the payment's created_at in its audit, a
@@ -50,6 +50,7 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	pgtest.RetireKeys(t, e.pool)
 	// As the first release wrote it.
 	if _, err := e.pool.Exec(ctx, `UPDATE idempotency_keys SET operation = 'payments.create'`); err != nil {
 		t.Fatal(err)

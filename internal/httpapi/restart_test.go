@@ -165,7 +165,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cluster, pool := privateCluster(t)
-	if err := apikeys.Upsert(ctx, pool, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, time.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: time.Second, HangFor: 3 * time.Second})

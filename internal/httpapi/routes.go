@@ -25,7 +25,7 @@ func addRoutes(r chi.Router, d Deps) {
 	}
 
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.clock(), d.APIKeyCacheTTL), errs), limitRate(newLimiter(d.RateLimit, d.clock())),
+		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.APIKeys, d.clock(), 0), newAuthThrottle(d.clock()), d.Metrics, errs), limitRate(newLimiter(d.RateLimit, d.clock())),
 			rejectUnstorableIDs(errs))
 		for _, op := range d.Operations {
 			op.Routes(r, api{errs: errs})

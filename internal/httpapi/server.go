@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
@@ -36,9 +37,9 @@ type Deps struct {
 	// RetryAfter is the service's one advice to come back later (the
 	// engine's, idempotency.Engine.RetryAfter).
 	RetryAfter time.Duration
-	// APIKeyCacheTTL is how long an accepted API key is trusted without
-	// asking the database (apikeys.DefaultCacheTTL when zero).
-	APIKeyCacheTTL time.Duration
+	// APIKeys hashes API keys' secrets as they are stored (API_KEY_PEPPER);
+	// the zero Hasher is the plain SHA-256.
+	APIKeys apikeys.Hasher
 	// RateLimit limits each tenant's requests; the zero value is off.
 	RateLimit RateLimit
 	// Clock is the time source (the system clock when nil).

@@ -47,6 +47,9 @@ type Metrics struct {
 	GroupCommitMerged *prometheus.CounterVec
 	// HTTPRequests measures requests by route pattern, method and status.
 	HTTPRequests *prometheus.HistogramVec
+	// AuthFailures counts requests refused for a missing or unknown API
+	// key.
+	AuthFailures prometheus.Counter
 	// OrphanProviderObjects is how many of the provider's charges and
 	// refunds made with this service's keys no local row explained at the
 	// last audit (package orphans): a database failover lost their
@@ -109,6 +112,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "HTTP requests by route pattern, method and status code.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route", "method", "status"}),
+		AuthFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paymentsapi_auth_failures_total",
+			Help: "Requests refused for a missing or unknown API key.",
+		}),
 		OrphanProviderObjects: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paymentsapi_orphan_provider_objects",
 			Help: "The provider's charges and refunds made with this service's keys that no local row explained at the last audit.",
@@ -119,7 +126,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.IdempotencyClaims, m.IdempotencyReplays, m.IdempotencyConflicts, m.IdempotencyWaits,
 		m.IdempotencyTakeovers, m.ProviderCalls, m.ReconcilerOutcomes, m.OperationResults, m.StripeWebhooks, m.GroupCommitBatches, m.GroupCommitMerged, m.HTTPRequests,
-		m.OrphanProviderObjects,
+		m.OrphanProviderObjects, m.AuthFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

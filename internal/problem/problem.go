@@ -25,24 +25,27 @@ type Code string
 
 // The codes every operation may answer with.
 const (
-	IdempotencyKeyMissing   Code = "IDEMPOTENCY_KEY_MISSING"
-	IdempotencyKeyInvalid   Code = "IDEMPOTENCY_KEY_INVALID"
-	IdempotencyKeyInUse     Code = "IDEMPOTENCY_KEY_IN_USE"
-	IdempotencyKeyReused    Code = "IDEMPOTENCY_KEY_REUSED"
-	IdempotencyKeyExpired   Code = "IDEMPOTENCY_KEY_EXPIRED"
-	RateLimited             Code = "RATE_LIMITED"
-	ProviderUnavailable     Code = "PROVIDER_UNAVAILABLE"
-	ServiceUnavailable      Code = "SERVICE_UNAVAILABLE"
-	MalformedJSON           Code = "MALFORMED_JSON"
-	ValidationFailed        Code = "VALIDATION_FAILED"
-	PayloadTooLarge         Code = "PAYLOAD_TOO_LARGE"
-	UnsupportedMediaType    Code = "UNSUPPORTED_MEDIA_TYPE"
-	Unauthorized            Code = "UNAUTHORIZED"
-	NotFound                Code = "NOT_FOUND"
-	MethodNotAllowed        Code = "METHOD_NOT_ALLOWED"
-	WebhookSignatureInvalid Code = "WEBHOOK_SIGNATURE_INVALID"
-	WebhookURLForbidden     Code = "WEBHOOK_URL_FORBIDDEN"
-	Internal                Code = "INTERNAL"
+	IdempotencyKeyMissing Code = "IDEMPOTENCY_KEY_MISSING"
+	IdempotencyKeyInvalid Code = "IDEMPOTENCY_KEY_INVALID"
+	IdempotencyKeyInUse   Code = "IDEMPOTENCY_KEY_IN_USE"
+	IdempotencyKeyReused  Code = "IDEMPOTENCY_KEY_REUSED"
+	IdempotencyKeyExpired Code = "IDEMPOTENCY_KEY_EXPIRED"
+	RateLimited           Code = "RATE_LIMITED"
+	ProviderUnavailable   Code = "PROVIDER_UNAVAILABLE"
+	ServiceUnavailable    Code = "SERVICE_UNAVAILABLE"
+	MalformedJSON         Code = "MALFORMED_JSON"
+	ValidationFailed      Code = "VALIDATION_FAILED"
+	PayloadTooLarge       Code = "PAYLOAD_TOO_LARGE"
+	UnsupportedMediaType  Code = "UNSUPPORTED_MEDIA_TYPE"
+	Unauthorized          Code = "UNAUTHORIZED"
+	// TooManyFailedAuthentications: the client's address failed
+	// authentication too often; it is refused whatever its key.
+	TooManyFailedAuthentications Code = "TOO_MANY_FAILED_AUTHENTICATIONS"
+	NotFound                     Code = "NOT_FOUND"
+	MethodNotAllowed             Code = "METHOD_NOT_ALLOWED"
+	WebhookSignatureInvalid      Code = "WEBHOOK_SIGNATURE_INVALID"
+	WebhookURLForbidden          Code = "WEBHOOK_URL_FORBIDDEN"
+	Internal                     Code = "INTERNAL"
 )
 
 // title is the one short, human title of each shared code.
@@ -74,6 +77,8 @@ func title(code Code) string {
 		return "Unsupported media type"
 	case Unauthorized:
 		return "Unauthorized"
+	case TooManyFailedAuthentications:
+		return "Too many failed authentications"
 	case NotFound:
 		return "Not found"
 	case MethodNotAllowed:

@@ -175,37 +175,38 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
-	AUTHORIZATIONEXPIRED       ProblemCode = "AUTHORIZATION_EXPIRED"
-	CAPTUREDECLINED            ProblemCode = "CAPTURE_DECLINED"
-	CAPTUREEXCEEDSCAPTURABLE   ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
-	DUPLICATEMERCHANTREFERENCE ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
-	EVENTNOTRESENDABLE         ProblemCode = "EVENT_NOT_RESENDABLE"
-	IDEMPOTENCYKEYEXPIRED      ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
-	IDEMPOTENCYKEYINUSE        ProblemCode = "IDEMPOTENCY_KEY_IN_USE"
-	IDEMPOTENCYKEYINVALID      ProblemCode = "IDEMPOTENCY_KEY_INVALID"
-	IDEMPOTENCYKEYMISSING      ProblemCode = "IDEMPOTENCY_KEY_MISSING"
-	IDEMPOTENCYKEYREUSED       ProblemCode = "IDEMPOTENCY_KEY_REUSED"
-	INTERNAL                   ProblemCode = "INTERNAL"
-	MALFORMEDJSON              ProblemCode = "MALFORMED_JSON"
-	METHODNOTALLOWED           ProblemCode = "METHOD_NOT_ALLOWED"
-	NOTFOUND                   ProblemCode = "NOT_FOUND"
-	PAYLOADTOOLARGE            ProblemCode = "PAYLOAD_TOO_LARGE"
-	PAYMENTCANCELED            ProblemCode = "PAYMENT_CANCELED"
-	PAYMENTDECLINED            ProblemCode = "PAYMENT_DECLINED"
-	PAYMENTNOTCANCELABLE       ProblemCode = "PAYMENT_NOT_CANCELABLE"
-	PAYMENTNOTCAPTURABLE       ProblemCode = "PAYMENT_NOT_CAPTURABLE"
-	PAYMENTNOTREFUNDABLE       ProblemCode = "PAYMENT_NOT_REFUNDABLE"
-	PROVIDERUNAVAILABLE        ProblemCode = "PROVIDER_UNAVAILABLE"
-	RATELIMITED                ProblemCode = "RATE_LIMITED"
-	REFUNDDECLINED             ProblemCode = "REFUND_DECLINED"
-	REFUNDEXCEEDSREFUNDABLE    ProblemCode = "REFUND_EXCEEDS_REFUNDABLE"
-	SERVICEUNAVAILABLE         ProblemCode = "SERVICE_UNAVAILABLE"
-	UNAUTHORIZED               ProblemCode = "UNAUTHORIZED"
-	UNSUPPORTEDMEDIATYPE       ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
-	VALIDATIONFAILED           ProblemCode = "VALIDATION_FAILED"
-	WEBHOOKENDPOINTDISABLED    ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
-	WEBHOOKSIGNATUREINVALID    ProblemCode = "WEBHOOK_SIGNATURE_INVALID"
-	WEBHOOKURLFORBIDDEN        ProblemCode = "WEBHOOK_URL_FORBIDDEN"
+	AUTHORIZATIONEXPIRED         ProblemCode = "AUTHORIZATION_EXPIRED"
+	CAPTUREDECLINED              ProblemCode = "CAPTURE_DECLINED"
+	CAPTUREEXCEEDSCAPTURABLE     ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
+	DUPLICATEMERCHANTREFERENCE   ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
+	EVENTNOTRESENDABLE           ProblemCode = "EVENT_NOT_RESENDABLE"
+	IDEMPOTENCYKEYEXPIRED        ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
+	IDEMPOTENCYKEYINUSE          ProblemCode = "IDEMPOTENCY_KEY_IN_USE"
+	IDEMPOTENCYKEYINVALID        ProblemCode = "IDEMPOTENCY_KEY_INVALID"
+	IDEMPOTENCYKEYMISSING        ProblemCode = "IDEMPOTENCY_KEY_MISSING"
+	IDEMPOTENCYKEYREUSED         ProblemCode = "IDEMPOTENCY_KEY_REUSED"
+	INTERNAL                     ProblemCode = "INTERNAL"
+	MALFORMEDJSON                ProblemCode = "MALFORMED_JSON"
+	METHODNOTALLOWED             ProblemCode = "METHOD_NOT_ALLOWED"
+	NOTFOUND                     ProblemCode = "NOT_FOUND"
+	PAYLOADTOOLARGE              ProblemCode = "PAYLOAD_TOO_LARGE"
+	PAYMENTCANCELED              ProblemCode = "PAYMENT_CANCELED"
+	PAYMENTDECLINED              ProblemCode = "PAYMENT_DECLINED"
+	PAYMENTNOTCANCELABLE         ProblemCode = "PAYMENT_NOT_CANCELABLE"
+	PAYMENTNOTCAPTURABLE         ProblemCode = "PAYMENT_NOT_CAPTURABLE"
+	PAYMENTNOTREFUNDABLE         ProblemCode = "PAYMENT_NOT_REFUNDABLE"
+	PROVIDERUNAVAILABLE          ProblemCode = "PROVIDER_UNAVAILABLE"
+	RATELIMITED                  ProblemCode = "RATE_LIMITED"
+	REFUNDDECLINED               ProblemCode = "REFUND_DECLINED"
+	REFUNDEXCEEDSREFUNDABLE      ProblemCode = "REFUND_EXCEEDS_REFUNDABLE"
+	SERVICEUNAVAILABLE           ProblemCode = "SERVICE_UNAVAILABLE"
+	TOOMANYFAILEDAUTHENTICATIONS ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
+	UNAUTHORIZED                 ProblemCode = "UNAUTHORIZED"
+	UNSUPPORTEDMEDIATYPE         ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
+	VALIDATIONFAILED             ProblemCode = "VALIDATION_FAILED"
+	WEBHOOKENDPOINTDISABLED      ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
+	WEBHOOKSIGNATUREINVALID      ProblemCode = "WEBHOOK_SIGNATURE_INVALID"
+	WEBHOOKURLFORBIDDEN          ProblemCode = "WEBHOOK_URL_FORBIDDEN"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -260,6 +261,8 @@ func (e ProblemCode) Valid() bool {
 	case REFUNDEXCEEDSREFUNDABLE:
 		return true
 	case SERVICEUNAVAILABLE:
+		return true
+	case TOOMANYFAILEDAUTHENTICATIONS:
 		return true
 	case UNAUTHORIZED:
 		return true
@@ -860,6 +863,7 @@ type Problem struct {
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
+	// | `TOO_MANY_FAILED_AUTHENTICATIONS` | 429 | the client's address failed authentication 20 times within a minute: every request from it is refused, whatever its key, until `Retry-After` (at most a minute) |
 	// | `NOT_FOUND` | 404 | no such payment, refund, event or webhook endpoint (or route) for this tenant |
 	// | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 	// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
@@ -951,6 +955,7 @@ type Problem struct {
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
+// | `TOO_MANY_FAILED_AUTHENTICATIONS` | 429 | the client's address failed authentication 20 times within a minute: every request from it is refused, whatever its key, until `Retry-After` (at most a minute) |
 // | `NOT_FOUND` | 404 | no such payment, refund, event or webhook endpoint (or route) for this tenant |
 // | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 // | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
