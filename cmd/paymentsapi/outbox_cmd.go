@@ -70,15 +70,12 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprint(stderr, outboxUsage)
 		return errors.New("outbox replay: give the ids of the events to replay")
 	}
-	cfg, log, err := operatorConfig(rest, getenv, stderr, outboxUsage)
-	if err != nil {
-		return err
-	}
-	a, err := newApp(ctx, cfg, log, useOperator, nil)
+	a, err := openDatabaseTool(ctx, rest, getenv, stderr, outboxUsage)
 	if err != nil {
 		return err
 	}
 	defer a.close()
+	log := a.log
 	now := clock.System{}.Now()
 
 	out := json.NewEncoder(stdout)
@@ -89,7 +86,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 	case sub == "replay":
 		// A replay is a message in the stream's slot: the poller, which
 		// has no slot, would never see it.
-		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(cfg.OutboxRelay))
+		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(a.cfg.OutboxRelay))
 		if err != nil {
 			return err
 		}
