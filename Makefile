@@ -42,9 +42,10 @@ test: tools ## run every test, with the race detector, on real PostgreSQL; the e
 # PostgreSQL primary and standby, two API processes, the primary crashed or
 # frozen and the standby promoted. About a minute on two cores, hence the
 # build tag that keeps them out of `make test`; .ci/run runs them.
-test-failover: ## the database failover tests (primary + standby, crash, freeze, lost tail), with the race detector, with each outbox reader
+test-failover: ## the database failover tests (primary + standby, crash, freeze, lost tail), with the race detector, with each outbox reader, and the lost tail with the answer cache
 	$(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
 	OUTBOX_RELAY=poll $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
+	REPLAY_CACHE=memory $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailoverToAsynchronousStandbyLosesTheTail' ./cmd/paymentsapi/
 
 test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...

@@ -204,6 +204,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		Lease:             cfg.LeaseDuration,
 		RetryAfter:        time.Second,
 		CommitMode:        cfg.CommitMode,
+		ReplayCache:       cfg.ReplayCache == "memory",
 		CommitConcurrency: cfg.CommitConcurrency,
 		ProviderTimeout:   cfg.ProviderTimeout,
 		ProviderKeyWindow: cfg.ProviderKeyTTL,
@@ -261,6 +262,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	wg.Go(func() { relay.Run(workers) })
 	wg.Go(func() { deliveries.Run(workers) }) // every instance sends webhooks, with or without NATS
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
+	if a.core.AnswerCache != nil {
+		wg.Go(func() { a.core.AnswerCache.Watch(workers) })
+	}
 	if l, ok := a.provider.(provider.Listing); ok {
 		wg.Go(func() {
 			app.Auditor(a.pool, l).Run(workers, clk, orphansInterval, orphansWindow, a.metrics.OrphanProviderObjects,

@@ -91,10 +91,13 @@ type config struct {
 	// RelayB is API B's OUTBOX_RELAY: with it and no APIBinB, API B is
 	// the API's own binary, so that the rounds set one outbox reader
 	// beside the other (the API's own: auto, the stream here).
-	RelayB   string
-	FloorBin string // bench/floorapi; empty: no floor phases
-	DataDir  string
-	PGBench  string
+	RelayB string
+	// ReplayCache runs the API (A) with REPLAY_CACHE=memory: its replays
+	// answered from its memory of answers (package answercache).
+	ReplayCache bool
+	FloorBin    string // bench/floorapi; empty: no floor phases
+	DataDir     string
+	PGBench     string
 	// Growth runs the growth mode (issue 22) instead of the default
 	// phases: new payments on empty tables, with GrowthRows finished
 	// payments loaded, and while clean-up erases their expired answers.
@@ -120,6 +123,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		"measure the plain configuration ("+strings.Join(plainEnv, " ")+") as API B, beside the default one; ignored with -api-bin-b, -relay-b or -growth")
 	fs.StringVar(&c.RelayB, "relay-b", "",
 		"OUTBOX_RELAY of API B (poll, stream or auto); without -api-bin-b, API B is -api-bin: the readers of the outbox compared, the API's own being auto (the stream on the bench's server)")
+	fs.BoolVar(&c.ReplayCache, "replay-cache", false,
+		"run the API with REPLAY_CACHE=memory (API B, if any, keeps the default): replays answered from memory")
 	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
 		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
@@ -279,7 +284,11 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 	b.closers = append(b.closers, func() { _ = b.sim.Close() })
 
 	settings := apiSettings{ProviderURL: b.sim.URL(), APIKeys: benchTenant + ":" + benchSecret, getenv: getenv}
-	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, filepath.Base(b.cfg.APIBin), dataDir, settings); err != nil {
+	settingsA := settings
+	if b.cfg.ReplayCache {
+		settingsA.Env = append(slices.Clone(settings.Env), "REPLAY_CACHE=memory")
+	}
+	if b.api, err = b.startService(ctx, "the API", b.cfg.APIBin, apiDatabase, filepath.Base(b.cfg.APIBin), dataDir, settingsA); err != nil {
 		return err
 	}
 	if b.cfg.APIBinB != "" || b.cfg.RelayB != "" || b.cfg.Plain {
@@ -297,7 +306,7 @@ func (b *benchRun) start(ctx context.Context, getenv func(string) string) error 
 			return err
 		}
 	}
-	b.apiSet = settings
+	b.apiSet = settingsA
 	if b.cfg.FloorBin != "" && !b.cfg.Growth {
 		if err := b.mon.recreateDatabase(ctx, floorDatabase); err != nil {
 			return err
@@ -671,7 +680,7 @@ func (b *benchRun) header() header {
 	return header{
 		Machine: machine(), Load: b.loadBefore + " before, " + loadAverage() + " after", PostgreSQL: b.pgVersion, Settings: b.pgSettings, Go: runtime.Version(),
 		Connections: b.cfg.Connections, Rounds: b.cfg.Rounds, Duration: b.cfg.Duration, Started: b.started,
-		PlainB: plainB(b.cfg),
+		PlainB: plainB(b.cfg), ReplayCache: b.cfg.ReplayCache,
 	}
 }
 

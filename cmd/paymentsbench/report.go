@@ -354,6 +354,8 @@ type header struct {
 	// PlainB: API B is this binary in its plain configuration (its
 	// settings), not another build.
 	PlainB string
+	// ReplayCache: the API ran with REPLAY_CACHE=memory.
+	ReplayCache bool
 }
 
 // writeReport prints the whole report: where it ran, one row per phase and
@@ -508,6 +510,9 @@ func writeHeader(b *strings.Builder, title string, h header) {
 	fmt.Fprintf(b, "machine:    %s; load average %s\n", h.Machine, h.Load)
 	fmt.Fprintf(b, "postgres:   %s; %s\n", h.PostgreSQL, h.Settings)
 	fmt.Fprintf(b, "go:         %s\n", h.Go)
+	if h.ReplayCache {
+		fmt.Fprintf(b, "the API:    REPLAY_CACHE=memory (replays answered from its memory of answers)\n")
+	}
 }
 
 // yesNo is a target's "met" column.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/paymentsapi/paymentsapi/internal/answercache"
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
@@ -36,6 +37,7 @@ type Config struct {
 	Lease             time.Duration // LEASE_DURATION
 	RetryAfter        time.Duration // advice on 409 in use, 202, 503
 	CommitMode        string        // COMMIT_MODE: idempotency.CommitInline or CommitGroup ("": group)
+	ReplayCache       bool          // REPLAY_CACHE=memory: retries of finished keys answered from memory (answercache)
 	CommitConcurrency int           // COMMIT_CONCURRENCY; 0: one claim and one owner step in flight
 	ProviderTimeout   time.Duration // PROVIDER_TIMEOUT
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
@@ -105,6 +107,9 @@ func Settings() []setting.Setting {
 // Core is the assembled service.
 type Core struct {
 	Engine *idempotency.Engine
+	// AnswerCache is the engine's cache of answers, nil unless
+	// Config.ReplayCache; it answers only while its Watch runs.
+	AnswerCache *answercache.Memory
 	// Modules and Operations are the registered operations, and the same
 	// built on the core's collaborators, in one order.
 	Modules    []operation.Module
@@ -127,9 +132,13 @@ func New(d Deps, cfg Config) *Core {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	engine := idempotency.NewEngine(idempotency.Deps{
-		DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: d.Tracer,
-	}, idempotency.Config{
+	var answers *answercache.Memory
+	engineDeps := idempotency.Deps{DB: d.DB, Clock: d.Clock, Log: d.Log, Metrics: d.Metrics, Waiter: d.Waiter, Tracer: d.Tracer}
+	if cfg.ReplayCache {
+		answers = answercache.New(d.DB, d.Clock, d.Log.With("component", "answer-cache"))
+		engineDeps.Answers = answers
+	}
+	engine := idempotency.NewEngine(engineDeps, idempotency.Config{
 		ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter,
 		CommitMode: cfg.CommitMode, CommitConcurrency: cfg.CommitConcurrency,
 	})
@@ -150,10 +159,11 @@ func New(d Deps, cfg Config) *Core {
 		engineOps[i] = op
 	}
 	c := &Core{
-		Engine:     engine,
-		Modules:    mods,
-		Operations: ops,
-		Reconciler: idempotency.NewReconciler(engine, cfg.Recovery, engineOps...),
+		Engine:      engine,
+		AnswerCache: answers,
+		Modules:     mods,
+		Operations:  ops,
+		Reconciler:  idempotency.NewReconciler(engine, cfg.Recovery, engineOps...),
 		// Each event the log records is fanned out to the webhook endpoints
 		// in the same statement.
 		EventLog: eventlog.New(d.DB, d.Clock, d.Log.With("component", "event-log"), mods, eventlog.WithFanOut(delivery.FanOut)),

@@ -59,6 +59,7 @@ type Config struct {
 	ReconcileInterval      time.Duration
 	ReconcileMaxAttempts   int
 	CommitMode             string
+	ReplayCache            string
 	CommitConcurrency      int
 	OutboxRetention        time.Duration
 	InboxRetention         time.Duration
@@ -186,6 +187,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", maxAttempts, "unresolved attempts before a payment is marked for manual review (RECONCILE_MAX_ATTEMPTS)")
 	fs.StringVar(&c.CommitMode, "commit-mode", env("COMMIT_MODE", "group"),
 		"how requests' transactions are committed: inline (each on its own, as written) or group (those that queue up committed together, like statements merged) (COMMIT_MODE)")
+	fs.StringVar(&c.ReplayCache, "replay-cache", env("REPLAY_CACHE", "off"),
+		"off (every retry reads its key's record) or memory (retries of keys finished lately replayed from process memory; a window after a database failover, see docs/operations.md) (REPLAY_CACHE)")
 	commits, err := strconv.Atoi(env("COMMIT_CONCURRENCY", "1"))
 	if err != nil || commits < 1 {
 		durErr = errors.Join(durErr, fmt.Errorf("COMMIT_CONCURRENCY must be a positive integer"))
@@ -343,6 +346,9 @@ func (c Config) validate() error {
 	}
 	if c.CommitMode != "inline" && c.CommitMode != "group" {
 		errs = append(errs, fmt.Errorf("COMMIT_MODE must be inline or group, not %q", c.CommitMode))
+	}
+	if c.ReplayCache != "off" && c.ReplayCache != "memory" {
+		errs = append(errs, fmt.Errorf("REPLAY_CACHE must be off or memory, not %q", c.ReplayCache))
 	}
 	if c.OutboxPublisher != "log" && c.OutboxPublisher != "nats" {
 		errs = append(errs, fmt.Errorf("OUTBOX_PUBLISHER must be log or nats, not %q", c.OutboxPublisher))

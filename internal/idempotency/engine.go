@@ -104,6 +104,9 @@ type Deps struct {
 	// operation's outside calls, statements and events continue; nil (or a
 	// no-op provider) traces nothing.
 	Tracer trace.TracerProvider
+	// Answers caches final answers for retries (see Answers); nil: none,
+	// every retry reads its key's record.
+	Answers Answers
 }
 
 // Engine runs the idempotency protocol for any Operation: claim, decide
@@ -121,6 +124,7 @@ type Engine struct {
 	// commits runs the claims and the owners' steps: each on its own, or
 	// grouped with those of concurrent requests (see committer).
 	commits committer
+	answers Answers // nil: no cache of answers
 }
 
 // NewEngine returns an Engine. A CommitMode other than CommitInline,
@@ -137,7 +141,7 @@ func NewEngine(d Deps, cfg Config) *Engine {
 	if err != nil {
 		panic("idempotency: " + err.Error())
 	}
-	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, commits: commits}
+	return &Engine{db: d.DB, clock: d.Clock, log: d.Log, metrics: d.Metrics, waiter: d.Waiter, tracer: tracing.Tracer(d.Tracer), cfg: cfg, commits: commits, answers: d.Answers}
 }
 
 // RetryAfter is the engine's advice to come back later.
@@ -204,6 +208,9 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	// The names op's keys may be stored under, read once for every
 	// statement of this request (Renamed).
 	scope := names(op)
+	if reply, ok := e.cachedReplay(req); ok {
+		return reply, nil
+	}
 	if reply, answered, err := e.answerIfLikelyTaken(ctx, op, req, scope); answered {
 		return reply, err
 	}
@@ -388,6 +395,9 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 			return Reply{}, &KeyExpiredError{Resource: rec.Resource}
 		case DecideReplay:
 			e.metrics.IdempotencyReplays.Inc()
+			if e.answers != nil {
+				e.answers.Keep(req.Scope, rec)
+			}
 			return rec.replay(), nil
 		case DecideInFlight:
 			if waitCtx == nil || waitCtx.Err() != nil {
