@@ -16,12 +16,6 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
-// relayGrants is what the application role has beyond the documented
-// grants for the outbox relay: nothing. Without REPLICATION the relay
-// chooses the polling reader (OUTBOX_RELAY=auto), which needs only the
-// documented grants; the stream's REPLICATION is an option, not a need.
-const relayGrants = ""
-
 // permissionDenied matches what PostgreSQL says when a role lacks a right.
 var permissionDenied = regexp.MustCompile(`permission denied|must be owner|must be superuser|42501`)
 
@@ -39,7 +33,10 @@ func TestTheServiceRunsUnderTheDocumentedGrants(t *testing.T) {
 	ctx := context.Background()
 	const grantedAt = 30
 	ownerURL := pgtest.NewPoolAt(t, grantedAt).Config().ConnString()
-	appURL := pgtest.URLAsApplicationRole(t, ownerURL, relayGrants)
+	// No role attributes: without REPLICATION the relay chooses the
+	// polling reader (OUTBOX_RELAY=auto), which needs only the documented
+	// grants; the stream's REPLICATION is an option, not a need.
+	appURL := pgtest.URLAsApplicationRole(t, ownerURL, "")
 	if err := run(ctx, []string{"migrate"}, func(k string) string {
 		return map[string]string{"DATABASE_URL": ownerURL, "LOG_LEVEL": "warn"}[k]
 	}, nil, io.Discard, io.Discard); err != nil {
