@@ -47,7 +47,7 @@ var layouts = [...][]int{
 const maxGroups = 5
 
 // Contains reports whether s holds a card number.
-func Contains(s string) bool {
+func Contains[T ~string | ~[]byte](s T) bool {
 	// runs holds the last maxGroups runs of digits, each joined to the one
 	// before by a single separator; a run after anything else starts over.
 	var runs [maxGroups]span
@@ -84,7 +84,7 @@ func Contains(s string) bool {
 
 // printed reports whether the last runs, joined by single separators, end
 // in one of the layouts with a number passing the Luhn check.
-func printed(s string, runs []span) bool {
+func printed[T ~string | ~[]byte](s T, runs []span) bool {
 	for _, layout := range layouts {
 		if len(layout) > len(runs) {
 			continue
@@ -112,7 +112,7 @@ func (r span) len() int { return r.end - r.start }
 // luhn reports whether the digits of the spans, read in order as one
 // number, pass the Luhn check: from the rightmost digit leftwards, every
 // second digit doubled (less 9 when over 9), the sum a multiple of 10.
-func luhn(s string, spans ...span) bool {
+func luhn[T ~string | ~[]byte](s T, spans ...span) bool {
 	sum, double := 0, false
 	for k := len(spans) - 1; k >= 0; k-- {
 		for i := spans[k].end - 1; i >= spans[k].start; i-- {
@@ -132,3 +132,33 @@ func luhn(s string, spans ...span) bool {
 
 func isDigit(c byte) bool     { return c >= '0' && c <= '9' }
 func isSeparator(c byte) bool { return c == ' ' || c == '-' }
+
+// MaxTokenLength is the length of the longest payment method token.
+const MaxTokenLength = 128
+
+// tokenPrefixes begin the payment method tokens the service takes: a
+// PaymentMethod, a token, a card or a source, as Stripe and the simulator
+// name them.
+var tokenPrefixes = [...]string{"pm_", "tok_", "card_", "src_"}
+
+// IsToken reports whether s is a payment method token: one of the
+// prefixes pm_, tok_, card_ or src_, then at least one letter, digit or
+// underscore (ASCII), at most MaxTokenLength characters in all. A token
+// may still hold a card number (pm_4111111111111111): Contains decides
+// that.
+func IsToken(s string) bool {
+	if len(s) > MaxTokenLength {
+		return false
+	}
+	for _, p := range tokenPrefixes {
+		if len(s) > len(p) && s[:len(p)] == p {
+			for i := len(p); i < len(s); i++ {
+				if c := s[i]; !(c == '_' || isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}

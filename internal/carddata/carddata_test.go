@@ -55,6 +55,33 @@ func TestContains(t *testing.T) {
 	}
 }
 
+func TestIsToken(t *testing.T) {
+	for _, tt := range []struct {
+		s    string
+		want bool
+	}{
+		{"pm_card_visa", true},
+		{"tok_visa", true},
+		{"card_1MvoiELkdIwHu7ixOeFh0ZzP", true},
+		{"src_1", true},
+		{"pm_" + strings.Repeat("a", 125), true},
+		{"pm_" + strings.Repeat("a", 126), false}, // 129 characters
+		{"pm_", false},
+		{"pm", false},
+		{"PM_card_visa", false},
+		{"pi_123", false},
+		{"4111111111111111", false},
+		{"pm_card-visa", false},
+		{"pm_card visa", false},
+		{"pm_cárd", false},
+		{"", false},
+	} {
+		if got := carddata.IsToken(tt.s); got != tt.want {
+			t.Errorf("IsToken(%q) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+}
+
 // FuzzContainsAgreesWithTheReference checks the detector against reference,
 // a slow and plain reading of the package's definition, on any text.
 // Seeds: testdata/fuzz/FuzzContainsAgreesWithTheReference.
@@ -62,6 +89,9 @@ func FuzzContainsAgreesWithTheReference(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		if got, want := carddata.Contains(s), reference(s); got != want {
 			t.Fatalf("Contains(%q) = %v, the reference says %v", s, got, want)
+		}
+		if carddata.Contains([]byte(s)) != carddata.Contains(s) {
+			t.Fatalf("Contains(%q) differs on bytes and on a string", s)
 		}
 	})
 }
