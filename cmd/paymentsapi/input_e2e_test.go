@@ -84,7 +84,8 @@ const inputSecret = "sk_test_input_rules_of_more_than_24"
 // printed with spaces or dashes, or beside an expiry date and a CVC, is
 // answered 400 CARD_DATA_REFUSED naming the field, and nothing of it is
 // kept: after all of them, no text of any row of any table, no line the
-// log publisher wrote and no line of the debug log holds its digits.
+// log publisher wrote and no line of the debug log holds its digits. A
+// request id holding one is replaced, since every log line carries it.
 // (Before, a card number in a description or a reference was stored,
 // published and sent to the provider.)
 func TestCardDataIsNeverKept(t *testing.T) {
@@ -156,6 +157,20 @@ func TestCardDataIsNeverKept(t *testing.T) {
 		if r.status != http.StatusBadRequest || json.Unmarshal(r.body, &prob) != nil || prob.Code != "CARD_DATA_REFUSED" ||
 			len(prob.Errors) != 1 || prob.Errors[0].Field != a.field {
 			t.Errorf("POST %s with %s: %d %s; want 400 CARD_DATA_REFUSED naming %s", a.path, a.body, r.status, r.body, a.field)
+		}
+	}
+
+	// A request id is logged with every line of its request: one holding
+	// a card number is replaced.
+	req, _ := http.NewRequest(http.MethodGet, base+"/payments/pay_none", nil)
+	req.Header.Set("Authorization", "Bearer "+inputSecret)
+	req.Header.Set("X-Request-Id", "4000056655665556")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || resp.Header.Get("X-Request-Id") == "4000056655665556" {
+			t.Errorf("a request id holding a card number: %d, answered as %q", resp.StatusCode, resp.Header.Get("X-Request-Id"))
 		}
 	}
 
