@@ -5,7 +5,7 @@
 # (ledger). docker-compose.yml runs all three.
 #
 #   docker build -t paymentsapi:dev .
-#   docker run --rm -p 8080:8080 -e DATABASE_URL=postgres://... paymentsapi:dev
+#   docker run --rm -p 127.0.0.1:8080:8080 -e DATABASE_URL=postgres://... paymentsapi:dev
 #
 # In a container, set DATABASE_URL: dev mode's embedded PostgreSQL is for a
 # developer's machine and cannot run on this static, shell-less runtime image.

@@ -65,7 +65,9 @@ FUZZ_TARGETS := \
 	./internal/payments/:FuzzDecodeCreatePayment \
 	./internal/refunds/:FuzzDecodeCreateRefund \
 	./internal/payments/:FuzzFingerprintPairs \
-	./internal/refunds/:FuzzFingerprintPairs
+	./internal/refunds/:FuzzFingerprintPairs \
+	./internal/carddata/:FuzzContainsAgreesWithTheReference \
+	./internal/httpapi/httpapitest/:FuzzTextRules
 # A count of executions, not a duration: go1.26's fuzz coordinator can
 # report a bare "context deadline exceeded" failure when a duration runs out
 # while a worker is busy (golang/go#75804, fixed in go1.27), with no failing

@@ -276,27 +276,49 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		wg.Wait()
 	}()
 
-	handler := tracing.Handler(tp, httpapi.NewServer(a.core.HTTPDeps(httpapi.Deps{
+	deps := a.core.HTTPDeps(httpapi.Deps{
 		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI, APIKeys: a.apiKeys,
-		Ready:     func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
-		RateLimit: httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
-	})))
+		Ready:       func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
+		RateLimit:   httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
+		SeparateOps: cfg.OpsAddr != "",
+	})
+	warnExposure(cfg, log)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           tracing.Handler(tp, httpapi.NewServer(deps)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		// A create may wait for the provider (twice: a lookup, then a
 		// charge) and, with Prefer: wait, for an original request.
-		WriteTimeout: cfg.ProviderTimeout*2 + idempotency.MaxWait + 30*time.Second,
-		IdleTimeout:  2 * time.Minute,
-		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		WriteTimeout:   cfg.ProviderTimeout*2 + idempotency.MaxWait + 30*time.Second,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: httpapi.ServerMaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	serveErr := make(chan error, 1)
+	servers := []*http.Server{srv}
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if cfg.OpsAddr != "" {
+		opsLn, err := net.Listen("tcp", cfg.OpsAddr)
+		if err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("listen on %s (OPS_ADDR): %w", cfg.OpsAddr, err)
+		}
+		ops := &http.Server{
+			Handler:           httpapi.OpsHandler(deps),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			MaxHeaderBytes:    httpapi.ServerMaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+		servers = append(servers, ops)
+		go func() { serveErr <- ops.Serve(opsLn) }()
+		log.Info("operations listening", "url", "http://"+displayAddr(opsLn.Addr()), "endpoints", "/metrics /healthz /readyz")
+	}
 	if cfg.DebugAddr != "" {
 		_, stop, err := serveProfiler(cfg.DebugAddr, log)
 		if err != nil {
@@ -312,6 +334,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 
 	select {
 	case err := <-serveErr:
+		for _, s := range servers {
+			_ = s.Close()
+		}
 		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
@@ -321,7 +346,31 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		log.Warn("in-flight requests did not finish in time; their keys stay leased and resume on retry or by the reconciler", "error", err)
 	}
+	for _, s := range servers[1:] { // the operations listener, last: metrics to the end
+		if err := s.Shutdown(shutdownCtx); err != nil {
+			_ = s.Close()
+		}
+	}
 	return nil
+}
+
+// warnExposure warns, outside dev mode, of the defaults that leave the
+// public listener more open than a production deployment should: no rate
+// limit (RATE_LIMIT is off by default, for benchmarks and tests), and the
+// metrics served beside the API (OPS_ADDR unset). In dev mode both are
+// what a developer wants.
+func warnExposure(cfg config.Config, log *slog.Logger) {
+	if cfg.DevMode() {
+		return
+	}
+	if cfg.RateLimit == 0 {
+		log.Warn("RATE_LIMIT is off: one tenant can send as many requests as it likes; " +
+			"set RATE_LIMIT (requests per second per tenant, in each instance), and RATE_LIMIT_BURST if needed")
+	}
+	if cfg.OpsAddr == "" {
+		log.Warn("OPS_ADDR is not set: /metrics is served, unauthenticated, on the public listener (HTTP_ADDR); " +
+			"set OPS_ADDR (e.g. 127.0.0.1:9090) to serve it on an operations listener of its own")
+	}
 }
 
 // newRelay returns the outbox relay newApp chose (OUTBOX_RELAY) with the

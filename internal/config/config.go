@@ -23,6 +23,10 @@ type Config struct {
 	// DebugAddr is where Go's profiler (net/http/pprof) listens; empty:
 	// nowhere. Unauthenticated: bind it to loopback.
 	DebugAddr string
+	// OpsAddr is where the operations listener serves /metrics (with
+	// /healthz and /readyz), off the public one (OPS_ADDR); empty: /metrics
+	// is served on HTTPAddr, unauthenticated, beside the API.
+	OpsAddr string
 	// Migrate is whether the server applies the migrations at start-up
 	// (MIGRATE, default true). False: it applies none, and refuses a
 	// database that lacks one (`paymentsapi migrate` applies them), so its
@@ -147,6 +151,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	secret(&c.DatabaseURL, "database-url", "DATABASE_URL", "PostgreSQL URL; empty starts an embedded PostgreSQL")
 	fs.StringVar(&c.DataDir, "data-dir", env("DATA_DIR", ".data"), "dev mode: data directory of the embedded PostgreSQL (DATA_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
+	fs.StringVar(&c.OpsAddr, "ops-addr", env("OPS_ADDR", ""), "listen address of the operations endpoints, /metrics (with /healthz and /readyz), off the public listener, e.g. 127.0.0.1:9090; empty: /metrics is served on HTTP_ADDR (OPS_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
 	secret(&c.APIKeyPepper, "api-key-pepper", "API_KEY_PEPPER", "server secret API keys are hashed under, at least 32 characters; dev mode: generated in the data directory")

@@ -99,17 +99,26 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 	if prob := rejectDuplicateMembers(body); prob != nil {
 		return prob
 	}
+	// Card data is refused before anything else is said of the body, so
+	// that no other answer can be the one that lets it through.
+	cardData, control := textFaults(body)
+	if len(cardData) > 0 {
+		return cardDataProblem(cardData)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		if strings.HasPrefix(err.Error(), "json: unknown field ") {
-			return unknownFields(body, dst)
+			return unknownFields(body, dst, control)
 		}
 		return jsonProblem(err)
 	}
 	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, " \t\r\n"))) {
 		return problem.New(http.StatusBadRequest, problem.MalformedJSON,
 			"The body must hold exactly one JSON object.")
+	}
+	if len(control) > 0 {
+		return invalidFields(body, dst, control)
 	}
 	return nil
 }
@@ -128,7 +137,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 // encoding/json's UnmarshalTypeError.Field, by which jsonProblem names a
 // member of the wrong type, with the index of an element added, and each
 // member spelled as the body spells it, for the client to find it there.
-func unknownFields(body []byte, dst any) *problem.Problem {
+//
+// control are the fields the text rules refused (textFaults), listed too.
+func unknownFields(body []byte, dst any, control []problem.FieldError) *problem.Problem {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(body, &members); err != nil {
 		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body is not a valid JSON object.")
@@ -137,10 +148,30 @@ func unknownFields(body []byte, dst any) *problem.Problem {
 	for _, path := range unknownMembers(nil, members, decodedType(reflect.TypeOf(dst)), "") {
 		fields = append(fields, problem.FieldError{Field: path, Message: "is not a known field"})
 	}
+	return invalidFields(body, dst, append(fields, control...))
+}
+
+// invalidFields answers 400 VALIDATION_FAILED naming fields, and with them
+// what the command's own check finds wrong with the fields it does know
+// (operation.Checked) and fields does not name already; or 400
+// CARD_DATA_REFUSED if that check finds card data (a payment method that is
+// no token).
+func invalidFields(body []byte, dst any, fields []problem.FieldError) *problem.Problem {
 	if c, ok := dst.(operation.Checked); ok && json.Unmarshal(body, dst) == nil {
-		var invalid *validate.Error
-		if errors.As(c.Check(), &invalid) {
-			fields = append(fields, invalid.Fields...)
+		err := c.Check()
+		var (
+			cardData *validate.CardDataError
+			invalid  *validate.Error
+		)
+		switch {
+		case errors.As(err, &cardData):
+			return cardDataProblem(cardData.Fields)
+		case errors.As(err, &invalid):
+			for _, f := range invalid.Fields {
+				if !slices.ContainsFunc(fields, func(g problem.FieldError) bool { return g.Field == f.Field }) {
+					fields = append(fields, f)
+				}
+			}
 		}
 	}
 	p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")

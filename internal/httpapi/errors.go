@@ -37,9 +37,10 @@ func newErrorWriter(retryAfter time.Duration, mods []operation.Module, ops []ope
 
 func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 	var (
-		inUse   *idempotency.KeyInUseError
-		expired *idempotency.KeyExpiredError
-		invalid *validate.Error
+		inUse    *idempotency.KeyInUseError
+		expired  *idempotency.KeyExpiredError
+		invalid  *validate.Error
+		cardData *validate.CardDataError
 	)
 	switch {
 	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
@@ -60,6 +61,8 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		p := problem.New(http.StatusConflict, problem.IdempotencyKeyExpired, err.Error())
 		p.Set(ew.idFields[expired.Resource.Type], expired.Resource.ID)
 		p.Write(w)
+	case errors.As(err, &cardData):
+		cardDataProblem(cardData.Fields).Write(w)
 	case errors.As(err, &invalid):
 		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
 		p.Errors = invalid.Fields

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/carddata"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
@@ -40,8 +41,11 @@ func requestContext(log *slog.Logger) func(http.Handler) http.Handler {
 	}
 }
 
+// saneRequestID reports whether a client's request id may be used and
+// logged as it is: at most 64 characters of [-_.0-9A-Za-z], and no card
+// number (every log line of the request carries it).
 func saneRequestID(id string) bool {
-	if id == "" || len(id) > 64 {
+	if id == "" || len(id) > 64 || carddata.Contains(id) {
 		return false
 	}
 	for i := 0; i < len(id); i++ {

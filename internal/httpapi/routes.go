@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"net/http"
+
 	"github.com/go-chi/chi/v5"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,7 +19,9 @@ func addRoutes(r chi.Router, d Deps) {
 
 	r.Get("/healthz", handleHealthz())
 	r.Get("/readyz", handleReadyz(d.Ready))
-	r.Method("GET", "/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	if !d.SeparateOps {
+		r.Method("GET", "/metrics", metricsHandler(d))
+	}
 	r.Get("/openapi.yaml", handleOpenAPI(d.OpenAPI))
 	r.Mount(apidocs.Path, apidocs.Handler())
 	if d.StripeWebhooks != nil { // signed by Stripe, not authenticated by an API key
@@ -34,4 +38,9 @@ func addRoutes(r chi.Router, d Deps) {
 			routes(r, api{errs: errs})
 		}
 	})
+}
+
+// metricsHandler serves the service's metrics in Prometheus' format.
+func metricsHandler(d Deps) http.Handler {
+	return promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})
 }

@@ -51,7 +51,21 @@ type Deps struct {
 	// operations (the event log), behind the same authentication, rate
 	// limit and middleware as the operations' routes.
 	Features []func(r chi.Router, api operation.HTTP)
+	// SeparateOps: the operations endpoints only an operator reads
+	// (/metrics) are served by OpsHandler on a listener of their own
+	// (OPS_ADDR), and not by NewServer's handler.
+	SeparateOps bool
 }
+
+// MaxHeaderBytes is the most a request's line and headers may take; past
+// it the server answers 431 Request Header Fields Too Large, before any
+// handler runs.
+const MaxHeaderBytes = 32 << 10
+
+// ServerMaxHeaderBytes is the http.Server.MaxHeaderBytes that makes
+// net/http answer 431 past MaxHeaderBytes: it reads 4096 bytes more than
+// its setting before it gives up on a request's headers.
+const ServerMaxHeaderBytes = MaxHeaderBytes - 4096
 
 func (d Deps) clock() clock.Clock {
 	if d.Clock == nil {
@@ -64,5 +78,17 @@ func (d Deps) clock() clock.Clock {
 func NewServer(d Deps) http.Handler {
 	r := chi.NewRouter()
 	addRoutes(r, d)
+	return r
+}
+
+// OpsHandler returns the handler of the operations listener (OPS_ADDR):
+// /metrics, and /healthz and /readyz for probes that should not cross the
+// public listener.
+func OpsHandler(d Deps) http.Handler {
+	r := chi.NewRouter()
+	r.NotFound(handleNotFound())
+	r.Get("/healthz", handleHealthz())
+	r.Get("/readyz", handleReadyz(d.Ready))
+	r.Method("GET", "/metrics", metricsHandler(d))
 	return r
 }

@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"golang.org/x/text/unicode/norm"
+
+	"github.com/paymentsapi/paymentsapi/internal/carddata"
 	"github.com/paymentsapi/paymentsapi/internal/jsontext"
 	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
@@ -89,17 +92,28 @@ func (r CreateRequest) Validate() (Command, error) {
 	var errs validate.Collector
 	add := errs.Add
 
+	// Merchant references are compared, and so stored and fingerprinted,
+	// in Unicode's composed form (NFC): "é" typed as one code point or as
+	// "e" and a combining accent is one reference, as it reads.
+	reference := norm.NFC.String(r.MerchantReference)
 	for _, id := range []struct{ field, v string }{
-		{"accountId", r.AccountID}, {"merchantReference", r.MerchantReference}, {"paymentMethod", r.PaymentMethod},
+		{"accountId", r.AccountID}, {"merchantReference", reference}, {"paymentMethod", r.PaymentMethod},
 	} {
 		if msg := idProblem(id.v); msg != "" {
 			add(id.field, msg)
 		}
 	}
+	// The service takes payment method tokens only: anything else in the
+	// field may be a card's number, written some way the detector of the
+	// text fields does not know.
+	if r.PaymentMethod != "" && !carddata.IsToken(r.PaymentMethod) {
+		errs.AddCardData("paymentMethod", "must be a payment method token (pm_, tok_, card_ or src_, then letters, digits "+
+			"and underscores, at most 128 characters), never card data")
+	}
 
 	cmd := Command{
 		AccountID:         r.AccountID,
-		MerchantReference: r.MerchantReference,
+		MerchantReference: reference,
 		PaymentMethod:     r.PaymentMethod,
 		Channel:           ChannelWeb,
 		CaptureMethod:     CaptureAutomatic,

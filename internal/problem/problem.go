@@ -46,6 +46,9 @@ const (
 	WebhookSignatureInvalid      Code = "WEBHOOK_SIGNATURE_INVALID"
 	WebhookURLForbidden          Code = "WEBHOOK_URL_FORBIDDEN"
 	Internal                     Code = "INTERNAL"
+	// CardDataRefused: a field holds a card number, or a payment method
+	// is not a token; nothing of the request was kept.
+	CardDataRefused Code = "CARD_DATA_REFUSED"
 )
 
 // title is the one short, human title of each shared code.
@@ -71,6 +74,8 @@ func title(code Code) string {
 		return "Malformed JSON"
 	case ValidationFailed:
 		return "Validation failed"
+	case CardDataRefused:
+		return "Card data refused"
 	case PayloadTooLarge:
 		return "Payload too large"
 	case UnsupportedMediaType:

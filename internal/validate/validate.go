@@ -36,17 +36,41 @@ func (e *Error) Error() string {
 }
 
 // Collector gathers field errors while a request is checked.
-type Collector struct{ fields []FieldError }
+type Collector struct{ fields, cardData []FieldError }
 
 // Add records that field is invalid.
 func (c *Collector) Add(field, msg string) {
 	c.fields = append(c.fields, FieldError{Field: field, Message: msg})
 }
 
-// Err returns an *Error naming every field added, or nil.
+// Err returns a *CardDataError naming every field that holds card data,
+// else an *Error naming every field added, or nil.
 func (c *Collector) Err() error {
+	if len(c.cardData) > 0 {
+		return &CardDataError{Fields: c.cardData}
+	}
 	if len(c.fields) == 0 {
 		return nil
 	}
 	return &Error{Fields: c.fields}
+}
+
+// CardDataError names the request fields that hold card data: a card
+// number in a text field, or a payment method that is not a token. It is
+// answered CARD_DATA_REFUSED, before any other fault of the request.
+type CardDataError struct {
+	Fields []FieldError
+}
+
+func (e *CardDataError) Error() string {
+	names := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		names[i] = f.Field
+	}
+	return "card data refused in: " + strings.Join(names, ", ")
+}
+
+// AddCardData records that field holds card data.
+func (c *Collector) AddCardData(field, msg string) {
+	c.cardData = append(c.cardData, FieldError{Field: field, Message: msg})
 }

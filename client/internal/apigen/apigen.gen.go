@@ -178,6 +178,7 @@ const (
 	AUTHORIZATIONEXPIRED         ProblemCode = "AUTHORIZATION_EXPIRED"
 	CAPTUREDECLINED              ProblemCode = "CAPTURE_DECLINED"
 	CAPTUREEXCEEDSCAPTURABLE     ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
+	CARDDATAREFUSED              ProblemCode = "CARD_DATA_REFUSED"
 	DUPLICATEMERCHANTREFERENCE   ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
 	EVENTNOTRESENDABLE           ProblemCode = "EVENT_NOT_RESENDABLE"
 	IDEMPOTENCYKEYEXPIRED        ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
@@ -217,6 +218,8 @@ func (e ProblemCode) Valid() bool {
 	case CAPTUREDECLINED:
 		return true
 	case CAPTUREEXCEEDSCAPTURABLE:
+		return true
+	case CARDDATAREFUSED:
 		return true
 	case DUPLICATEMERCHANTREFERENCE:
 		return true
@@ -379,7 +382,7 @@ type CaptureDeclinedProblem struct {
 	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
 	EndpointID string `json:"endpointId,omitempty"`
 
-	// Errors Every invalid field, with `VALIDATION_FAILED`.
+	// Errors Every invalid field, with `VALIDATION_FAILED`; every field holding card data, with `CARD_DATA_REFUSED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
 	// Instance Identifies this occurrence, when given.
@@ -444,7 +447,7 @@ type CapturePaymentRequest struct {
 // `amount` compared in minor units, `channel` defaulted to `web`, `description` defaulted
 // to `""`, `captureMethod` defaulted to `automatic`.
 type CreatePaymentRequest struct {
-	// AccountID The merchant's customer account. At most 128 bytes of printable text (no control characters).
+	// AccountID The merchant's customer account. At most 128 characters of text without control or format characters, and no card number.
 	//
 	// Examples: acc_1
 	AccountID string `json:"accountId"`
@@ -475,19 +478,22 @@ type CreatePaymentRequest struct {
 	// Examples: EUR, eur, JPY
 	Currency string `json:"currency"`
 
-	// Description Free text, at most 1024 characters, without NUL. Omitted means `""`.
+	// Description Free text, at most 1024 characters, without control or format characters (not even a line break) and without a card number. Omitted means `""`.
 	//
 	// Examples: Order 7781, 2 items
 	Description string `json:"description,omitempty"`
 
 	// MerchantReference The merchant's own reference (an order or invoice number). At most one payment that is
-	// not declined per `(accountId, merchantReference)`. At most 128 bytes of printable text.
+	// not declined per `(accountId, merchantReference)`. At most 128 characters of text without
+	// control or format characters, and no card number; compared, stored and answered in
+	// Unicode's composed form (NFC).
 	//
 	//
 	// Examples: invoice-7781
 	MerchantReference string `json:"merchantReference"`
 
-	// PaymentMethod The payment method to charge, at most 128 bytes of printable text. With the provider
+	// PaymentMethod The payment method to charge: a token, never card data (anything else answers
+	// `400 CARD_DATA_REFUSED`). With the provider
 	// simulator: `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined`,
 	// `pm_card_insufficientFunds` decline; `pm_sim_slow`, `pm_sim_timeout_after_success`,
 	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures.
@@ -754,7 +760,7 @@ type PaymentDeclinedProblem struct {
 	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
 	EndpointID string `json:"endpointId,omitempty"`
 
-	// Errors Every invalid field, with `VALIDATION_FAILED`.
+	// Errors Every invalid field, with `VALIDATION_FAILED`; every field holding card data, with `CARD_DATA_REFUSED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
 	// Instance Identifies this occurrence, when given.
@@ -860,6 +866,7 @@ type Problem struct {
 	// | `SERVICE_UNAVAILABLE` | 503 | the database is unavailable |
 	// | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 	// | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
+	// | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -883,7 +890,7 @@ type Problem struct {
 	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
 	EndpointID string `json:"endpointId,omitempty"`
 
-	// Errors Every invalid field, with `VALIDATION_FAILED`.
+	// Errors Every invalid field, with `VALIDATION_FAILED`; every field holding card data, with `CARD_DATA_REFUSED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
 	// Instance Identifies this occurrence, when given.
@@ -952,6 +959,7 @@ type Problem struct {
 // | `SERVICE_UNAVAILABLE` | 503 | the database is unavailable |
 // | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 // | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
+// | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -1040,7 +1048,7 @@ type RefundDeclinedProblem struct {
 	// EndpointID The webhook endpoint a key of `POST /webhook-endpoints` registered, with `IDEMPOTENCY_KEY_EXPIRED`.
 	EndpointID string `json:"endpointId,omitempty"`
 
-	// Errors Every invalid field, with `VALIDATION_FAILED`.
+	// Errors Every invalid field, with `VALIDATION_FAILED`; every field holding card data, with `CARD_DATA_REFUSED`.
 	Errors []FieldError `json:"errors,omitempty"`
 
 	// Instance Identifies this occurrence, when given.
@@ -1706,6 +1714,7 @@ type ClientInterface interface {
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1742,6 +1751,7 @@ type ClientInterface interface {
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2341,6 +2351,7 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2387,6 +2398,7 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4033,6 +4045,7 @@ type ClientWithResponsesInterface interface {
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4069,6 +4082,7 @@ type ClientWithResponsesInterface interface {
 	// | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -6620,6 +6634,7 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -6662,6 +6677,7 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | same key, the payment was canceled (no money moved, nobody retried within the replay window) | `409 PAYMENT_CANCELED` (+ `paymentId`) | yes |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
