@@ -54,6 +54,27 @@ func (e *Endpoint) open(box *secretbox.Box) error {
 	return nil
 }
 
+// opened is the endpoint read reads, its secret opened: sealed first if
+// the release before 00043 wrote it in the clear (then read again).
+func opened(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box, read func() (Endpoint, error)) (Endpoint, error) {
+	e, err := read()
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if e.sealed == "" {
+		if _, err := SealLegacy(ctx, db, box, e.ID); err != nil {
+			return Endpoint{}, err
+		}
+		if e, err = read(); err != nil {
+			return Endpoint{}, err
+		}
+	}
+	if err := e.open(box); err != nil {
+		return Endpoint{}, err
+	}
+	return e, nil
+}
+
 // plaintextGone reports whether err says the plaintext columns are gone:
 // the contract step of 00043 dropped them, and there is nothing left to
 // seal.

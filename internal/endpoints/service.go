@@ -153,10 +153,10 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	e, ok := own.Created.(Endpoint)
 	if !ok {
 		var err error
-		if e, err = get(ctx, s.env.DB, own.Tenant, own.Resource.ID); err != nil {
-			return nil, err
-		}
-		if err := e.open(s.opts.Secrets); err != nil {
+		e, err = opened(ctx, s.env.DB, s.opts.Secrets, func() (Endpoint, error) {
+			return get(ctx, s.env.DB, own.Tenant, own.Resource.ID)
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -192,19 +192,8 @@ func (s *Service) Reveal(ctx context.Context, tenant, id string) (string, error)
 	if s.opts.Secrets == nil {
 		return "", ErrSecretsKeyMissing
 	}
-	e, err := get(ctx, s.env.DB, tenant, id)
+	e, err := opened(ctx, s.env.DB, s.opts.Secrets, func() (Endpoint, error) { return get(ctx, s.env.DB, tenant, id) })
 	if err != nil {
-		return "", err
-	}
-	if e.sealed == "" { // written in the clear by the release before 00043
-		if _, err := SealLegacy(ctx, s.env.DB, s.opts.Secrets, id); err != nil {
-			return "", err
-		}
-		if e, err = get(ctx, s.env.DB, tenant, id); err != nil {
-			return "", err
-		}
-	}
-	if err := e.open(s.opts.Secrets); err != nil {
 		return "", err
 	}
 	return e.Secret, nil
@@ -275,11 +264,10 @@ func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, 
 // longer signs (rotated out twice, or the endpoint deleted) before its key
 // was answered fails with ErrNotFound.
 func (r *Rotations) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
-	e, err := getBySecret(ctx, r.env.DB, own.Tenant, own.Resource.ID, r.env.Clock.Now())
+	e, err := opened(ctx, r.env.DB, r.secrets, func() (Endpoint, error) {
+		return getBySecret(ctx, r.env.DB, own.Tenant, own.Resource.ID, r.env.Clock.Now())
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := e.open(r.secrets); err != nil {
 		return nil, err
 	}
 	return finish(ctx, own, Rotation{ID: own.Resource.ID, Endpoint: e})
