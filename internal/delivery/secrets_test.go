@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/delivery"
 	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
@@ -488,5 +490,50 @@ func TestSecretsThePreviousReleaseWroteInTheClearAreSealed(t *testing.T) {
 	}
 	if n, err := endpoints.SealLegacy(ctx, next.pool, next.secrets, ""); err != nil || n != 0 {
 		t.Errorf("SealLegacy on the contracted schema: %d, %v", n, err)
+	}
+}
+
+// The answers the previous release stored for the keys that created or
+// rotated an endpoint held the secret: migration 00043 replaces it with
+// "secret": null and "secretShownOnce": true, and leaves every other
+// answer as it was.
+func TestTheMigrationScrubsTheSecretsOfStoredAnswers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPoolAt(t, 42)
+	const (
+		stored = `{"endpointId":"we_1","url":"https://merchant.example/","eventTypes":null,"description":"","status":"enabled","secret":"whsec_Di2bPyAbJ6xwjqf+yNmfSzx8g//5mcy27VgVEpFlfHk=","createdAt":"2026-01-15T09:00:00Z"}`
+		want   = `{"endpointId":"we_1","url":"https://merchant.example/","eventTypes":null,"description":"","status":"enabled","secret":null,"secretShownOnce":true,"createdAt":"2026-01-15T09:00:00Z"}`
+		other  = `{"paymentId":"pay_1","description":"whsec_ in a description stays"}`
+	)
+	now := time.Now()
+	for _, k := range []struct{ op, key, body string }{
+		{endpoints.OperationCreate, "c", stored}, {endpoints.OperationRotate, "r", strings.Replace(stored, `"endpointId"`, `"rotationId":"wsr_1","endpointId"`, 1)},
+		{"create_payment", "p", other},
+	} {
+		if _, err := pool.Exec(ctx, `
+			INSERT INTO idempotency_keys (tenant_id, operation, idempotency_key, fingerprint, resource_type, resource_id,
+			    fencing_token, response_status, response_headers, response_body, created_at, completed_at)
+			VALUES ('t', $1, $2, '\x00', 'x', $2, 1, 201, '{}', convert_to($3, 'UTF8'), $4, $4)`, k.op, k.key, k.body, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := database.Migrate(ctx, pool, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	rows, err := pool.Query(ctx, `SELECT idempotency_key, convert_from(response_body, 'UTF8') FROM idempotency_keys`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var k, b string
+		if err := rows.Scan(&k, &b); err != nil {
+			t.Fatal(err)
+		}
+		got[k] = b
+	}
+	if got["c"] != want || got["r"] != strings.Replace(want, `"endpointId"`, `"rotationId":"wsr_1","endpointId"`, 1) || got["p"] != other {
+		t.Errorf("after the migration: %v", got)
 	}
 }
