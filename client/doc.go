@@ -29,7 +29,8 @@
 //
 // Webhooks to merchants: CreateWebhookEndpoint and RotateWebhookSecret are
 // idempotent calls like the creates (one key, reused on every attempt) and
-// answer a *WebhookEndpointResult, whose secret is shown there only;
+// answer a *WebhookEndpointResult, with the secret (the server shows it in
+// its first answer only, and GetWebhookEndpointSecret reveals it again);
 // ResendEvent is one too, and its 202 is its answer. ListWebhookEndpoints,
 // GetWebhookEndpoint, DeleteWebhookEndpoint, ListEvents, GetEvent and
 // ListEventDeliveries are retried like reads. Verifying the deliveries

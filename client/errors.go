@@ -50,6 +50,8 @@ const (
 	CodeWebhookURLForbidden          Code = apigen.WEBHOOKURLFORBIDDEN
 	CodeWebhookEndpointDisabled      Code = apigen.WEBHOOKENDPOINTDISABLED
 	CodeEventNotResendable           Code = apigen.EVENTNOTRESENDABLE
+	CodeTooManyEndpoints             Code = apigen.TOOMANYENDPOINTS
+	CodeSecretsKeyMissing            Code = apigen.SECRETSKEYMISSING
 )
 
 // Error is a problem (RFC 9457) the server answered, or, for an answer that

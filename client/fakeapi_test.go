@@ -239,7 +239,19 @@ func (f *fakeAPI) idempotent(w http.ResponseWriter, r *http.Request, op string, 
 		fakeJSON(rec, status, v, header)
 	}
 	if (status >= 200 && status < 300) || status == 402 {
-		f.answers[scope] = fakeAnswer{command: string(canonical), status: status, header: rec.Header().Clone(), body: rec.Body.Bytes()}
+		stored := rec.Body.Bytes()
+		// As the server: a secret is in the first answer only.
+		if m, ok := v.(map[string]any); ok && m["secret"] != nil {
+			withoutSecret := make(map[string]any, len(m))
+			for k, x := range m {
+				withoutSecret[k] = x
+			}
+			withoutSecret["secret"] = nil
+			again := httptest.NewRecorder()
+			fakeJSON(again, status, withoutSecret, header)
+			stored = again.Body.Bytes()
+		}
+		f.answers[scope] = fakeAnswer{command: string(canonical), status: status, header: rec.Header().Clone(), body: stored}
 	}
 	for k, vs := range rec.Header() {
 		w.Header()[k] = vs

@@ -28,6 +28,7 @@ type fakeEvent struct {
 var (
 	endpointPath = regexp.MustCompile(`^/webhook-endpoints/([^/]+)$`)
 	rotatePath   = regexp.MustCompile(`^/webhook-endpoints/([^/]+)/rotate-secret$`)
+	revealPath   = regexp.MustCompile(`^/webhook-endpoints/([^/]+)/secret$`)
 	eventPath    = regexp.MustCompile(`^/events/([^/]+)$`)
 	deliveryPath = regexp.MustCompile(`^/events/([^/]+)/deliveries$`)
 	resendPath   = regexp.MustCompile(`^/events/([^/]+)/resend$`)
@@ -53,6 +54,13 @@ func (f *fakeAPI) handleHooks(w http.ResponseWriter, r *http.Request, body []byt
 	case r.Method == "GET" && endpointPath.MatchString(path):
 		if e := f.endpoint(endpointPath.FindStringSubmatch(path)[1]); e != nil {
 			fakeJSON(w, 200, withoutSecret(e), nil)
+			return true
+		}
+		fakeProblem(w, 404, "NOT_FOUND", "no such webhook endpoint", nil)
+	case r.Method == "GET" && revealPath.MatchString(path):
+		id := revealPath.FindStringSubmatch(path)[1]
+		if e := f.endpoint(id); e != nil {
+			fakeJSON(w, 200, map[string]any{"endpointId": id, "secret": e["secret"]}, nil)
 			return true
 		}
 		fakeProblem(w, 404, "NOT_FOUND", "no such webhook endpoint", nil)
@@ -115,13 +123,13 @@ func (f *fakeAPI) createEndpoint(cmd map[string]any) (int, http.Header, any) {
 	// The fake's stand-in for the server's destination policy: one name
 	// is "private".
 	if u.Hostname() == "internal.example" {
-		return 400, nil, problemBody{"WEBHOOK_URL_FORBIDDEN", `webhook destination forbidden: "internal.example" resolves to 10.0.0.5, a private address`, nil}
+		return 400, nil, problemBody{"WEBHOOK_URL_FORBIDDEN", `webhook destination forbidden: "internal.example" resolves to an address that is not public`, nil}
 	}
 	types, _ := cmd["eventTypes"].([]any) // nil (JSON null): every type
 	description, _ := cmd["description"].(string)
 	e := map[string]any{
 		"endpointId": f.nextID("we_"), "url": raw, "eventTypes": types, "description": description,
-		"status": "enabled", "secret": newFakeSecret(), "createdAt": fakeEpoch.Format(time.RFC3339),
+		"status": "enabled", "secret": newFakeSecret(), "secretShownOnce": true, "createdAt": fakeEpoch.Format(time.RFC3339),
 	}
 	f.hooks.endpoints = append(f.hooks.endpoints, e)
 	return 201, http.Header{"Location": {"/webhook-endpoints/" + e["endpointId"].(string)}}, e
@@ -139,7 +147,7 @@ func (f *fakeAPI) endpoint(id string) map[string]any {
 func withoutSecret(e map[string]any) map[string]any {
 	out := make(map[string]any, len(e))
 	for k, v := range e {
-		if k != "secret" {
+		if k != "secret" && k != "secretShownOnce" {
 			out[k] = v
 		}
 	}

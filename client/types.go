@@ -50,8 +50,15 @@ type (
 	// its secret.
 	WebhookEndpoint = apigen.WebhookEndpoint
 	// WebhookEndpointWithSecret is a webhook endpoint with its signing
-	// secret, as only its registration and its rotation answer it.
+	// secret, as only its registration and its rotation answer it (the
+	// secret in their first answer only: "" in a replay).
 	WebhookEndpointWithSecret = apigen.WebhookEndpointWithSecret
+	// RotateWebhookSecretRequest is the body of a rotation: how long the
+	// replaced secret keeps signing (empty: 24 hours).
+	RotateWebhookSecretRequest = apigen.RotateWebhookSecretRequest
+	// WebhookEndpointSecret is the secret that signs an endpoint's
+	// deliveries now.
+	WebhookEndpointSecret = apigen.WebhookEndpointSecret
 	// WebhookEndpointStatus says whether events are sent to an endpoint.
 	WebhookEndpointStatus = apigen.WebhookEndpointStatus
 	// WebhookEndpointList is the tenant's webhook endpoints, newest first.

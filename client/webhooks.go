@@ -9,9 +9,12 @@ import (
 )
 
 // WebhookEndpointResult is the answer to CreateWebhookEndpoint and
-// RotateWebhookSecret: the endpoint with its signing secret. The secret is
-// shown in this answer only (and in its replay, within the replay window):
-// store it before anything else.
+// RotateWebhookSecret: the endpoint with its signing secret. The server
+// shows the secret in its first answer only, and stores none in the answer
+// it replays ("secret": null): when the call's answer is a replay (a retry
+// after a lost answer), the client reads the endpoint's current secret
+// with GetWebhookEndpointSecret, so the result carries one either way.
+// Store it before anything else.
 type WebhookEndpointResult struct {
 	Endpoint WebhookEndpointWithSecret
 	Outcome
@@ -41,22 +44,44 @@ func (c *Client) CreateWebhookEndpoint(ctx context.Context, req CreateWebhookEnd
 
 // RotateWebhookSecret gives the endpoint a new signing secret and answers
 // it, retrying under one idempotency key (its own scope), so that a retry
-// answers the same new secret instead of rotating again. For 24 hours both
-// secrets sign every delivery.
+// rotates nothing more. For 24 hours both secrets sign every delivery.
 func (c *Client) RotateWebhookSecret(ctx context.Context, endpointID string, opts ...CallOption) (*WebhookEndpointResult, error) {
+	return c.RotateWebhookSecretWith(ctx, endpointID, RotateWebhookSecretRequest{}, opts...)
+}
+
+// RotateWebhookSecretWith is RotateWebhookSecret with req: how long the
+// replaced secret keeps signing (PreviousSecretExpiresIn, "0s" to "24h";
+// "0s" stops it at once, for a secret that leaked).
+func (c *Client) RotateWebhookSecretWith(ctx context.Context, endpointID string, req RotateWebhookSecretRequest, opts ...CallOption) (*WebhookEndpointResult, error) {
 	o := c.callOptions(opts)
 	params := &apigen.RotateWebhookSecretParams{IdempotencyKey: o.key, Prefer: o.prefer()}
 	return c.endpointCall(ctx, "POST /webhook-endpoints/"+endpointID+"/rotate-secret", o, func(ctx context.Context) (*http.Response, error) {
-		return c.raw.RotateWebhookSecret(ctx, endpointID, params, c.edit)
+		return c.raw.RotateWebhookSecret(ctx, endpointID, params, req, c.edit)
+	})
+}
+
+// GetWebhookEndpointSecret returns the secret that signs the endpoint's
+// deliveries now.
+func (c *Client) GetWebhookEndpointSecret(ctx context.Context, endpointID string) (*WebhookEndpointSecret, error) {
+	return get[WebhookEndpointSecret](ctx, c, "GET /webhook-endpoints/"+endpointID+"/secret", func(ctx context.Context) (*http.Response, error) {
+		return c.raw.GetWebhookEndpointSecret(ctx, endpointID, c.edit)
 	})
 }
 
 // endpointCall runs an idempotent call that answers with an endpoint and
-// its secret.
+// its secret; a replay, which holds none, is completed with the endpoint's
+// current one.
 func (c *Client) endpointCall(ctx context.Context, op string, o callOptions, send func(context.Context) (*http.Response, error)) (*WebhookEndpointResult, error) {
 	e, out, err := create[WebhookEndpointWithSecret](ctx, c, op, o, send)
 	if err != nil {
 		return nil, err
+	}
+	if e.Secret == "" {
+		s, err := c.GetWebhookEndpointSecret(ctx, e.EndpointID)
+		if err != nil {
+			return nil, err
+		}
+		e.Secret = s.Secret
 	}
 	return &WebhookEndpointResult{Endpoint: *e, Outcome: out}, nil
 }

@@ -52,7 +52,8 @@ func TestWebhookEndpointLifecycle(t *testing.T) {
 	ctx := context.Background()
 
 	// Registered once, however often the answer is lost: the retry gets
-	// the stored answer, with the same secret.
+	// the stored answer, which holds no secret, and the client reads the
+	// secret with GET /webhook-endpoints/{endpointId}/secret.
 	req := client.CreateWebhookEndpointRequest{
 		URL:        "https://merchant.example/hooks",
 		EventTypes: []client.EventType{client.EventPaymentSucceeded, client.EventRefundSucceeded},
@@ -73,8 +74,8 @@ func TestWebhookEndpointLifecycle(t *testing.T) {
 	if res.Location != "/webhook-endpoints/"+e.EndpointID {
 		t.Errorf("Location %q", res.Location)
 	}
-	if keys := f.keys(); len(keys) != 2 || keys[0] != res.IdempotencyKey || keys[1] != res.IdempotencyKey {
-		t.Errorf("the attempts carried keys %q, want %q twice", keys, res.IdempotencyKey)
+	if keys := f.keys(); len(keys) != 3 || keys[0] != res.IdempotencyKey || keys[1] != res.IdempotencyKey || keys[2] != "" {
+		t.Errorf("the attempts carried keys %q, want %q twice, then none (the secret's GET)", keys, res.IdempotencyKey)
 	}
 	again, err := c.CreateWebhookEndpoint(ctx, req, client.WithIdempotencyKey(res.IdempotencyKey))
 	if err != nil {

@@ -58,7 +58,7 @@ func TestTheServiceRunsUnderTheDocumentedGrants(t *testing.T) {
 		"DATABASE_URL": appURL, "MIGRATE": "false", "HTTP_ADDR": "127.0.0.1:0", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"API_KEYS": recTenant + ":" + recSecret, "PROVIDER_TIMEOUT": "1s", "LEASE_DURATION": "2s",
 		"RECONCILE_INTERVAL": "200ms", "CLEANUP_INTERVAL": "500ms",
-		"WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE": "true",
+		"WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE": "true", "SECRETS_KEY": e2eSecretsKey,
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()

@@ -20,6 +20,10 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
+// e2eSecretsKey is the SECRETS_KEY of the servers the tests start outside
+// dev mode that register webhook endpoints: the base64 of 32 bytes.
+const e2eSecretsKey = "cGF5bWVudHNhcGktZTJlLXRlc3Qtc2VjcmV0cy1rZXk="
+
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // lineWatcher collects a process's output and finds the first line that

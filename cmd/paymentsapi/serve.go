@@ -46,6 +46,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
@@ -68,6 +69,7 @@ type instance struct {
 	dataDir string               // dev mode: where the embedded PostgreSQL keeps its data
 	devURL  string               // dev mode: the embedded database's URL, for psql and the operator commands
 	apiKeys apikeys.Hasher       // how API keys' secrets are stored (API_KEY_PEPPER)
+	secrets *secretbox.Box       // seals webhook secrets (SECRETS_KEY); nil: none set
 	closers []func()
 
 	// provider is the provider's adapter (nil for an operator's database
@@ -151,6 +153,9 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 	if a.apiKeys, err = apiKeyHasher(cfg, u, log); err != nil {
 		return nil, err
 	}
+	if a.secrets, err = secretsBox(cfg, u, log); err != nil {
+		return nil, err
+	}
 	a.pool, err = database.Open(ctx, dbURL, tracing.Pool(tp))
 	if err != nil {
 		return nil, err
@@ -176,6 +181,15 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		}
 		if err := setUpAPIKeys(ctx, a.pool, cfg, a.apiKeys, clk, log); err != nil {
 			return nil, err
+		}
+		if a.secrets != nil {
+			n, err := endpoints.SealLegacy(ctx, a.pool, a.secrets, "")
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 {
+				log.Info("webhook secrets stored in the clear by an earlier release are sealed now", "endpoints", n)
+			}
 		}
 	}
 
@@ -216,14 +230,14 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 			MaxAttempts: cfg.ReconcileMaxAttempts,
 		},
 		StripeWebhookSecret: cfg.StripeWebhookSecret,
-		Webhooks:            endpoints.Options{Policy: webhookPolicy(cfg)},
+		Webhooks:            endpoints.Options{Policy: webhookPolicy(cfg), Secrets: a.secrets},
 	})
 	return a, nil
 }
 
 // webhookPolicy is where merchants' webhook endpoints may point.
 func webhookPolicy(cfg config.Config) outbound.Policy {
-	return outbound.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate}
+	return outbound.Policy{AllowHTTP: cfg.WebhookAllowHTTP, AllowPrivate: cfg.WebhookAllowPrivate, AllowedPorts: cfg.WebhookAllowedPorts}
 }
 
 // serve runs the API until ctx ends, then shuts down in order: stop taking
@@ -249,8 +263,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	clk := clock.System{}
 	deliveries, err := delivery.NewWorker(delivery.Deps{
 		DB: a.pool, Clock: clk, Log: log.With("component", "webhook-delivery"),
-		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log), Tracer: tp, Events: a.core.EventLog.Relation(),
-	}, delivery.Config{Policy: webhookPolicy(cfg), Timeout: cfg.WebhookTimeout, Schedule: cfg.WebhookRetrySchedule})
+		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log), Tracer: tp, Events: a.core.EventLog.Relation(), Secrets: a.secrets,
+	}, delivery.Config{Policy: webhookPolicy(cfg), Timeout: cfg.WebhookTimeout, Schedule: cfg.WebhookRetrySchedule,
+		KeepPrivateAnswers: cfg.DevMode()})
 	if err != nil {
 		return err
 	}
@@ -491,24 +506,62 @@ func apiKeyHasher(cfg config.Config, u use, log *slog.Logger) (apikeys.Hasher, e
 
 // devPepper reads the dev mode's pepper from dir, or generates it there.
 func devPepper(dir string) (string, error) {
-	path := filepath.Join(dir, "api_key_pepper")
+	return devSecret(dir, "api_key_pepper", "the dev API key pepper", func() (string, error) {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		return hex.EncodeToString(b[:]), nil
+	})
+}
+
+// devSecret reads the dev mode's secret kept in dir/name, or makes one
+// with generate and keeps it there (readable by its owner only), so that
+// what the demo database holds under it stays usable across restarts.
+func devSecret(dir, name, what string, generate func() (string, error)) (string, error) {
+	path := filepath.Join(dir, name)
 	if b, err := os.ReadFile(path); err == nil {
 		return strings.TrimSpace(string(b)), nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("read the dev API key pepper: %w", err)
+		return "", fmt.Errorf("read %s: %w", what, err)
 	}
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	secret, err := generate()
+	if err != nil {
 		return "", err
 	}
-	pepper := hex.EncodeToString(b[:])
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("keep the dev API key pepper: %w", err)
+		return "", fmt.Errorf("keep %s: %w", what, err)
 	}
-	if err := os.WriteFile(path, []byte(pepper+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("keep the dev API key pepper: %w", err)
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("keep %s: %w", what, err)
 	}
-	return pepper, nil
+	return secret, nil
+}
+
+// secretsBox returns what seals webhook endpoints' secrets: SECRETS_KEY;
+// in dev mode, without one, a key generated once and kept in the data
+// directory. Outside dev mode without one it is nil, and a server warns:
+// it can neither create an endpoint nor rotate or reveal a secret.
+func secretsBox(cfg config.Config, u use, log *slog.Logger) (*secretbox.Box, error) {
+	key := cfg.SecretsKey
+	if key == "" && cfg.DevMode() {
+		var err error
+		if key, err = devSecret(cfg.DataDir, "secrets_key", "the dev secrets key", secretbox.NewKey); err != nil {
+			return nil, err
+		}
+	}
+	if key == "" {
+		if u == useServer {
+			log.Warn("SECRETS_KEY is not set: webhook endpoints can be neither created nor rotated (503 SECRETS_KEY_MISSING), " +
+				"and their secrets not revealed; set it to the base64 of 32 random bytes (openssl rand -base64 32)")
+		}
+		return nil, nil
+	}
+	box, err := secretbox.FromKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("SECRETS_KEY: %w", err)
+	}
+	return box, nil
 }
 
 // startProvider returns the configured provider and a function that stops

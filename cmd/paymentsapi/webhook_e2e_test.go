@@ -52,7 +52,8 @@ func TestKilledAPIMidWebhookThenAnotherDelivers(t *testing.T) {
 	}))
 	defer receiver.Close()
 
-	_, db, env := recStartBackends(t, simBin, nil, "WEBHOOK_TIMEOUT=5s", "WEBHOOK_ALLOW_HTTP=true", "WEBHOOK_ALLOW_PRIVATE=true")
+	_, db, env := recStartBackends(t, simBin, nil, "WEBHOOK_TIMEOUT=5s", "WEBHOOK_ALLOW_HTTP=true", "WEBHOOK_ALLOW_PRIVATE=true",
+		"SECRETS_KEY="+e2eSecretsKey)
 	apiA, urlA := startProcess(t, apiBin, env)
 	reg := call(t, "POST", urlA+"/webhook-endpoints", recSecret, "hook-1", `{"url":"`+receiver.URL+`/hook"}`)
 	var ep struct{ Secret string }

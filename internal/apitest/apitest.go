@@ -33,6 +33,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 )
 
 // Secret is the API key of the one tenant of a Server.
@@ -88,6 +89,14 @@ func Start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("apitest: start the provider simulator: %v", err)
 	}
+	secretsKey, err := secretbox.NewKey()
+	if err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
+	secrets, err := secretbox.FromKey(secretsKey)
+	if err != nil {
+		t.Fatalf("apitest: %v", err)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -99,7 +108,7 @@ func Start(t testing.TB, opts Options) *Server {
 	}, app.Config{
 		ReplayTTL: 24 * time.Hour, Lease: opts.ProviderTimeout + 30*time.Second, ProviderTimeout: opts.ProviderTimeout,
 		ProviderKeyWindow: 24 * time.Hour, RetryAfter: opts.RetryAfter,
-		Webhooks: endpoints.Options{Policy: opts.Webhooks},
+		Webhooks: endpoints.Options{Policy: opts.Webhooks, Secrets: secrets},
 	})
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,

@@ -90,7 +90,7 @@ func Modules(cfg Config) []operation.Module {
 		payments.Module(cfg.PaymentHooks),
 		refunds.Module(),
 		authorizations.CaptureModule(), authorizations.CancelModule(),
-		endpoints.CreateModule(cfg.Webhooks), endpoints.RotateModule(), delivery.ResendModule(),
+		endpoints.CreateModule(cfg.Webhooks), endpoints.RotateModule(cfg.Webhooks), delivery.ResendModule(),
 	}
 }
 

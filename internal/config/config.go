@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
@@ -37,7 +38,12 @@ type Config struct {
 	// under (API_KEY_PEPPER); empty outside dev mode: a plain SHA-256. In
 	// dev mode an empty one is generated and kept in DataDir.
 	APIKeyPepper string
-	Provider     string // "sim" or "stripe"
+	// SecretsKey seals the webhook endpoints' signing secrets
+	// (SECRETS_KEY: the base64 of 32 bytes, package secretbox); empty
+	// outside dev mode: no endpoint can be created. In dev mode an empty
+	// one is generated and kept in DataDir.
+	SecretsKey string
+	Provider   string // "sim" or "stripe"
 	// ProviderNamed reports whether PROVIDER (or -provider) was given:
 	// outside dev mode a server needs it (CheckServer).
 	ProviderNamed bool
@@ -91,6 +97,10 @@ type Config struct {
 	// unless set.
 	WebhookAllowHTTP    bool
 	WebhookAllowPrivate bool
+	// WebhookAllowedPorts are the ports a webhook URL may name besides 443
+	// and 8443 while neither of the two above is set
+	// (WEBHOOK_ALLOWED_PORTS).
+	WebhookAllowedPorts []int
 	// WebhookTimeout bounds one webhook delivery attempt.
 	WebhookTimeout time.Duration
 	// WebhookRetrySchedule is the wait after each failed delivery attempt,
@@ -155,6 +165,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
 	secret(&c.APIKeyPepper, "api-key-pepper", "API_KEY_PEPPER", "server secret API keys are hashed under, at least 32 characters; dev mode: generated in the data directory")
+	secret(&c.SecretsKey, "secrets-key", "SECRETS_KEY", "key webhook signing secrets are stored encrypted under: the base64 of 32 random bytes (openssl rand -base64 32); dev mode: generated in the data directory")
 	fs.StringVar(&c.Provider, "provider", env("PROVIDER", ""), "payment provider: sim or stripe; outside dev mode it must be named (PROVIDER)")
 	var simInProcess string
 	fs.StringVar(&simInProcess, "provider-sim-in-process", env("PROVIDER_SIM_IN_PROCESS", ""),
@@ -176,13 +187,15 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	dur(&c.InboxRetention, "inbox-retention", "INBOX_RETENTION", "720h", "how long the event consumers' inbox rows are kept (rejected ones are kept until a person deletes them)")
 	dur(&c.CleanupInterval, "cleanup-interval", "CLEANUP_INTERVAL", "1m", "how often expired keys and published events are cleaned up")
 	dur(&c.WebhookTimeout, "webhook-timeout", "WEBHOOK_TIMEOUT", "10s", "bound of one webhook delivery attempt, from dial to the last byte read")
-	var allowHTTP, allowPrivate, schedule, migrate string
+	var allowHTTP, allowPrivate, allowedPorts, schedule, migrate string
 	fs.StringVar(&migrate, "migrate", env("MIGRATE", "true"),
 		"apply the migrations at start-up: true or false; false refuses a database that lacks one (run paymentsapi migrate) (MIGRATE)")
 	fs.StringVar(&allowHTTP, "webhook-allow-http", env("WEBHOOK_ALLOW_HTTP", ""),
 		"allow plain http webhook endpoints: true or false; default true in dev mode only (WEBHOOK_ALLOW_HTTP)")
 	fs.StringVar(&allowPrivate, "webhook-allow-private", env("WEBHOOK_ALLOW_PRIVATE", ""),
 		"allow webhook endpoints on loopback, private, link-local and other non-public addresses: true or false; default true in dev mode only (WEBHOOK_ALLOW_PRIVATE)")
+	fs.StringVar(&allowedPorts, "webhook-allowed-ports", env("WEBHOOK_ALLOWED_PORTS", ""),
+		"ports a webhook URL may name besides 443 and 8443, comma-separated; any port when WEBHOOK_ALLOW_HTTP or WEBHOOK_ALLOW_PRIVATE is true (WEBHOOK_ALLOWED_PORTS)")
 	fs.StringVar(&schedule, "webhook-retry-schedule", env("WEBHOOK_RETRY_SCHEDULE", DefaultWebhookRetrySchedule),
 		"waits after each failed webhook delivery attempt, comma-separated; after the last the message has failed (WEBHOOK_RETRY_SCHEDULE)")
 	maxAttempts, err := strconv.Atoi(env("RECONCILE_MAX_ATTEMPTS", "20"))
@@ -288,6 +301,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 		}
 		c.ProviderSimInProcess = b
 	}
+	if c.WebhookAllowedPorts, err = parsePorts(allowedPorts); err != nil {
+		errs = append(errs, fmt.Errorf("WEBHOOK_ALLOWED_PORTS: %w", err))
+	}
 	if c.WebhookRetrySchedule, err = parseSchedule(schedule); err != nil {
 		errs = append(errs, fmt.Errorf("WEBHOOK_RETRY_SCHEDULE: %w", err))
 	}
@@ -316,6 +332,25 @@ func parseSchedule(s string) ([]time.Duration, error) {
 	}
 	return out, nil
 }
+
+// parsePorts reads a comma-separated list of TCP ports ("": none).
+func parsePorts(s string) ([]int, error) {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%q is not a port (1-65535)", part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// StripeWebhookSecretPrefix starts every Stripe webhook signing secret.
+const StripeWebhookSecretPrefix = "whsec_"
 
 // CheckServer refuses a server's configuration that would, outside dev
 // mode, pay through a provider nobody chose: a missing PROVIDER defaults to
@@ -348,6 +383,17 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("PROVIDER_KEY_TTL (%s) must be at most %s with PROVIDER=stripe: "+
 			"Stripe forgets idempotency keys after 24 hours, and a payment re-sent after that could be charged twice",
 			c.ProviderKeyTTL, StripeKeyTTL))
+	}
+	if c.StripeWebhookSecret != "" && !strings.HasPrefix(c.StripeWebhookSecret, StripeWebhookSecretPrefix) {
+		// Never the value: it is a secret, and most likely another one
+		// (the API key) in the wrong place.
+		errs = append(errs, errors.New("STRIPE_WEBHOOK_SECRET must start with whsec_: it is the signing secret of the webhook "+
+			"endpoint (Stripe Dashboard, Developers, Webhooks, or `stripe listen`), not an API key"))
+	}
+	if c.SecretsKey != "" {
+		if _, err := secretbox.ParseKey(c.SecretsKey); err != nil {
+			errs = append(errs, fmt.Errorf("SECRETS_KEY: %w", err))
+		}
 	}
 	if c.CommitMode != "inline" && c.CommitMode != "group" {
 		errs = append(errs, fmt.Errorf("COMMIT_MODE must be inline or group, not %q", c.CommitMode))

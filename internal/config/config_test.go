@@ -128,7 +128,7 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 	env := map[string]string{
 		"DATABASE_URL": "postgres://u:hunter2@db/x", "API_KEYS": "demo:sk_live_secret",
 		"STRIPE_API_KEY": "sk_live_stripe", "NATS_URL": "nats://u:natspass@n", "STRIPE_WEBHOOK_SECRET": "whsec_hook",
-		"API_KEY_PEPPER": "pepper-pepper-pepper-pepper-pepper",
+		"API_KEY_PEPPER": "pepper-pepper-pepper-pepper-pepper", "SECRETS_KEY": "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2U=",
 	}
 	var out bytes.Buffer
 	if _, err := Load([]string{"-h"}, func(k string) string { return env[k] }, &out); err == nil {
@@ -137,14 +137,14 @@ func TestHelpNeverPrintsSecrets(t *testing.T) {
 	if _, err := Load([]string{"-no-such-flag"}, func(k string) string { return env[k] }, &out); err == nil {
 		t.Fatal("unknown flag accepted")
 	}
-	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass", "whsec_hook", "pepper-pepper"} {
+	for _, secret := range []string{"hunter2", "sk_live_secret", "sk_live_stripe", "natspass", "whsec_hook", "pepper-pepper", "c2VjcmV0"} {
 		if strings.Contains(out.String(), secret) {
 			t.Errorf("usage output leaks %q", secret)
 		}
 	}
 	c, err := Load(nil, func(k string) string { return env[k] }, &out)
 	if err != nil || c.StripeAPIKey != "sk_live_stripe" || c.DatabaseURL != env["DATABASE_URL"] || c.APIKeys != env["API_KEYS"] ||
-		c.StripeWebhookSecret != "whsec_hook" || c.APIKeyPepper != env["API_KEY_PEPPER"] {
+		c.StripeWebhookSecret != "whsec_hook" || c.APIKeyPepper != env["API_KEY_PEPPER"] || c.SecretsKey != env["SECRETS_KEY"] {
 		t.Errorf("secrets from the environment no longer apply: %v", err)
 	}
 }
@@ -283,5 +283,42 @@ func TestAServerOutsideDevModeNamesItsProvider(t *testing.T) {
 		return map[string]string{"PROVIDER_SIM_IN_PROCESS": "maybe"}[k]
 	}, &bytes.Buffer{}); err == nil {
 		t.Error("PROVIDER_SIM_IN_PROCESS=maybe accepted")
+	}
+}
+
+// STRIPE_WEBHOOK_SECRET is Stripe's webhook signing secret, whsec_...:
+// anything else (most likely the API key, in the wrong place) is refused at
+// start, saying why and never showing it.
+func TestStripeWebhookSecretMustStartWithWhsec(t *testing.T) {
+	for _, secret := range []string{"sk_live_51Habc", "rk_test_x", "hunter2hook", "WHSEC_x"} {
+		_, err := Load(nil, func(k string) string { return map[string]string{"STRIPE_WEBHOOK_SECRET": secret}[k] }, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "STRIPE_WEBHOOK_SECRET must start with whsec_") || strings.Contains(err.Error(), secret) {
+			t.Errorf("STRIPE_WEBHOOK_SECRET=%s: %v, want a refusal saying it must start with whsec_, without the value", secret, err)
+		}
+	}
+	if c, err := Load(nil, func(k string) string { return map[string]string{"STRIPE_WEBHOOK_SECRET": "whsec_abc"}[k] }, &bytes.Buffer{}); err != nil || c.StripeWebhookSecret != "whsec_abc" {
+		t.Errorf("whsec_abc: %v", err)
+	}
+}
+
+// SECRETS_KEY, when set, is the base64 of 32 bytes; WEBHOOK_ALLOWED_PORTS a
+// list of ports.
+func TestSecretsKeyAndAllowedPorts(t *testing.T) {
+	load := func(env map[string]string) (Config, error) {
+		return Load(nil, func(k string) string { return env[k] }, &bytes.Buffer{})
+	}
+	for _, key := range []string{"short", "c2hvcnQ=", "not base64 at all!!"} {
+		if _, err := load(map[string]string{"SECRETS_KEY": key}); err == nil || !strings.Contains(err.Error(), "SECRETS_KEY") || strings.Contains(err.Error(), key) {
+			t.Errorf("SECRETS_KEY=%q: %v, want a refusal naming SECRETS_KEY without its value", key, err)
+		}
+	}
+	c, err := load(map[string]string{"WEBHOOK_ALLOWED_PORTS": "9443, 10443"})
+	if err != nil || !slices.Equal(c.WebhookAllowedPorts, []int{9443, 10443}) {
+		t.Errorf("WEBHOOK_ALLOWED_PORTS: %v, %v", c.WebhookAllowedPorts, err)
+	}
+	for _, ports := range []string{"0", "65536", "https"} {
+		if _, err := load(map[string]string{"WEBHOOK_ALLOWED_PORTS": ports}); err == nil || !strings.Contains(err.Error(), "WEBHOOK_ALLOWED_PORTS") {
+			t.Errorf("WEBHOOK_ALLOWED_PORTS=%s: %v", ports, err)
+		}
 	}
 }

@@ -54,6 +54,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
@@ -107,6 +108,11 @@ type Config struct {
 	// DisableAfter is how long an endpoint may fail without a success
 	// before it is disabled (default 5 days).
 	DisableAfter time.Duration
+	// KeepPrivateAnswers keeps, in the delivery log, the beginning of the
+	// body of a failed answer from a private address too (dev mode, where
+	// it is how a developer sees their receiver's error); otherwise only a
+	// public address's answer body is kept.
+	KeepPrivateAnswers bool
 }
 
 func (c Config) withDefaults() Config {
@@ -148,6 +154,10 @@ type Deps struct {
 	// Events is the event log as SQL (eventlog.Log.Relation), where the
 	// worker reads each message's event as merchants see it.
 	Events string
+	// Secrets opens the endpoints' sealed secrets (SECRETS_KEY); nil: only
+	// an endpoint whose secret is still in the clear (written by the
+	// release before migration 00043) can be signed for.
+	Secrets *secretbox.Box
 }
 
 // Worker sends due messages. Run one in every instance; any number can run
@@ -158,6 +168,7 @@ type Worker struct {
 	log     *slog.Logger
 	metrics *Metrics
 	client  *http.Client
+	box     *secretbox.Box
 	cfg     Config
 	tracer  trace.Tracer // nil: tracing is off
 	// claimSQL is ClaimSQL on Deps.Events, built once.
@@ -189,7 +200,7 @@ func NewWorker(d Deps, cfg Config) (*Worker, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Worker{
-		db: d.DB, clock: d.Clock, log: log, metrics: d.Metrics, cfg: cfg, tracer: tracing.Tracer(d.Tracer),
+		db: d.DB, clock: d.Clock, log: log, metrics: d.Metrics, box: d.Secrets, cfg: cfg, tracer: tracing.Tracer(d.Tracer),
 		claimSQL: ClaimSQL(d.Events),
 		client:   cfg.Policy.Client(cfg.Timeout, cfg.Resolver),
 		slots:    make(chan struct{}, cfg.Concurrency),

@@ -35,6 +35,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -59,7 +60,22 @@ type env struct {
 	core     *app.Core
 	policy   outbound.Policy
 	resolver outbound.Resolver
+	secrets  *secretbox.Box
 	recv     *receiver
+}
+
+// newSecretsBox is a secrets box under a new random key.
+func newSecretsBox(t *testing.T) *secretbox.Box {
+	t.Helper()
+	key, err := secretbox.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secretbox.FromKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return box
 }
 
 // newEnv starts the API with the destination policy p and resolver r (nil:
@@ -74,6 +90,20 @@ func newEnv(t *testing.T, p outbound.Policy, r outbound.Resolver) *env {
 // newEnvOn is newEnv on pool's database.
 func newEnvOn(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Resolver) *env {
 	t.Helper()
+	return newEnvWith(t, pool, p, r, newSecretsBox(t))
+}
+
+// newEnvWith is newEnvOn with the secrets box secrets (nil: no
+// SECRETS_KEY).
+func newEnvWith(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Resolver, secrets *secretbox.Box) *env {
+	t.Helper()
+	return newEnvCommitting(t, pool, p, r, secrets, pgtest.CommitMode())
+}
+
+// newEnvCommitting is newEnvWith whose requests are committed in mode
+// (COMMIT_MODE).
+func newEnvCommitting(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Resolver, secrets *secretbox.Box, mode string) *env {
+	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewFake(time.Now())
 	_, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: tenantA}, {Tenant: "tenant_b", Secret: tenantB}}, clk.Now())
@@ -85,14 +115,14 @@ func newEnvOn(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Re
 	m := metrics.New(reg)
 	core := app.New(app.Deps{DB: pool, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clk, Log: log, Metrics: m}, app.Config{
 		ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
-		ProviderKeyWindow: 24 * time.Hour, Webhooks: endpoints.Options{Policy: p, Resolver: r}, CommitMode: pgtest.CommitMode(),
+		ProviderKeyWindow: 24 * time.Hour, Webhooks: endpoints.Options{Policy: p, Resolver: r, Secrets: secrets}, CommitMode: mode,
 	})
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
 		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) }, Clock: clk,
 	})))
 	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, policy: p, resolver: r, recv: newReceiver(t)}
+	return &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, policy: p, resolver: r, secrets: secrets, recv: newReceiver(t)}
 }
 
 // worker returns a worker on the env's database and clock, with cfg (its
@@ -113,7 +143,7 @@ func (e *env) workerWith(cfg delivery.Config, m *delivery.Metrics) *delivery.Wor
 		cfg.Timeout = 5 * time.Second
 	}
 	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Metrics: m,
-		Events: e.core.EventLog.Relation()}, cfg)
+		Events: e.core.EventLog.Relation(), Secrets: e.secrets}, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}

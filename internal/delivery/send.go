@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
@@ -77,7 +81,12 @@ func (w *Worker) attempt(ctx context.Context, j job) attempt {
 		a.err = kept("the message cannot be encoded: " + err.Error())
 		return a
 	}
-	headers, err := outbound.Sign(j.eventID, a.at, body, j.secrets...)
+	secrets, err := w.secrets(ctx, j, a.at)
+	if err != nil {
+		a.err = kept("the message cannot be signed: " + err.Error())
+		return a
+	}
+	headers, err := outbound.Sign(j.eventID, a.at, body, secrets...)
 	if err != nil {
 		a.err = kept("the message cannot be signed: " + err.Error())
 		return a
@@ -97,6 +106,11 @@ func (w *Worker) attempt(ctx context.Context, j job) attempt {
 	if w.tracer != nil {
 		tracing.Propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
+	// The address the request went to, to tell a private one.
+	var remote net.Addr
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { remote = info.Conn.RemoteAddr() },
+	}))
 	// A latency, measured on the monotonic clock: not a time of the
 	// service's, which all come from w.clock.
 	start := time.Now()
@@ -119,11 +133,50 @@ func (w *Worker) attempt(ctx context.Context, j job) attempt {
 		a.err = "410 Gone: the endpoint asks for no more messages"
 	default:
 		a.err = fmt.Sprintf("the endpoint answered %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
-		if s := kept(string(answer)); s != "" {
+		if s := kept(string(answer)); s != "" && w.keepsAnswerFrom(remote) {
 			a.err += ": " + s
 		}
 	}
 	return a
+}
+
+// keepsAnswerFrom reports whether an attempt keeps the body of an answer
+// from addr: always from a public address; from a private one (allowed by
+// WEBHOOK_ALLOW_PRIVATE) only with KeepPrivateAnswers (dev mode), so that
+// the delivery log cannot read a tenant what a service inside the network
+// answers.
+func (w *Worker) keepsAnswerFrom(addr net.Addr) bool {
+	if w.cfg.KeepPrivateAnswers {
+		return true
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip, ok := netip.AddrFromSlice(tcp.IP)
+	return ok && outbound.IsPublic(ip)
+}
+
+// secrets are the secrets that sign j's message at now: opened from the
+// claim's sealed ones, or, for an endpoint the release before migration
+// 00043 wrote in the clear, read (and sealed) by package endpoints.
+func (w *Worker) secrets(ctx context.Context, j job, now time.Time) ([]string, error) {
+	if j.sealed == "" {
+		return endpoints.Secrets(ctx, w.db, w.box, j.endpointID, now)
+	}
+	current, err := endpoints.OpenSecret(w.box, j.endpointID, j.sealed)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{current}
+	if j.previousSealed != "" {
+		previous, err := endpoints.OpenSecret(w.box, j.endpointID, j.previousSealed)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, previous)
+	}
+	return out, nil
 }
 
 // kept is s as an attempt keeps it: valid UTF-8 without NUL (a text

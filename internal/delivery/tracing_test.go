@@ -45,7 +45,7 @@ func TestSendContinuesTheEventsTrace(t *testing.T) {
 
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Tracer: tp,
+	w, err := delivery.NewWorker(delivery.Deps{DB: e.pool, Clock: e.clk, Log: slog.New(slog.DiscardHandler), Tracer: tp, Secrets: e.secrets,
 		Events: e.core.EventLog.Relation()},
 		delivery.Config{Policy: e.policy, Timeout: 5 * time.Second})
 	if err != nil {

@@ -29,7 +29,7 @@ func TestTheCopyOfAnEarlierReleaseIsReadUntilItsRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnvOn(t, pgtest.NewPoolAtWithKeys(t, versionBeforeTheLogWasTheOutbox), devPolicy, nil)
-	ep := e.hook(tenantA, "/old")
+	ep := e.legacyHook("tenant_a", "/old") // as that release registered it
 	now := e.clk.Now()
 	const (
 		old  = "01900000-0000-7000-8000-000000000001" // in the copy only, its message pending

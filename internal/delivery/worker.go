@@ -70,7 +70,8 @@ func ClaimSQL(events string) string {
 		  AND ev.id = ANY (ARRAY(SELECT c.event_id FROM webhook_messages c WHERE c.id = ANY (ARRAY(SELECT id FROM picked))))
 		  AND w.id = ANY (ARRAY(SELECT endpoint_id FROM picked)) AND w.id = m.endpoint_id
 		RETURNING m.id, m.token, m.status, m.attempts, ev.id::text, ev.type, ev.occurred_at, ev.data,
-		    w.id, w.url, w.secret, CASE WHEN w.previous_secret_expires_at > $1 THEN w.previous_secret END,
+		    w.id, w.url, COALESCE(w.secret_sealed, ''),
+		    CASE WHEN w.previous_secret_expires_at > $1 THEN COALESCE(w.previous_secret_sealed, '') ELSE '' END,
 		    coalesce(ev.traceparent, '')`
 }
 
@@ -85,9 +86,11 @@ type job struct {
 	data       json.RawMessage
 	endpointID string
 	url        string
-	// secrets sign the message: the endpoint's, then the one a rotation
-	// replaced, while it still signs.
-	secrets []string
+	// sealed and previousSealed are the endpoint's secret and the one a
+	// rotation replaced, while it still signs ("": none), as stored
+	// (package endpoints opens them). No sealed secret: the release before
+	// migration 00043 wrote it in the clear (endpoints.Secrets).
+	sealed, previousSealed string
 	// traceparent is the trace context the event was published under ("":
 	// untraced); its sends continue that trace.
 	traceparent string
@@ -111,12 +114,11 @@ func (w *Worker) claim(ctx context.Context, limit int) ([]job, error) {
 	)
 	for rows.Next() {
 		var (
-			j              job
-			status, secret string
-			previous       *string
+			j      job
+			status string
 		)
 		err := rows.Scan(&j.messageID, &j.token, &status, &j.attempt, &j.eventID, &j.eventType, &j.occurredAt, &j.data,
-			&j.endpointID, &j.url, &secret, &previous, &j.traceparent)
+			&j.endpointID, &j.url, &j.sealed, &j.previousSealed, &j.traceparent)
 		if err != nil {
 			return nil, fmt.Errorf("claim webhook messages: %w", err)
 		}
@@ -124,10 +126,7 @@ func (w *Worker) claim(ctx context.Context, limit int) ([]job, error) {
 		if status != "pending" {
 			continue // abandoned: its endpoint was disabled or deleted
 		}
-		j.occurredAt, j.secrets = j.occurredAt.UTC(), []string{secret}
-		if previous != nil {
-			j.secrets = append(j.secrets, *previous)
-		}
+		j.occurredAt = j.occurredAt.UTC()
 		jobs = append(jobs, j)
 	}
 	if err := rows.Err(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"slices"
+	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
@@ -78,10 +79,38 @@ func (c Command) Fingerprint() []byte {
 	return sum[:]
 }
 
+// RotateRequest is the JSON body of POST
+// /webhook-endpoints/{endpointId}/rotate-secret; every field is optional.
+type RotateRequest struct {
+	// PreviousSecretExpiresIn is how long the secret being replaced keeps
+	// signing, a Go duration from "0s" to "24h" (default RotationOverlap).
+	PreviousSecretExpiresIn *string `json:"previousSecretExpiresIn"`
+}
+
+// overlap validates r: how long the replaced secret keeps signing.
+func (r RotateRequest) overlap() (time.Duration, error) {
+	if r.PreviousSecretExpiresIn == nil {
+		return RotationOverlap, nil
+	}
+	var errs validate.Collector
+	d, err := time.ParseDuration(*r.PreviousSecretExpiresIn)
+	if err != nil || d < 0 || d > MaxRotationOverlap {
+		errs.Add("previousSecretExpiresIn", `must be a duration from "0s" to "24h", such as "1h30m"`)
+		return 0, errs.Err()
+	}
+	return d, nil
+}
+
 // rotateFingerprint is the one definition of "the same rotation": of the
-// same endpoint (the command has no body).
-func rotateFingerprint(endpointID string) []byte {
-	canonical, _ := json.Marshal([]any{OperationRotate, endpointID})
+// same endpoint, keeping the replaced secret for the same time. The default
+// overlap's is the fingerprint of a rotation before the overlap could be
+// chosen, so that a key the previous release stored is the same command.
+func rotateFingerprint(endpointID string, overlap time.Duration) []byte {
+	parts := []any{OperationRotate, endpointID}
+	if overlap != RotationOverlap {
+		parts = append(parts, overlap.Seconds())
+	}
+	canonical, _ := json.Marshal(parts)
 	sum := sha256.Sum256(canonical)
 	return sum[:]
 }

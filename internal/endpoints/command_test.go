@@ -33,7 +33,8 @@ func TestEventTypesAreASet(t *testing.T) {
 		t.Errorf("every type: %v, %v; its fingerprint must differ from a list's", all.EventTypes, err)
 	}
 	other, _ := CreateRequest{URL: "https://example.com/other"}.validate(known())
-	if bytes.Equal(other.Fingerprint(), all.Fingerprint()) || bytes.Equal(rotateFingerprint("we_1"), rotateFingerprint("we_2")) {
+	if bytes.Equal(other.Fingerprint(), all.Fingerprint()) || bytes.Equal(rotateFingerprint("we_1", RotationOverlap), rotateFingerprint("we_2", RotationOverlap)) ||
+		bytes.Equal(rotateFingerprint("we_1", RotationOverlap), rotateFingerprint("we_1", 0)) {
 		t.Error("two commands share a fingerprint")
 	}
 }

@@ -3,19 +3,28 @@
 // built as every operation is (internal/operation) and registered as its own
 // module:
 //   - create_webhook_endpoint (POST /webhook-endpoints, CreateModule), whose
-//     answer, and its replays within the replay window, are the only place
-//     the endpoint's secret is shown; its routes also list, read and delete
-//     endpoints (never showing a secret);
+//     first answer shows the endpoint's new secret; its routes also list,
+//     read and delete endpoints (never showing a secret), and reveal an
+//     endpoint's secret to its tenant (GET /webhook-endpoints/{endpointId}/secret);
 //   - rotate_webhook_secret (POST /webhook-endpoints/{endpointId}/rotate-secret,
 //     RotateModule), which gives the endpoint a new secret and keeps the old
-//     one signing for RotationOverlap, so that a receiver can switch without
-//     missing a message.
+//     one signing for up to MaxRotationOverlap (RotationOverlap unless the
+//     request says less), so that a receiver can switch without missing a
+//     message.
 //
 // Neither calls anything outside the database: a key's first request writes
 // the endpoint (or the new secret) with its claim, and stores the answer at
 // once. The URL is checked against the destination policy
 // (outbound.Policy.CheckURL) before anything is written; the delivery
 // client checks it again at every connection.
+//
+// Secrets. An endpoint's secrets are stored sealed (package secretbox,
+// under SECRETS_KEY, bound to the endpoint's id): the database holds none
+// in the clear. The answer a key stores for replay holds none either: the
+// first answer of a create or a rotation shows the secret (the operations
+// are idempotency.Disclosing), and its replays say "secret": null and
+// "secretShownOnce": true. Without SECRETS_KEY no endpoint can be created
+// or rotated, nor a secret revealed (ErrSecretsKeyMissing).
 package endpoints
 
 import (
@@ -33,8 +42,18 @@ const (
 	RotationType    = "webhook_secret_rotation"
 )
 
-// RotationOverlap is how long a rotated-out secret keeps signing.
-const RotationOverlap = 24 * time.Hour
+// RotationOverlap is how long a rotated-out secret keeps signing when the
+// rotation does not say (previousSecretExpiresIn), and MaxRotationOverlap
+// the longest it may say.
+const (
+	RotationOverlap    = 24 * time.Hour
+	MaxRotationOverlap = 24 * time.Hour
+)
+
+// MaxPerTenant is how many endpoints a tenant may have (deleted ones do not
+// count): each event is sent to every one, so the number bounds the work
+// one event makes.
+const MaxPerTenant = 16
 
 // Status is whether an endpoint is sent messages.
 type Status string
@@ -54,26 +73,28 @@ type Endpoint struct {
 	EventTypes  []string // nil: every type
 	Description string
 	Status      Status
-	// Secret signs every message; SecretID names the resource that set it
-	// (the endpoint at creation, then each rotation).
+	// Secret signs every message, opened from its sealed form (empty when
+	// it was not opened: listings do not); SecretID names the resource that
+	// set it (the endpoint at creation, then each rotation).
 	Secret, SecretID string
-	CreatedAt        time.Time
-	DisabledAt       *time.Time
-	DisabledReason   string
+	// sealed is Secret as stored ("" for an endpoint the previous release
+	// wrote in the clear and nobody sealed yet: SealLegacy).
+	sealed         string
+	CreatedAt      time.Time
+	DisabledAt     *time.Time
+	DisabledReason string
 }
 
 // NewID returns a new endpoint id.
 func NewID() string { return ids.New("we_") }
 
-// View is an endpoint in answers. Secret is set only in the answers of
-// create_webhook_endpoint and rotate_webhook_secret.
+// View is an endpoint as GET shows it: without its secret.
 type View struct {
 	EndpointID     string     `json:"endpointId"`
 	URL            string     `json:"url"`
 	EventTypes     []string   `json:"eventTypes"` // null: every type
 	Description    string     `json:"description"`
 	Status         Status     `json:"status"`
-	Secret         string     `json:"secret,omitempty"`
 	CreatedAt      time.Time  `json:"createdAt"`
 	DisabledAt     *time.Time `json:"disabledAt,omitempty"`
 	DisabledReason string     `json:"disabledReason,omitempty"`
@@ -85,6 +106,36 @@ func (e Endpoint) View() View {
 		EndpointID: e.ID, URL: e.URL, EventTypes: e.EventTypes, Description: e.Description, Status: e.Status,
 		CreatedAt: e.CreatedAt, DisabledAt: e.DisabledAt, DisabledReason: e.DisabledReason,
 	}
+}
+
+// SecretView is an endpoint in the answers of create_webhook_endpoint and
+// rotate_webhook_secret: with its secret in the first answer, with
+// "secret": null in the stored one that replays answer; SecretShownOnce
+// says so in both.
+type SecretView struct {
+	EndpointID      string     `json:"endpointId"`
+	URL             string     `json:"url"`
+	EventTypes      []string   `json:"eventTypes"`
+	Description     string     `json:"description"`
+	Status          Status     `json:"status"`
+	Secret          *string    `json:"secret"`
+	SecretShownOnce bool       `json:"secretShownOnce"`
+	CreatedAt       time.Time  `json:"createdAt"`
+	DisabledAt      *time.Time `json:"disabledAt,omitempty"`
+	DisabledReason  string     `json:"disabledReason,omitempty"`
+}
+
+// secretView is e with its secret shown (the first answer), or not.
+func (e Endpoint) secretView(shown bool) SecretView {
+	v := SecretView{
+		EndpointID: e.ID, URL: e.URL, EventTypes: e.EventTypes, Description: e.Description, Status: e.Status,
+		SecretShownOnce: true, CreatedAt: e.CreatedAt, DisabledAt: e.DisabledAt, DisabledReason: e.DisabledReason,
+	}
+	if shown {
+		secret := e.Secret
+		v.Secret = &secret
+	}
+	return v
 }
 
 // Outcome names a created endpoint in the engine's metrics and logs.

@@ -18,11 +18,27 @@ import (
 // This file is the endpoints' HTTP surface: routes, the answers the two
 // operations' keys store, and the problems of their errors.
 
+// The endpoints' own problem codes.
+const (
+	// CodeTooManyEndpoints: the tenant has MaxPerTenant endpoints (409).
+	CodeTooManyEndpoints problem.Code = "TOO_MANY_ENDPOINTS"
+	// CodeSecretsKeyMissing: the server has no SECRETS_KEY, so it cannot
+	// store or read a webhook secret (503).
+	CodeSecretsKeyMissing problem.Code = "SECRETS_KEY_MISSING"
+)
+
+// secretAnswer is the body of GET /webhook-endpoints/{endpointId}/secret.
+type secretAnswer struct {
+	EndpointID string `json:"endpointId"`
+	Secret     string `json:"secret"`
+}
+
 // Location is the URL path of endpoint id.
 func Location(id string) string { return "/webhook-endpoints/" + id }
 
-// Routes adds POST and GET /webhook-endpoints and GET and DELETE
-// /webhook-endpoints/{endpointId}, the tenant's own endpoints only.
+// Routes adds POST and GET /webhook-endpoints, GET and DELETE
+// /webhook-endpoints/{endpointId} and GET
+// /webhook-endpoints/{endpointId}/secret, the tenant's own endpoints only.
 func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 	r.Post("/webhook-endpoints", func(w http.ResponseWriter, r *http.Request) {
 		var req CreateRequest
@@ -65,6 +81,16 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 		}
 		api.JSON(w, http.StatusOK, e.View())
 	})
+	r.Get("/webhook-endpoints/{endpointId}/secret", func(w http.ResponseWriter, r *http.Request) {
+		id := endpointID(r)
+		secret, err := s.Reveal(r.Context(), api.Tenant(r), id)
+		if err != nil {
+			api.Error(w, r, err)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		api.JSON(w, http.StatusOK, secretAnswer{EndpointID: id, Secret: secret})
+	})
 	r.Delete("/webhook-endpoints/{endpointId}", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Delete(r.Context(), api.Tenant(r), endpointID(r)); err != nil {
 			api.Error(w, r, err)
@@ -81,15 +107,24 @@ func endpointID(r *http.Request) string {
 	return id
 }
 
-// Render answers a created endpoint: 201, with its secret.
+// Render answers a created endpoint as its key stores it, for replays: 201,
+// with "secret": null.
 func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
+	return s.render(res, false)
+}
+
+// RenderFirst answers a created endpoint to the request that created it:
+// 201, with its secret.
+func (s *Service) RenderFirst(res idempotency.Result) (idempotency.Response, error) {
+	return s.render(res, true)
+}
+
+func (s *Service) render(res idempotency.Result, shown bool) (idempotency.Response, error) {
 	e, ok := res.(Endpoint)
 	if !ok {
 		return idempotency.Response{}, fmt.Errorf("endpoints: cannot render a %T", res)
 	}
-	v := e.View()
-	v.Secret = e.Secret
-	return httpapi.ResourceResponse(http.StatusCreated, v, Location(e.ID), 0), nil
+	return httpapi.ResourceResponse(http.StatusCreated, e.secretView(shown), Location(e.ID), 0), nil
 }
 
 // Problem is the problem of one of the endpoints' own errors, else nil.
@@ -98,12 +133,17 @@ func (s *Service) Problem(err error) *problem.Problem { return problemOf(err) }
 // Routes adds POST /webhook-endpoints/{endpointId}/rotate-secret.
 func (r *Rotations) Routes(router chi.Router, api operation.HTTP) {
 	router.Post("/webhook-endpoints/{endpointId}/rotate-secret", func(w http.ResponseWriter, req *http.Request) {
-		var none struct{}
-		key, ok := api.OptionalCommand(w, req, &none)
+		var body RotateRequest
+		key, ok := api.OptionalCommand(w, req, &body)
 		if !ok {
 			return
 		}
-		reply, err := r.Rotate(req.Context(), api.Tenant(req), key, endpointID(req), api.Wait(req))
+		overlap, err := body.overlap()
+		if err != nil {
+			api.Error(w, req, err)
+			return
+		}
+		reply, err := r.Rotate(req.Context(), api.Tenant(req), key, endpointID(req), overlap, api.Wait(req))
 		if err != nil {
 			api.Error(w, req, err)
 			return
@@ -112,20 +152,31 @@ func (r *Rotations) Routes(router chi.Router, api operation.HTTP) {
 	})
 }
 
-// rotationView is a rotation's answer: the endpoint with its new secret.
+// rotationView is a rotation's answer: the endpoint with its new secret (or
+// "secret": null, as stored).
 type rotationView struct {
 	RotationID string `json:"rotationId"`
-	View
+	SecretView
 }
 
-// Render answers a rotation: 200, the endpoint with the new secret.
+// Render answers a rotation as its key stores it, for replays: 200, the
+// endpoint with "secret": null.
 func (r *Rotations) Render(res idempotency.Result) (idempotency.Response, error) {
+	return r.render(res, false)
+}
+
+// RenderFirst answers a rotation to the request that made it: 200, the
+// endpoint with its new secret.
+func (r *Rotations) RenderFirst(res idempotency.Result) (idempotency.Response, error) {
+	return r.render(res, true)
+}
+
+func (r *Rotations) render(res idempotency.Result, shown bool) (idempotency.Response, error) {
 	rot, ok := res.(Rotation)
 	if !ok {
 		return idempotency.Response{}, fmt.Errorf("endpoints: cannot render a %T", res)
 	}
-	v := rotationView{RotationID: rot.ID, View: rot.Endpoint.View()}
-	v.Secret = rot.Endpoint.Secret
+	v := rotationView{RotationID: rot.ID, SecretView: rot.Endpoint.secretView(shown)}
 	return httpapi.ResourceResponse(http.StatusOK, v, Location(rot.Endpoint.ID), 0), nil
 }
 
@@ -139,11 +190,19 @@ func problemOf(err error) *problem.Problem {
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such webhook endpoint.")
 	case errors.As(err, &forbidden):
 		return problem.New(http.StatusBadRequest, problem.WebhookURLForbidden, err.Error())
+	case errors.Is(err, ErrTooMany):
+		return problem.Titled(http.StatusConflict, CodeTooManyEndpoints, "Too many webhook endpoints",
+			fmt.Sprintf("A tenant may have at most %d webhook endpoints: delete one first.", MaxPerTenant))
+	case errors.Is(err, ErrSecretsKeyMissing):
+		return problem.Titled(http.StatusServiceUnavailable, CodeSecretsKeyMissing, "Secrets key missing",
+			"The server has no SECRETS_KEY, so it can neither store nor read webhook signing secrets; its operator must set one.")
 	}
 	return nil
 }
 
 var (
-	_ operation.Instance = (*Service)(nil)
-	_ operation.Instance = (*Rotations)(nil)
+	_ operation.Instance     = (*Service)(nil)
+	_ operation.Instance     = (*Rotations)(nil)
+	_ idempotency.Disclosing = (*Service)(nil)
+	_ idempotency.Disclosing = (*Rotations)(nil)
 )

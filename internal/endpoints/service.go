@@ -13,11 +13,15 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // ErrNotFound: no such endpoint of the tenant (or it was deleted).
 var ErrNotFound = errors.New("webhook endpoint not found")
+
+// ErrTooMany: the tenant has MaxPerTenant endpoints already.
+var ErrTooMany = errors.New("the tenant has the most webhook endpoints it may have")
 
 // Options are where endpoints may point.
 type Options struct {
@@ -27,6 +31,10 @@ type Options struct {
 	// Resolver resolves a URL's host to check its addresses (nil: the
 	// system's); tests pass their own.
 	Resolver outbound.Resolver
+	// Secrets seals and opens the endpoints' secrets (SECRETS_KEY); nil:
+	// no endpoint can be created or rotated, nor a secret revealed
+	// (ErrSecretsKeyMissing).
+	Secrets *secretbox.Box
 }
 
 // resolveTimeout bounds the check of a URL's host at registration.
@@ -52,13 +60,14 @@ func CreateModule(opts Options) operation.Module {
 	}
 }
 
-// RotateModule is rotate_webhook_secret as the service registers it.
-func RotateModule() operation.Module {
+// RotateModule is rotate_webhook_secret as the service registers it, with
+// the secrets of opts.
+func RotateModule(opts Options) operation.Module {
 	return operation.Module{
 		Name:     OperationRotate,
 		Resource: operation.Resource{Type: RotationType, IDField: "rotationId"},
 		New: func(env operation.Env) (operation.Instance, error) {
-			return &Rotations{env: env}, nil
+			return &Rotations{env: env, secrets: opts.Secrets}, nil
 		},
 	}
 }
@@ -105,19 +114,25 @@ func (s *Service) Prepare(ctx context.Context, req CreateRequest) (Command, erro
 }
 
 // Create runs cmd (from Prepare) under the tenant's key: the first request
-// claims the key and writes the endpoint, with a new secret, in one
-// transaction; retries are answered by the engine.
+// claims the key and writes the endpoint, with a new secret, sealed, in one
+// transaction; retries are answered by the engine. ErrSecretsKeyMissing
+// without SECRETS_KEY, ErrTooMany when the tenant has MaxPerTenant
+// endpoints.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	secret, err := outbound.NewSecret()
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
 	id := NewID()
+	sealed, err := seal(s.opts.Secrets, id, secret)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
 	e := Endpoint{
 		ID: id, TenantID: tenant, URL: cmd.URL, EventTypes: cmd.EventTypes, Description: cmd.Description,
-		Status: StatusEnabled, Secret: secret, SecretID: id, CreatedAt: s.env.Clock.Now(),
+		Status: StatusEnabled, Secret: secret, SecretID: id, sealed: sealed, CreatedAt: s.env.Clock.Now(),
 	}
-	return s.env.Engine.Do(ctx, s, idempotency.Request{
+	reply, err := s.env.Engine.Do(ctx, s, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: cmd.Fingerprint(),
 		Resource:    idempotency.Resource{Type: ResourceType, ID: e.ID},
@@ -125,15 +140,23 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Created:     e,
 		Wait:        wait,
 	})
+	if _, ok := refuse.Is(err, refuseTooMany); ok {
+		return idempotency.Reply{}, ErrTooMany
+	}
+	return reply, err
 }
 
 // Resume stores the answer of a key whose endpoint its claim wrote: the
-// endpoint as written (the first request) or as read back (a takeover).
+// endpoint as written (the first request) or as read back, its secret
+// opened (a takeover, whose answer is the first its client gets).
 func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
 	e, ok := own.Created.(Endpoint)
 	if !ok {
 		var err error
-		if e, err = get(ctx, s.env.DB, own.Tenant, own.Resource.ID); err != nil {
+		e, err = opened(ctx, s.env.DB, s.opts.Secrets, func() (Endpoint, error) {
+			return get(ctx, s.env.DB, own.Tenant, own.Resource.ID)
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -162,6 +185,20 @@ func (s *Service) List(ctx context.Context, tenant string) ([]Endpoint, error) {
 	return list(ctx, s.env.DB, tenant)
 }
 
+// Reveal returns the secret of the tenant's endpoint id: the one that signs
+// its messages now. ErrNotFound for another tenant's, ErrSecretsKeyMissing
+// without SECRETS_KEY.
+func (s *Service) Reveal(ctx context.Context, tenant, id string) (string, error) {
+	if s.opts.Secrets == nil {
+		return "", ErrSecretsKeyMissing
+	}
+	e, err := opened(ctx, s.env.DB, s.opts.Secrets, func() (Endpoint, error) { return get(ctx, s.env.DB, tenant, id) })
+	if err != nil {
+		return "", err
+	}
+	return e.Secret, nil
+}
+
 // Delete deletes the tenant's endpoint id: nothing more is sent to it.
 func (s *Service) Delete(ctx context.Context, tenant, id string) error {
 	return remove(ctx, s.env.DB, tenant, id, s.env.Clock.Now())
@@ -179,26 +216,40 @@ func (Rotation) Outcome() string { return "rotated" }
 
 // Rotations rotates endpoints' secrets idempotently.
 type Rotations struct {
-	env operation.Env
+	env     operation.Env
+	secrets *secretbox.Box
 }
 
 // Name is the operation's name in every key's scope.
 func (r *Rotations) Name() string { return OperationRotate }
 
 // Rotate gives the tenant's endpoint a new secret under key; the current one
-// signs too for RotationOverlap.
-func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, wait time.Duration) (idempotency.Reply, error) {
+// signs too for overlap (0: not at all, from now on). ErrSecretsKeyMissing
+// without SECRETS_KEY.
+func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, overlap time.Duration, wait time.Duration) (idempotency.Reply, error) {
+	if r.secrets == nil {
+		return idempotency.Reply{}, ErrSecretsKeyMissing
+	}
+	// A secret the previous release wrote in the clear is sealed first, so
+	// that the rotation moves it, sealed, to the previous secret.
+	if _, err := SealLegacy(ctx, r.env.DB, r.secrets, endpointID); err != nil {
+		return idempotency.Reply{}, err
+	}
 	secret, err := outbound.NewSecret()
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
+	sealed, err := seal(r.secrets, endpointID, secret)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
 	id := ids.New("wsr_")
-	expires := r.env.Clock.Now().Add(RotationOverlap)
+	expires := r.env.Clock.Now().Add(overlap)
 	reply, err := r.env.Engine.Do(ctx, r, idempotency.Request{
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationRotate, Key: key},
-		Fingerprint: rotateFingerprint(endpointID),
+		Fingerprint: rotateFingerprint(endpointID, overlap),
 		Resource:    idempotency.Resource{Type: RotationType, ID: id},
-		Create:      func(b *claim.Batch) { queueRotate(b, tenant, endpointID, id, secret, expires) },
+		Create:      func(b *claim.Batch) { queueRotate(b, tenant, endpointID, id, sealed, expires) },
 		Wait:        wait,
 	})
 	if _, ok := refuse.Is(err, refuseNotFound); ok {
@@ -213,7 +264,9 @@ func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, 
 // longer signs (rotated out twice, or the endpoint deleted) before its key
 // was answered fails with ErrNotFound.
 func (r *Rotations) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
-	e, err := getBySecret(ctx, r.env.DB, own.Tenant, own.Resource.ID, r.env.Clock.Now())
+	e, err := opened(ctx, r.env.DB, r.secrets, func() (Endpoint, error) {
+		return getBySecret(ctx, r.env.DB, own.Tenant, own.Resource.ID, r.env.Clock.Now())
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -16,43 +16,65 @@ import (
 // This file holds every statement of the endpoints package on
 // webhook_endpoints (and, for a deleted endpoint, on its pending messages).
 
-// The refusal of queueRotate: the endpoint is not the tenant's, or was
-// deleted, between the handler's read and the claim.
-const refuseNotFound refuse.Code = "PA120"
+// The refusals of the claims' statements: the endpoint is not the
+// tenant's, or was deleted, between the handler's read and the claim
+// (queueRotate); the tenant has MaxPerTenant endpoints already
+// (queueInsert).
+const (
+	refuseNotFound refuse.Code = "PA120"
+	refuseTooMany  refuse.Code = "PA121"
+)
 
-// queueInsert adds to b the insert of e, if the claim took its key.
+// queueInsert adds to b the insert of e, with its sealed secret, if the
+// claim took its key, refused (refuseTooMany) when the tenant has
+// MaxPerTenant endpoints already. The count holds under concurrent creates:
+// the first statement takes a lock of the tenant's endpoints until the
+// claim's transaction ends, and the second, which counts, starts after it
+// got it, so it sees every endpoint an earlier holder committed. The lock
+// is a transaction-level advisory lock on the tenant's name (there is no
+// row of the tenant to lock); a delete needs none, since it only lowers
+// the count.
 func queueInsert(b *claim.Batch, e Endpoint) {
 	b.Queue(claim.Gated(func(claimed string) string {
+		return `SELECT pg_advisory_xact_lock(hashtextextended('webhook_endpoints:' || $1::text, 0)) WHERE ` + claimed
+	}, e.TenantID))
+	b.Queue(claim.Gated(func(claimed string) string {
 		return `
-		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, description, status, secret, secret_id, created_at)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $1, $8 WHERE ` + claimed
-	}, e.ID, e.TenantID, e.URL, e.EventTypes, e.Description, string(e.Status), e.Secret, e.CreatedAt))
+		WITH inserted AS (
+		    INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, description, status, secret_sealed, secret_id, created_at)
+		    SELECT $1, $2, $3, $4, $5, $6, $7, $1, $8
+		    WHERE ` + claimed + ` AND (SELECT count(*) FROM webhook_endpoints
+		                               WHERE tenant_id = $2 AND deleted_at IS NULL) < $9
+		    RETURNING id
+		)
+		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM inserted)"), refuseTooMany, "'too many webhook endpoints'", "")
+	}, e.ID, e.TenantID, e.URL, e.EventTypes, e.Description, string(e.Status), e.sealed, e.CreatedAt, MaxPerTenant))
 }
 
 // queueRotate adds to b, if the claim took its key, the rotation of the
-// tenant's endpoint to secret, set by rotationID: the current secret goes on
-// signing until expires. The batch refuses (refuseNotFound) if there is no
-// such endpoint.
-func queueRotate(b *claim.Batch, tenant, endpointID, rotationID, secret string, expires time.Time) {
+// tenant's endpoint to sealed (its new secret, sealed), set by rotationID:
+// the current secret goes on signing until expires. The batch refuses
+// (refuseNotFound) if there is no such endpoint.
+func queueRotate(b *claim.Batch, tenant, endpointID, rotationID, sealed string, expires time.Time) {
 	b.Queue(claim.Gated(func(claimed string) string {
 		return `
 		WITH rotated AS (
 		    UPDATE webhook_endpoints
-		    SET previous_secret = secret, previous_secret_id = secret_id, previous_secret_expires_at = $5,
-		        secret = $4, secret_id = $3
+		    SET previous_secret_sealed = secret_sealed, previous_secret_id = secret_id, previous_secret_expires_at = $5,
+		        secret_sealed = $4, secret_id = $3
 		    WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL AND ` + claimed + `
 		    RETURNING id
 		)
 		SELECT ` + refuse.Unless(claim.Implies(claimed, "EXISTS (SELECT FROM rotated)"), refuseNotFound, "'no such webhook endpoint'", "")
-	}, endpointID, tenant, rotationID, secret, expires))
+	}, endpointID, tenant, rotationID, sealed, expires))
 }
 
-const columns = `id, tenant_id, url, event_types, description, status, secret, secret_id, created_at,
+const columns = `id, tenant_id, url, event_types, description, status, COALESCE(secret_sealed, ''), secret_id, created_at,
 	disabled_at, COALESCE(disabled_reason, '')`
 
 func scan(row pgx.CollectableRow) (Endpoint, error) {
 	var e Endpoint
-	err := row.Scan(&e.ID, &e.TenantID, &e.URL, &e.EventTypes, &e.Description, &e.Status, &e.Secret, &e.SecretID,
+	err := row.Scan(&e.ID, &e.TenantID, &e.URL, &e.EventTypes, &e.Description, &e.Status, &e.sealed, &e.SecretID,
 		&e.CreatedAt, &e.DisabledAt, &e.DisabledReason)
 	e.CreatedAt = e.CreatedAt.UTC()
 	if e.DisabledAt != nil {
@@ -88,11 +110,11 @@ func get(ctx context.Context, db *pgxpool.Pool, tenant, id string) (Endpoint, er
 // or the endpoint was deleted), as of now.
 func getBySecret(ctx context.Context, db *pgxpool.Pool, tenant, secretID string, now time.Time) (Endpoint, error) {
 	return one(db.Query(ctx, `SELECT `+columns+` FROM (
-		    SELECT id, tenant_id, url, event_types, description, status, secret, secret_id, created_at,
+		    SELECT id, tenant_id, url, event_types, description, status, secret_sealed, secret_id, created_at,
 		           disabled_at, disabled_reason, deleted_at
 		    FROM webhook_endpoints WHERE tenant_id = $1 AND secret_id = $2
 		  UNION ALL
-		    SELECT id, tenant_id, url, event_types, description, status, previous_secret, previous_secret_id, created_at,
+		    SELECT id, tenant_id, url, event_types, description, status, previous_secret_sealed, previous_secret_id, created_at,
 		           disabled_at, disabled_reason, deleted_at
 		    FROM webhook_endpoints WHERE tenant_id = $1 AND previous_secret_id = $2 AND previous_secret_expires_at > $3
 		) e WHERE deleted_at IS NULL`, tenant, secretID, now))

@@ -46,6 +46,16 @@ type Operation interface {
 	Render(Result) (Response, error)
 }
 
+// Disclosing is what an Operation also implements whose first answer must
+// show what no stored answer may hold: a secret it drew for its resource
+// (a webhook endpoint's signing secret). Render makes the answer stored
+// and replayed; RenderFirst makes the one the request whose owner stored
+// it gets, instead, once. So the secret reaches its client and never the
+// table of answers.
+type Disclosing interface {
+	RenderFirst(Result) (Response, error)
+}
+
 // Renamed is what an Operation whose scope is being renamed also
 // implements: the other names its keys may be stored under (by the release
 // before the rename or the one after it), read as its own. Its keys are
@@ -526,7 +536,13 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 		return Reply{}, &ResourceError{Resource: own.Resource, Err: err}
 	}
 	if own.answer != nil {
-		return Reply{Response: *own.answer, Resource: own.Resource}, nil
+		resp := *own.answer
+		if d, ok := op.(Disclosing); ok {
+			if resp, err = d.RenderFirst(res); err != nil {
+				return Reply{}, fmt.Errorf("render %s result: %w", own.Resource.Type, err)
+			}
+		}
+		return Reply{Response: resp, Resource: own.Resource}, nil
 	}
 	resp, err := op.Render(res)
 	if err != nil {

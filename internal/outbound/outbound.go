@@ -22,12 +22,13 @@ package outbound
 import "fmt"
 
 // ForbiddenError says that a well-formed URL names a destination the policy
-// refuses: plain http without AllowHTTP, or a host with a non-public address
-// without AllowPrivate. The API answers it 400 WEBHOOK_URL_FORBIDDEN; a
-// delivery that gets it failed.
+// refuses: plain http without AllowHTTP, a port it does not allow, or a
+// host with a non-public address without AllowPrivate. The API answers it
+// 400 WEBHOOK_URL_FORBIDDEN; a delivery that gets it failed.
 type ForbiddenError struct {
 	// Reason says what was refused, e.g.
-	// `"internal.example" resolves to 10.0.0.5, a private address`.
+	// `"internal.example" resolves to an address that is not public`:
+	// never what a name resolved to.
 	Reason string
 }
 

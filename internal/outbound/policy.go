@@ -6,18 +6,41 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 )
 
 // Policy says which webhook destinations are allowed. The zero value is the
-// production policy: https only, public addresses only. Dev mode (`make run`)
-// sets both fields, so a receiver on localhost can be used.
+// production policy: https only, on port 443 or 8443, public addresses
+// only. Dev mode (`make run`) sets both Allow fields, so a receiver on
+// localhost can be used.
 type Policy struct {
 	// AllowHTTP allows plain http URLs (WEBHOOK_ALLOW_HTTP).
 	AllowHTTP bool
 	// AllowPrivate allows hosts with loopback, private, link-local and
 	// other non-public addresses (WEBHOOK_ALLOW_PRIVATE).
 	AllowPrivate bool
+	// AllowedPorts are the ports allowed besides 443 and 8443
+	// (WEBHOOK_ALLOWED_PORTS) while neither Allow field is set; with
+	// either, any port is.
+	AllowedPorts []int
+}
+
+// defaultPorts are the ports a webhook URL may name under the production
+// policy without AllowedPorts: HTTPS's, and its usual alternative.
+var defaultPorts = [...]int{443, 8443}
+
+// portAllowed reports whether the policy allows port (of an https URL;
+// "" is 443).
+func (p Policy) portAllowed(port string) bool {
+	if p.AllowHTTP || p.AllowPrivate || port == "" {
+		return true
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return false
+	}
+	return slices.Contains(defaultPorts[:], n) || slices.Contains(p.AllowedPorts, n)
 }
 
 // Resolver resolves a host name to its addresses. *net.Resolver satisfies
@@ -91,6 +114,11 @@ func (p Policy) checkParsed(u *url.URL) error {
 			return &InvalidURLError{Reason: fmt.Sprintf("port %q is not in 1-65535", port)}
 		}
 	}
+	// Any other port is more likely a service inside a network than a
+	// merchant's receiver: the server opens only what its operator allowed.
+	if !p.portAllowed(u.Port()) {
+		return &ForbiddenError{Reason: fmt.Sprintf("port %s is not allowed, only 443 and 8443 (and the ports of WEBHOOK_ALLOWED_PORTS)", u.Port())}
+	}
 	return nil
 }
 
@@ -122,8 +150,11 @@ func lookup(ctx context.Context, r Resolver, network, host string) ([]netip.Addr
 	return addrs, nil
 }
 
-// checkAddrs refuses when any of host's addresses is refused, naming the
-// host and the address.
+// checkAddrs refuses when any of host's addresses is refused. It names
+// the host, and the kind of address only when the host is the address
+// itself: what a name resolves to, inside the server's network, is none
+// of the client's business, and naming it would let a client map that
+// network through the error messages.
 func (p Policy) checkAddrs(host string, addrs []netip.Addr) error {
 	if p.AllowPrivate {
 		return nil
@@ -136,20 +167,21 @@ func (p Policy) checkAddrs(host string, addrs []netip.Addr) error {
 		case literalErr == nil:
 			return &ForbiddenError{Reason: fmt.Sprintf("%s is %s address", host, kind)}
 		default:
-			return &ForbiddenError{Reason: fmt.Sprintf("%q resolves to %s, %s address", host, a, kind)}
+			return &ForbiddenError{Reason: fmt.Sprintf("%q resolves to an address that is not public", host)}
 		}
 	}
 	return nil
 }
 
 // CheckAddr answers *ForbiddenError when the policy refuses connecting to
-// addr, naming the range it is in; nil when addr is allowed.
+// addr, without naming it (it is what a name resolved to); nil when addr
+// is allowed.
 func (p Policy) CheckAddr(addr netip.Addr) error {
 	if p.AllowPrivate {
 		return nil
 	}
 	if kind := nonPublic(addr); kind != "" {
-		return &ForbiddenError{Reason: fmt.Sprintf("%s is %s address", addr, kind)}
+		return &ForbiddenError{Reason: "the address connected to is not public"}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // resolverFunc is a fake Resolver; tests decide what each name resolves to.
@@ -90,36 +91,37 @@ func TestCheckURLRefusesNonPublicDestinations(t *testing.T) {
 		"public-two.example": {"1.1.1.1", "2606:4700:4700::1111"},
 	})
 	for _, tc := range []struct {
-		url  string
-		want string // in the reason
+		url    string
+		want   string // in the reason
+		hidden string // what a name resolved to: never in the reason
 	}{
-		{"https://127.0.0.1/hook", "127.0.0.1 is a loopback address"},
-		{"https://127.1.2.3:8443/hook", "loopback"},
-		{"https://10.1.2.3/", "10.1.2.3 is a private address"},
-		{"https://172.16.0.1/", "private"},
-		{"https://172.31.255.254/", "private"},
-		{"https://192.168.1.1/", "private"},
-		{"https://169.254.169.254/latest/meta-data/", "link-local"},
-		{"https://100.64.0.1/", "CGNAT"},
-		{"https://0.0.0.0/", "unspecified"},
-		{"https://255.255.255.255/", "broadcast"},
-		{"https://192.0.2.10/", "documentation"},
-		{"https://[::1]/", "::1 is a loopback address"},
-		{"https://[::1]:8443/hook", "loopback"},
-		{"https://[fc00::1]/", "unique-local"},
-		{"https://[fdab:cdef::1]/", "unique-local"},
-		{"https://[fe80::1%25eth0]/", "link-local"},
-		{"https://[::ffff:127.0.0.1]/", "::ffff:127.0.0.1 is a loopback address"},
-		{"https://[::ffff:10.0.0.1]/", "private"},
-		{"https://[64:ff9b::a9fe:a9fe]/", "NAT64 of a link-local"},
-		{"https://localhost/", `"localhost" resolves to 127.0.0.1, a loopback address`},
-		{"https://internal.example/hook", `"internal.example" resolves to 10.0.0.5, a private address`},
-		{"https://metadata.example/", "169.254.169.254"},
-		{"https://mixed.example/", `"mixed.example" resolves to 192.168.1.10, a private address`},
-		{"https://mixed6.example/", "fd00::1, a unique-local"},
-		{"https://mapped.example/", "127.0.0.1, a loopback"},
-		{"http://1.1.1.1/", "scheme http is not allowed"},
-		{"http://public.example/", "scheme http is not allowed"},
+		{"https://127.0.0.1/hook", "127.0.0.1 is a loopback address", ""},
+		{"https://127.1.2.3:8443/hook", "loopback", ""},
+		{"https://10.1.2.3/", "10.1.2.3 is a private address", ""},
+		{"https://172.16.0.1/", "private", ""},
+		{"https://172.31.255.254/", "private", ""},
+		{"https://192.168.1.1/", "private", ""},
+		{"https://169.254.169.254/latest/meta-data/", "link-local", ""},
+		{"https://100.64.0.1/", "CGNAT", ""},
+		{"https://0.0.0.0/", "unspecified", ""},
+		{"https://255.255.255.255/", "broadcast", ""},
+		{"https://192.0.2.10/", "documentation", ""},
+		{"https://[::1]/", "::1 is a loopback address", ""},
+		{"https://[::1]:8443/hook", "loopback", ""},
+		{"https://[fc00::1]/", "unique-local", ""},
+		{"https://[fdab:cdef::1]/", "unique-local", ""},
+		{"https://[fe80::1%25eth0]/", "link-local", ""},
+		{"https://[::ffff:127.0.0.1]/", "::ffff:127.0.0.1 is a loopback address", ""},
+		{"https://[::ffff:10.0.0.1]/", "private", ""},
+		{"https://[64:ff9b::a9fe:a9fe]/", "NAT64 of a link-local", ""},
+		{"https://localhost/", `"localhost" resolves to an address that is not public`, "127.0.0.1"},
+		{"https://internal.example/hook", `"internal.example" resolves to an address that is not public`, "10.0.0.5"},
+		{"https://metadata.example/", `"metadata.example" resolves to an address that is not public`, "169.254"},
+		{"https://mixed.example/", `"mixed.example" resolves to`, "192.168.1.10"},
+		{"https://mixed6.example/", `"mixed6.example" resolves to`, "fd00"},
+		{"https://mapped.example/", `"mapped.example" resolves to`, "127.0.0.1"},
+		{"http://1.1.1.1/", "scheme http is not allowed", ""},
+		{"http://public.example/", "scheme http is not allowed", ""},
 	} {
 		err := Policy{}.CheckURL(context.Background(), tc.url, resolver)
 		var forbidden *ForbiddenError
@@ -129,6 +131,10 @@ func TestCheckURLRefusesNonPublicDestinations(t *testing.T) {
 		}
 		if !strings.Contains(forbidden.Reason, tc.want) {
 			t.Errorf("CheckURL(%s) reason %q, want it to say %q", tc.url, forbidden.Reason, tc.want)
+		}
+		if tc.hidden != "" && (strings.Contains(err.Error(), tc.hidden) || strings.Contains(err.Error(), "private") ||
+			strings.Contains(err.Error(), "loopback") || strings.Contains(err.Error(), "link-local")) {
+			t.Errorf("CheckURL(%s) = %q: it names what the host resolved to", tc.url, err)
 		}
 		var invalid *InvalidURLError
 		if errors.As(err, &invalid) {
@@ -238,7 +244,7 @@ func TestCheckAddr(t *testing.T) {
 	t.Parallel()
 	err := Policy{}.CheckAddr(netip.MustParseAddr("169.254.169.254"))
 	var forbidden *ForbiddenError
-	if !errors.As(err, &forbidden) || forbidden.Reason != "169.254.169.254 is a link-local address" {
+	if !errors.As(err, &forbidden) || strings.Contains(err.Error(), "169.254") || strings.Contains(err.Error(), "link-local") {
 		t.Errorf("CheckAddr(metadata) = %v", err)
 	}
 	if err := (Policy{}).CheckAddr(netip.MustParseAddr("1.1.1.1")); err != nil {
@@ -246,5 +252,42 @@ func TestCheckAddr(t *testing.T) {
 	}
 	if err := (Policy{AllowPrivate: true}).CheckAddr(netip.MustParseAddr("127.0.0.1")); err != nil {
 		t.Errorf("CheckAddr(127.0.0.1) with AllowPrivate = %v", err)
+	}
+}
+
+// Under the production policy an https URL may name port 443 (or none) or
+// 8443, or a port the operator allowed; with plain http or private
+// addresses allowed, any port. The client checks the same on every
+// request.
+func TestCheckURLAllowsOnlyTheWebhookPorts(t *testing.T) {
+	t.Parallel()
+	resolver := staticResolver(map[string][]string{"public.example": {"1.1.1.1"}})
+	for _, tc := range []struct {
+		policy Policy
+		url    string
+		ok     bool
+	}{
+		{Policy{}, "https://public.example/hook", true},
+		{Policy{}, "https://public.example:443/hook", true},
+		{Policy{}, "https://public.example:8443/hook", true},
+		{Policy{}, "https://public.example:8080/hook", false},
+		{Policy{}, "https://public.example:22/hook", false},
+		{Policy{}, "https://1.1.1.1:6379/", false},
+		{Policy{AllowedPorts: []int{9443}}, "https://public.example:9443/hook", true},
+		{Policy{AllowedPorts: []int{9443}}, "https://public.example:9444/hook", false},
+		{Policy{AllowHTTP: true}, "https://public.example:8080/hook", true},
+		{Policy{AllowPrivate: true}, "https://public.example:5432/hook", true},
+	} {
+		err := tc.policy.CheckURL(context.Background(), tc.url, resolver)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%+v: CheckURL(%s) = %v, want nil", tc.policy, tc.url, err)
+		case !tc.ok && (!errors.As(err, new(*ForbiddenError)) || !strings.Contains(err.Error(), "port")):
+			t.Errorf("%+v: CheckURL(%s) = %v, want a *ForbiddenError naming the port", tc.policy, tc.url, err)
+		}
+	}
+	_, err := Policy{}.Client(time.Second, resolver).Post("https://public.example:8080/hook", "application/json", strings.NewReader("{}"))
+	if !errors.As(err, new(*ForbiddenError)) {
+		t.Errorf("the client sent to port 8080: %v", err)
 	}
 }

@@ -9,8 +9,11 @@
 // What it trusts, and what it does not:
 //   - The Stripe-Signature header is verified with stripe-go's webhook
 //     package against STRIPE_WEBHOOK_SECRET, with a 5 minute tolerance on
-//     its timestamp (measured on the service's clock). A bad or missing
-//     signature, or a stale one, is answered 400 and nothing is written.
+//     its timestamp either way (measured on the service's clock): stripe-go
+//     refuses one older than that, and construct one newer, which it would
+//     take and which a captured request could be replayed with long after.
+//     A bad or missing signature, or a stale one, is answered 400 and
+//     nothing is written.
 //   - A verified event is still not taken as the truth about money: it only
 //     names a resource (from the object's metadata, which our Stripe
 //     adapter writes: the resource's id under the key its operation names,
@@ -38,6 +41,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -164,6 +169,10 @@ func Stripe(d Deps, secret string) http.Handler {
 
 var errMalformed = errors.New("malformed event")
 
+// errFromTheFuture: a signature's timestamp is more than Tolerance ahead of
+// the service's clock.
+var errFromTheFuture = errors.New("the signature's timestamp is more than the tolerance ahead of the service's clock")
+
 // construct verifies payload's signature and reads the event. stripe-go
 // refuses a signature when time.Since(its timestamp) > tolerance; the
 // tolerance it is given is shifted by how far now (the service's clock)
@@ -174,6 +183,10 @@ func construct(payload []byte, header, secret string, now time.Time) (stripe.Eve
 	if err := webhook.ValidatePayloadWithTolerance(payload, header, secret, tolerance); err != nil {
 		return stripe.Event{}, err
 	}
+	// Verified, so the header's timestamp is the one signed.
+	if at, ok := signedAt(header); !ok || at.After(now.Add(Tolerance)) {
+		return stripe.Event{}, errFromTheFuture
+	}
 	// Read as any API version: only stable fields are used (id, type, the
 	// object's id, object and metadata).
 	var e stripe.Event
@@ -181,6 +194,18 @@ func construct(payload []byte, header, secret string, now time.Time) (stripe.Eve
 		return stripe.Event{}, fmt.Errorf("%w: %v", errMalformed, err) //nolint:errorlint
 	}
 	return e, nil
+}
+
+// signedAt is the timestamp of a Stripe-Signature header ("t=<unix
+// seconds>,v1=...").
+func signedAt(header string) (time.Time, bool) {
+	for part := range strings.SplitSeq(header, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "t="); ok {
+			secs, err := strconv.ParseInt(v, 10, 64)
+			return time.Unix(secs, 0), err == nil
+		}
+	}
+	return time.Time{}, false
 }
 
 // handle acts on a verified event once. An error means nothing was

@@ -49,6 +49,18 @@ func TestConstructMeasuresAgeOnTheServiceClock(t *testing.T) {
 			}
 		}
 	}
+	// A signature from the future is refused as well, past the same
+	// tolerance: stripe-go alone takes it.
+	for _, now := range []time.Time{time.Now(), time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		if _, err := construct(payload, signed(t, payload, "whsec_a", now.Add(Tolerance-time.Second)), "whsec_a", now); err != nil {
+			t.Errorf("now %s, 4m59s ahead: %v", now.Format(time.DateOnly), err)
+		}
+		for _, ahead := range []time.Duration{Tolerance + time.Second, time.Hour, 365 * 24 * time.Hour} {
+			if _, err := construct(payload, signed(t, payload, "whsec_a", now.Add(ahead)), "whsec_a", now); !errors.Is(err, errFromTheFuture) {
+				t.Errorf("now %s, %s ahead: %v, want refused", now.Format(time.DateOnly), ahead, err)
+			}
+		}
+	}
 	now := time.Now()
 	if _, err := construct(payload, signed(t, payload, "whsec_other", now), "whsec_a", now); !errors.Is(err, webhook.ErrNoValidSignature) {
 		t.Errorf("another secret: %v", err)

@@ -200,7 +200,9 @@ const (
 	RATELIMITED                  ProblemCode = "RATE_LIMITED"
 	REFUNDDECLINED               ProblemCode = "REFUND_DECLINED"
 	REFUNDEXCEEDSREFUNDABLE      ProblemCode = "REFUND_EXCEEDS_REFUNDABLE"
+	SECRETSKEYMISSING            ProblemCode = "SECRETS_KEY_MISSING"
 	SERVICEUNAVAILABLE           ProblemCode = "SERVICE_UNAVAILABLE"
+	TOOMANYENDPOINTS             ProblemCode = "TOO_MANY_ENDPOINTS"
 	TOOMANYFAILEDAUTHENTICATIONS ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
 	UNAUTHORIZED                 ProblemCode = "UNAUTHORIZED"
 	UNSUPPORTEDMEDIATYPE         ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
@@ -263,7 +265,11 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case REFUNDEXCEEDSREFUNDABLE:
 		return true
+	case SECRETSKEYMISSING:
+		return true
 	case SERVICEUNAVAILABLE:
+		return true
+	case TOOMANYENDPOINTS:
 		return true
 	case TOOMANYFAILEDAUTHENTICATIONS:
 		return true
@@ -876,7 +882,9 @@ type Problem struct {
 	// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
 	// | `WEBHOOK_ENDPOINT_DISABLED` | 409 | a resend names a disabled webhook endpoint: nothing is sent to it |
 	// | `EVENT_NOT_RESENDABLE` | 409 | a resend names an event held only by an earlier release's copy of the event log: it can be read, not sent again |
-	// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`) |
+	// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, names a port other than 443, 8443 and `WEBHOOK_ALLOWED_PORTS`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`); the detail never names what the host resolved to |
+	// | `TOO_MANY_ENDPOINTS` | 409 | the tenant has 16 webhook endpoints: delete one before registering another |
+	// | `SECRETS_KEY_MISSING` | 503 | the server has no `SECRETS_KEY`: webhook endpoints can be neither registered nor rotated, nor their secrets revealed |
 	// | `INTERNAL` | 500 | unexpected error |
 	Code ProblemCode `json:"code"`
 
@@ -969,7 +977,9 @@ type Problem struct {
 // | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
 // | `WEBHOOK_ENDPOINT_DISABLED` | 409 | a resend names a disabled webhook endpoint: nothing is sent to it |
 // | `EVENT_NOT_RESENDABLE` | 409 | a resend names an event held only by an earlier release's copy of the event log: it can be read, not sent again |
-// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`) |
+// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, names a port other than 443, 8443 and `WEBHOOK_ALLOWED_PORTS`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`); the detail never names what the host resolved to |
+// | `TOO_MANY_ENDPOINTS` | 409 | the tenant has 16 webhook endpoints: delete one before registering another |
+// | `SECRETS_KEY_MISSING` | 503 | the server has no `SECRETS_KEY`: webhook endpoints can be neither registered nor rotated, nor their secrets revealed |
 // | `INTERNAL` | 500 | unexpected error |
 type ProblemCode string
 
@@ -1130,6 +1140,16 @@ type ResendReceipt struct {
 	ResendID string `json:"resendId"`
 }
 
+// RotateWebhookSecretRequest defines model for RotateWebhookSecretRequest.
+type RotateWebhookSecretRequest struct {
+	// PreviousSecretExpiresIn How long the secret being replaced keeps signing, beside the new one: a duration from
+	// `0s` (it stops at once) to `24h` (the default), such as `90m` or `1h30m`.
+	//
+	//
+	// Examples: 0s, 1h, 24h
+	PreviousSecretExpiresIn string `json:"previousSecretExpiresIn,omitempty"`
+}
+
 // WebhookEndpoint A webhook endpoint, without its secret.
 type WebhookEndpoint struct {
 	// CreatedAt RFC 3339, UTC.
@@ -1175,14 +1195,26 @@ type WebhookEndpointList struct {
 	Items []WebhookEndpoint `json:"items"`
 }
 
+// WebhookEndpointSecret The secret that signs a webhook endpoint's deliveries now.
+type WebhookEndpointSecret struct {
+	// EndpointID Examples: we_4t8k2m6q0r3v7x1z5b9d3f7h
+	EndpointID string `json:"endpointId"`
+
+	// Secret The Standard Webhooks signing secret (see `WebhookEndpointWithSecret`).
+	//
+	// Examples: whsec_RwS3/BhH9ruTNlR7nRM1uUhDJN+R3pW6AW9xqJVTHt4=
+	Secret string `json:"secret"`
+}
+
 // WebhookEndpointStatus * `enabled`: events are sent to it.
 //   - `disabled`: the service stopped sending to it, because it answered `410 Gone` or had no
 //     successful delivery for 5 days. Register the URL again to receive events anew.
 type WebhookEndpointStatus string
 
-// WebhookEndpointWithSecret A webhook endpoint and its signing secret, as registration and rotation answer it: the only
-// answers that show the secret. The members of `WebhookEndpoint`, plus `secret` (and, for a
-// rotation, `rotationId`).
+// WebhookEndpointWithSecret A webhook endpoint and its signing secret, as registration and rotation answer it: the
+// members of `WebhookEndpoint`, plus `secret` and `secretShownOnce` (and, for a rotation,
+// `rotationId`). The secret is in the first answer only; the stored answer that replays
+// answer has `"secret": null`.
 type WebhookEndpointWithSecret struct {
 	// CreatedAt RFC 3339, UTC.
 	CreatedAt time.Time `json:"createdAt"`
@@ -1213,11 +1245,16 @@ type WebhookEndpointWithSecret struct {
 
 	// Secret The Standard Webhooks signing secret: `whsec_` and the base64 of 24 or more random
 	// bytes. The HMAC-SHA256 key is the decoded bytes, not the string. Give it, whole, to a
-	// Standard Webhooks library to verify deliveries.
+	// Standard Webhooks library to verify deliveries. `null` in a replay
+	// (`Idempotent-Replayed: true`): `GET /webhook-endpoints/{endpointId}/secret` reveals it.
 	//
 	//
 	// Examples: whsec_Di2bPyAbJ6xwjqf+yNmfSzx8g//5mcy27VgVEpFlfHk=
 	Secret string `json:"secret"`
+
+	// SecretShownOnce Always `true`: the secret is shown in the first answer only, and the answer stored for
+	// replay holds none.
+	SecretShownOnce bool `json:"secretShownOnce"`
 
 	// Status * `enabled`: events are sent to it.
 	// * `disabled`: the service stopped sending to it, because it answered `410 Gone` or had no
@@ -1253,6 +1290,10 @@ type InternalError = Problem
 // RateLimited An RFC 9457 problem detail, served as `application/problem+json`. Branch on `code`.
 // Members other than those below may be added.
 type RateLimited = Problem
+
+// SecretsUnavailable An RFC 9457 problem detail, served as `application/problem+json`. Branch on `code`.
+// Members other than those below may be added.
+type SecretsUnavailable = Problem
 
 // ServiceUnavailable An RFC 9457 problem detail, served as `application/problem+json`. Branch on `code`.
 // Members other than those below may be added.
@@ -1441,6 +1482,9 @@ type CreateRefundJSONRequestBody = CreateRefundRequest
 
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = CreateWebhookEndpointRequest
+
+// RotateWebhookSecretJSONRequestBody defines body for RotateWebhookSecret for application/json ContentType.
+type RotateWebhookSecretJSONRequestBody = RotateWebhookSecretRequest
 
 // AsPayment returns the union data inside the Event_Data as a Payment
 func (t Event_Data) AsPayment() (Payment, error) {
@@ -2035,26 +2079,33 @@ type ClientInterface interface {
 	// CreateWebhookEndpointWithBody Register a webhook endpoint
 	//
 	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-	// above and the `event` webhook), and answers its signing secret: **the only time it is
-	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// above and the `event` webhook), and answers its signing secret in this first answer only:
+	// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+	// since the service stores no secret in the clear, not even in its stored answers. Store the
+	// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+	// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+	// the events that happen from now on, of the types in `eventTypes` (all of them when
+	// omitted). The same headers and idempotency rules as `POST /payments` (operation
 	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-	// new.
+	// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+	// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 	//
 	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 	// host must resolve to public addresses only: loopback, private, link-local, unique-local
-	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-	// false otherwise. The check is made again at every connection, and redirects are never
-	// followed.
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+	// names the host, never what it resolved to), unless the server runs with
+	// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+	// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+	// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+	// never followed.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+	// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -2073,26 +2124,33 @@ type ClientInterface interface {
 	// CreateWebhookEndpoint Register a webhook endpoint
 	//
 	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-	// above and the `event` webhook), and answers its signing secret: **the only time it is
-	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// above and the `event` webhook), and answers its signing secret in this first answer only:
+	// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+	// since the service stores no secret in the clear, not even in its stored answers. Store the
+	// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+	// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+	// the events that happen from now on, of the types in `eventTypes` (all of them when
+	// omitted). The same headers and idempotency rules as `POST /payments` (operation
 	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-	// new.
+	// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+	// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 	//
 	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 	// host must resolve to public addresses only: loopback, private, link-local, unique-local
-	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-	// false otherwise. The check is made again at every connection, and redirects are never
-	// followed.
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+	// names the host, never what it resolved to), unless the server runs with
+	// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+	// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+	// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+	// never followed.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+	// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -2127,32 +2185,79 @@ type ClientInterface interface {
 	// Corresponds with GET /webhook-endpoints/{endpointId} (the `GetWebhookEndpoint` operationId).
 	GetWebhookEndpoint(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RotateWebhookSecret Rotate a webhook endpoint's secret
+	// RotateWebhookSecretWithBody Rotate a webhook endpoint's secret
 	//
-	// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
-	// answer, within the replay window). For 24 hours after the rotation both secrets sign every
-	// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
-	// either while it switches to the new one; after that only the new one signs. The same
-	// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
-	// own key scope): a retry with the same key answers the same new secret and rotates nothing
-	// more. No body is needed (the body `{}` is the same command).
+	// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+	// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+	// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+	// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+	// so a receiver verifies with either while it switches to the new one; after that only the
+	// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+	// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+	// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+	// and `{"previousSecretExpiresIn": "24h"}` are the same command).
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | rotated | `200`, the endpoint with its new `secret` | yes |
+	// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
 	// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
-	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
-	// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 	//
+	// Takes any type of body and a specified content type.
+	//
 	// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
-	RotateWebhookSecret(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+	RotateWebhookSecretWithBody(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RotateWebhookSecret Rotate a webhook endpoint's secret
+	//
+	// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+	// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+	// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+	// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+	// so a receiver verifies with either while it switches to the new one; after that only the
+	// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+	// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+	// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+	// and `{"previousSecretExpiresIn": "24h"}` are the same command).
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
+	// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+	// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecret(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWebhookEndpointSecret Reveal a webhook endpoint's secret
+	//
+	// The secret that signs the endpoint's deliveries now (the newest, after a rotation), for
+	// its tenant only: another tenant's endpoint, like an unknown or deleted one, answers
+	// `404 NOT_FOUND`. The service stores the secret encrypted under `SECRETS_KEY`; a server
+	// without one answers `503 SECRETS_KEY_MISSING`. Answered with `Cache-Control: no-store`.
+	//
+	// Corresponds with GET /webhook-endpoints/{endpointId}/secret (the `GetWebhookEndpointSecret` operationId).
+	GetWebhookEndpointSecret(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListEvents List events
@@ -2792,26 +2897,33 @@ func (c *Client) ListWebhookEndpoints(ctx context.Context, reqEditors ...Request
 // CreateWebhookEndpointWithBody Register a webhook endpoint
 //
 // Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-// above and the `event` webhook), and answers its signing secret: **the only time it is
-// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// above and the `event` webhook), and answers its signing secret in this first answer only:
+// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+// since the service stores no secret in the clear, not even in its stored answers. Store the
+// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+// the events that happen from now on, of the types in `eventTypes` (all of them when
+// omitted). The same headers and idempotency rules as `POST /payments` (operation
 // `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-// new.
+// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 //
 // The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 // host must resolve to public addresses only: loopback, private, link-local, unique-local
-// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-// false otherwise. The check is made again at every connection, and redirects are never
-// followed.
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+// names the host, never what it resolved to), unless the server runs with
+// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+// never followed.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -2840,26 +2952,33 @@ func (c *Client) CreateWebhookEndpointWithBody(ctx context.Context, params *Crea
 // CreateWebhookEndpoint Register a webhook endpoint
 //
 // Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-// above and the `event` webhook), and answers its signing secret: **the only time it is
-// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// above and the `event` webhook), and answers its signing secret in this first answer only:
+// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+// since the service stores no secret in the clear, not even in its stored answers. Store the
+// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+// the events that happen from now on, of the types in `eventTypes` (all of them when
+// omitted). The same headers and idempotency rules as `POST /payments` (operation
 // `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-// new.
+// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 //
 // The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 // host must resolve to public addresses only: loopback, private, link-local, unique-local
-// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-// false otherwise. The check is made again at every connection, and redirects are never
-// followed.
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+// names the host, never what it resolved to), unless the server runs with
+// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+// never followed.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -2924,33 +3043,100 @@ func (c *Client) GetWebhookEndpoint(ctx context.Context, endpointID EndpointID, 
 	return c.Client.Do(req)
 }
 
-// RotateWebhookSecret Rotate a webhook endpoint's secret
+// RotateWebhookSecretWithBody Rotate a webhook endpoint's secret
 //
-// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
-// answer, within the replay window). For 24 hours after the rotation both secrets sign every
-// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
-// either while it switches to the new one; after that only the new one signs. The same
-// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
-// own key scope): a retry with the same key answers the same new secret and rotates nothing
-// more. No body is needed (the body `{}` is the same command).
+// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+// so a receiver verifies with either while it switches to the new one; after that only the
+// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+// and `{"previousSecretExpiresIn": "24h"}` are the same command).
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | rotated | `200`, the endpoint with its new `secret` | yes |
+// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
 // | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
-// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
-// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 //
+// Takes any type of body and a specified content type.
+//
 // Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
-func (c *Client) RotateWebhookSecret(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewRotateWebhookSecretRequest(c.Server, endpointID, params)
+func (c *Client) RotateWebhookSecretWithBody(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateWebhookSecretRequestWithBody(c.Server, endpointID, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RotateWebhookSecret Rotate a webhook endpoint's secret
+//
+// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+// so a receiver verifies with either while it switches to the new one; after that only the
+// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+// and `{"previousSecretExpiresIn": "24h"}` are the same command).
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
+// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+func (c *Client) RotateWebhookSecret(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateWebhookSecretRequest(c.Server, endpointID, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWebhookEndpointSecret Reveal a webhook endpoint's secret
+//
+// The secret that signs the endpoint's deliveries now (the newest, after a rotation), for
+// its tenant only: another tenant's endpoint, like an unknown or deleted one, answers
+// `404 NOT_FOUND`. The service stores the secret encrypted under `SECRETS_KEY`; a server
+// without one answers `503 SECRETS_KEY_MISSING`. Answered with `Cache-Control: no-store`.
+//
+// Corresponds with GET /webhook-endpoints/{endpointId}/secret (the `GetWebhookEndpointSecret` operationId).
+func (c *Client) GetWebhookEndpointSecret(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWebhookEndpointSecretRequest(c.Server, endpointID)
 	if err != nil {
 		return nil, err
 	}
@@ -3801,8 +3987,19 @@ func NewGetWebhookEndpointRequest(server string, endpointID EndpointID) (*http.R
 	return req, nil
 }
 
-// NewRotateWebhookSecretRequest constructs an http.Request for the RotateWebhookSecret method
-func NewRotateWebhookSecretRequest(server string, endpointID EndpointID, params *RotateWebhookSecretParams) (*http.Request, error) {
+// NewRotateWebhookSecretRequest calls the generic RotateWebhookSecret builder with application/json body
+func NewRotateWebhookSecretRequest(server string, endpointID EndpointID, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRotateWebhookSecretRequestWithBody(server, endpointID, params, "application/json", bodyReader)
+}
+
+// NewRotateWebhookSecretRequestWithBody constructs an http.Request for the RotateWebhookSecret method, with any body, and a specified content type
+func NewRotateWebhookSecretRequestWithBody(server string, endpointID EndpointID, params *RotateWebhookSecretParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -3827,10 +4024,12 @@ func NewRotateWebhookSecretRequest(server string, endpointID EndpointID, params 
 		return nil, err
 	}
 
-	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	if params != nil {
 
@@ -3852,6 +4051,40 @@ func NewRotateWebhookSecretRequest(server string, endpointID EndpointID, params 
 
 		req.Header.Set("Prefer", headerParam1)
 
+	}
+
+	return req, nil
+}
+
+// NewGetWebhookEndpointSecretRequest constructs an http.Request for the GetWebhookEndpointSecret method
+func NewGetWebhookEndpointSecretRequest(server string, endpointID EndpointID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "endpointId", endpointID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/webhook-endpoints/%s/secret", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -4374,26 +4607,33 @@ type ClientWithResponsesInterface interface {
 	// CreateWebhookEndpointWithBodyWithResponse Register a webhook endpoint
 	//
 	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-	// above and the `event` webhook), and answers its signing secret: **the only time it is
-	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// above and the `event` webhook), and answers its signing secret in this first answer only:
+	// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+	// since the service stores no secret in the clear, not even in its stored answers. Store the
+	// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+	// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+	// the events that happen from now on, of the types in `eventTypes` (all of them when
+	// omitted). The same headers and idempotency rules as `POST /payments` (operation
 	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-	// new.
+	// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+	// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 	//
 	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 	// host must resolve to public addresses only: loopback, private, link-local, unique-local
-	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-	// false otherwise. The check is made again at every connection, and redirects are never
-	// followed.
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+	// names the host, never what it resolved to), unless the server runs with
+	// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+	// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+	// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+	// never followed.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+	// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -4412,26 +4652,33 @@ type ClientWithResponsesInterface interface {
 	// CreateWebhookEndpointWithResponse Register a webhook endpoint
 	//
 	// Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-	// above and the `event` webhook), and answers its signing secret: **the only time it is
-	// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-	// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-	// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-	// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+	// above and the `event` webhook), and answers its signing secret in this first answer only:
+	// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+	// since the service stores no secret in the clear, not even in its stored answers. Store the
+	// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+	// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+	// the events that happen from now on, of the types in `eventTypes` (all of them when
+	// omitted). The same headers and idempotency rules as `POST /payments` (operation
 	// `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-	// new.
+	// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+	// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 	//
 	// The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 	// host must resolve to public addresses only: loopback, private, link-local, unique-local
-	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-	// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-	// false otherwise. The check is made again at every connection, and redirects are never
-	// followed.
+	// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+	// names the host, never what it resolved to), unless the server runs with
+	// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+	// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+	// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+	// never followed.
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-	// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+	// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+	// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 	// | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -4470,34 +4717,81 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /webhook-endpoints/{endpointId} (the `GetWebhookEndpoint` operationId).
 	GetWebhookEndpointWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*GetWebhookEndpointResponse, error)
 
-	// RotateWebhookSecretWithResponse Rotate a webhook endpoint's secret
+	// RotateWebhookSecretWithBodyWithResponse Rotate a webhook endpoint's secret
 	//
-	// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
-	// answer, within the replay window). For 24 hours after the rotation both secrets sign every
-	// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
-	// either while it switches to the new one; after that only the new one signs. The same
-	// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
-	// own key scope): a retry with the same key answers the same new secret and rotates nothing
-	// more. No body is needed (the body `{}` is the same command).
+	// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+	// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+	// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+	// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+	// so a receiver verifies with either while it switches to the new one; after that only the
+	// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+	// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+	// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+	// and `{"previousSecretExpiresIn": "24h"}` are the same command).
 	//
 	// | situation | answer | stored for replay |
 	// | --- | --- | --- |
-	// | rotated | `200`, the endpoint with its new `secret` | yes |
+	// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
 	// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
-	// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 	// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
-	// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-	// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 	//
-	// Returns a wrapper object for the known response body format(s).
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
-	RotateWebhookSecretWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
+	RotateWebhookSecretWithBodyWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
+
+	// RotateWebhookSecretWithResponse Rotate a webhook endpoint's secret
+	//
+	// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+	// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+	// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+	// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+	// so a receiver verifies with either while it switches to the new one; after that only the
+	// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+	// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+	// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+	// and `{"previousSecretExpiresIn": "24h"}` are the same command).
+	//
+	// | situation | answer | stored for replay |
+	// | --- | --- | --- |
+	// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
+	// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+	// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+	// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
+	// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+	// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+	// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
+	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+	// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecretWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
+
+	// GetWebhookEndpointSecretWithResponse Reveal a webhook endpoint's secret
+	//
+	// The secret that signs the endpoint's deliveries now (the newest, after a rotation), for
+	// its tenant only: another tenant's endpoint, like an unknown or deleted one, answers
+	// `404 NOT_FOUND`. The service stores the secret encrypted under `SECRETS_KEY`; a server
+	// without one answers `503 SECRETS_KEY_MISSING`. Answered with `Cache-Control: no-store`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /webhook-endpoints/{endpointId}/secret (the `GetWebhookEndpointSecret` operationId).
+	GetWebhookEndpointSecretWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*GetWebhookEndpointSecretResponse, error)
 }
 
 // ListEventsResponse429Headers the declared response headers of an HTTP 429 response for ListEvents
@@ -6051,7 +6345,7 @@ type CreateWebhookEndpointResponse struct {
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationProblemJSON503 *ServiceUnavailable
+	ApplicationProblemJSON503 *SecretsUnavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateWebhookEndpointResponse201Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -6108,7 +6402,7 @@ func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON500() *InternalE
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+func (r CreateWebhookEndpointResponse) GetApplicationProblemJSON503() *SecretsUnavailable {
 	return r.ApplicationProblemJSON503
 }
 
@@ -6359,7 +6653,7 @@ type RotateWebhookSecretResponse struct {
 	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationProblemJSON503 *ServiceUnavailable
+	ApplicationProblemJSON503 *SecretsUnavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *RotateWebhookSecretResponse200Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
@@ -6421,7 +6715,7 @@ func (r RotateWebhookSecretResponse) GetApplicationProblemJSON500() *InternalErr
 }
 
 // GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
-func (r RotateWebhookSecretResponse) GetApplicationProblemJSON503() *ServiceUnavailable {
+func (r RotateWebhookSecretResponse) GetApplicationProblemJSON503() *SecretsUnavailable {
 	return r.ApplicationProblemJSON503
 }
 
@@ -6448,6 +6742,103 @@ func (r RotateWebhookSecretResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RotateWebhookSecretResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetWebhookEndpointSecretResponse200Headers the declared response headers of an HTTP 200 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse200Headers struct {
+	CacheControl string
+}
+
+// GetWebhookEndpointSecretResponse429Headers the declared response headers of an HTTP 429 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse429Headers struct {
+	RetryAfter int
+}
+
+// GetWebhookEndpointSecretResponse503Headers the declared response headers of an HTTP 503 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse503Headers struct {
+	RetryAfter int
+}
+
+type GetWebhookEndpointSecretResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookEndpointSecret
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *Unauthorized
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *InternalError
+	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationProblemJSON503 *SecretsUnavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetWebhookEndpointSecretResponse200Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetWebhookEndpointSecretResponse429Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetWebhookEndpointSecretResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWebhookEndpointSecretResponse) GetJSON200() *WebhookEndpointSecret {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetWebhookEndpointSecretResponse) GetApplicationProblemJSON401() *Unauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetWebhookEndpointSecretResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetWebhookEndpointSecretResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetWebhookEndpointSecretResponse) GetApplicationProblemJSON500() *InternalError {
+	return r.ApplicationProblemJSON500
+}
+
+// GetApplicationProblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetWebhookEndpointSecretResponse) GetApplicationProblemJSON503() *SecretsUnavailable {
+	return r.ApplicationProblemJSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWebhookEndpointSecretResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWebhookEndpointSecretResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWebhookEndpointSecretResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWebhookEndpointSecretResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7035,26 +7426,33 @@ func (c *ClientWithResponses) ListWebhookEndpointsWithResponse(ctx context.Conte
 // CreateWebhookEndpointWithBodyWithResponse Register a webhook endpoint
 //
 // Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-// above and the `event` webhook), and answers its signing secret: **the only time it is
-// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// above and the `event` webhook), and answers its signing secret in this first answer only:
+// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+// since the service stores no secret in the clear, not even in its stored answers. Store the
+// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+// the events that happen from now on, of the types in `eventTypes` (all of them when
+// omitted). The same headers and idempotency rules as `POST /payments` (operation
 // `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-// new.
+// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 //
 // The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 // host must resolve to public addresses only: loopback, private, link-local, unique-local
-// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-// false otherwise. The check is made again at every connection, and redirects are never
-// followed.
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+// names the host, never what it resolved to), unless the server runs with
+// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+// never followed.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -7079,26 +7477,33 @@ func (c *ClientWithResponses) CreateWebhookEndpointWithBodyWithResponse(ctx cont
 // CreateWebhookEndpointWithResponse Register a webhook endpoint
 //
 // Registers a URL the service sends the tenant's events to (see "Webhooks to merchants"
-// above and the `event` webhook), and answers its signing secret: **the only time it is
-// shown** (and in the replay of this answer, within the replay window). Store it: `GET`
-// never shows it; `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The
-// endpoint receives the events that happen from now on, of the types in `eventTypes` (all of
-// them when omitted). The same headers and idempotency rules as `POST /payments` (operation
+// above and the `event` webhook), and answers its signing secret in this first answer only:
+// the answer stored for replay has `"secret": null` (with `"secretShownOnce": true`, in both),
+// since the service stores no secret in the clear, not even in its stored answers. Store the
+// secret; `GET /webhook-endpoints/{endpointId}/secret` reveals it again to the tenant, and
+// `POST /webhook-endpoints/{endpointId}/rotate-secret` makes a new one. The endpoint receives
+// the events that happen from now on, of the types in `eventTypes` (all of them when
+// omitted). The same headers and idempotency rules as `POST /payments` (operation
 // `create_webhook_endpoint`, its own key scope): a retry with the same key registers nothing
-// new.
+// new. A tenant has at most 16 endpoints (`409 TOO_MANY_ENDPOINTS`; deleted ones do not
+// count). A server without `SECRETS_KEY` registers none (`503 SECRETS_KEY_MISSING`).
 //
 // The URL must be `https`, unless the server runs with `WEBHOOK_ALLOW_HTTP=true`, and its
 // host must resolve to public addresses only: loopback, private, link-local, unique-local
-// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`), unless the
-// server runs with `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and
-// false otherwise. The check is made again at every connection, and redirects are never
-// followed.
+// and other non-public destinations are refused (`400 WEBHOOK_URL_FORBIDDEN`, whose detail
+// names the host, never what it resolved to), unless the server runs with
+// `WEBHOOK_ALLOW_PRIVATE=true`. Both are true in dev mode (`make run`) and false otherwise.
+// Where both are false, the URL's port must be 443 (or none), 8443, or one of
+// `WEBHOOK_ALLOWED_PORTS`. The check is made again at every connection, and redirects are
+// never followed.
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | registered | `201`, the endpoint with its `secret`, `Location` | yes |
-// | URL not `https`, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
-// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | registered | `201`, the endpoint with its `secret`, `Location` | yes, with `"secret": null` |
+// | URL not `https`, on a port not allowed, or resolving to a non-public address, where the server forbids it | `400 WEBHOOK_URL_FORBIDDEN` | no |
+// | the tenant has 16 endpoints | `409 TOO_MANY_ENDPOINTS` | no |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same registration | |
 // | same key, different command | `422 IDEMPOTENCY_KEY_REUSED` | |
@@ -7155,39 +7560,98 @@ func (c *ClientWithResponses) GetWebhookEndpointWithResponse(ctx context.Context
 	return ParseGetWebhookEndpointResponse(rsp)
 }
 
-// RotateWebhookSecretWithResponse Rotate a webhook endpoint's secret
+// RotateWebhookSecretWithBodyWithResponse Rotate a webhook endpoint's secret
 //
-// Makes a new signing secret for the endpoint and answers it, once (and in the replay of this
-// answer, within the replay window). For 24 hours after the rotation both secrets sign every
-// message (`webhook-signature` carries two `v1,` signatures), so a receiver verifies with
-// either while it switches to the new one; after that only the new one signs. The same
-// headers and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its
-// own key scope): a retry with the same key answers the same new secret and rotates nothing
-// more. No body is needed (the body `{}` is the same command).
+// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+// so a receiver verifies with either while it switches to the new one; after that only the
+// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+// and `{"previousSecretExpiresIn": "24h"}` are the same command).
 //
 // | situation | answer | stored for replay |
 // | --- | --- | --- |
-// | rotated | `200`, the endpoint with its new `secret` | yes |
+// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
 // | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
-// | same key, same command, finished | the stored status and body (the same secret), byte for byte, plus `Idempotent-Replayed: true` | |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
 // | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
 // | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
-// | same key, different command (another endpoint) | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
-// | a body that is not `{}` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
 //
-// Returns a wrapper object for the known response body format(s).
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
-func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error) {
-	rsp, err := c.RotateWebhookSecret(ctx, endpointID, params, reqEditors...)
+func (c *ClientWithResponses) RotateWebhookSecretWithBodyWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error) {
+	rsp, err := c.RotateWebhookSecretWithBody(ctx, endpointID, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
 	return ParseRotateWebhookSecretResponse(rsp)
+}
+
+// RotateWebhookSecretWithResponse Rotate a webhook endpoint's secret
+//
+// Makes a new signing secret for the endpoint and answers it in this first answer only (the
+// answer stored for replay has `"secret": null`; `GET /webhook-endpoints/{endpointId}/secret`
+// reveals it). For `previousSecretExpiresIn` after the rotation (default `24h`, at most
+// `24h`) both secrets sign every message (`webhook-signature` carries two `v1,` signatures),
+// so a receiver verifies with either while it switches to the new one; after that only the
+// new one signs. `"0s"` stops the old secret at once (a secret that leaked). The same headers
+// and idempotency rules as `POST /payments` (operation `rotate_webhook_secret`, its own key
+// scope): a retry with the same key rotates nothing more. No body is needed (no body, `{}`
+// and `{"previousSecretExpiresIn": "24h"}` are the same command).
+//
+// | situation | answer | stored for replay |
+// | --- | --- | --- |
+// | rotated | `200`, the endpoint with its new `secret` | yes, with `"secret": null` |
+// | endpoint unknown to this tenant | `404 NOT_FOUND` | no |
+// | the server has no `SECRETS_KEY` | `503 SECRETS_KEY_MISSING` | no |
+// | same key, same command, finished | the stored status and body, byte for byte (`"secret": null`, `"secretShownOnce": true`), plus `Idempotent-Replayed: true` | |
+// | same key, same command, original still in flight | `409 IDEMPOTENCY_KEY_IN_USE`, `Retry-After` | |
+// | same key, same command, original abandoned | takes the key over and finishes the same rotation | |
+// | same key, different command (another endpoint, or another `previousSecretExpiresIn`) | `422 IDEMPOTENCY_KEY_REUSED` | |
+// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `rotationId`; the secret is not shown again) | |
+// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
+// | a malformed body, or `previousSecretExpiresIn` outside `0s` to `24h` | `400 MALFORMED_JSON` / `VALIDATION_FAILED`, `413 PAYLOAD_TOO_LARGE`, `415 UNSUPPORTED_MEDIA_TYPE` | no |
+// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
+// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /webhook-endpoints/{endpointId}/rotate-secret (the `RotateWebhookSecret` operationId).
+func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Context, endpointID EndpointID, params *RotateWebhookSecretParams, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error) {
+	rsp, err := c.RotateWebhookSecret(ctx, endpointID, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRotateWebhookSecretResponse(rsp)
+}
+
+// GetWebhookEndpointSecretWithResponse Reveal a webhook endpoint's secret
+//
+// The secret that signs the endpoint's deliveries now (the newest, after a rotation), for
+// its tenant only: another tenant's endpoint, like an unknown or deleted one, answers
+// `404 NOT_FOUND`. The service stores the secret encrypted under `SECRETS_KEY`; a server
+// without one answers `503 SECRETS_KEY_MISSING`. Answered with `Cache-Control: no-store`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /webhook-endpoints/{endpointId}/secret (the `GetWebhookEndpointSecret` operationId).
+func (c *ClientWithResponses) GetWebhookEndpointSecretWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*GetWebhookEndpointSecretResponse, error) {
+	rsp, err := c.GetWebhookEndpointSecret(ctx, endpointID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWebhookEndpointSecretResponse(rsp)
 }
 
 // ParseListEventsResponse parses an HTTP response from a ListEventsWithResponse call
@@ -8803,7 +9267,7 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 		response.ApplicationProblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest SecretsUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -9113,7 +9577,7 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 		response.ApplicationProblemJSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest ServiceUnavailable
+		var dest SecretsUnavailable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -9161,6 +9625,100 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RotateWebhookSecretResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetWebhookEndpointSecretResponse parses an HTTP response from a GetWebhookEndpointSecretWithResponse call
+func ParseGetWebhookEndpointSecretResponse(rsp *http.Response) (*GetWebhookEndpointSecretResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWebhookEndpointSecretResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookEndpointSecret
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest InternalError
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest SecretsUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetWebhookEndpointSecretResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetWebhookEndpointSecretResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetWebhookEndpointSecretResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
