@@ -182,7 +182,7 @@ func TestQueueMoveMovesAndRecords(t *testing.T) {
 	widgetAt(t, pool, "w_1", smt.WidgetReceived, t0)
 	t1 := t0.Add(time.Minute)
 	b := &pgx.Batch{}
-	err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{
+	err := machine.QueueMove(context.Background(), b, statemachine.Move[smt.WidgetState]{
 		ID: "w_1", From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending to provider", At: t1,
 		Set: []statemachine.Column{{Name: "last_sent_at", Value: t1}, {Name: "note", Value: "moved"}},
 	})
@@ -216,7 +216,7 @@ func TestQueueMoveFromAStaleStateRefusesAndUndoesTheBatch(t *testing.T) {
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE widgets SET note = 'written before the move' WHERE id = 'w_1'`)
 	// Legal, but the row is in PROVIDER_REQUEST_SENT, not UNKNOWN.
-	if err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetUnknown, To: smt.WidgetSucceeded, Reason: "late", At: t0.Add(time.Minute)}); err != nil {
+	if err := machine.QueueMove(context.Background(), b, statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetUnknown, To: smt.WidgetSucceeded, Reason: "late", At: t0.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	err := send(pool, b)
@@ -242,7 +242,7 @@ func TestQueueMoveGuardedByAColumnRefusesWhenItDiffers(t *testing.T) {
 	}
 	move := func(holder string) error {
 		b := &pgx.Batch{}
-		if err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{
+		if err := machine.QueueMove(context.Background(), b, statemachine.Move[smt.WidgetState]{
 			ID: "w_1", From: smt.WidgetSent, To: smt.WidgetSucceeded, Reason: "ended by " + holder, At: t0.Add(time.Minute),
 			If: []statemachine.Column{{Name: "note", Value: "held by " + holder}}, Set: []statemachine.Column{{Name: "note", Value: ""}},
 		}); err != nil {
@@ -271,7 +271,7 @@ func TestIllegalMoveIsRefusedInGoAndByTheDatabase(t *testing.T) {
 	t.Parallel()
 	mv := statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetReceived, To: smt.WidgetSucceeded, Reason: "skipping the provider", At: t0.Add(time.Minute)}
 	b := &pgx.Batch{}
-	err := machine.QueueMove(b, mv)
+	err := machine.QueueMove(context.Background(), b, mv)
 	var illegal *statemachine.IllegalMoveError
 	if !errors.As(err, &illegal) || b.Len() != 0 {
 		t.Fatalf("QueueMove: %v with %d statements queued, want an IllegalMoveError and none", err, b.Len())
@@ -349,7 +349,7 @@ func TestCreatedRecordsOnlyAfterAClaimThatTookItsKey(t *testing.T) {
 			b.Queue(claim.Claimed())
 		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
-		claim.After(b).Queue(machine.Created(c.id, "request accepted", t0))
+		claim.After(b).Queue(machine.Created(context.Background(), c.id, "request accepted", t0))
 		if err := send(pool, b); err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 		if mv.inFrom {
 			move.From, move.To = smt.WidgetSent, smt.WidgetSucceeded
 		}
-		st, err := machine.MoveIfClaimed(move, mv.inFrom)
+		st, err := machine.MoveIfClaimed(context.Background(), move, mv.inFrom)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -458,7 +458,7 @@ func TestARowCreatedSentRecordsItsCreationAndItsMove(t *testing.T) {
 			b.Queue(claim.Claimed())
 		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at, first_sent_at) VALUES ($1, 't', 'PROVIDER_REQUEST_SENT', $2, $2, $2)`, c.id, t1)
-		st, err := machine.CreatedAs(c.id, smt.WidgetSent, "request accepted", "sending", t1)
+		st, err := machine.CreatedAs(context.Background(), c.id, smt.WidgetSent, "request accepted", "sending", t1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +483,7 @@ func TestARowCreatedSentRecordsItsCreationAndItsMove(t *testing.T) {
 	}
 
 	for _, in := range []smt.WidgetState{smt.WidgetReceived, smt.WidgetSucceeded, smt.WidgetCanceled} {
-		if _, err := machine.CreatedAs("w_x", in, "request accepted", "sending", t1); err == nil {
+		if _, err := machine.CreatedAs(context.Background(), "w_x", in, "request accepted", "sending", t1); err == nil {
 			t.Errorf("CreatedAs recorded a creation in %s, which the machine does not declare", in)
 		}
 	}
