@@ -120,21 +120,24 @@ func newID() string {
 
 // Add stores each configured pair's key if no key has its secret yet, in
 // any stored form. It never replaces, revives or revokes a key: a key
-// revoked once stays revoked whatever API_KEYS says. It returns how many it
-// added.
-func Add(ctx context.Context, q Querier, h Hasher, pairs []Pair, now time.Time) (int, error) {
-	added := 0
+// revoked once stays revoked whatever API_KEYS says. It returns the keys
+// it added.
+func Add(ctx context.Context, q Querier, h Hasher, pairs []Pair, now time.Time) ([]Key, error) {
+	var added []Key
 	for _, p := range pairs {
+		k := Key{ID: newID(), Tenant: p.Tenant, CreatedAt: now}
 		tag, err := q.Exec(ctx, `
 			INSERT INTO tenant_api_keys (id, tenant_id, secret_hash, created_at)
 			SELECT $1, $2, $3, $4
 			WHERE NOT EXISTS (SELECT FROM tenant_api_keys WHERE secret_hash = ANY($5))
 			ON CONFLICT (secret_hash) DO NOTHING`,
-			newID(), p.Tenant, h.Sum(p.Secret), now, h.forms(p.Secret))
+			k.ID, k.Tenant, h.Sum(p.Secret), now, h.forms(p.Secret))
 		if err != nil {
 			return added, fmt.Errorf("store API key of tenant %q: %w", p.Tenant, err)
 		}
-		added += int(tag.RowsAffected())
+		if tag.RowsAffected() == 1 {
+			added = append(added, k)
+		}
 	}
 	return added, nil
 }

@@ -54,8 +54,8 @@ func setUp(t *testing.T) (*pgxpool.Pool, Hasher, time.Time) {
 func TestATenantHoldsSeveralKeysAndARevokedOneStaysRevoked(t *testing.T) {
 	pool, h, now := setUp(t)
 	ctx := context.Background()
-	if n, err := Add(ctx, pool, h, []Pair{{"demo", "sk_configured_by_hand_long_enough"}}, now); err != nil || n != 1 {
-		t.Fatalf("Add = %d, %v", n, err)
+	if n, err := Add(ctx, pool, h, []Pair{{"demo", "sk_configured_by_hand_long_enough"}}, now); err != nil || len(n) != 1 {
+		t.Fatalf("Add = %v, %v", n, err)
 	}
 	old, oldSecret, err := Create(ctx, pool, h, "demo", false, now)
 	if err != nil {
@@ -86,8 +86,8 @@ func TestATenantHoldsSeveralKeysAndARevokedOneStaysRevoked(t *testing.T) {
 	// An instance started with an old API_KEYS naming the revoked secret,
 	// for the same tenant or another.
 	n, err := Add(ctx, pool, h, []Pair{{"demo", oldSecret}, {"other", newSecret}}, now.Add(time.Hour))
-	if err != nil || n != 0 {
-		t.Errorf("Add of known secrets = %d, %v; want nothing added", n, err)
+	if err != nil || len(n) != 0 {
+		t.Errorf("Add of known secrets = %v, %v; want nothing added", n, err)
 	}
 	if _, err := Authenticate(ctx, pool, h, oldSecret, now); !errors.Is(err, ErrUnknownKey) {
 		t.Errorf("a revoked key named again by API_KEYS: %v, want ErrUnknownKey", err)
@@ -145,8 +145,8 @@ func TestSecretsAreStoredKeyedUnderThePepperAndPlainOnesKeepWorking(t *testing.T
 	if tenant, err := Authenticate(ctx, pool, h, "sk_plain_long_enough_secret", now); err != nil || tenant.Tenant != "acme" {
 		t.Errorf("a plain SHA-256 key with the pepper set: %q, %v", tenant, err)
 	}
-	if n, err := Add(ctx, pool, h, []Pair{{"acme", "sk_plain_long_enough_secret"}}, now); err != nil || n != 0 {
-		t.Errorf("Add of a secret stored plain = %d, %v; want it known", n, err)
+	if n, err := Add(ctx, pool, h, []Pair{{"acme", "sk_plain_long_enough_secret"}}, now); err != nil || len(n) != 0 {
+		t.Errorf("Add of a secret stored plain = %v, %v; want it known", n, err)
 	}
 
 	// The same secret stored in both forms; revoking either refuses it.

@@ -41,11 +41,14 @@ const (
 	// TooManyFailedAuthentications: the client's address failed
 	// authentication too often; it is refused whatever its key.
 	TooManyFailedAuthentications Code = "TOO_MANY_FAILED_AUTHENTICATIONS"
-	NotFound                     Code = "NOT_FOUND"
-	MethodNotAllowed             Code = "METHOD_NOT_ALLOWED"
-	WebhookSignatureInvalid      Code = "WEBHOOK_SIGNATURE_INVALID"
-	WebhookURLForbidden          Code = "WEBHOOK_URL_FORBIDDEN"
-	Internal                     Code = "INTERNAL"
+	// OperatorsOnly: a tenant's API key asked for what only an operator
+	// (OPERATOR_KEYS) may read, such as the audit log.
+	OperatorsOnly           Code = "OPERATORS_ONLY"
+	NotFound                Code = "NOT_FOUND"
+	MethodNotAllowed        Code = "METHOD_NOT_ALLOWED"
+	WebhookSignatureInvalid Code = "WEBHOOK_SIGNATURE_INVALID"
+	WebhookURLForbidden     Code = "WEBHOOK_URL_FORBIDDEN"
+	Internal                Code = "INTERNAL"
 )
 
 // title is the one short, human title of each shared code.
@@ -79,6 +82,8 @@ func title(code Code) string {
 		return "Unauthorized"
 	case TooManyFailedAuthentications:
 		return "Too many failed authentications"
+	case OperatorsOnly:
+		return "Operators only"
 	case NotFound:
 		return "Not found"
 	case MethodNotAllowed:
