@@ -111,6 +111,9 @@ func (c Config) DevMode() bool { return c.DatabaseURL == "" }
 // DevAPIKeys is the demo key of dev mode.
 const DevAPIKeys = "demo:sk_test_demo"
 
+// DevOperatorKeys is the demo operator of dev mode.
+const DevOperatorKeys = "dev:sk_operator_demo"
+
 // StripeKeyTTL is how long Stripe is known to remember an idempotency key
 // (at least 24 hours). PROVIDER_KEY_TTL may not exceed it with
 // PROVIDER=stripe: a payment re-sent after Stripe forgot its key, because a
@@ -264,6 +267,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	}
 	if c.APIKeys == "" && c.DevMode() {
 		c.APIKeys = DevAPIKeys
+	}
+	if c.OperatorKeys == "" && c.DevMode() {
+		c.OperatorKeys = DevOperatorKeys
 	}
 	c.ProviderNamed = c.Provider != ""
 	if !c.ProviderNamed {
