@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stripe/stripe-go/v76/webhook"
+
 	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
@@ -216,5 +218,29 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 		if e.metric("paymentsapi_group_commit_merged_batches_total", map[string]string{"kind": kind}) == 0 {
 			t.Errorf("no %s' batches merged: the test proved nothing", kind)
 		}
+	}
+}
+
+// A payment a Stripe webhook resolves names the provider's webhook, and
+// the webhook's request, on its move; the move of the unknown outcome
+// stays the creating key's.
+func TestAWebhooksMoveNamesTheProviderWebhook(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	id := e.unknownPayment("k-lost", "inv-1")
+	payload := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
+	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: webhookSecret, Timestamp: e.clock.Now()}).Header
+	if r := e.do("POST", "/webhooks/stripe", payload, map[string]string{
+		"Content-Type": "application/json", "Stripe-Signature": header, "X-Request-Id": "req-webhook",
+	}); r.Status != http.StatusOK {
+		t.Fatalf("webhook: %d %s", r.Status, r.Body)
+	}
+	got := e.transitions("payment_transitions", "payment_id", id)
+	last := got[len(got)-1]
+	if last.To != "COMPLETED" || last.Actor != actor.ProviderWebhook || last.RequestID != "req-webhook" {
+		t.Errorf("the webhook's move: %+v, want COMPLETED by %s under req-webhook", last, actor.ProviderWebhook)
+	}
+	if before := got[len(got)-2]; before.To != "UNKNOWN_REQUIRES_RECOVERY" || before.Actor == actor.ProviderWebhook || before.Actor == "" {
+		t.Errorf("the move before it: %+v, want the creating key's", before)
 	}
 }
