@@ -146,7 +146,7 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) (o
 	}
 	ctx = actor.Ensure(ctx, who)
 	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
-		"tenant", rec.Scope.Tenant, "attempt", attempt)
+		"tenant", rec.Scope.Tenant, "attempt", attempt, "request_id", actor.From(ctx).RequestID)
 	if r.e.tracer != nil {
 		// A trace of its own per key: what the attempt asks the provider,
 		// writes, and the events it writes (their publish and webhook
