@@ -84,6 +84,9 @@ const insert = `INSERT INTO audit_events (id, occurred_at, actor, request_id, ac
 
 // Record appends c, made by ctx's actor at now, to the log.
 func Record(ctx context.Context, db Execer, now time.Time, c Change) error {
+	if actor.From(ctx).Actor == "" {
+		return fmt.Errorf("%w: %s", ErrNoActor, c.Action)
+	}
 	args, err := values(ctx, now, c)
 	if err != nil {
 		return err
@@ -101,10 +104,6 @@ func Record(ctx context.Context, db Execer, now time.Time, c Change) error {
 // NULL), and the claim's transaction with it, as Record refuses.
 func Claimed(ctx context.Context, now time.Time, c Change) claim.Statement {
 	args, err := values(ctx, now, c)
-	if errors.Is(err, ErrNoActor) {
-		args, err = values(actor.WithActor(ctx, "?"), now, c)
-		args[2] = nil
-	}
 	if err != nil {
 		panic(err) // details that do not marshal are a programming error
 	}
@@ -115,12 +114,10 @@ var claimed = claim.NewTemplate(func(claimed string) string {
 	return insert + ` SELECT $1::uuid, $2::timestamptz, $3::text, $4::text, $5::text, $6::text, $7::text, $8::jsonb WHERE ` + claimed
 })
 
-// values are an event's columns, in insert's order.
+// values are an event's columns, in insert's order (the actor NULL where
+// ctx names none).
 func values(ctx context.Context, now time.Time, c Change) ([]any, error) {
 	who := actor.From(ctx)
-	if who.Actor == "" {
-		return nil, fmt.Errorf("%w: %s", ErrNoActor, c.Action)
-	}
 	details := c.Details
 	if details == nil {
 		details = map[string]any{}
@@ -129,7 +126,7 @@ func values(ctx context.Context, now time.Time, c Change) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit event %s: details: %w", c.Action, err)
 	}
-	return []any{ids.NewEventID(now), now, who.Actor, nullIfEmpty(who.RequestID), c.Action,
+	return []any{ids.NewEventID(now), now, nullIfEmpty(who.Actor), nullIfEmpty(who.RequestID), c.Action,
 		nullIfEmpty(c.TenantID), nullIfEmpty(c.TargetID), string(raw)}, nil
 }
 
