@@ -63,6 +63,7 @@ func keysCommand(ctx context.Context, args []string, getenv func(string) string,
 		fmt.Fprint(stderr, keysUsage)
 		return fmt.Errorf("keys %s: wrong number of arguments: %q", sub, positional)
 	}
+	ctx = asOperator(ctx, getenv)
 	a, err := openDatabaseTool(ctx, rest, getenv, stderr, keysUsage)
 	if err != nil {
 		return err

@@ -55,10 +55,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return migrateCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "keys" {
-		return keysCommand(asOperator(ctx, getenv), args[1:], getenv, stdout, stderr)
+		return keysCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "outbox" {
-		return outboxCommand(asOperator(ctx, getenv), args[1:], getenv, stdout, stderr)
+		return outboxCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "audit" {
 		return auditCommand(ctx, args[1:], getenv, stdout, stderr)

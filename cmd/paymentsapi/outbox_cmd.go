@@ -71,6 +71,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprint(stderr, outboxUsage)
 		return errors.New("outbox replay: give the ids of the events to replay")
 	}
+	ctx = asOperator(ctx, getenv)
 	a, err := openDatabaseTool(ctx, rest, getenv, stderr, outboxUsage)
 	if err != nil {
 		return err
