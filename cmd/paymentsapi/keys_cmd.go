@@ -8,7 +8,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/audit"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 )
 
@@ -60,6 +63,7 @@ func keysCommand(ctx context.Context, args []string, getenv func(string) string,
 		fmt.Fprint(stderr, keysUsage)
 		return fmt.Errorf("keys %s: wrong number of arguments: %q", sub, positional)
 	}
+	ctx = asOperator(ctx, getenv)
 	a, err := openDatabaseTool(ctx, rest, getenv, stderr, keysUsage)
 	if err != nil {
 		return err
@@ -73,7 +77,15 @@ func keysCommand(ctx context.Context, args []string, getenv func(string) string,
 		if !a.apiKeys.Peppered() {
 			log.Warn("API_KEY_PEPPER is not set: the key is stored as a plain SHA-256")
 		}
-		k, secret, err := apikeys.Create(ctx, a.pool, a.apiKeys, positional[0], test, now)
+		var k apikeys.Key
+		var secret string
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) (err error) {
+			if k, secret, err = apikeys.Create(ctx, tx, a.apiKeys, positional[0], test, now); err != nil {
+				return err
+			}
+			return audit.Record(ctx, tx, now, audit.Change{Action: audit.APIKeyCreated, TenantID: k.Tenant, TargetID: k.ID,
+				Details: map[string]any{"test": test}})
+		})
 		if err != nil {
 			return err
 		}
@@ -90,7 +102,13 @@ func keysCommand(ctx context.Context, args []string, getenv func(string) string,
 		keys, err := apikeys.List(ctx, a.pool, tenant)
 		return printLines(out, keys, err)
 	default:
-		k, err := apikeys.Revoke(ctx, a.pool, positional[0], now)
+		var k apikeys.Key
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) (err error) {
+			if k, err = apikeys.Revoke(ctx, tx, positional[0], now); err != nil {
+				return err
+			}
+			return audit.Record(ctx, tx, now, audit.Change{Action: audit.APIKeyRevoked, TenantID: k.Tenant, TargetID: k.ID})
+		})
 		if errors.Is(err, apikeys.ErrNoSuchKey) {
 			return fmt.Errorf("keys revoke: no key has the id %q (keys list shows them)", positional[0])
 		}

@@ -49,6 +49,7 @@ var errUsage = errors.New("usage")
 //	paymentsapi outbox replay ID...                  publish events once more
 //	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
 //	paymentsapi keys create TENANT [-test] | list [TENANT] | revoke KEY_ID   the API keys
+//	paymentsapi audit [-limit N] [-tenant T] [-action A]   the audit log, newest first
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrateCommand(ctx, args[1:], getenv, stdout, stderr)
@@ -58,6 +59,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	if len(args) > 0 && args[0] == "outbox" {
 		return outboxCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "audit" {
+		return auditCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "orphans" {
 		return orphansCommand(ctx, args[1:], getenv, stdout, stderr)
@@ -87,6 +91,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	log := logging.New(stderr, cfg.LogLevel)
 	if command == "reconcile" {
+		if once { // an operator asking the provider now; a running reconciler is the reconciler
+			ctx = asOperator(ctx, getenv)
+		}
 		return reconcile(ctx, cfg, log, stdout, once)
 	}
 	tp, stopTracing, err := tracing.Setup(ctx, "paymentsapi", getenv, log)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/paymentsapi/paymentsapi/internal/audit"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
@@ -70,6 +71,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprint(stderr, outboxUsage)
 		return errors.New("outbox replay: give the ids of the events to replay")
 	}
+	ctx = asOperator(ctx, getenv)
 	a, err := openDatabaseTool(ctx, rest, getenv, stderr, outboxUsage)
 	if err != nil {
 		return err
@@ -100,6 +102,10 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		if missing == nil {
 			missing = []string{}
 		}
+		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: audit.OutboxEventsReplayed,
+			Details: map[string]any{"eventIds": eventIDs, "notFound": missing}}); err != nil {
+			return err
+		}
 		log.Info("outbox events replayed", "count", len(eventIDs)-len(missing))
 		if err := out.Encode(map[string]any{"replayed": len(eventIDs) - len(missing), "notFound": missing}); err != nil {
 			return err
@@ -114,10 +120,15 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		if err != nil {
 			return err
 		}
+		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: audit.OutboxEventsUnparked,
+			Details: map[string]any{"all": true, "count": n}}); err != nil {
+			return err
+		}
 		log.Info("outbox events unparked", "count", n)
 		return out.Encode(map[string]any{"unparked": n})
 	default:
 		unparked, notParked := 0, []string{}
+		var released []string
 		for _, id := range eventIDs {
 			err := outbox.Unpark(ctx, a.pool, id, now)
 			switch {
@@ -127,7 +138,14 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 				return err
 			default:
 				unparked++
+				released = append(released, id)
 				log.Info("outbox event unparked", "event_id", id)
+			}
+		}
+		if unparked > 0 {
+			if err := audit.Record(ctx, a.pool, now, audit.Change{Action: audit.OutboxEventsUnparked,
+				Details: map[string]any{"eventIds": released, "count": unparked}}); err != nil {
+				return err
 			}
 		}
 		if err := out.Encode(map[string]any{"unparked": unparked, "notParked": notParked}); err != nil {

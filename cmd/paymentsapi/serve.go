@@ -19,14 +19,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paymentsapi/paymentsapi/api"
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
+	"github.com/paymentsapi/paymentsapi/internal/audit"
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
@@ -37,6 +40,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/operators"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
@@ -291,11 +295,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		wg.Wait()
 	}()
 
+	ops, err := operators.Parse(cfg.OperatorKeys)
+	if err != nil {
+		return err
+	}
 	deps := a.core.HTTPDeps(httpapi.Deps{
 		DB: a.pool, Log: log, Metrics: a.metrics, Gatherer: a.reg, OpenAPI: api.OpenAPI, APIKeys: a.apiKeys,
-		Ready:       func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
-		RateLimit:   httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
-		SeparateOps: cfg.OpsAddr != "",
+		Ready:          func(ctx context.Context) error { return database.Ready(ctx, a.pool) },
+		RateLimit:      httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
+		SeparateOps:    cfg.OpsAddr != "",
+		TrustedProxies: cfg.TrustedProxies, Operators: ops,
 	})
 	warnExposure(cfg, log)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -445,6 +454,10 @@ func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 	if err != nil {
 		return err
 	}
+	if err := audit.Record(ctx, a.pool, clock.System{}.Now(), audit.Change{Action: audit.ReconcilerRunByOperator,
+		Details: map[string]any{"outcomes": stats}}); err != nil {
+		return err
+	}
 	return json.NewEncoder(stdout).Encode(map[string]any{"reconciled": stats})
 }
 
@@ -466,12 +479,28 @@ func setUpAPIKeys(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, h 
 			}
 		}
 	}
-	added, err := apikeys.Add(ctx, pool, h, pairs, clk.Now())
+	// Each key added is audited with its addition, by the service acting
+	// on its configuration.
+	ctx = actor.Ensure(ctx, actor.System)
+	var added []apikeys.Key
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		now := clk.Now()
+		if added, err = apikeys.Add(ctx, tx, h, pairs, now); err != nil {
+			return err
+		}
+		for _, k := range added {
+			if err := audit.Record(ctx, tx, now, audit.Change{Action: audit.APIKeyAdded, TenantID: k.Tenant, TargetID: k.ID,
+				Details: map[string]any{"from": "API_KEYS"}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if added > 0 {
-		log.Info("API keys added from API_KEYS", "count", added)
+	if len(added) > 0 {
+		log.Info("API keys added from API_KEYS", "count", len(added))
 	}
 	n, err := apikeys.Count(ctx, pool)
 	if err != nil {

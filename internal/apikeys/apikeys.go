@@ -120,21 +120,24 @@ func newID() string {
 
 // Add stores each configured pair's key if no key has its secret yet, in
 // any stored form. It never replaces, revives or revokes a key: a key
-// revoked once stays revoked whatever API_KEYS says. It returns how many it
-// added.
-func Add(ctx context.Context, q Querier, h Hasher, pairs []Pair, now time.Time) (int, error) {
-	added := 0
+// revoked once stays revoked whatever API_KEYS says. It returns the keys
+// it added.
+func Add(ctx context.Context, q Querier, h Hasher, pairs []Pair, now time.Time) ([]Key, error) {
+	var added []Key
 	for _, p := range pairs {
+		k := Key{ID: newID(), Tenant: p.Tenant, CreatedAt: now}
 		tag, err := q.Exec(ctx, `
 			INSERT INTO tenant_api_keys (id, tenant_id, secret_hash, created_at)
 			SELECT $1, $2, $3, $4
 			WHERE NOT EXISTS (SELECT FROM tenant_api_keys WHERE secret_hash = ANY($5))
 			ON CONFLICT (secret_hash) DO NOTHING`,
-			newID(), p.Tenant, h.Sum(p.Secret), now, h.forms(p.Secret))
+			k.ID, k.Tenant, h.Sum(p.Secret), now, h.forms(p.Secret))
 		if err != nil {
 			return added, fmt.Errorf("store API key of tenant %q: %w", p.Tenant, err)
 		}
-		added += int(tag.RowsAffected())
+		if tag.RowsAffected() == 1 {
+			added = append(added, k)
+		}
 	}
 	return added, nil
 }
@@ -190,21 +193,28 @@ func Revoke(ctx context.Context, q Querier, id string, now time.Time) (Key, erro
 // most once a minute per key, so that authentication rarely writes.
 const lastUsedGranularity = time.Minute
 
-// Authenticate returns the tenant whose key has this secret, or
+// Identity is who an authenticated secret is: its tenant, and the id of
+// its key (what the audit and the logs name, never the secret).
+type Identity struct {
+	Tenant string
+	KeyID  string
+}
+
+// Authenticate returns the identity of the key that has this secret, or
 // ErrUnknownKey. The secret is looked up in every form it may be stored in
 // (keyed and plain hash); if any row of it is revoked, it is refused, so
 // that a copy of a revoked secret stored in another form cannot bring it
 // back. The stored hash is compared in constant time.
-func Authenticate(ctx context.Context, q Querier, h Hasher, secret string, now time.Time) (string, error) {
+func Authenticate(ctx context.Context, q Querier, h Hasher, secret string, now time.Time) (Identity, error) {
 	if secret == "" {
-		return "", ErrUnknownKey
+		return Identity{}, ErrUnknownKey
 	}
 	forms := h.forms(secret)
 	rows, err := q.Query(ctx, `
 		SELECT id, tenant_id, secret_hash, revoked_at IS NOT NULL, last_used_at
 		FROM tenant_api_keys WHERE secret_hash = ANY($1)`, forms)
 	if err != nil {
-		return "", fmt.Errorf("authenticate: %w", err)
+		return Identity{}, fmt.Errorf("authenticate: %w", err)
 	}
 	type row struct {
 		id, tenant string
@@ -218,26 +228,26 @@ func Authenticate(ctx context.Context, q Querier, h Hasher, secret string, now t
 		return x, err
 	})
 	if err != nil {
-		return "", fmt.Errorf("authenticate: %w", err)
+		return Identity{}, fmt.Errorf("authenticate: %w", err)
 	}
 	var match *row
 	for i := range found {
 		if found[i].revoked {
-			return "", ErrUnknownKey
+			return Identity{}, ErrUnknownKey
 		}
 		if matchesAny(found[i].stored, forms) {
 			match = &found[i]
 		}
 	}
 	if match == nil {
-		return "", ErrUnknownKey
+		return Identity{}, ErrUnknownKey
 	}
 	if match.lastUsed == nil || now.Sub(*match.lastUsed) >= lastUsedGranularity {
 		if _, err := q.Exec(ctx, `UPDATE tenant_api_keys SET last_used_at = $2 WHERE id = $1`, match.id, now); err != nil {
-			return "", fmt.Errorf("authenticate: note the key's use: %w", err)
+			return Identity{}, fmt.Errorf("authenticate: note the key's use: %w", err)
 		}
 	}
-	return match.tenant, nil
+	return Identity{Tenant: match.tenant, KeyID: match.id}, nil
 }
 
 func matchesAny(stored []byte, forms [][]byte) bool {

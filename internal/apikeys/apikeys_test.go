@@ -54,8 +54,8 @@ func setUp(t *testing.T) (*pgxpool.Pool, Hasher, time.Time) {
 func TestATenantHoldsSeveralKeysAndARevokedOneStaysRevoked(t *testing.T) {
 	pool, h, now := setUp(t)
 	ctx := context.Background()
-	if n, err := Add(ctx, pool, h, []Pair{{"demo", "sk_configured_by_hand_long_enough"}}, now); err != nil || n != 1 {
-		t.Fatalf("Add = %d, %v", n, err)
+	if n, err := Add(ctx, pool, h, []Pair{{"demo", "sk_configured_by_hand_long_enough"}}, now); err != nil || len(n) != 1 {
+		t.Fatalf("Add = %v, %v", n, err)
 	}
 	old, oldSecret, err := Create(ctx, pool, h, "demo", false, now)
 	if err != nil {
@@ -69,7 +69,7 @@ func TestATenantHoldsSeveralKeysAndARevokedOneStaysRevoked(t *testing.T) {
 		t.Errorf("secrets %q, %q: want sk_live_/sk_test_ and 32 random bytes", oldSecret, newSecret)
 	}
 	for _, s := range []string{"sk_configured_by_hand_long_enough", oldSecret, newSecret} {
-		if tenant, err := Authenticate(ctx, pool, h, s, now); err != nil || tenant != "demo" {
+		if tenant, err := Authenticate(ctx, pool, h, s, now); err != nil || tenant.Tenant != "demo" {
 			t.Fatalf("a key of the tenant: %q, %v", tenant, err)
 		}
 	}
@@ -80,14 +80,14 @@ func TestATenantHoldsSeveralKeysAndARevokedOneStaysRevoked(t *testing.T) {
 	if _, err := Authenticate(ctx, pool, h, oldSecret, now); !errors.Is(err, ErrUnknownKey) {
 		t.Errorf("a revoked key: %v, want ErrUnknownKey", err)
 	}
-	if tenant, err := Authenticate(ctx, pool, h, newSecret, now); err != nil || tenant != "demo" {
+	if tenant, err := Authenticate(ctx, pool, h, newSecret, now); err != nil || tenant.Tenant != "demo" {
 		t.Errorf("the tenant's other key after the revocation: %q, %v", tenant, err)
 	}
 	// An instance started with an old API_KEYS naming the revoked secret,
 	// for the same tenant or another.
 	n, err := Add(ctx, pool, h, []Pair{{"demo", oldSecret}, {"other", newSecret}}, now.Add(time.Hour))
-	if err != nil || n != 0 {
-		t.Errorf("Add of known secrets = %d, %v; want nothing added", n, err)
+	if err != nil || len(n) != 0 {
+		t.Errorf("Add of known secrets = %v, %v; want nothing added", n, err)
 	}
 	if _, err := Authenticate(ctx, pool, h, oldSecret, now); !errors.Is(err, ErrUnknownKey) {
 		t.Errorf("a revoked key named again by API_KEYS: %v, want ErrUnknownKey", err)
@@ -142,11 +142,11 @@ func TestSecretsAreStoredKeyedUnderThePepperAndPlainOnesKeepWorking(t *testing.T
 	if _, err := Add(ctx, pool, Hasher{}, []Pair{{"acme", "sk_plain_long_enough_secret"}}, now); err != nil {
 		t.Fatal(err)
 	}
-	if tenant, err := Authenticate(ctx, pool, h, "sk_plain_long_enough_secret", now); err != nil || tenant != "acme" {
+	if tenant, err := Authenticate(ctx, pool, h, "sk_plain_long_enough_secret", now); err != nil || tenant.Tenant != "acme" {
 		t.Errorf("a plain SHA-256 key with the pepper set: %q, %v", tenant, err)
 	}
-	if n, err := Add(ctx, pool, h, []Pair{{"acme", "sk_plain_long_enough_secret"}}, now); err != nil || n != 0 {
-		t.Errorf("Add of a secret stored plain = %d, %v; want it known", n, err)
+	if n, err := Add(ctx, pool, h, []Pair{{"acme", "sk_plain_long_enough_secret"}}, now); err != nil || len(n) != 0 {
+		t.Errorf("Add of a secret stored plain = %v, %v; want it known", n, err)
 	}
 
 	// The same secret stored in both forms; revoking either refuses it.

@@ -32,8 +32,8 @@ type Authenticator struct {
 }
 
 type cached struct {
-	tenant string
-	until  time.Time
+	id    Identity
+	until time.Time
 }
 
 // NewAuthenticator returns an Authenticator; ttl <= 0, or above
@@ -45,25 +45,26 @@ func NewAuthenticator(db Querier, h Hasher, clk clock.Clock, ttl time.Duration) 
 	return &Authenticator{db: db, hasher: h, clock: clk, ttl: ttl, known: map[[sha256.Size]byte]cached{}}
 }
 
-// Authenticate returns the tenant whose secret this is, or ErrUnknownKey.
-func (a *Authenticator) Authenticate(ctx context.Context, secret string) (string, error) {
+// Authenticate returns the identity of the key whose secret this is, or
+// ErrUnknownKey.
+func (a *Authenticator) Authenticate(ctx context.Context, secret string) (Identity, error) {
 	key := sha256.Sum256([]byte(secret))
 	now := a.clock.Now()
 	a.mu.Lock()
 	c, ok := a.known[key]
 	a.mu.Unlock()
 	if ok && now.Before(c.until) {
-		return c.tenant, nil
+		return c.id, nil
 	}
-	tenant, err := Authenticate(ctx, a.db, a.hasher, secret, now)
+	id, err := Authenticate(ctx, a.db, a.hasher, secret, now)
 	if err != nil {
-		return "", err
+		return Identity{}, err
 	}
 	a.mu.Lock()
 	if len(a.known) >= maxCached {
 		clear(a.known)
 	}
-	a.known[key] = cached{tenant: tenant, until: now.Add(a.ttl)}
+	a.known[key] = cached{id: id, until: now.Add(a.ttl)}
 	a.mu.Unlock()
-	return tenant, nil
+	return id, nil
 }

@@ -22,14 +22,14 @@ func TestAuthenticatorTrustsAcceptedKeysForItsTTL(t *testing.T) {
 	if _, err := a.Authenticate(ctx, "sk_2"); !errors.Is(err, apikeys.ErrUnknownKey) {
 		t.Fatalf("unknown key: %v", err)
 	}
-	if tenant, err := a.Authenticate(ctx, secret); err != nil || tenant != "t1" {
+	if tenant, err := a.Authenticate(ctx, secret); err != nil || tenant.Tenant != "t1" {
 		t.Fatalf("known key: %q %v", tenant, err)
 	}
 	if _, err := apikeys.Revoke(ctx, db, k.ID, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(9 * time.Second)
-	if tenant, err := a.Authenticate(ctx, secret); err != nil || tenant != "t1" {
+	if tenant, err := a.Authenticate(ctx, secret); err != nil || tenant.Tenant != "t1" {
 		t.Errorf("inside the TTL the revoked key is still trusted (by design): %q %v", tenant, err)
 	}
 	clk.Advance(2 * time.Second)
@@ -40,7 +40,7 @@ func TestAuthenticatorTrustsAcceptedKeysForItsTTL(t *testing.T) {
 	if _, err := apikeys.Add(ctx, db, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "t2", Secret: "sk_2"}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if tenant, err := a.Authenticate(ctx, "sk_2"); err != nil || tenant != "t2" {
+	if tenant, err := a.Authenticate(ctx, "sk_2"); err != nil || tenant.Tenant != "t2" {
 		t.Errorf("a key added after a miss: %q %v", tenant, err)
 	}
 }

@@ -297,7 +297,7 @@ func (s *widgets) create(ctx context.Context, tenant, key string, cmd widgetComm
 				return `INSERT INTO widgets (id, tenant_id, state, note, account_id, amount_minor, currency, created_at, updated_at)
 				SELECT $1, $2, $3, $4, $5, $6, $7, $8, $8 WHERE ` + claimed
 			}, w.ID, w.TenantID, string(w.State), w.Note, w.AccountID, w.AmountMinor, w.Currency, now))
-			b.Queue(smt.WidgetMachine.Created(w.ID, "request accepted", now))
+			b.Queue(smt.WidgetMachine.Created(context.Background(), w.ID, "request accepted", now))
 			b.Queue(outbox.IfClaimed(event))
 		},
 		Wait: wait,

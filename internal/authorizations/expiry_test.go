@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 )
@@ -133,5 +134,27 @@ func TestAVoidThatFindsTheChargeCapturedSettlesIt(t *testing.T) {
 	}
 	if n := e.count("outbox_events WHERE event_type = 'PaymentSucceeded' AND aggregate_id = $1", id); n != 1 {
 		t.Fatalf("%d PaymentSucceeded events, want 1", n)
+	}
+}
+
+// The void of an expired authorization is the service's own scheduled
+// work: its moves name the scheduler, under a request id of their own,
+// while the reconciler runs it.
+func TestAnExpirysVoidNamesTheScheduler(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	id := e.authorized("expiring", "pm_card_visa")
+	e.clk.Advance(authTTL)
+	e.reconcile()
+	if p := e.payment(id); p["status"] != "CANCELED" {
+		t.Fatalf("after its expiry: %v", p)
+	}
+	var who, request string
+	if err := e.pool.QueryRow(context.Background(), `SELECT coalesce(actor, ''), coalesce(request_id, '') FROM payment_transitions
+		WHERE payment_id = $1 AND to_state = 'CANCELED'`, id).Scan(&who, &request); err != nil {
+		t.Fatal(err)
+	}
+	if who != actor.Scheduler || request == "" {
+		t.Errorf("the expiry's void: %q under %q, want %s under a request id of its own", who, request, actor.Scheduler)
 	}
 }

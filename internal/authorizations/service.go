@@ -135,9 +135,9 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Fingerprint: fingerprint,
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {
-			s.pay.QueueBegin(b, s.k.action, a.ID, tenant, a.PaymentID, a.AmountMinor, now)
+			s.pay.QueueBegin(ctx, b, s.k.action, a.ID, tenant, a.PaymentID, a.AmountMinor, now)
 			queueInsert(b, a)
-			b.Queue(machine.Created(a.ID, string(a.Kind)+" requested", a.CreatedAt))
+			b.Queue(machine.Created(ctx, a.ID, string(a.Kind)+" requested", a.CreatedAt))
 		},
 		Wait:      wait,
 		FirstLook: s.flow.FirstLook(now),
@@ -180,7 +180,7 @@ func expiryKey(paymentID string) string {
 // issues itself then: its action, and a key of cancel_payment that the
 // reconciler first looks at then (idempotency.Engine.QueueScheduled). If p
 // was captured or canceled by then, it ends without a call.
-func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time) (payments.Payment, error) {
+func (s *Service) scheduleExpiry(ctx context.Context, b *pgx.Batch, p payments.Payment, now time.Time) (payments.Payment, error) {
 	expires := now.Add(s.authorizationTTL)
 	p.AuthorizationExpiresAt = &expires
 	cmd := Command{PaymentID: p.ID, Currency: p.Command.Currency, Reason: ReasonExpired}
@@ -195,7 +195,7 @@ func (s *Service) scheduleExpiry(b *pgx.Batch, p payments.Payment, now time.Time
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {
 			queueInsert(b, a)
-			b.Queue(machine.Created(a.ID, "authorization expiry scheduled", now))
+			b.Queue(machine.Created(ctx, a.ID, "authorization expiry scheduled", now))
 		},
 	}, expires)
 	return p, nil
@@ -291,8 +291,8 @@ type issued struct {
 
 // Begin queues the action's hold on the payment with its first move to the
 // sent state; Settle then sees the payment held.
-func (i issued) Begin(b *pgx.Batch, now time.Time) {
-	i.p = i.s.pay.QueueStart(b, i.p, i.a.Kind, i.a.ID, i.reason, now)
+func (i issued) Begin(ctx context.Context, b *pgx.Batch, now time.Time) {
+	i.p = i.s.pay.QueueStart(ctx, b, i.p, i.a.Kind, i.a.ID, i.reason, now)
 }
 
 // beforeExpiry settles a scheduled void that has nothing to do yet: it is
@@ -447,7 +447,7 @@ func (s *Service) end(ctx context.Context, own *idempotency.Owner, a Action, p p
 		return nil, err
 	}
 	set := statemachine.NonEmpty(statemachine.Column{Name: "decline_code", Value: declineCode})
-	if err := machine.QueueMove(b, statemachine.Move[State]{ID: a.ID, From: from, To: to, Reason: reason, At: now, Set: set}); err != nil {
+	if err := machine.QueueMove(ctx, b, statemachine.Move[State]{ID: a.ID, From: from, To: to, Reason: reason, At: now, Set: set}); err != nil {
 		return nil, err
 	}
 	if err := own.Commit(ctx, b); err != nil {

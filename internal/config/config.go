@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -89,6 +90,13 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	RateLimit       float64 // requests per second per tenant, per instance; 0: off
 	RateLimitBurst  int     // 0: one second's worth of RateLimit
+	// TrustedProxies are the networks of the proxies whose X-Forwarded-For
+	// names the client (TRUSTED_PROXIES, comma-separated CIDRs); empty:
+	// none, the client is the connection's peer.
+	TrustedProxies []netip.Prefix
+	// OperatorKeys are the operators' name:secret pairs
+	// (OPERATOR_KEYS): who may read the audit log (GET /audit-events).
+	OperatorKeys string
 
 	// WebhookAllowHTTP allows plain http webhook endpoints, and
 	// WebhookAllowPrivate endpoints whose host has a loopback, private,
@@ -117,6 +125,9 @@ func (c Config) DevMode() bool { return c.DatabaseURL == "" }
 
 // DevAPIKeys is the demo key of dev mode.
 const DevAPIKeys = "demo:sk_test_demo"
+
+// DevOperatorKeys is the demo operator of dev mode.
+const DevOperatorKeys = "dev:sk_operator_demo"
 
 // StripeKeyTTL is how long Stripe is known to remember an idempotency key
 // (at least 24 hours). PROVIDER_KEY_TTL may not exceed it with
@@ -164,6 +175,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	fs.StringVar(&c.OpsAddr, "ops-addr", env("OPS_ADDR", ""), "listen address of the operations endpoints, /metrics (with /healthz and /readyz), off the public listener, e.g. 127.0.0.1:9090; empty: /metrics is served on HTTP_ADDR (OPS_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
+	secret(&c.OperatorKeys, "operator-keys", "OPERATOR_KEYS", "operators' name:secret pairs, comma-separated (GET /audit-events)")
+	var trustedProxies string
+	fs.StringVar(&trustedProxies, "trusted-proxies", env("TRUSTED_PROXIES", ""),
+		"CIDRs of the proxies whose X-Forwarded-For names the client, comma-separated; empty: none (TRUSTED_PROXIES)")
 	secret(&c.APIKeyPepper, "api-key-pepper", "API_KEY_PEPPER", "server secret API keys are hashed under, at least 32 characters; dev mode: generated in the data directory")
 	secret(&c.SecretsKey, "secrets-key", "SECRETS_KEY", "key webhook signing secrets are stored encrypted under: the base64 of 32 random bytes (openssl rand -base64 32); dev mode: generated in the data directory")
 	fs.StringVar(&c.Provider, "provider", env("PROVIDER", ""), "payment provider: sim or stripe; outside dev mode it must be named (PROVIDER)")
@@ -268,8 +283,14 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
+	if c.TrustedProxies, err = ParseCIDRs(trustedProxies); err != nil {
+		return Config{}, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
 	if c.APIKeys == "" && c.DevMode() {
 		c.APIKeys = DevAPIKeys
+	}
+	if c.OperatorKeys == "" && c.DevMode() {
+		c.OperatorKeys = DevOperatorKeys
 	}
 	c.ProviderNamed = c.Provider != ""
 	if !c.ProviderNamed {
@@ -447,4 +468,33 @@ func (c Config) validate() error {
 			"a request must not lose its key while it still waits for the provider", c.LeaseDuration, c.ProviderTimeout))
 	}
 	return errors.Join(errs...)
+}
+
+// ParseCIDRs parses a comma-separated list of networks (TRUSTED_PROXIES):
+// CIDRs, or single addresses, which stand for themselves.
+func ParseCIDRs(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		if !strings.Contains(item, "/") {
+			a, err := netip.ParseAddr(item)
+			if err != nil {
+				return nil, fmt.Errorf("%q is neither a CIDR nor an address", item)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a CIDR such as 10.0.0.0/8", item)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

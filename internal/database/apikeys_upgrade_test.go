@@ -48,7 +48,7 @@ func TestAPIKeysSurviveTheUpgradeAndRevocationsReachThePreviousRelease(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tenant, err := apikeys.Authenticate(ctx, pool, h, "sk_before_the_upgrade", now); err != nil || tenant != "demo" {
+	if tenant, err := apikeys.Authenticate(ctx, pool, h, "sk_before_the_upgrade", now); err != nil || tenant.Tenant != "demo" {
 		t.Fatalf("a key stored before the upgrade: %q, %v", tenant, err)
 	}
 
@@ -56,7 +56,7 @@ func TestAPIKeysSurviveTheUpgradeAndRevocationsReachThePreviousRelease(t *testin
 	if _, err := pool.Exec(ctx, previousReleaseUpsert, "demo", sum("sk_rolled_out_by_the_old"), now); err != nil {
 		t.Fatalf("the previous release's upsert after the upgrade: %v", err)
 	}
-	if tenant, err := apikeys.Authenticate(ctx, pool, h, "sk_rolled_out_by_the_old", now); err != nil || tenant != "demo" {
+	if tenant, err := apikeys.Authenticate(ctx, pool, h, "sk_rolled_out_by_the_old", now); err != nil || tenant.Tenant != "demo" {
 		t.Errorf("a key the previous release stored after the upgrade: %q, %v", tenant, err)
 	}
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paymentsapi/paymentsapi/internal/audit"
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
@@ -136,9 +137,12 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
 		Fingerprint: cmd.Fingerprint(),
 		Resource:    idempotency.Resource{Type: ResourceType, ID: e.ID},
-		Create:      func(b *claim.Batch) { queueInsert(b, e) },
-		Created:     e,
-		Wait:        wait,
+		Create: func(b *claim.Batch) {
+			queueInsert(b, e)
+			b.Queue(audit.Claimed(ctx, e.CreatedAt, audit.Change{Action: audit.WebhookEndpointCreated, TenantID: tenant, TargetID: e.ID}))
+		},
+		Created: e,
+		Wait:    wait,
 	})
 	if _, ok := refuse.Is(err, refuseTooMany); ok {
 		return idempotency.Reply{}, ErrTooMany
@@ -201,7 +205,11 @@ func (s *Service) Reveal(ctx context.Context, tenant, id string) (string, error)
 
 // Delete deletes the tenant's endpoint id: nothing more is sent to it.
 func (s *Service) Delete(ctx context.Context, tenant, id string) error {
-	return remove(ctx, s.env.DB, tenant, id, s.env.Clock.Now())
+	now := s.env.Clock.Now()
+	if err := remove(ctx, s.env.DB, tenant, id, now); err != nil {
+		return err
+	}
+	return audit.Record(ctx, s.env.DB, now, audit.Change{Action: audit.WebhookEndpointDeleted, TenantID: tenant, TargetID: id})
 }
 
 // Rotation is what a rotate_webhook_secret key did: the endpoint, with the
@@ -249,8 +257,11 @@ func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, 
 		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationRotate, Key: key},
 		Fingerprint: rotateFingerprint(endpointID, overlap),
 		Resource:    idempotency.Resource{Type: RotationType, ID: id},
-		Create:      func(b *claim.Batch) { queueRotate(b, tenant, endpointID, id, sealed, expires) },
-		Wait:        wait,
+		Create: func(b *claim.Batch) {
+			queueRotate(b, tenant, endpointID, id, sealed, expires)
+			b.Queue(audit.Claimed(ctx, r.env.Clock.Now(), audit.Change{Action: audit.WebhookSecretRotated, TenantID: tenant, TargetID: endpointID}))
+		},
+		Wait: wait,
 	})
 	if _, ok := refuse.Is(err, refuseNotFound); ok {
 		return idempotency.Reply{}, ErrNotFound

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -96,16 +95,6 @@ func (t *authThrottle) forgetIdle(now time.Time) {
 	if len(t.addrs) >= maxThrottled {
 		clear(t.addrs)
 	}
-}
-
-// clientAddr is the address the request's connection came from. It is not
-// read from X-Forwarded-For, which a client may write.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }
 
 func tooManyFailedAuthentications(w http.ResponseWriter, wait time.Duration) {

@@ -51,6 +51,7 @@ type env struct {
 	cfg   app.Config
 	core  *app.Core // the first instance's
 	limit httpapi.RateLimit
+	deps  func(*httpapi.Deps) // nil: the HTTP API's dependencies as startInstance makes them
 }
 
 type envOption func(*envOptions)
@@ -61,6 +62,13 @@ type envOptions struct {
 	provider func(provider.Provider) provider.Provider
 	limit    httpapi.RateLimit
 	pool     func(testing.TB) *pgxpool.Pool // nil: pgtest.NewPool
+	deps     func(*httpapi.Deps)
+}
+
+// withDeps changes the HTTP API's dependencies of every instance (its
+// operators, its trusted proxies, its logger).
+func withDeps(change func(*httpapi.Deps)) envOption {
+	return func(o *envOptions) { o.deps = change }
 }
 
 func withSlowDelay(d time.Duration) envOption {
@@ -134,7 +142,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	if o.provider != nil {
 		prov = o.provider(prov)
 	}
-	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg, limit: o.limit,
+	e := &env{t: t, pool: pool, sim: simSrv.Simulator(), prov: prov, cfg: o.cfg, limit: o.limit, deps: o.deps,
 		clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
 	e.url, e.core, e.reg = e.instance()
 	return e
@@ -144,7 +152,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 // provider and clock, with its own LISTEN connection, as a second process
 // would have. It returns the instance's URL, core and metrics registry.
 func (e *env) instance() (string, *app.Core, *prometheus.Registry) {
-	return startInstance(e.t, e.pool, e.prov, e.clock, e.cfg, e.limit)
+	return startInstanceWith(e.t, e.pool, e.prov, e.clock, e.cfg, e.limit, e.deps)
 }
 
 // startInstance starts an API instance on pool, as cmd/paymentsapi wires
@@ -152,6 +160,13 @@ func (e *env) instance() (string, *app.Core, *prometheus.Registry) {
 // when t ends; not its background workers (reconciler, relay, clean-up). It
 // returns the instance's URL, core and metrics registry.
 func startInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit) (string, *app.Core, *prometheus.Registry) {
+	return startInstanceWith(t, pool, prov, clk, cfg, limit, nil)
+}
+
+// startInstanceWith is startInstance with the HTTP API's dependencies
+// changed by change (nil: none).
+func startInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit,
+	change func(*httpapi.Deps)) (string, *app.Core, *prometheus.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -161,11 +176,15 @@ func startInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()
 	core := app.New(app.Deps{DB: pool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, cfg)
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
+	deps := httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, pool) },
 		RateLimit: limit, Clock: clk,
-	})))
+	}
+	if change != nil {
+		change(&deps)
+	}
+	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(deps)))
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()

@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -13,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/carddata"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
@@ -24,16 +23,18 @@ import (
 // RequestIDHeader carries the request id, in and out.
 const RequestIDHeader = "X-Request-Id"
 
-// requestContext gives every request its log fields and a request id: the
-// client's X-Request-Id if it is sane, a fresh one otherwise.
-func requestContext(log *slog.Logger) func(http.Handler) http.Handler {
+// requestContext gives every request its log fields, a request id (the
+// client's X-Request-Id if it is sane, a fresh one otherwise), which the
+// audit records too (package actor), and its client address.
+func requestContext(log *slog.Logger, addrs clientAddresses) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			id := r.Header.Get(RequestIDHeader)
 			if !saneRequestID(id) {
-				id = newRequestID()
+				id = actor.NewRequestID()
 			}
 			ctx := withLogger(logging.WithFields(r.Context()), log)
+			ctx = withClientAddr(actor.WithRequestID(ctx, id), addrs.of(r))
 			logging.Add(ctx, "request_id", id)
 			w.Header().Set(RequestIDHeader, id)
 			next.ServeHTTP(w, r.WithContext(ctx))
@@ -55,12 +56,6 @@ func saneRequestID(id string) bool {
 		}
 	}
 	return true
-}
-
-func newRequestID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "req_" + hex.EncodeToString(b[:])
 }
 
 // recoverPanics turns a panic into a logged 500 problem.
@@ -103,14 +98,29 @@ func observe(log *slog.Logger, m *metrics.Metrics) func(http.Handler) http.Handl
 			}
 			log.InfoContext(r.Context(), "http request", "method", r.Method, "route", route,
 				"status", status, "duration_ms", elapsed.Milliseconds(),
-				"replayed", ww.Header().Get(ReplayedHeader) == "true")
+				"replayed", ww.Header().Get(ReplayedHeader) == "true",
+				"client_addr", clientAddr(r), "user_agent", userAgent(r))
 		})
 	}
 }
 
+// maxLoggedUserAgent bounds the user agent a request's log line carries.
+const maxLoggedUserAgent = 256
+
+// userAgent is r's User-Agent, as logged: cut to maxLoggedUserAgent bytes.
+func userAgent(r *http.Request) string {
+	ua := r.UserAgent()
+	if len(ua) > maxLoggedUserAgent {
+		ua = strings.ToValidUTF8(ua[:maxLoggedUserAgent], "")
+	}
+	return ua
+}
+
 // authenticate admits requests with a valid `Authorization: Bearer <secret>`
-// and records their tenant. Others get 401 and nothing is written; an
-// address that failed too often is refused 429 before its key is looked at.
+// and records their tenant, and their key as the actor of what they do
+// (api:<key id>, package actor) and in their log lines (key_id, never the
+// secret). Others get 401 and nothing is written; an address that failed
+// too often is refused 429 before its key is looked at.
 func authenticate(auth *apikeys.Authenticator, throttle *authThrottle, m *metrics.Metrics, errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -129,7 +139,7 @@ func authenticate(auth *apikeys.Authenticator, throttle *authThrottle, m *metric
 				fail("Send your API key as `Authorization: Bearer <secret>`.")
 				return
 			}
-			tenant, err := auth.Authenticate(r.Context(), strings.TrimSpace(secret))
+			id, err := auth.Authenticate(r.Context(), strings.TrimSpace(secret))
 			switch {
 			case errors.Is(err, apikeys.ErrUnknownKey):
 				fail("The API key is not valid.")
@@ -138,8 +148,10 @@ func authenticate(auth *apikeys.Authenticator, throttle *authThrottle, m *metric
 				errs.write(w, r, err)
 				return
 			}
-			logging.Add(r.Context(), "tenant", tenant)
-			next.ServeHTTP(w, r.WithContext(withTenant(r.Context(), tenant)))
+			logging.Add(r.Context(), "tenant", id.Tenant)
+			logging.Add(r.Context(), "key_id", id.KeyID)
+			ctx := actor.WithActor(withTenant(r.Context(), id.Tenant), actor.API(id.KeyID))
+			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
 }

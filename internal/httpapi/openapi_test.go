@@ -167,6 +167,16 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
 		}},
 
+		{"the audit log", []envOption{withOperators(t)}, func(t *testing.T, c *conformance) {
+			if r := c.e.do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), createHeaders(secretA, "k-ep")); r.Status != 201 {
+				t.Fatalf("create an endpoint: %d %s", r.Status, r.Body)
+			}
+			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: bearer(operatorSecret), status: 200})
+			c.check(specExchange{name: "403 audit events to a tenant's key", method: "GET", path: "/audit-events", header: bearer(secretA),
+				status: 403, code: "OPERATORS_ONLY"})
+			c.check(specExchange{name: "401 audit events without a key", method: "GET", path: "/audit-events", header: nil,
+				status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"})
+		}},
 		{"the event log", nil, func(t *testing.T, c *conformance) {
 			c.e.pay("pm_card_visa", "inv-ev")
 			refunded := c.e.pay("pm_card_visa", "inv-ev2")

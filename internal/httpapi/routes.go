@@ -7,13 +7,14 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/apidocs"
 )
 
 // addRoutes maps the whole API surface.
 func addRoutes(r chi.Router, d Deps) {
 	errs := newErrorWriter(d.RetryAfter, d.Modules, d.Operations)
-	r.Use(requestContext(d.Log), recoverPanics(d.Log), observe(d.Log, d.Metrics))
+	r.Use(requestContext(d.Log, clientAddresses{trusted: d.TrustedProxies}), recoverPanics(d.Log), observe(d.Log, d.Metrics))
 	r.NotFound(handleNotFound())
 	r.MethodNotAllowed(handleMethodNotAllowed())
 
@@ -25,11 +26,16 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Get("/openapi.yaml", handleOpenAPI(d.OpenAPI))
 	r.Mount(apidocs.Path, apidocs.Handler())
 	if d.StripeWebhooks != nil { // signed by Stripe, not authenticated by an API key
-		r.Method("POST", "/webhooks/stripe", d.StripeWebhooks)
+		r.Method("POST", "/webhooks/stripe", actingAs(actor.ProviderWebhook, d.StripeWebhooks))
 	}
 
+	keys, throttle := apikeys.NewAuthenticator(d.DB, d.APIKeys, d.clock(), 0), newAuthThrottle(d.clock())
+	r.Group(func(r chi.Router) { // operators only, across tenants
+		r.Use(authenticateOperator(d.Operators, keys, throttle, d.Metrics, errs))
+		r.Get("/audit-events", handleAuditEvents(d.DB, api{errs: errs}))
+	})
 	r.Group(func(r chi.Router) {
-		r.Use(authenticate(apikeys.NewAuthenticator(d.DB, d.APIKeys, d.clock(), 0), newAuthThrottle(d.clock()), d.Metrics, errs), limitRate(newLimiter(d.RateLimit, d.clock())),
+		r.Use(authenticate(keys, throttle, d.Metrics, errs), limitRate(newLimiter(d.RateLimit, d.clock())),
 			rejectUnstorableIDs(errs))
 		for _, op := range d.Operations {
 			op.Routes(r, api{errs: errs})
@@ -43,4 +49,11 @@ func addRoutes(r chi.Router, d Deps) {
 // metricsHandler serves the service's metrics in Prometheus' format.
 func metricsHandler(d Deps) http.Handler {
 	return promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})
+}
+
+// actingAs runs next as the actor a (package actor): what it moves names a.
+func actingAs(a string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(actor.WithActor(r.Context(), a)))
+	})
 }

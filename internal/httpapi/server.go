@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -19,6 +20,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
+	"github.com/paymentsapi/paymentsapi/internal/operators"
 )
 
 // Deps is what the HTTP API needs.
@@ -47,6 +49,12 @@ type Deps struct {
 	// StripeWebhooks handles POST /webhooks/stripe (internal/webhooks);
 	// nil: the route does not exist (404).
 	StripeWebhooks http.Handler
+	// TrustedProxies are the networks of the proxies whose X-Forwarded-For
+	// names the client (TRUSTED_PROXIES); none: the connection's peer is.
+	TrustedProxies []netip.Prefix
+	// Operators are the operators' keys (OPERATOR_KEYS): only they may
+	// read the audit log, GET /audit-events.
+	Operators operators.Keys
 	// Features add the routes of the service's features that are not
 	// operations (the event log), behind the same authentication, rate
 	// limit and middleware as the operations' routes.

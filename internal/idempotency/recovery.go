@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/backoff"
 )
 
@@ -133,9 +134,19 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 
 // recoverOne resumes the key's resource as a takeover would. After the last
 // allowed attempt an unresolved key is marked for manual review.
+//
+// What it moves names the reconciler as its actor (the scheduler for a
+// key the service scheduled itself, ServiceKey), under a request id of
+// the key's own, unless ctx names an actor already: an operator who asked
+// for the pass (`paymentsapi reconcile -once`).
 func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) (outcome string) {
+	who := actor.Reconciler
+	if IsServiceKey(rec.Scope.Key) {
+		who = actor.Scheduler
+	}
+	ctx = actor.Ensure(ctx, who)
 	log := r.e.log.With("operation", rec.Scope.Operation, "resource", rec.Resource.ID,
-		"tenant", rec.Scope.Tenant, "attempt", attempt)
+		"tenant", rec.Scope.Tenant, "attempt", attempt, "request_id", actor.From(ctx).RequestID)
 	if r.e.tracer != nil {
 		// A trace of its own per key: what the attempt asks the provider,
 		// writes, and the events it writes (their publish and webhook

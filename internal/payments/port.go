@@ -110,7 +110,7 @@ type Actions interface {
 	// ResolveCancel ends it. Like every
 	// statement of a claim's batch it does nothing unless the claim took
 	// its key (a claim.Statement).
-	QueueBegin(b *claim.Batch, action Action, actionID, tenant, id string, amountMinor int64, now time.Time)
+	QueueBegin(ctx context.Context, b *claim.Batch, action Action, actionID, tenant, id string, amountMinor int64, now time.Time)
 	// QueueEnd adds to b the payment's move at the end of action actionID,
 	// which holds p (p.HeldFor): Captured (capturedMinor captured), Voided,
 	// or Released (the authorization stands as it was). It returns the
@@ -125,7 +125,7 @@ type Actions interface {
 	// itself, or a cancel that found the payment authorized after all): a
 	// guarded move, refused (statemachine.IsStaleWrite) if p moved since.
 	// It returns p as it will stand, held by actionID.
-	QueueStart(b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment
+	QueueStart(ctx context.Context, b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment
 	// ResolveCancel ends now a payment that a void's claim put in
 	// StateCancelRequested (it moved no money), and returns it as it then
 	// stands.
@@ -195,7 +195,7 @@ const (
 	refuseBeginExceeds       refuse.Code = "PA116" // detail: the capturable amount, in minor units
 )
 
-func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id string, amountMinor int64, now time.Time) {
+func (s *Service) QueueBegin(ctx context.Context, b *claim.Batch, action Action, actionID, tenant, id string, amountMinor int64, now time.Time) {
 	// What a void may also end: a payment that moved no money and whose
 	// key nobody holds (its client is not sending it right now).
 	unsent := "FALSE"
@@ -229,7 +229,7 @@ func (s *Service) QueueBegin(b *claim.Batch, action Action, actionID, tenant, id
 		if f != StateAuthorized {
 			mv.To, mv.Set = StateCancelRequested, nil
 		}
-		stmt, err := machine.MoveIfClaimed(mv, true)
+		stmt, err := machine.MoveIfClaimed(ctx, mv, true)
 		if err != nil {
 			panic(err) // the moves are the machine's own: a mistake here is a programming error
 		}
@@ -306,16 +306,16 @@ func (s *Service) QueueEnd(ctx context.Context, b *pgx.Batch, p Payment, action 
 	default:
 		return Payment{}, fmt.Errorf("payments: no end %d of an action", end)
 	}
-	if err := machine.QueueMove(b, mv); err != nil {
+	if err := machine.QueueMove(ctx, b, mv); err != nil {
 		return Payment{}, err
 	}
 	p.State, p.UpdatedAt, p.HeldBy = mv.To, now, ""
 	return p, queueEvent(ctx, b, eventType, p, now)
 }
 
-func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment {
+func (s *Service) QueueStart(ctx context.Context, b *pgx.Batch, p Payment, action Action, actionID, reason string, now time.Time) Payment {
 	// A move the machine allows: QueueMove cannot fail.
-	_ = machine.QueueMove(b, statemachine.Move[State]{ID: p.ID, From: StateAuthorized, To: action.requested(), Reason: reason, At: now,
+	_ = machine.QueueMove(ctx, b, statemachine.Move[State]{ID: p.ID, From: StateAuthorized, To: action.requested(), Reason: reason, At: now,
 		Set: []statemachine.Column{{Name: heldBy, Value: actionID}}})
 	p.State, p.UpdatedAt, p.HeldBy = action.requested(), now, actionID
 	return p
@@ -325,7 +325,7 @@ func (s *Service) QueueStart(b *pgx.Batch, p Payment, action Action, actionID, r
 // it queues in b commits with the move. It returns p with what it decides
 // of it: when its authorization expires (AuthorizationExpiresAt), which
 // the operation that voids it at expiry sets.
-type AuthorizedHook func(b *pgx.Batch, p Payment, now time.Time) (Payment, error)
+type AuthorizedHook func(ctx context.Context, b *pgx.Batch, p Payment, now time.Time) (Payment, error)
 
 // pointAuthorized is the one hook point the payments offer: their move to
 // StateAuthorized.
@@ -334,13 +334,15 @@ const pointAuthorized = "authorized"
 // WhenAuthorized declares hook, a method of the declaring module's
 // operation T, as run with the move of every payment to StateAuthorized:
 // one of that module's operation.Module.Hooks.
-func WhenAuthorized[T operation.Instance](hook func(self T, b *pgx.Batch, p Payment, now time.Time) (Payment, error)) operation.Hook {
+func WhenAuthorized[T operation.Instance](hook func(self T, ctx context.Context, b *pgx.Batch, p Payment, now time.Time) (Payment, error)) operation.Hook {
 	return operation.Hook{Module: OperationCreate, Point: pointAuthorized, Of: func(self operation.Instance) (any, error) {
 		t, ok := self.(T)
 		if !ok {
 			return nil, fmt.Errorf("the hook is a method of %T, and the module builds a %T", *new(T), self)
 		}
-		return AuthorizedHook(func(b *pgx.Batch, p Payment, now time.Time) (Payment, error) { return hook(t, b, p, now) }), nil
+		return AuthorizedHook(func(ctx context.Context, b *pgx.Batch, p Payment, now time.Time) (Payment, error) {
+			return hook(t, ctx, b, p, now)
+		}), nil
 	}}
 }
 

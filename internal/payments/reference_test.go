@@ -103,7 +103,7 @@ func happyPathMoves(t *testing.T, pool *pgxpool.Pool) (updated, hot int) {
 			{ID: id, From: StateProviderRequestSent, To: StateCompleted, Reason: "succeeded", At: t0.Add(2 * time.Second),
 				Set: []statemachine.Column{{Name: "provider_reference", Value: "ch_1"}}},
 		} {
-			if err := machine.QueueMove(b, mv); err != nil {
+			if err := machine.QueueMove(context.Background(), b, mv); err != nil {
 				return err
 			}
 		}

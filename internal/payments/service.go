@@ -146,7 +146,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
-		sentAudit, look, err := flow.SendOnClaim(p.ID, "request accepted", now)
+		sentAudit, look, err := flow.SendOnClaim(ctx, p.ID, "request accepted", now)
 		if err != nil {
 			return idempotency.Reply{}, err
 		}
@@ -218,7 +218,7 @@ func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerfl
 	case StateAuthorized:
 		p.ProviderReference, eventType = a.ID, EventAuthorized
 		var err error
-		if p, err = s.authorize(b, p, now); err != nil {
+		if p, err = s.authorize(ctx, b, p, now); err != nil {
 			return nil, err
 		}
 	case StateCanceled:
@@ -237,11 +237,11 @@ func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerfl
 // StateAuthorized, and then what the hooks of the move queue. The hooks say
 // when it expires: the operations on authorizations keep their lifetime
 // (AUTHORIZATION_TTL) and void what outlives it.
-func (s *Service) authorize(b *pgx.Batch, p Payment, now time.Time) (Payment, error) {
+func (s *Service) authorize(ctx context.Context, b *pgx.Batch, p Payment, now time.Time) (Payment, error) {
 	hooked := &pgx.Batch{}
 	for _, hook := range s.onAuthorized {
 		var err error
-		if p, err = hook(hooked, p, now); err != nil {
+		if p, err = hook(ctx, hooked, p, now); err != nil {
 			return Payment{}, err
 		}
 	}

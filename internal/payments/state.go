@@ -48,7 +48,10 @@ const (
 )
 
 // AuditSQL reads payment $1's audit trail, oldest first: each record's
-// id, from_state (NULL for its creation), to_state, reason and occurred_at.
+// id, from_state (NULL for its creation), to_state, reason, occurred_at,
+// actor and request_id (who moved it under which request, package actor;
+// NULL in records written before migration 00044 and by the release
+// before it).
 // A record names its payment's created_at (the machine's
 // Table.CreatedAt), and is found by it, in the index that takes a new
 // payment's records at its right edge (keyed by the creation time alone,
@@ -56,12 +59,12 @@ const (
 // migration 00036 names none, and is found by the payment's id alone.
 // Operators read it too (docs/operations.md, "A payment's audit trail").
 const AuditSQL = `
-	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at
+	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at, t.actor, t.request_id
 	FROM payments p
 	JOIN payment_transitions t ON t.payment_created_at = p.created_at AND t.payment_id = p.id
 	WHERE p.id = $1
 	UNION ALL
-	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at
+	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at, t.actor, t.request_id
 	FROM payment_transitions t
 	WHERE t.payment_created_at IS NULL AND t.payment_id = $1
 	ORDER BY 1`

@@ -40,7 +40,7 @@ func TestPaymentStateMachineIsEnforcedByTheDatabase(t *testing.T) {
 func TestIllegalMoveIsRefusedBeforeItIsSent(t *testing.T) {
 	t.Parallel()
 	b := &pgx.Batch{}
-	err := machine.QueueMove(b, statemachine.Move[State]{ID: "pay_x", From: StateCompleted, To: StateDeclined, At: t0})
+	err := machine.QueueMove(context.Background(), b, statemachine.Move[State]{ID: "pay_x", From: StateCompleted, To: StateDeclined, At: t0})
 	var illegal *statemachine.IllegalMoveError
 	if !errors.As(err, &illegal) || b.Len() != 0 {
 		t.Fatalf("got %v with %d statements queued, want an IllegalMoveError and none", err, b.Len())
@@ -66,7 +66,7 @@ func TestGuardedMoveRefusesTheWrongCurrentState(t *testing.T) {
 	}
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE payments SET description = 'written before the move' WHERE id = $1`, id)
-	if err := machine.QueueMove(b, statemachine.Move[State]{ID: id, From: StateProviderRequestSent, To: StateUnknown, Reason: "late", At: t0}); err != nil {
+	if err := machine.QueueMove(context.Background(), b, statemachine.Move[State]{ID: id, From: StateProviderRequestSent, To: StateUnknown, Reason: "late", At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	err = pool.SendBatch(ctx, b).Close()

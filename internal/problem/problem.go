@@ -49,6 +49,9 @@ const (
 	// CardDataRefused: a field holds a card number, or a payment method
 	// is not a token; nothing of the request was kept.
 	CardDataRefused Code = "CARD_DATA_REFUSED"
+	// OperatorsOnly: a tenant's API key asked for what only an operator
+	// (OPERATOR_KEYS) may read, such as the audit log.
+	OperatorsOnly Code = "OPERATORS_ONLY"
 )
 
 // title is the one short, human title of each shared code.
@@ -84,6 +87,8 @@ func title(code Code) string {
 		return "Unauthorized"
 	case TooManyFailedAuthentications:
 		return "Too many failed authentications"
+	case OperatorsOnly:
+		return "Operators only"
 	case NotFound:
 		return "Not found"
 	case MethodNotAllowed:

@@ -193,7 +193,7 @@ type Operation[S State] interface {
 // resource never takes SendOnClaim's path: its begin needs the move's own
 // transaction.
 type Beginner interface {
-	Begin(b *pgx.Batch, now time.Time)
+	Begin(ctx context.Context, b *pgx.Batch, now time.Time)
 }
 
 // begins reports whether s's operation begins it with its first move to
@@ -542,8 +542,8 @@ func (f *Flow[S]) FirstLook(now time.Time) idempotency.Look {
 // first owner (idempotency.Owner.First), and sends it as the only caller.
 // A Subject whose Op is a Beginner cannot take this path (Begin runs in the
 // move's own transaction): Resume looks such a one up before it sends.
-func (f *Flow[S]) SendOnClaim(id, created string, now time.Time) (claim.Statement, idempotency.Look, error) {
-	st, err := f.Machine.CreatedAs(id, f.States.Sent, created, "sending to provider", now)
+func (f *Flow[S]) SendOnClaim(ctx context.Context, id, created string, now time.Time) (claim.Statement, idempotency.Look, error) {
+	st, err := f.Machine.CreatedAs(ctx, id, f.States.Sent, created, "sending to provider", now)
 	if err != nil {
 		return claim.Statement{}, idempotency.Look{}, err
 	}
@@ -638,7 +638,7 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 		own.QueueRelease(key, f.idle(s))
 	}
 	if to != s.State {
-		if err := f.Machine.QueueMove(key, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
+		if err := f.Machine.QueueMove(ctx, key, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
 			return nil, err
 		}
 	}
@@ -698,11 +698,11 @@ func (f *Flow[S]) move(ctx context.Context, own *idempotency.Owner, s *Subject[S
 	}
 	own.QueueHold(b, look)
 	if begin, ok := s.Op.(Beginner); ok && s.State == f.Machine.Initial() {
-		begin.Begin(b, now)
+		begin.Begin(ctx, b, now)
 	}
 	if s.State == to {
 		f.Machine.QueueSet(b, s.ID, s.State, set)
-	} else if err := f.Machine.QueueMove(b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
+	} else if err := f.Machine.QueueMove(ctx, b, statemachine.Move[S]{ID: s.ID, From: s.State, To: to, Reason: reason, At: now, Set: set}); err != nil {
 		return err
 	}
 	if err := own.Commit(ctx, b); err != nil {

@@ -197,7 +197,7 @@ func (w *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 func (w *widgets) request() idempotency.Request {
 	now := w.flow.Clock.Now()
 	firstLook := w.flow.FirstLook(now)
-	send, sendLook, err := w.flow.SendOnClaim(widgetID, "request accepted", now)
+	send, sendLook, err := w.flow.SendOnClaim(context.Background(), widgetID, "request accepted", now)
 	if err != nil {
 		panic(err)
 	}
@@ -219,7 +219,7 @@ func (w *widgets) request() idempotency.Request {
 					return `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at)
 					SELECT $1, 't', 'RECEIVED', $2, $2 WHERE ` + claimed
 				}, widgetID, now))
-				b.Queue(smt.WidgetMachine.Created(widgetID, "request accepted", now))
+				b.Queue(smt.WidgetMachine.Created(context.Background(), widgetID, "request accepted", now))
 			}
 		},
 		FirstLook: firstLook,

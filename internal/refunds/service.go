@@ -95,7 +95,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	if err != nil {
 		return idempotency.Reply{}, err
 	}
-	sentAudit, look, err := s.flow.SendOnClaim(r.ID, "request accepted", now)
+	sentAudit, look, err := s.flow.SendOnClaim(ctx, r.ID, "request accepted", now)
 	if err != nil {
 		return idempotency.Reply{}, err
 	}

@@ -12,6 +12,7 @@
 package statemachine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -23,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/rowset"
@@ -58,17 +60,23 @@ type Table struct {
 	CreatedAt string
 }
 
-// audit is the audit table's insert: its columns, then the values'
-// SELECT list for the columns a record always has (the row's key, from,
-// to, reason, when) and the row's created_at's value.
-func (t Table) audit(key, from, to, reason, at, createdAt string) string {
+// record is the values of one audit record, as SQL expressions: the row's
+// key, from, to, reason, when, who (package actor: the actor and the
+// request id) and the row's created_at.
+type record struct {
+	key, from, to, reason, at, actor, requestID, createdAt string
+}
+
+// audit is the audit table's insert: its columns, then the values' SELECT
+// list of r.
+func (t Table) audit(r record) string {
 	return `INSERT INTO ` + t.Transitions + ` (` + t.auditColumns() + `)
-		SELECT ` + t.auditValues(key, from, to, reason, at, createdAt)
+		SELECT ` + t.auditValues(r)
 }
 
 // auditColumns are the columns of an audit record that audit writes.
 func (t Table) auditColumns() string {
-	cols := t.ForeignKey + ", from_state, to_state, reason, occurred_at"
+	cols := t.ForeignKey + ", from_state, to_state, reason, occurred_at, actor, request_id"
 	if t.CreatedAt != "" {
 		cols += ", " + t.CreatedAt
 	}
@@ -76,12 +84,26 @@ func (t Table) auditColumns() string {
 }
 
 // auditValues are the values of auditColumns.
-func (t Table) auditValues(key, from, to, reason, at, createdAt string) string {
-	vals := key + ", " + from + ", " + to + ", " + reason + ", " + at
+func (t Table) auditValues(r record) string {
+	vals := r.key + ", " + r.from + ", " + r.to + ", " + r.reason + ", " + r.at + ", " + r.actor + ", " + r.requestID
 	if t.CreatedAt != "" {
-		vals += ", " + createdAt
+		vals += ", " + r.createdAt
 	}
 	return vals
+}
+
+// stamp is who acts in ctx (package actor), as the audit record's values:
+// NULL for what nothing named.
+func stamp(ctx context.Context) (actorName, requestID any) {
+	s := actor.From(ctx)
+	return nullIfEmpty(s.Actor), nullIfEmpty(s.RequestID)
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // Machine is one resource's state machine.
@@ -106,18 +128,21 @@ type Machine[S ~string] struct {
 func New[S ~string](name string, table Table, initial S, moves map[S][]S) *Machine[S] {
 	m := &Machine[S]{name: name, table: table, initial: initial, moves: moves}
 	m.created = claim.NewTemplate(func(claimed string) string {
-		return table.audit("$1", "NULL", "$2", "$3", "$4", "$4") + ` WHERE ` + claimed
+		return table.audit(record{key: "$1", from: "NULL", to: "$2", reason: "$3", at: "$4", actor: "$5::text", requestID: "$6::text", createdAt: "$4"}) +
+			` WHERE ` + claimed
 	})
 	// The creation's record, then the move's: ordered, so that their ids
 	// (the order the audit is read in) say so.
 	m.createdAs = claim.NewRows(`
 		INSERT INTO `+table.Transitions+` (`+table.auditColumns()+`)
-		VALUES (`+table.auditValues("$1", "NULL", "$2", "$4", "$6", "$6")+`),
-		       (`+table.auditValues("$1", "$2", "$3", "$5", "$6", "$6")+`)`, []rowset.Column{
+		VALUES (`+table.auditValues(record{key: "$1", from: "NULL", to: "$2", reason: "$4", at: "$6", actor: "$7", requestID: "$8", createdAt: "$6"})+`),
+		       (`+table.auditValues(record{key: "$1", from: "$2", to: "$3", reason: "$5", at: "$6", actor: "$7", requestID: "$8", createdAt: "$6"})+`)`, []rowset.Column{
 		{Name: "id", Type: "text"}, {Name: "initial_state", Type: "text"}, {Name: "state", Type: "text"},
 		{Name: "created_reason", Type: "text"}, {Name: "reason", Type: "text"}, {Name: "at", Type: "timestamptz"},
+		{Name: "actor", Type: "text"}, {Name: "request_id", Type: "text"},
 	}, func(claimed string) string {
-		return "\n\t\t" + table.audit("input.id", "r.from_state", "r.to_state", "r.reason", "input.at", "input.at") + `
+		return "\n\t\t" + table.audit(record{key: "input.id", from: "r.from_state", to: "r.to_state", reason: "r.reason", at: "input.at",
+			actor: "input.actor", requestID: "input.request_id", createdAt: "input.at"}) + `
 		FROM input CROSS JOIN LATERAL (VALUES (1, NULL, input.initial_state, input.created_reason),
 		                                      (2, input.initial_state, input.state, input.reason)) AS r (n, from_state, to_state, reason)
 		WHERE ` + claimed + `
@@ -282,7 +307,8 @@ type Move[S ~string] struct {
 }
 
 // QueueMove adds m to b as one guarded statement: the row moves only if it
-// is still in m.From, and the move is recorded in the audit table; otherwise
+// is still in m.From, and the move is recorded in the audit table, with
+// who made it under which request (package actor: ctx's); otherwise
 // the statement refuses (refuse.StaleState, see IsStaleWrite), undoing the
 // batch it runs in. A move the machine does not allow is
 // refused before anything is queued (and would be refused by the database).
@@ -290,11 +316,11 @@ type Move[S ~string] struct {
 // The caller queues, before it in the same batch, the fenced statement on
 // its idempotency key (idempotency.Owner): that locks the key row first, the
 // order every writer uses, and proves the caller still owns the key.
-func (m *Machine[S]) QueueMove(b *pgx.Batch, mv Move[S]) error {
+func (m *Machine[S]) QueueMove(ctx context.Context, b *pgx.Batch, mv Move[S]) error {
 	if err := m.check(mv); err != nil {
 		return err
 	}
-	m.queueMove(b, mv)
+	m.queueMove(ctx, b, mv)
 	return nil
 }
 
@@ -311,7 +337,7 @@ func (m *Machine[S]) check(mv Move[S]) error {
 // is in mv.From when the statement runs; otherwise it does nothing (one of
 // several moves from different states, of which the row's state picks
 // one).
-func (m *Machine[S]) MoveIfClaimed(mv Move[S], ifInFrom bool) (claim.Statement, error) {
+func (m *Machine[S]) MoveIfClaimed(ctx context.Context, mv Move[S], ifInFrom bool) (claim.Statement, error) {
 	if err := m.check(mv); err != nil {
 		return claim.Statement{}, err
 	}
@@ -329,7 +355,7 @@ func (m *Machine[S]) MoveIfClaimed(mv Move[S], ifInFrom bool) (claim.Statement, 
 			return m.moveBody(mv, claimed)
 		})
 	})
-	return t.With(moveArgs(mv)...), nil
+	return t.With(moveArgs(ctx, mv)...), nil
 }
 
 // builtOnce is the value cache holds for shape, built by build the first
@@ -343,10 +369,12 @@ func builtOnce[T any](cache *sync.Map, shape string, build func() T) T {
 }
 
 // moveArgs are the parameters of mv's statement, in move's order: the row,
-// the states, the time, the reason, then the columns it writes and tests.
-func moveArgs[S ~string](mv Move[S]) []any {
-	args := make([]any, 0, 5+len(mv.Set)+len(mv.If))
-	args = append(args, mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason)
+// the states, the time, the reason, who made it (ctx's actor and request
+// id), then the columns it writes and tests.
+func moveArgs[S ~string](ctx context.Context, mv Move[S]) []any {
+	args := make([]any, 0, 7+len(mv.Set)+len(mv.If))
+	who, request := stamp(ctx)
+	args = append(args, mv.ID, string(mv.From), string(mv.To), mv.At, mv.Reason, who, request)
 	for _, c := range mv.Set {
 		args = append(args, c.Value)
 	}
@@ -379,11 +407,11 @@ func moveShape[S ~string](mv Move[S], extra string) string {
 // the database refuses what the code would not send. The statement is
 // movePlain's, with moveBody's over input rows beside it (rowset.Paired),
 // for a group committer to merge like batches' moves.
-func (m *Machine[S]) queueMove(b *pgx.Batch, mv Move[S]) {
+func (m *Machine[S]) queueMove(ctx context.Context, b *pgx.Batch, mv Move[S]) {
 	sql := builtOnce(&m.plainMoves, moveShape(mv, ""), func() string {
 		return rowset.Paired(m.movePlain(mv, ""), rowset.New(moveColumns(mv), m.moveBody(mv, "")))
 	})
-	b.Queue(sql, moveArgs(mv)...)
+	b.Queue(sql, moveArgs(ctx, mv)...)
 }
 
 // movePlain is mv's statement, written for one row (its parameters are
@@ -396,7 +424,7 @@ func (m *Machine[S]) movePlain(mv Move[S], cond string) string {
 	if cond != "" {
 		where, moved = " AND "+cond, "NOT ("+cond+") OR "+moved
 	}
-	n := 6 // the first parameter after the row, the states, the time and the reason
+	n := 8 // the first parameter after the row, the states, the time, the reason and who
 	var set strings.Builder
 	for _, c := range mv.Set {
 		fmt.Fprintf(&set, ", %s = $%d", c.Name, n)
@@ -418,20 +446,21 @@ func (m *Machine[S]) movePlain(mv Move[S], cond string) string {
 		    WHERE id = $1 AND state = $2` + guard.String() + where + `
 		    RETURNING ` + returning + `
 		), audit AS (
-		    ` + t.audit("id", "$2", "$3", "$5", "$4", "created_at") + ` FROM moved
+		    ` + t.audit(record{key: "id", from: "$2", to: "$3", reason: "$5", at: "$4", actor: "$6::text", requestID: "$7::text", createdAt: "created_at"}) + ` FROM moved
 		)
 		SELECT ` + refuse.Unless(moved, refuse.StaleState,
 		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', $1::text, $2::text, $3::text)", "")
 }
 
 // moveColumns are the input columns of mv's statement, in moveArgs' order:
-// id, from_state, to_state, at, reason, then set_<column> for each column
-// it writes and if_<column> for each it tests.
+// id, from_state, to_state, at, reason, actor, request_id, then
+// set_<column> for each column it writes and if_<column> for each it tests.
 func moveColumns[S ~string](mv Move[S]) []rowset.Column {
-	cols := make([]rowset.Column, 0, 5+len(mv.Set)+len(mv.If))
+	cols := make([]rowset.Column, 0, 7+len(mv.Set)+len(mv.If))
 	cols = append(cols, rowset.Column{Name: "id", Type: "text"}, rowset.Column{Name: "from_state", Type: "text"},
 		rowset.Column{Name: "to_state", Type: "text"}, rowset.Column{Name: "at", Type: "timestamptz"},
-		rowset.Column{Name: "reason", Type: "text"})
+		rowset.Column{Name: "reason", Type: "text"}, rowset.Column{Name: "actor", Type: "text"},
+		rowset.Column{Name: "request_id", Type: "text"})
 	for _, c := range mv.Set {
 		cols = append(cols, rowset.Column{Name: "set_" + c.Name, Type: c.sqlType()})
 	}
@@ -466,9 +495,9 @@ func (m *Machine[S]) moveBody(mv Move[S], cond string) string {
 		    UPDATE ` + t.Name + ` AS m SET state = input.to_state, updated_at = input.at` + set.String() + `
 		    FROM input
 		    WHERE m.id = input.id AND m.state = input.from_state` + guard.String() + where + `
-		    RETURNING input.ord, m.id, input.from_state, input.to_state, input.reason, input.at` + createdAt + `
+		    RETURNING input.ord, m.id, input.from_state, input.to_state, input.reason, input.at, input.actor, input.request_id` + createdAt + `
 		), audit AS (
-		    ` + t.audit("id", "from_state", "to_state", "reason", "at", "created_at") + ` FROM moved ORDER BY ord
+		    ` + t.audit(record{key: "id", from: "from_state", to: "to_state", reason: "reason", at: "at", actor: "actor", requestID: "request_id", createdAt: "created_at"}) + ` FROM moved ORDER BY ord
 		)
 		SELECT input.ord, ` + refuse.Unless(moved, refuse.StaleState,
 		"format('%s %s: %s -> %s: "+ErrStaleWrite.Error()+"', '"+m.name+"', input.id, input.from_state, input.to_state)", "") + `
@@ -499,10 +528,11 @@ func (m *Machine[S]) QueueSet(b *pgx.Batch, id string, in S, cols []Column) {
 }
 
 // Created is the audit record, in a claim's batch, of a row created (by
-// the caller's INSERT, queued before it) in the initial state: written only
-// if the claim took its key.
-func (m *Machine[S]) Created(id, reason string, at time.Time) claim.Statement {
-	return m.created.With(id, string(m.initial), reason, at)
+// the caller's INSERT, queued before it) in the initial state, by ctx's
+// actor: written only if the claim took its key.
+func (m *Machine[S]) Created(ctx context.Context, id, reason string, at time.Time) claim.Statement {
+	who, request := stamp(ctx)
+	return m.created.With(id, string(m.initial), reason, at, who, request)
 }
 
 // CreatedAs is the audit, in a claim's batch, of a row created (by the
@@ -512,11 +542,12 @@ func (m *Machine[S]) Created(id, reason string, at time.Time) claim.Statement {
 // at `at`; written only if the claim took its key. A state not declared is
 // refused before anything is queued (and the database would refuse the
 // INSERT).
-func (m *Machine[S]) CreatedAs(id string, in S, created, reason string, at time.Time) (claim.Statement, error) {
+func (m *Machine[S]) CreatedAs(ctx context.Context, id string, in S, created, reason string, at time.Time) (claim.Statement, error) {
 	if in == m.initial || !m.CanCreateIn(in) {
 		return claim.Statement{}, &IllegalMoveError{Machine: m.name, From: "", To: string(in)}
 	}
-	return m.createdAs.With(id, string(m.initial), string(in), created, reason, at), nil
+	who, request := stamp(ctx)
+	return m.createdAs.With(id, string(m.initial), string(in), created, reason, at, who, request), nil
 }
 
 // IsStaleWrite reports whether err is a guarded move that found its row no

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/claim"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/statemachine"
@@ -182,7 +184,7 @@ func TestQueueMoveMovesAndRecords(t *testing.T) {
 	widgetAt(t, pool, "w_1", smt.WidgetReceived, t0)
 	t1 := t0.Add(time.Minute)
 	b := &pgx.Batch{}
-	err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{
+	err := machine.QueueMove(context.Background(), b, statemachine.Move[smt.WidgetState]{
 		ID: "w_1", From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending to provider", At: t1,
 		Set: []statemachine.Column{{Name: "last_sent_at", Value: t1}, {Name: "note", Value: "moved"}},
 	})
@@ -216,7 +218,7 @@ func TestQueueMoveFromAStaleStateRefusesAndUndoesTheBatch(t *testing.T) {
 	b := &pgx.Batch{}
 	b.Queue(`UPDATE widgets SET note = 'written before the move' WHERE id = 'w_1'`)
 	// Legal, but the row is in PROVIDER_REQUEST_SENT, not UNKNOWN.
-	if err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetUnknown, To: smt.WidgetSucceeded, Reason: "late", At: t0.Add(time.Minute)}); err != nil {
+	if err := machine.QueueMove(context.Background(), b, statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetUnknown, To: smt.WidgetSucceeded, Reason: "late", At: t0.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	err := send(pool, b)
@@ -242,7 +244,7 @@ func TestQueueMoveGuardedByAColumnRefusesWhenItDiffers(t *testing.T) {
 	}
 	move := func(holder string) error {
 		b := &pgx.Batch{}
-		if err := machine.QueueMove(b, statemachine.Move[smt.WidgetState]{
+		if err := machine.QueueMove(context.Background(), b, statemachine.Move[smt.WidgetState]{
 			ID: "w_1", From: smt.WidgetSent, To: smt.WidgetSucceeded, Reason: "ended by " + holder, At: t0.Add(time.Minute),
 			If: []statemachine.Column{{Name: "note", Value: "held by " + holder}}, Set: []statemachine.Column{{Name: "note", Value: ""}},
 		}); err != nil {
@@ -271,7 +273,7 @@ func TestIllegalMoveIsRefusedInGoAndByTheDatabase(t *testing.T) {
 	t.Parallel()
 	mv := statemachine.Move[smt.WidgetState]{ID: "w_1", From: smt.WidgetReceived, To: smt.WidgetSucceeded, Reason: "skipping the provider", At: t0.Add(time.Minute)}
 	b := &pgx.Batch{}
-	err := machine.QueueMove(b, mv)
+	err := machine.QueueMove(context.Background(), b, mv)
 	var illegal *statemachine.IllegalMoveError
 	if !errors.As(err, &illegal) || b.Len() != 0 {
 		t.Fatalf("QueueMove: %v with %d statements queued, want an IllegalMoveError and none", err, b.Len())
@@ -349,7 +351,7 @@ func TestCreatedRecordsOnlyAfterAClaimThatTookItsKey(t *testing.T) {
 			b.Queue(claim.Claimed())
 		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', 'RECEIVED', $2, $2)`, c.id, t0)
-		claim.After(b).Queue(machine.Created(c.id, "request accepted", t0))
+		claim.After(b).Queue(machine.Created(context.Background(), c.id, "request accepted", t0))
 		if err := send(pool, b); err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +407,7 @@ func TestMoveIfClaimedKeepsEachShapesOwnStatement(t *testing.T) {
 		if mv.inFrom {
 			move.From, move.To = smt.WidgetSent, smt.WidgetSucceeded
 		}
-		st, err := machine.MoveIfClaimed(move, mv.inFrom)
+		st, err := machine.MoveIfClaimed(context.Background(), move, mv.inFrom)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -458,7 +460,7 @@ func TestARowCreatedSentRecordsItsCreationAndItsMove(t *testing.T) {
 			b.Queue(claim.Claimed())
 		}
 		b.Queue(`INSERT INTO widgets (id, tenant_id, state, created_at, updated_at, first_sent_at) VALUES ($1, 't', 'PROVIDER_REQUEST_SENT', $2, $2, $2)`, c.id, t1)
-		st, err := machine.CreatedAs(c.id, smt.WidgetSent, "request accepted", "sending", t1)
+		st, err := machine.CreatedAs(context.Background(), c.id, smt.WidgetSent, "request accepted", "sending", t1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -483,7 +485,7 @@ func TestARowCreatedSentRecordsItsCreationAndItsMove(t *testing.T) {
 	}
 
 	for _, in := range []smt.WidgetState{smt.WidgetReceived, smt.WidgetSucceeded, smt.WidgetCanceled} {
-		if _, err := machine.CreatedAs("w_x", in, "request accepted", "sending", t1); err == nil {
+		if _, err := machine.CreatedAs(context.Background(), "w_x", in, "request accepted", "sending", t1); err == nil {
 			t.Errorf("CreatedAs recorded a creation in %s, which the machine does not declare", in)
 		}
 	}
@@ -508,4 +510,69 @@ func TestCreatedInTakesOnlyAStateOneMoveFromTheInitialOne(t *testing.T) {
 	statemachine.New("toy", statemachine.Table{}, smt.WidgetReceived, map[smt.WidgetState][]smt.WidgetState{
 		smt.WidgetReceived: {smt.WidgetSent}, smt.WidgetSent: {smt.WidgetSucceeded},
 	}).CreatedIn(smt.WidgetSucceeded)
+}
+
+// Every form of a record names the actor and the request of the context it
+// was queued with (package actor): a guarded move, a creation and a
+// creation already moved on in a claim's batch, in their plain and gated
+// forms, and a move in a claim's batch; a context that names nobody
+// records NULL.
+func TestRecordsNameTheirActorAndRequest(t *testing.T) {
+	t.Parallel()
+	pool := widgets(t)
+	as := func(who, request string) context.Context {
+		return actor.WithRequestID(actor.WithActor(context.Background(), who), request)
+	}
+	t1 := t0.Add(time.Minute)
+	insert := `INSERT INTO widgets (id, tenant_id, state, created_at, updated_at) VALUES ($1, 't', $2, $3, $3)`
+
+	b := &pgx.Batch{}
+	b.Queue(insert, "w_plain", smt.WidgetReceived, t0)
+	claim.Taken(b).Queue(machine.Created(as("api:key_1", "req-1"), "w_plain", "created", t0))
+	if err := machine.QueueMove(as("reconciler", "req-2"), b, statemachine.Move[smt.WidgetState]{
+		ID: "w_plain", From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1}); err != nil {
+		t.Fatal(err)
+	}
+	b.Queue(claim.Claimed())
+	b.Queue(insert, "w_gated", smt.WidgetSent, t0)
+	createdAs, err := machine.CreatedAs(as("api:key_2", "req-3"), "w_gated", smt.WidgetSent, "created", "sending", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.After(b).Queue(createdAs)
+	b.Queue(insert, "w_claimed", smt.WidgetReceived, t0)
+	claim.After(b).Queue(machine.Created(as("operator:alice", "req-4"), "w_claimed", "created", t0))
+	moved, err := machine.MoveIfClaimed(as("operator:alice", "req-4"), statemachine.Move[smt.WidgetState]{
+		ID: "w_claimed", From: smt.WidgetReceived, To: smt.WidgetSent, Reason: "sending", At: t1}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.After(b).Queue(moved)
+	b.Queue(insert, "w_nobody", smt.WidgetReceived, t0)
+	claim.Taken(b).Queue(machine.Created(context.Background(), "w_nobody", "created", t0))
+	if err := send(pool, b); err != nil {
+		t.Fatal(err)
+	}
+
+	rows, err := pool.Query(context.Background(), `SELECT widget_id || ' ' || to_state || ' ' || coalesce(actor, '-') || ' ' || coalesce(request_id, '-')
+		FROM widget_transitions ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"w_plain RECEIVED api:key_1 req-1",
+		"w_plain PROVIDER_REQUEST_SENT reconciler req-2",
+		"w_gated RECEIVED api:key_2 req-3",
+		"w_gated PROVIDER_REQUEST_SENT api:key_2 req-3",
+		"w_claimed RECEIVED operator:alice req-4",
+		"w_claimed PROVIDER_REQUEST_SENT operator:alice req-4",
+		"w_nobody RECEIVED - -",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("records:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

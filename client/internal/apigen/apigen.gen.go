@@ -190,6 +190,7 @@ const (
 	MALFORMEDJSON                ProblemCode = "MALFORMED_JSON"
 	METHODNOTALLOWED             ProblemCode = "METHOD_NOT_ALLOWED"
 	NOTFOUND                     ProblemCode = "NOT_FOUND"
+	OPERATORSONLY                ProblemCode = "OPERATORS_ONLY"
 	PAYLOADTOOLARGE              ProblemCode = "PAYLOAD_TOO_LARGE"
 	PAYMENTCANCELED              ProblemCode = "PAYMENT_CANCELED"
 	PAYMENTDECLINED              ProblemCode = "PAYMENT_DECLINED"
@@ -244,6 +245,8 @@ func (e ProblemCode) Valid() bool {
 	case METHODNOTALLOWED:
 		return true
 	case NOTFOUND:
+		return true
+	case OPERATORSONLY:
 		return true
 	case PAYLOADTOOLARGE:
 		return true
@@ -877,6 +880,7 @@ type Problem struct {
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
 	// | `TOO_MANY_FAILED_AUTHENTICATIONS` | 429 | the client's address failed authentication 20 times within a minute: every request from it is refused, whatever its key, until `Retry-After` (at most a minute) |
+	// | `OPERATORS_ONLY` | 403 | a tenant's API key asked for what only an operator (`OPERATOR_KEYS`) may read: the audit log |
 	// | `NOT_FOUND` | 404 | no such payment, refund, event or webhook endpoint (or route) for this tenant |
 	// | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 	// | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |
@@ -972,6 +976,7 @@ type Problem struct {
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
 // | `TOO_MANY_FAILED_AUTHENTICATIONS` | 429 | the client's address failed authentication 20 times within a minute: every request from it is refused, whatever its key, until `Retry-After` (at most a minute) |
+// | `OPERATORS_ONLY` | 403 | a tenant's API key asked for what only an operator (`OPERATOR_KEYS`) may read: the audit log |
 // | `NOT_FOUND` | 404 | no such payment, refund, event or webhook endpoint (or route) for this tenant |
 // | `METHOD_NOT_ALLOWED` | 405 | the route does not support this method |
 // | `WEBHOOK_SIGNATURE_INVALID` | 400 | a webhook's `Stripe-Signature` is missing, invalid or stale |

@@ -75,7 +75,9 @@ CREATE TABLE widget_transitions (
     from_state  text,
     to_state    text        NOT NULL,
     reason      text        NOT NULL,
-    occurred_at timestamptz NOT NULL
+    occurred_at timestamptz NOT NULL,
+    actor       text,
+    request_id  text
 );
 INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES
     ('widget', '', 'RECEIVED'),

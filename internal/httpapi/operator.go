@@ -1,0 +1,101 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paymentsapi/paymentsapi/internal/actor"
+	"github.com/paymentsapi/paymentsapi/internal/apikeys"
+	"github.com/paymentsapi/paymentsapi/internal/audit"
+	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/operators"
+	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
+)
+
+// authenticateOperator admits requests whose bearer secret is an
+// operator's (OPERATOR_KEYS), as the actor operator:<name>. A tenant's
+// valid API key is refused 403 (OPERATORS_ONLY); anything else is a failed
+// authentication, 401 and throttled as on the tenants' routes.
+func authenticateOperator(ops operators.Keys, keys *apikeys.Authenticator, throttle *authThrottle, m *metrics.Metrics, errs errorWriter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			addr := clientAddr(r)
+			if wait, refused := throttle.refused(addr); refused {
+				tooManyFailedAuthentications(w, wait)
+				return
+			}
+			fail := func(detail string) {
+				throttle.fail(addr)
+				m.AuthFailures.Inc()
+				unauthorized(w, detail)
+			}
+			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			secret = strings.TrimSpace(secret)
+			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+				fail("Send an operator's key as `Authorization: Bearer <secret>`.")
+				return
+			}
+			if name, ok := ops.Authenticate(secret); ok {
+				logging.Add(r.Context(), "operator", name)
+				next.ServeHTTP(w, r.WithContext(actor.WithActor(r.Context(), actor.Operator(name))))
+				return
+			}
+			id, err := keys.Authenticate(r.Context(), secret)
+			switch {
+			case errors.Is(err, apikeys.ErrUnknownKey):
+				fail("The key is not an operator's key.")
+			case err != nil:
+				errs.write(w, r, err)
+			default:
+				logging.Add(r.Context(), "tenant", id.Tenant)
+				logging.Add(r.Context(), "key_id", id.KeyID)
+				problem.New(http.StatusForbidden, problem.OperatorsOnly,
+					"Only an operator's key (OPERATOR_KEYS) may read this; a tenant's API key may not.").Write(w)
+			}
+		})
+	}
+}
+
+// handleAuditEvents answers GET /audit-events: the audit log, newest first,
+// every tenant's, paged like the other listings.
+func handleAuditEvents(db *pgxpool.Pool, api api) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := r.URL.Query()
+		for name := range v {
+			if name != "limit" && name != "cursor" && name != "tenantId" && name != "action" {
+				api.InvalidParameter(w, name, "is not a parameter of this listing (limit, cursor, tenantId, action)")
+				return
+			}
+		}
+		q := audit.Query{Tenant: v.Get("tenantId"), Action: v.Get("action"), Cursor: v.Get("cursor"), Limit: 20}
+		for name, value := range map[string]string{"tenantId": q.Tenant, "action": q.Action} {
+			if !validate.StorableText(value) {
+				api.InvalidParameter(w, name, "must be text without NUL characters, in UTF-8")
+				return
+			}
+		}
+		if s := v.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 100 {
+				api.InvalidParameter(w, "limit", "must be an integer from 1 to 100")
+				return
+			}
+			q.Limit = n
+		}
+		page, err := audit.List(r.Context(), db, q)
+		switch {
+		case errors.Is(err, audit.ErrInvalidCursor):
+			api.InvalidParameter(w, "cursor", "is not a cursor from this API")
+		case err != nil:
+			api.Error(w, r, err)
+		default:
+			api.JSON(w, http.StatusOK, page)
+		}
+	}
+}
