@@ -70,6 +70,7 @@ func inputEnv(t *testing.T, extra ...string) map[string]string {
 	env := map[string]string{
 		"DATABASE_URL": pgtest.NewURL(t), "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"API_KEY_PEPPER": "a-pepper-of-at-least-thirty-two-characters", "API_KEYS": "demo:" + inputSecret,
+		"SECRETS_KEY": e2eSecretsKey,
 	}
 	for i := 0; i+1 < len(extra); i += 2 {
 		env[extra[i]] = extra[i+1]

@@ -12,11 +12,9 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/actor"
-	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/operators"
-	"github.com/paymentsapi/paymentsapi/internal/outbound"
 )
 
 const operatorSecret = "sk_operator_alice_0123456789abcdef"
@@ -28,10 +26,7 @@ func withOperators(t testing.TB) envOption {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(o *envOptions) {
-		o.cfg.Webhooks = endpoints.Options{Policy: outbound.Policy{AllowHTTP: true, AllowPrivate: true}}
-		withDeps(func(d *httpapi.Deps) { d.Operators = ops })(o)
-	}
+	return withDeps(func(d *httpapi.Deps) { d.Operators = ops })
 }
 
 // auditEvents is GET /audit-events with secret and query.

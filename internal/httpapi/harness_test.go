@@ -20,14 +20,17 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -112,6 +115,20 @@ func withProvider(wrap func(provider.Provider) provider.Provider) envOption {
 	return func(o *envOptions) { o.provider = wrap }
 }
 
+// newSecretsBox is a box of webhook secrets under a new random key.
+func newSecretsBox(t testing.TB) *secretbox.Box {
+	t.Helper()
+	key, err := secretbox.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := secretbox.FromKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return box
+}
+
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	o := envOptions{
@@ -119,6 +136,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		cfg: app.Config{
 			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second,
 			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second, CommitMode: pgtest.CommitMode(),
+			// Webhook endpoints as in dev mode: any destination, and a
+			// secrets key of the test's own.
+			Webhooks: endpoints.Options{Policy: outbound.Policy{AllowHTTP: true, AllowPrivate: true}, Secrets: newSecretsBox(t)},
 		},
 	}
 	for _, opt := range opts {
