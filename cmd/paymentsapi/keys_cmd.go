@@ -83,7 +83,7 @@ func keysCommand(ctx context.Context, args []string, getenv func(string) string,
 			if k, secret, err = apikeys.Create(ctx, tx, a.apiKeys, positional[0], test, now); err != nil {
 				return err
 			}
-			return audit.Record(ctx, tx, now, audit.Change{Action: audit.APIKeyCreated, TenantID: k.Tenant, TargetID: k.ID,
+			return audit.Record(ctx, tx, now, audit.Change{Action: apikeys.AuditCreated, TenantID: k.Tenant, TargetID: k.ID,
 				Details: map[string]any{"test": test}})
 		})
 		if err != nil {
@@ -107,7 +107,7 @@ func keysCommand(ctx context.Context, args []string, getenv func(string) string,
 			if k, err = apikeys.Revoke(ctx, tx, positional[0], now); err != nil {
 				return err
 			}
-			return audit.Record(ctx, tx, now, audit.Change{Action: audit.APIKeyRevoked, TenantID: k.Tenant, TargetID: k.ID})
+			return audit.Record(ctx, tx, now, audit.Change{Action: apikeys.AuditRevoked, TenantID: k.Tenant, TargetID: k.ID})
 		})
 		if errors.Is(err, apikeys.ErrNoSuchKey) {
 			return fmt.Errorf("keys revoke: no key has the id %q (keys list shows them)", positional[0])

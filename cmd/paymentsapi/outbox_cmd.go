@@ -102,7 +102,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		if missing == nil {
 			missing = []string{}
 		}
-		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: audit.OutboxEventsReplayed,
+		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: outbox.AuditReplayed,
 			Details: map[string]any{"eventIds": eventIDs, "notFound": missing}}); err != nil {
 			return err
 		}
@@ -120,7 +120,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		if err != nil {
 			return err
 		}
-		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: audit.OutboxEventsUnparked,
+		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: outbox.AuditUnparked,
 			Details: map[string]any{"all": true, "count": n}}); err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 			}
 		}
 		if unparked > 0 {
-			if err := audit.Record(ctx, a.pool, now, audit.Change{Action: audit.OutboxEventsUnparked,
+			if err := audit.Record(ctx, a.pool, now, audit.Change{Action: outbox.AuditUnparked,
 				Details: map[string]any{"eventIds": released, "count": unparked}}); err != nil {
 				return err
 			}

@@ -435,6 +435,11 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 	return r, closePub, nil
 }
 
+// auditReconcilerRun is the audit log's action of an operator who asked
+// the provider now (`paymentsapi reconcile -once`); the moves it made name
+// the operator too.
+const auditReconcilerRun = "reconciler.run_by_operator"
+
 // reconcile runs the reconciler alone: one pass with once, else until ctx
 // ends. It prints what it did as JSON on stdout.
 func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer, once bool) error {
@@ -454,7 +459,7 @@ func reconcile(ctx context.Context, cfg config.Config, log *slog.Logger, stdout 
 	if err != nil {
 		return err
 	}
-	if err := audit.Record(ctx, a.pool, clock.System{}.Now(), audit.Change{Action: audit.ReconcilerRunByOperator,
+	if err := audit.Record(ctx, a.pool, clock.System{}.Now(), audit.Change{Action: auditReconcilerRun,
 		Details: map[string]any{"outcomes": stats}}); err != nil {
 		return err
 	}
@@ -489,7 +494,7 @@ func setUpAPIKeys(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, h 
 			return err
 		}
 		for _, k := range added {
-			if err := audit.Record(ctx, tx, now, audit.Change{Action: audit.APIKeyAdded, TenantID: k.Tenant, TargetID: k.ID,
+			if err := audit.Record(ctx, tx, now, audit.Change{Action: apikeys.AuditAdded, TenantID: k.Tenant, TargetID: k.ID,
 				Details: map[string]any{"from": "API_KEYS"}}); err != nil {
 				return err
 			}

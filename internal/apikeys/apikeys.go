@@ -21,6 +21,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// The audit log's actions on keys (package audit).
+const (
+	AuditCreated = "api_key.created"
+	// AuditAdded: a key added at start-up from API_KEYS.
+	AuditAdded   = "api_key.added"
+	AuditRevoked = "api_key.revoked"
+)
+
 // ErrUnknownKey: no active key has this secret.
 var ErrUnknownKey = errors.New("unknown API key")
 

@@ -26,26 +26,9 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 )
 
-// The actions the log records.
-const (
-	APIKeyCreated = "api_key.created"
-	// APIKeyAdded: a key added at start-up from API_KEYS.
-	APIKeyAdded   = "api_key.added"
-	APIKeyRevoked = "api_key.revoked"
-
-	WebhookEndpointCreated = "webhook_endpoint.created"
-	WebhookSecretRotated   = "webhook_endpoint.secret_rotated"
-	WebhookEndpointDeleted = "webhook_endpoint.deleted"
-
-	// OutboxEventsUnparked and OutboxEventsReplayed: an operator released
-	// parked events, or published events once more (`paymentsapi outbox`).
-	OutboxEventsUnparked = "outbox.events_unparked"
-	OutboxEventsReplayed = "outbox.events_replayed"
-	// ReconcilerRunByOperator: an operator asked the provider now
-	// (`paymentsapi reconcile -once`); the moves it made name the
-	// operator too.
-	ReconcilerRunByOperator = "reconciler.run_by_operator"
-)
+// The actions are named by the code that records them (apikeys,
+// endpoints, outbox, the operator commands), as "<resource>.<what
+// happened>": this package only keeps the log.
 
 // ErrNoActor: the context names nobody to record (a programming error:
 // whoever starts work sets its actor, package actor).

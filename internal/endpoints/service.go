@@ -24,6 +24,13 @@ var ErrNotFound = errors.New("webhook endpoint not found")
 // ErrTooMany: the tenant has MaxPerTenant endpoints already.
 var ErrTooMany = errors.New("the tenant has the most webhook endpoints it may have")
 
+// The audit log's actions on endpoints (package audit).
+const (
+	AuditCreated       = "webhook_endpoint.created"
+	AuditSecretRotated = "webhook_endpoint.secret_rotated"
+	AuditDeleted       = "webhook_endpoint.deleted"
+)
+
 // Options are where endpoints may point.
 type Options struct {
 	// Policy is the destination policy (WEBHOOK_ALLOW_HTTP,
@@ -139,7 +146,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		Resource:    idempotency.Resource{Type: ResourceType, ID: e.ID},
 		Create: func(b *claim.Batch) {
 			queueInsert(b, e)
-			b.Queue(audit.Claimed(ctx, e.CreatedAt, audit.Change{Action: audit.WebhookEndpointCreated, TenantID: tenant, TargetID: e.ID}))
+			b.Queue(audit.Claimed(ctx, e.CreatedAt, audit.Change{Action: AuditCreated, TenantID: tenant, TargetID: e.ID}))
 		},
 		Created: e,
 		Wait:    wait,
@@ -209,7 +216,7 @@ func (s *Service) Delete(ctx context.Context, tenant, id string) error {
 	if err := remove(ctx, s.env.DB, tenant, id, now); err != nil {
 		return err
 	}
-	return audit.Record(ctx, s.env.DB, now, audit.Change{Action: audit.WebhookEndpointDeleted, TenantID: tenant, TargetID: id})
+	return audit.Record(ctx, s.env.DB, now, audit.Change{Action: AuditDeleted, TenantID: tenant, TargetID: id})
 }
 
 // Rotation is what a rotate_webhook_secret key did: the endpoint, with the
@@ -259,7 +266,7 @@ func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, 
 		Resource:    idempotency.Resource{Type: RotationType, ID: id},
 		Create: func(b *claim.Batch) {
 			queueRotate(b, tenant, endpointID, id, sealed, expires)
-			b.Queue(audit.Claimed(ctx, r.env.Clock.Now(), audit.Change{Action: audit.WebhookSecretRotated, TenantID: tenant, TargetID: endpointID}))
+			b.Queue(audit.Claimed(ctx, r.env.Clock.Now(), audit.Change{Action: AuditSecretRotated, TenantID: tenant, TargetID: endpointID}))
 		},
 		Wait: wait,
 	})

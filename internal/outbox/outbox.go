@@ -24,6 +24,14 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
 
+// The audit log's actions of an operator on the outbox (package audit):
+// parked events released, or events published once more (`paymentsapi
+// outbox`).
+const (
+	AuditUnparked = "outbox.events_unparked"
+	AuditReplayed = "outbox.events_replayed"
+)
+
 // Event is one message to publish. ID is the message id downstream.
 type Event struct {
 	ID            string          `json:"eventId"`
