@@ -116,6 +116,31 @@ func userAgent(r *http.Request) string {
 	return ua
 }
 
+// bearer reads a request's `Authorization: Bearer <secret>`, the start of
+// every authentication: an address that failed too often is refused 429
+// before its key is looked at, and a missing or malformed header is a
+// failure, answered 401 with detail. fail records another failure and
+// answers 401; ok is false when the request has been answered.
+func bearer(w http.ResponseWriter, r *http.Request, throttle *authThrottle, m *metrics.Metrics, detail string) (secret string, fail func(detail string), ok bool) {
+	addr := clientAddr(r)
+	if wait, refused := throttle.refused(addr); refused {
+		tooManyFailedAuthentications(w, wait)
+		return "", nil, false
+	}
+	fail = func(detail string) {
+		throttle.fail(addr)
+		m.AuthFailures.Inc()
+		unauthorized(w, detail)
+	}
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	secret = strings.TrimSpace(secret)
+	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		fail(detail)
+		return "", nil, false
+	}
+	return secret, fail, true
+}
+
 // authenticate admits requests with a valid `Authorization: Bearer <secret>`
 // and records their tenant, and their key as the actor of what they do
 // (api:<key id>, package actor) and in their log lines (key_id, never the
@@ -124,22 +149,11 @@ func userAgent(r *http.Request) string {
 func authenticate(auth *apikeys.Authenticator, throttle *authThrottle, m *metrics.Metrics, errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			addr := clientAddr(r)
-			if wait, refused := throttle.refused(addr); refused {
-				tooManyFailedAuthentications(w, wait)
+			secret, fail, ok := bearer(w, r, throttle, m, "Send your API key as `Authorization: Bearer <secret>`.")
+			if !ok {
 				return
 			}
-			fail := func(detail string) {
-				throttle.fail(addr)
-				m.AuthFailures.Inc()
-				unauthorized(w, detail)
-			}
-			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
-				fail("Send your API key as `Authorization: Bearer <secret>`.")
-				return
-			}
-			id, err := auth.Authenticate(r.Context(), strings.TrimSpace(secret))
+			id, err := auth.Authenticate(r.Context(), secret)
 			switch {
 			case errors.Is(err, apikeys.ErrUnknownKey):
 				fail("The API key is not valid.")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -25,20 +24,8 @@ import (
 func authenticateOperator(ops operators.Keys, keys *apikeys.Authenticator, throttle *authThrottle, m *metrics.Metrics, errs errorWriter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			addr := clientAddr(r)
-			if wait, refused := throttle.refused(addr); refused {
-				tooManyFailedAuthentications(w, wait)
-				return
-			}
-			fail := func(detail string) {
-				throttle.fail(addr)
-				m.AuthFailures.Inc()
-				unauthorized(w, detail)
-			}
-			scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-			secret = strings.TrimSpace(secret)
-			if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-				fail("Send an operator's key as `Authorization: Bearer <secret>`.")
+			secret, fail, ok := bearer(w, r, throttle, m, "Send an operator's key as `Authorization: Bearer <secret>`.")
+			if !ok {
 				return
 			}
 			if name, ok := ops.Authenticate(secret); ok {
