@@ -20,7 +20,7 @@ const auditUsage = `usage:
 Flags are those of paymentsapi serve (DATABASE_URL, ...). The log holds API
 keys created, added from API_KEYS and revoked, webhook endpoints created,
 rotated and deleted, and operators' actions (outbox unpark and replay,
-reconcile -once), each with its actor (api:<key id>, operator:<name>,
+reconcile -once, secrets reseal), each with its actor (api:<key id>, operator:<name>,
 system) and request id. GET /audit-events serves the same to operators.
 `
 

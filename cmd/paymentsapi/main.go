@@ -50,6 +50,7 @@ var errUsage = errors.New("usage")
 //	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
 //	paymentsapi keys create TENANT [-test] | list [TENANT] | revoke KEY_ID   the API keys
 //	paymentsapi audit [-limit N] [-tenant T] [-action A]   the audit log, newest first
+//	paymentsapi secrets reseal                       seal every webhook secret again under SECRETS_KEY
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrateCommand(ctx, args[1:], getenv, stdout, stderr)
@@ -62,6 +63,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	if len(args) > 0 && args[0] == "audit" {
 		return auditCommand(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "secrets" {
+		return secretsCommand(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "orphans" {
 		return orphansCommand(ctx, args[1:], getenv, stdout, stderr)

@@ -591,7 +591,7 @@ func secretsBox(cfg config.Config, u use, log *slog.Logger) (*secretbox.Box, err
 		}
 		return nil, nil
 	}
-	box, err := secretbox.FromKey(key)
+	box, err := secretbox.FromKey(key, cfg.SecretsKeyOthers...)
 	if err != nil {
 		return nil, fmt.Errorf("SECRETS_KEY: %w", err)
 	}

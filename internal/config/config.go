@@ -44,7 +44,11 @@ type Config struct {
 	// outside dev mode: no endpoint can be created. In dev mode an empty
 	// one is generated and kept in DataDir.
 	SecretsKey string
-	Provider   string // "sim" or "stripe"
+	// SecretsKeyOthers are more keys (SECRETS_KEY_OTHERS, comma-separated)
+	// that the server opens sealed secrets with but never seals under: the
+	// overlap that lets SECRETS_KEY be rotated on a running fleet.
+	SecretsKeyOthers []string
+	Provider         string // "sim" or "stripe"
 	// ProviderNamed reports whether PROVIDER (or -provider) was given:
 	// outside dev mode a server needs it (CheckServer).
 	ProviderNamed bool
@@ -181,6 +185,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 		"CIDRs of the proxies whose X-Forwarded-For names the client, comma-separated; empty: none (TRUSTED_PROXIES)")
 	secret(&c.APIKeyPepper, "api-key-pepper", "API_KEY_PEPPER", "server secret API keys are hashed under, at least 32 characters; dev mode: generated in the data directory")
 	secret(&c.SecretsKey, "secrets-key", "SECRETS_KEY", "key webhook signing secrets are stored encrypted under: the base64 of 32 random bytes (openssl rand -base64 32); dev mode: generated in the data directory")
+	var secretsKeyOthers string
+	secret(&secretsKeyOthers, "secrets-key-others", "SECRETS_KEY_OTHERS", "more keys, comma-separated, that stored webhook secrets are opened with but never sealed under: the overlap while SECRETS_KEY is rotated (docs/operations.md)")
 	fs.StringVar(&c.Provider, "provider", env("PROVIDER", ""), "payment provider: sim or stripe; outside dev mode it must be named (PROVIDER)")
 	var simInProcess string
 	fs.StringVar(&simInProcess, "provider-sim-in-process", env("PROVIDER_SIM_IN_PROCESS", ""),
@@ -285,6 +291,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	}
 	if c.TrustedProxies, err = ParseCIDRs(trustedProxies); err != nil {
 		return Config{}, fmt.Errorf("TRUSTED_PROXIES: %w", err)
+	}
+	for k := range strings.SplitSeq(secretsKeyOthers, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			c.SecretsKeyOthers = append(c.SecretsKeyOthers, k)
+		}
 	}
 	if c.APIKeys == "" && c.DevMode() {
 		c.APIKeys = DevAPIKeys
@@ -415,6 +426,14 @@ func (c Config) validate() error {
 		if _, err := secretbox.ParseKey(c.SecretsKey); err != nil {
 			errs = append(errs, fmt.Errorf("SECRETS_KEY: %w", err))
 		}
+	}
+	for i, k := range c.SecretsKeyOthers {
+		if _, err := secretbox.ParseKey(k); err != nil {
+			errs = append(errs, fmt.Errorf("SECRETS_KEY_OTHERS: key %d: %w", i+1, err))
+		}
+	}
+	if len(c.SecretsKeyOthers) > 0 && c.SecretsKey == "" && !c.DevMode() {
+		errs = append(errs, errors.New("SECRETS_KEY_OTHERS is set without SECRETS_KEY: outside dev mode the server would open secrets it could never seal again"))
 	}
 	if c.CommitMode != "inline" && c.CommitMode != "group" {
 		errs = append(errs, fmt.Errorf("COMMIT_MODE must be inline or group, not %q", c.CommitMode))

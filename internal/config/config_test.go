@@ -301,7 +301,8 @@ func TestStripeWebhookSecretMustStartWithWhsec(t *testing.T) {
 	}
 }
 
-// SECRETS_KEY, when set, is the base64 of 32 bytes; WEBHOOK_ALLOWED_PORTS a
+// SECRETS_KEY, when set, is the base64 of 32 bytes, and so is each of
+// SECRETS_KEY_OTHERS, which needs SECRETS_KEY; WEBHOOK_ALLOWED_PORTS a
 // list of ports.
 func TestSecretsKeyAndAllowedPorts(t *testing.T) {
 	load := func(env map[string]string) (Config, error) {
@@ -312,7 +313,20 @@ func TestSecretsKeyAndAllowedPorts(t *testing.T) {
 			t.Errorf("SECRETS_KEY=%q: %v, want a refusal naming SECRETS_KEY without its value", key, err)
 		}
 	}
-	c, err := load(map[string]string{"WEBHOOK_ALLOWED_PORTS": "9443, 10443"})
+	const k1, k2 = "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2U=", "b3RoZXJvdGhlcm90aGVyb3RoZXJvdGhlcm90aGVyb3Q="
+	c, err := load(map[string]string{"SECRETS_KEY": k1, "SECRETS_KEY_OTHERS": " " + k2 + ", "})
+	if err != nil || !slices.Equal(c.SecretsKeyOthers, []string{k2}) {
+		t.Errorf("SECRETS_KEY_OTHERS: %v, %v", c.SecretsKeyOthers, err)
+	}
+	for _, env := range []map[string]string{
+		{"SECRETS_KEY": k1, "SECRETS_KEY_OTHERS": k2 + ",c2hvcnQ="},
+		{"SECRETS_KEY_OTHERS": k2, "DATABASE_URL": "postgres://db"},
+	} {
+		if _, err := load(env); err == nil || !strings.Contains(err.Error(), "SECRETS_KEY_OTHERS") || strings.Contains(err.Error(), k2) {
+			t.Errorf("%v: %v, want a refusal naming SECRETS_KEY_OTHERS without its value", env, err)
+		}
+	}
+	c, err = load(map[string]string{"WEBHOOK_ALLOWED_PORTS": "9443, 10443"})
 	if err != nil || !slices.Equal(c.WebhookAllowedPorts, []int{9443, 10443}) {
 		t.Errorf("WEBHOOK_ALLOWED_PORTS: %v, %v", c.WebhookAllowedPorts, err)
 	}

@@ -195,3 +195,85 @@ func Secrets(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box, id strin
 	}
 	return out, nil
 }
+
+// Resealing is what Reseal did.
+type Resealing struct {
+	// Resealed counts the endpoints whose secrets it sealed again under
+	// the current key.
+	Resealed int
+	// Unreadable names the endpoints holding a secret sealed under a key
+	// the box does not hold: they stay as they are, and whatever key
+	// sealed them must stay in SECRETS_KEY_OTHERS until they are rotated.
+	Unreadable []string
+	// Changed names the endpoints whose secrets changed between the read
+	// and the write (a rotation meanwhile): run it again for them.
+	Changed []string
+}
+
+// Reseal seals again, under box's current key, every stored endpoint
+// secret sealed under another key box holds: the step of a SECRETS_KEY
+// rotation after which the old key can be dropped. Deleted endpoints are
+// included, so that no value is left that only the old key opens. Each
+// endpoint is written only if its sealed values are still what was read.
+func Reseal(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box) (Resealing, error) {
+	var r Resealing
+	if box == nil {
+		return r, ErrSecretsKeyMissing
+	}
+	rows, err := db.Query(ctx, `SELECT id, COALESCE(secret_sealed, ''), COALESCE(previous_secret_sealed, '')
+		FROM webhook_endpoints WHERE secret_sealed IS NOT NULL OR previous_secret_sealed IS NOT NULL ORDER BY id`)
+	if err != nil {
+		return r, fmt.Errorf("read sealed webhook secrets: %w", err)
+	}
+	type stored struct{ id, secret, previous string }
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (stored, error) {
+		var s stored
+		return s, row.Scan(&s.id, &s.secret, &s.previous)
+	})
+	if err != nil {
+		return r, fmt.Errorf("read sealed webhook secrets: %w", err)
+	}
+	for _, s := range found {
+		secret, moved, err := resealOne(box, s.id, s.secret)
+		if err != nil {
+			if errors.Is(err, secretbox.ErrUnknownKey) {
+				r.Unreadable = append(r.Unreadable, s.id)
+				continue
+			}
+			return r, fmt.Errorf("reseal the secret of webhook endpoint %s: %w", s.id, err)
+		}
+		previous, movedPrevious, err := resealOne(box, s.id, s.previous)
+		if err != nil {
+			if errors.Is(err, secretbox.ErrUnknownKey) {
+				r.Unreadable = append(r.Unreadable, s.id)
+				continue
+			}
+			return r, fmt.Errorf("reseal the previous secret of webhook endpoint %s: %w", s.id, err)
+		}
+		if !moved && !movedPrevious {
+			continue
+		}
+		tag, err := db.Exec(ctx, `
+			UPDATE webhook_endpoints SET secret_sealed = NULLIF($2, ''), previous_secret_sealed = NULLIF($3, '')
+			WHERE id = $1 AND COALESCE(secret_sealed, '') = $4 AND COALESCE(previous_secret_sealed, '') = $5`,
+			s.id, secret, previous, s.secret, s.previous)
+		if err != nil {
+			return r, fmt.Errorf("reseal the secrets of webhook endpoint %s: %w", s.id, err)
+		}
+		if tag.RowsAffected() == 0 {
+			r.Changed = append(r.Changed, s.id)
+			continue
+		}
+		r.Resealed++
+	}
+	return r, nil
+}
+
+// resealOne is box.Reseal of endpoint id's sealed value, where an empty
+// value stays empty.
+func resealOne(box *secretbox.Box, id, sealed string) (string, bool, error) {
+	if sealed == "" {
+		return "", false, nil
+	}
+	return box.Reseal(sealed, id)
+}

@@ -119,14 +119,11 @@ func (b *Box) Seal(plaintext, context string) (string, error) {
 // the Box does not hold, and an error for a value altered since, or
 // opened under another context.
 func (b *Box) Open(sealed, context string) (string, error) {
-	v, rest, ok := strings.Cut(sealed, ":")
-	if !ok || v != version {
-		return "", ErrNotSealed
-	}
-	id, payload, ok := strings.Cut(rest, ":")
+	id, ok := keyOf(sealed)
 	if !ok {
 		return "", ErrNotSealed
 	}
+	payload := sealed[len(version)+1+len(id)+1:]
 	aead, ok := b.keys[id]
 	if !ok {
 		return "", ErrUnknownKey
@@ -152,11 +149,46 @@ func (b *Box) additional(id, context string) []byte {
 // it).
 func Sealed(s string) bool { return strings.HasPrefix(s, version+":") }
 
-// FromKey is New of the key encoded as ParseKey reads it (SECRETS_KEY).
-func FromKey(encoded string) (*Box, error) {
-	key, err := ParseKey(encoded)
+// Reseal returns sealed sealed again under the Box's current key, and
+// whether that changed anything: a value already under the current key is
+// returned as it is. It fails as Open does, for a value under a key the Box
+// does not hold among them.
+func (b *Box) Reseal(sealed, context string) (string, bool, error) {
+	if id, ok := keyOf(sealed); ok && id == b.current {
+		return sealed, false, nil
+	}
+	plain, err := b.Open(sealed, context)
+	if err != nil {
+		return "", false, err
+	}
+	again, err := b.Seal(plain, context)
+	return again, err == nil, err
+}
+
+// keyOf is the id of the key sealed was sealed under, read from its prefix.
+func keyOf(sealed string) (string, bool) {
+	v, rest, ok := strings.Cut(sealed, ":")
+	if !ok || v != version {
+		return "", false
+	}
+	id, _, ok := strings.Cut(rest, ":")
+	return id, ok
+}
+
+// FromKey is New of the keys encoded as ParseKey reads them (SECRETS_KEY,
+// then SECRETS_KEY_OTHERS): it seals under current and opens under any.
+func FromKey(current string, others ...string) (*Box, error) {
+	key, err := ParseKey(current)
 	if err != nil {
 		return nil, err
 	}
-	return New(key)
+	older := make([][]byte, 0, len(others))
+	for i, o := range others {
+		k, err := ParseKey(o)
+		if err != nil {
+			return nil, fmt.Errorf("other key %d: %w", i+1, err)
+		}
+		older = append(older, k)
+	}
+	return New(key, older...)
 }

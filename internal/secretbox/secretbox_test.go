@@ -66,6 +66,28 @@ func TestOlderKeysStillOpen(t *testing.T) {
 	}
 }
 
+// Reseal moves a value under the current key and leaves one already there
+// untouched; a value under a key the Box lacks stays unreadable.
+func TestResealMovesAValueUnderTheCurrentKey(t *testing.T) {
+	old, _ := New(key(1))
+	sealed, _ := old.Seal("s", "c")
+	box, _ := New(key(2), key(1))
+	again, moved, err := box.Reseal(sealed, "c")
+	if err != nil || !moved || again == sealed {
+		t.Fatalf("reseal an old value: %q, %v, %v", again, moved, err)
+	}
+	current, _ := New(key(2))
+	if got, err := current.Open(again, "c"); err != nil || got != "s" {
+		t.Errorf("the resealed value under the new key alone: %q, %v", got, err)
+	}
+	if same, moved, err := box.Reseal(again, "c"); err != nil || moved || same != again {
+		t.Errorf("reseal a current value: %v, %v; want it unchanged", moved, err)
+	}
+	if _, _, err := current.Reseal(sealed, "c"); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("reseal under a key the box lacks: %v", err)
+	}
+}
+
 func TestParseKey(t *testing.T) {
 	k := key(7)
 	for _, s := range []string{base64.StdEncoding.EncodeToString(k), base64.RawURLEncoding.EncodeToString(k), " " + base64.URLEncoding.EncodeToString(k) + "\n"} {
