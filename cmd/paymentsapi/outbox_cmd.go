@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/paymentsapi/paymentsapi/internal/audit"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
@@ -95,15 +97,18 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		if reader != relay.Stream {
 			return fmt.Errorf("outbox replay needs the stream reader, and the servers poll (%s)", why)
 		}
-		missing, err := stream.Replay(ctx, a.pool, eventIDs)
+		var missing []string
+		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			if missing, err = stream.Replay(ctx, tx, eventIDs); err != nil {
+				return err
+			}
+			if missing == nil {
+				missing = []string{}
+			}
+			return audit.Record(ctx, tx, now, audit.Change{Action: outbox.AuditReplayed,
+				Details: map[string]any{"eventIds": eventIDs, "notFound": missing}})
+		})
 		if err != nil {
-			return err
-		}
-		if missing == nil {
-			missing = []string{}
-		}
-		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: outbox.AuditReplayed,
-			Details: map[string]any{"eventIds": eventIDs, "notFound": missing}}); err != nil {
 			return err
 		}
 		log.Info("outbox events replayed", "count", len(eventIDs)-len(missing))
@@ -116,37 +121,46 @@ func outboxCommand(ctx context.Context, args []string, getenv func(string) strin
 		}
 		return nil
 	case all:
-		n, err := outbox.UnparkAll(ctx, a.pool, now)
+		var n int64
+		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			if n, err = outbox.UnparkAll(ctx, tx, now); err != nil {
+				return err
+			}
+			return audit.Record(ctx, tx, now, audit.Change{Action: outbox.AuditUnparked,
+				Details: map[string]any{"all": true, "count": n}})
+		})
 		if err != nil {
-			return err
-		}
-		if err := audit.Record(ctx, a.pool, now, audit.Change{Action: outbox.AuditUnparked,
-			Details: map[string]any{"all": true, "count": n}}); err != nil {
 			return err
 		}
 		log.Info("outbox events unparked", "count", n)
 		return out.Encode(map[string]any{"unparked": n})
 	default:
-		unparked, notParked := 0, []string{}
-		var released []string
-		for _, id := range eventIDs {
-			err := outbox.Unpark(ctx, a.pool, id, now)
-			switch {
-			case errors.Is(err, outbox.ErrNotParked):
-				notParked = append(notParked, id)
-			case err != nil:
-				return err
-			default:
-				unparked++
-				released = append(released, id)
-				log.Info("outbox event unparked", "event_id", id)
+		var released, notParked []string
+		err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			released, notParked = nil, []string{}
+			for _, id := range eventIDs {
+				err := outbox.Unpark(ctx, tx, id, now)
+				switch {
+				case errors.Is(err, outbox.ErrNotParked):
+					notParked = append(notParked, id)
+				case err != nil:
+					return err
+				default:
+					released = append(released, id)
+				}
 			}
+			if len(released) == 0 {
+				return nil
+			}
+			return audit.Record(ctx, tx, now, audit.Change{Action: outbox.AuditUnparked,
+				Details: map[string]any{"eventIds": released, "count": len(released)}})
+		})
+		if err != nil {
+			return err
 		}
-		if unparked > 0 {
-			if err := audit.Record(ctx, a.pool, now, audit.Change{Action: outbox.AuditUnparked,
-				Details: map[string]any{"eventIds": released, "count": unparked}}); err != nil {
-				return err
-			}
+		unparked := len(released)
+		for _, id := range released {
+			log.Info("outbox event unparked", "event_id", id)
 		}
 		if err := out.Encode(map[string]any{"unparked": unparked, "notParked": notParked}); err != nil {
 			return err

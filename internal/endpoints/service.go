@@ -210,13 +210,17 @@ func (s *Service) Reveal(ctx context.Context, tenant, id string) (string, error)
 	return e.Secret, nil
 }
 
-// Delete deletes the tenant's endpoint id: nothing more is sent to it.
+// Delete deletes the tenant's endpoint id: nothing more is sent to it. The
+// deletion and its audit record commit together: no deletion goes
+// unrecorded, and no record names one that did not happen.
 func (s *Service) Delete(ctx context.Context, tenant, id string) error {
 	now := s.env.Clock.Now()
-	if err := remove(ctx, s.env.DB, tenant, id, now); err != nil {
-		return err
-	}
-	return audit.Record(ctx, s.env.DB, now, audit.Change{Action: AuditDeleted, TenantID: tenant, TargetID: id})
+	return pgx.BeginFunc(ctx, s.env.DB, func(tx pgx.Tx) error {
+		if err := remove(ctx, tx, tenant, id, now); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, now, audit.Change{Action: AuditDeleted, TenantID: tenant, TargetID: id})
+	})
 }
 
 // Rotation is what a rotate_webhook_secret key did: the endpoint, with the

@@ -142,7 +142,7 @@ func list(ctx context.Context, db *pgxpool.Pool, tenant string) ([]Endpoint, err
 // in one statement, so that nothing more is sent to it; a message in flight
 // finds itself abandoned when it books its attempt, and books nothing.
 // ErrNotFound when there is no such endpoint.
-func remove(ctx context.Context, db *pgxpool.Pool, tenant, id string, now time.Time) error {
+func remove(ctx context.Context, db pgx.Tx, tenant, id string, now time.Time) error {
 	var found bool
 	err := db.QueryRow(ctx, `
 		WITH deleted AS (

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -113,6 +114,38 @@ func TestTheAuditLogHoldsEndpointChangesForOperatorsOnly(t *testing.T) {
 	}
 	if _, only, _ := e.auditEvents(operatorSecret, "?action=webhook_endpoint.created&tenantId=tenant_a"); len(only) != 1 {
 		t.Errorf("filtered by action and tenant: %v", only)
+	}
+}
+
+// An endpoint's deletion and its audit record commit together: when the
+// record cannot be written, the endpoint is not deleted either.
+func TestAnEndpointIsNotDeletedWithoutItsAuditRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h := map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k-ep"}
+	created := e.do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), h)
+	if created.Status != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.Status, created.Body)
+	}
+	id := created.json(t)["endpointId"].(string)
+	// The audit log refuses the deletion's record, as a full disk or a
+	// lost connection between the two writes would.
+	if _, err := e.pool.Exec(context.Background(), `
+		CREATE FUNCTION refuse_deletion_records() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    IF NEW.action = 'webhook_endpoint.deleted' THEN RAISE EXCEPTION 'no room for this record'; END IF;
+		    RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_deletion_records BEFORE INSERT ON audit_events
+		FOR EACH ROW EXECUTE FUNCTION refuse_deletion_records()`); err != nil {
+		t.Fatal(err)
+	}
+	auth := map[string]string{"Authorization": "Bearer " + secretA}
+	if r := e.do("DELETE", "/webhook-endpoints/"+id, nil, auth); r.Status < 500 {
+		t.Fatalf("a delete whose record cannot be written: %d %s, want a server error", r.Status, r.Body)
+	}
+	if r := e.do("GET", "/webhook-endpoints/"+id, nil, auth); r.Status != http.StatusOK {
+		t.Errorf("the endpoint after the failed delete: %d %s, want it still there", r.Status, r.Body)
 	}
 }
 
