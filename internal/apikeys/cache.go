@@ -20,20 +20,33 @@ const maxCached = 10_000
 // Authenticator authenticates secrets like Authenticate, and remembers the
 // keys the database accepted for TTL, so that a request needs no round trip
 // for its API key. Unknown secrets are never remembered: each is asked
-// again. Safe for concurrent use.
+// again. Requests with the same secret that find nothing remembered wait
+// for one lookup rather than each making their own: when a busy key's
+// entry runs out, a thousand requests in flight would otherwise send a
+// thousand queries, and a thousand updates of its last use to one row.
+// Safe for concurrent use.
 type Authenticator struct {
 	db     Querier
 	hasher Hasher
 	clock  clock.Clock
 	ttl    time.Duration
 
-	mu    sync.Mutex
-	known map[[sha256.Size]byte]cached
+	mu      sync.Mutex
+	known   map[[sha256.Size]byte]cached
+	looking map[[sha256.Size]byte]*lookup
 }
 
 type cached struct {
 	id    Identity
 	until time.Time
+}
+
+// lookup is one database lookup of a secret, which the requests that came
+// while it ran wait for (done closes when id and err are set).
+type lookup struct {
+	done chan struct{}
+	id   Identity
+	err  error
 }
 
 // NewAuthenticator returns an Authenticator; ttl <= 0, or above
@@ -42,7 +55,8 @@ func NewAuthenticator(db Querier, h Hasher, clk clock.Clock, ttl time.Duration) 
 	if ttl <= 0 || ttl > MaxCacheTTL {
 		ttl = MaxCacheTTL
 	}
-	return &Authenticator{db: db, hasher: h, clock: clk, ttl: ttl, known: map[[sha256.Size]byte]cached{}}
+	return &Authenticator{db: db, hasher: h, clock: clk, ttl: ttl,
+		known: map[[sha256.Size]byte]cached{}, looking: map[[sha256.Size]byte]*lookup{}}
 }
 
 // Authenticate returns the identity of the key whose secret this is, or
@@ -51,20 +65,35 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (Identi
 	key := sha256.Sum256([]byte(secret))
 	now := a.clock.Now()
 	a.mu.Lock()
-	c, ok := a.known[key]
-	a.mu.Unlock()
-	if ok && now.Before(c.until) {
+	if c, ok := a.known[key]; ok && now.Before(c.until) {
+		a.mu.Unlock()
 		return c.id, nil
 	}
-	id, err := Authenticate(ctx, a.db, a.hasher, secret, now)
-	if err != nil {
-		return Identity{}, err
+	if l, ok := a.looking[key]; ok {
+		a.mu.Unlock()
+		select {
+		case <-l.done:
+			return l.id, l.err
+		case <-ctx.Done():
+			return Identity{}, ctx.Err()
+		}
 	}
-	a.mu.Lock()
-	if len(a.known) >= maxCached {
-		clear(a.known)
-	}
-	a.known[key] = cached{id: id, until: now.Add(a.ttl)}
+	l := &lookup{done: make(chan struct{})}
+	a.looking[key] = l
 	a.mu.Unlock()
-	return id, nil
+
+	// The lookup is shared, so one request going away must not fail the
+	// others waiting for it.
+	l.id, l.err = Authenticate(context.WithoutCancel(ctx), a.db, a.hasher, secret, now)
+	a.mu.Lock()
+	delete(a.looking, key)
+	if l.err == nil {
+		if len(a.known) >= maxCached {
+			clear(a.known)
+		}
+		a.known[key] = cached{id: l.id, until: now.Add(a.ttl)}
+	}
+	a.mu.Unlock()
+	close(l.done)
+	return l.id, l.err
 }

@@ -3,9 +3,12 @@ package apikeys_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
@@ -72,6 +75,52 @@ func TestARevokedKeyIsRefusedWithinTenSecondsWhateverTheTTL(t *testing.T) {
 
 // withKey gives a parallel test its database, a fake clock and a key of
 // tenant t1 with its secret.
+// Requests that arrive together with a secret nothing is remembered for
+// (a busy key whose entry just ran out) share one lookup: one query, not
+// one each.
+func TestRequestsTogetherShareOneLookup(t *testing.T) {
+	ctx := context.Background()
+	db, clk, _, secret := withKey(t)
+	counted := &countingQuerier{Querier: db}
+	a := apikeys.NewAuthenticator(counted, apikeys.Hasher{}, clk, 10*time.Second)
+	const requests = 200
+	var (
+		start sync.WaitGroup
+		done  sync.WaitGroup
+		fails atomic.Int64
+	)
+	start.Add(1)
+	for range requests {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			if id, err := a.Authenticate(ctx, secret); err != nil || id.Tenant != "t1" {
+				fails.Add(1)
+			}
+		}()
+	}
+	start.Done()
+	done.Wait()
+	if n := fails.Load(); n > 0 {
+		t.Fatalf("%d of %d requests were not authenticated", n, requests)
+	}
+	if n := counted.queries.Load(); n != 1 {
+		t.Errorf("%d requests together made %d lookups; want 1", requests, n)
+	}
+}
+
+// countingQuerier counts the lookups made through it on the real database.
+type countingQuerier struct {
+	apikeys.Querier
+	queries atomic.Int64
+}
+
+func (c *countingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.queries.Add(1)
+	return c.Querier.Query(ctx, sql, args...)
+}
+
 func withKey(t *testing.T) (*pgxpool.Pool, *clock.Fake, apikeys.Key, string) {
 	t.Helper()
 	t.Parallel()
