@@ -15,6 +15,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 run: ## start the service: embedded PostgreSQL, in-process provider simulator, demo key
+	@echo "make run: compiling paymentsapi first (about a minute on a fresh clone, seconds once Go's build cache has it)"
 	$(GO) run ./cmd/paymentsapi $(ARGS)
 
 stripe-demo: tools ## the API on the Stripe adapter against stripe-mock with the project's fixtures, offline (dev/stripe-demo.sh)
