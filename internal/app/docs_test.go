@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/paymentsapi/paymentsapi/internal/app"
 )
 
 // repoRoot is the repository's root, from this package's directory.
@@ -101,6 +103,44 @@ func TestTheLayoutTableNamesEveryPackage(t *testing.T) {
 	for _, pkg := range packages {
 		if !slices.Contains(listed, pkg) {
 			t.Errorf("docs/design.md, The layout, has no row for the package %s: add one line saying what it holds", pkg)
+		}
+	}
+}
+
+// docs/events.md lists every event type the service writes to the outbox,
+// with its name in the event log and in webhooks: those the registered
+// operations declare (operation.Module.Events), and no other.
+func TestEventsDocListsEveryEventType(t *testing.T) {
+	type event struct{ typ, name string }
+	var declared []event
+	for _, m := range app.Modules(app.Config{}) {
+		for _, e := range m.Events {
+			declared = append(declared, event{e.Type, e.Name})
+		}
+	}
+	if len(declared) == 0 {
+		t.Fatal("the modules declare no event")
+	}
+	var listed []event
+	for _, row := range docTable(t, "docs/events.md", "## Every event type") {
+		if len(row) < 2 {
+			t.Errorf("docs/events.md, Every event type: a row of fewer than two cells: %q", row)
+			continue
+		}
+		name := unquote(row[1])
+		if row[1] == "none" {
+			name = ""
+		}
+		listed = append(listed, event{unquote(row[0]), name})
+	}
+	for _, e := range declared {
+		if !slices.Contains(listed, e) {
+			t.Errorf("docs/events.md, Every event type, has no row | `%s` | `%s` |", e.typ, e.name)
+		}
+	}
+	for _, e := range listed {
+		if !slices.Contains(declared, e) {
+			t.Errorf("docs/events.md, Every event type, lists %q (named %q), which no operation declares", e.typ, e.name)
 		}
 	}
 }
