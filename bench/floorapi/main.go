@@ -18,7 +18,7 @@
 //	go run ./cmd/paymentsbench -api-bin bin/floorapi -storm 0 -soak 0
 //
 // Its numbers bound what any change to the service can reach here; see
-// docs/BENCHMARKS.md ("The floor"). It is not a payments service: it checks
+// docs/BENCHMARKS.md ("What is measured, and how"). It is not a payments service: it checks
 // no fingerprint (a reused key replays whatever the key stored), holds no
 // lease and recovers nothing.
 package main

@@ -39,18 +39,29 @@ func main() {
 
 var errUsage = errors.New("usage")
 
+// usage lists the commands, for `paymentsapi -h`, which prints it after the
+// flags that every command shares.
+const usage = `
+usage:
+  paymentsapi [serve] [flags]                      the API, with its reconciler, relay and listener
+  paymentsapi migrate [flags]                      apply the migrations and exit
+  paymentsapi reconcile [-once] [flags]            the reconciler alone (an operator's tool)
+  paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
+  paymentsapi outbox replay ID...                  publish events once more
+  paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
+  paymentsapi keys create TENANT [-test] | list [TENANT] | revoke KEY_ID   the API keys
+  paymentsapi audit [-limit N] [-tenant T] [-action A]   the audit log, newest first
+  paymentsapi secrets reseal [flags]               seal every webhook secret again under SECRETS_KEY
+
+Each flag above also reads the environment variable its line names. With no
+DATABASE_URL, serve starts in dev mode: an embedded PostgreSQL under DATA_DIR,
+the provider simulator in-process, a demo key. "paymentsapi COMMAND -h" says
+more about a command.
+`
+
 // run is the whole program: everything it needs from the OS is a parameter,
-// so tests start the real server in-process.
-//
-//	paymentsapi [serve] [flags]                     the API, with its reconciler, relay and listener
-//	paymentsapi migrate [flags]                      apply the migrations and exit
-//	paymentsapi reconcile [-once] [flags]            the reconciler alone (an operator's tool)
-//	paymentsapi outbox parked | unpark -all | ID...  list or release parked outbox events
-//	paymentsapi outbox replay ID...                  publish events once more
-//	paymentsapi orphans [-since 72h] [flags]         the provider's objects no local row explains (exit 4)
-//	paymentsapi keys create TENANT [-test] | list [TENANT] | revoke KEY_ID   the API keys
-//	paymentsapi audit [-limit N] [-tenant T] [-action A]   the audit log, newest first
-//	paymentsapi secrets reseal                       seal every webhook secret again under SECRETS_KEY
+// so tests start the real server in-process. Its commands are those usage
+// lists.
 func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "migrate" {
 		return migrateCommand(ctx, args[1:], getenv, stdout, stderr)
@@ -88,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	cfg, err := config.Load(args, getenv, stderr, app.Settings()...)
 	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stderr, usage)
 		return errUsage
 	}
 	if err != nil {

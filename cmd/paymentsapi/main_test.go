@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -71,7 +72,10 @@ func (w *lineWatcher) await(t *testing.T, re *regexp.Regexp, timeout time.Durati
 	}
 }
 
-var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
+var (
+	listeningRE  = regexp.MustCompile(`listening on (http://\S+)`)
+	simChargesRE = regexp.MustCompile(`(http://\S+/_sim/charges)`)
+)
 
 func tempDir(t *testing.T) string {
 	t.Helper()
@@ -112,11 +116,15 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 
 	// The banner's curl command, run as printed (twice: the second is a replay).
 	var banner []string
+	var simChargesURL string
 	collecting := false
 	deadline := time.After(5 * time.Second)
 	for len(banner) == 0 || strings.HasSuffix(banner[len(banner)-1], `\`) {
 		select {
 		case line := <-stdout.lines:
+			if m := simChargesRE.FindStringSubmatch(line); m != nil {
+				simChargesURL = m[1]
+			}
 			if strings.HasPrefix(line, "curl ") {
 				collecting = true
 			}
@@ -126,6 +134,9 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("no curl command in the banner")
 		}
+	}
+	if simChargesURL == "" {
+		t.Fatal("the banner names no /_sim/charges URL of the in-process simulator")
 	}
 	command := strings.Join(banner, "\n")
 	if !strings.Contains(command, base) || !strings.Contains(command, "sk_test_demo") {
@@ -165,10 +176,30 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 		t.Fatalf("second banner request is not a replay:\n%s", second)
 	}
 
+	// The banner names the in-process simulator's page of charges, which
+	// holds the one charge both requests made.
+	var charges struct {
+		Charges []struct {
+			IdempotencyKey string `json:"idempotencyKey"`
+		} `json:"charges"`
+	}
+	resp, err := http.Get(simChargesURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&charges)
+	resp.Body.Close()
+	if err != nil || len(charges.Charges) != 1 {
+		t.Errorf("GET %s (the banner's): %d charges, %v; want the one the banner's request made", simChargesURL, len(charges.Charges), err)
+	}
+
 	stopRun(t, cancel, done)
-	// The data stays for the next run.
+	// The data stays for the next run, and out of git whatever its name.
 	if _, err := os.Stat(filepath.Join(dataDir, "postgres", "PG_VERSION")); err != nil {
 		t.Errorf("embedded data dir not kept under %s: %v", dataDir, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dataDir, ".gitignore")); err != nil || !strings.Contains(string(b), "\n*\n") {
+		t.Errorf("the data dir's .gitignore: %q, %v; want one that ignores everything (*)", b, err)
 	}
 }
 
@@ -339,15 +370,18 @@ func TestEndToEndWithRealBinaries(t *testing.T) {
 // PROVIDER_URL and Stripe too, and printed no database URL).
 func TestBannerNamesTheProviderAndTheDevDatabase(t *testing.T) {
 	for _, c := range []struct {
-		cfg  config.Config
-		want []string
+		cfg    config.Config
+		simURL string
+		want   []string
 	}{
-		{config.Config{Provider: "sim"}, []string{"provider: the in-process provider simulator", "database: postgres://dev"}},
-		{config.Config{Provider: "sim", ProviderURL: "http://127.0.0.1:8081"}, []string{"provider: the provider simulator at http://127.0.0.1:8081"}},
-		{config.Config{Provider: "stripe", StripeAPIBase: "http://127.0.0.1:12111", DatabaseURL: "postgres://db"}, []string{"provider: Stripe's API at http://127.0.0.1:12111"}},
+		{config.Config{Provider: "sim"}, "http://127.0.0.1:9999", []string{
+			"provider: the in-process provider simulator at http://127.0.0.1:9999", "http://127.0.0.1:9999/_sim/charges",
+			"database: postgres://dev"}},
+		{config.Config{Provider: "sim", ProviderURL: "http://127.0.0.1:8081"}, "", []string{"provider: the provider simulator at http://127.0.0.1:8081"}},
+		{config.Config{Provider: "stripe", StripeAPIBase: "http://127.0.0.1:12111", DatabaseURL: "postgres://db"}, "", []string{"provider: Stripe's API at http://127.0.0.1:12111"}},
 	} {
 		var b strings.Builder
-		printBanner(&b, "http://127.0.0.1:8080", c.cfg, "/data", "postgres://dev")
+		printBanner(&b, c.cfg, banner{base: "http://127.0.0.1:8080", dataDir: "/data", devURL: "postgres://dev", simURL: c.simURL})
 		for _, w := range c.want {
 			if !strings.Contains(b.String(), w) {
 				t.Errorf("banner for %+v lacks %q:\n%s", c.cfg, w, b.String())
@@ -371,5 +405,23 @@ func getenv(env map[string]string) func(string) string {
 			return v
 		}
 		return os.Getenv(k)
+	}
+}
+
+// `paymentsapi -h` lists every command beside the flags, so that a
+// newcomer finds the operator's commands without reading the code.
+func TestHelpListsTheCommands(t *testing.T) {
+	var stderr strings.Builder
+	err := run(context.Background(), []string{"-h"}, getenv(map[string]string{}), nil, io.Discard, &stderr)
+	if !errors.Is(err, errUsage) {
+		t.Fatalf("run -h: %v; want errUsage", err)
+	}
+	for _, command := range []string{"[serve]", "migrate", "reconcile", "outbox parked", "outbox replay", "orphans", "keys create", "audit"} {
+		if !strings.Contains(stderr.String(), "paymentsapi "+command) {
+			t.Errorf("-h does not list paymentsapi %s:\n%s", command, stderr.String())
+		}
+	}
+	if !strings.Contains(stderr.String(), "-database-url") {
+		t.Errorf("-h lists no flags:\n%s", stderr.String())
 	}
 }

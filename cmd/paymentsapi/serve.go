@@ -72,6 +72,7 @@ type instance struct {
 	reader  relay.Mode           // the server's outbox reader (relay.Choose)
 	dataDir string               // dev mode: where the embedded PostgreSQL keeps its data
 	devURL  string               // dev mode: the embedded database's URL, for psql and the operator commands
+	simURL  string               // the in-process provider simulator's base URL; "": none
 	apiKeys apikeys.Hasher       // how API keys' secrets are stored (API_KEY_PEPPER)
 	secrets *secretbox.Box       // seals webhook secrets (SECRETS_KEY); nil: none set
 	closers []func()
@@ -152,6 +153,11 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		}
 		dbURL, a.dataDir, a.devURL = cluster.URL(devDatabase), cluster.DataDir(), cluster.URL(devDatabase)
 		log.Info("embedded PostgreSQL started", "data_dir", cluster.DataDir(), "database_url", a.devURL)
+		// After the cluster's start, which creates the directory so that
+		// PostgreSQL's OS user may enter it.
+		if err := ignoreInGit(cfg.DataDir); err != nil {
+			return nil, err
+		}
 	}
 
 	if a.apiKeys, err = apiKeyHasher(cfg, u, log); err != nil {
@@ -200,10 +206,11 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 	if u == useOperator && cfg.Provider == "sim" && cfg.ProviderURL == "" {
 		return a, nil // a database tool (outbox): no provider, and never a simulator of its own
 	}
-	prov, stopProvider, err := startProvider(ctx, cfg, log, tp)
+	prov, simURL, stopProvider, err := startProvider(ctx, cfg, log, tp)
 	if err != nil {
 		return nil, err
 	}
+	a.simURL = simURL
 	a.closers = append(a.closers, stopProvider)
 	a.provider = prov
 
@@ -354,7 +361,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	base := "http://" + displayAddr(ln.Addr())
 	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
 		"rate_limit_per_tenant_per_instance", cfg.RateLimit, "stripe_webhooks", cfg.StripeWebhookSecret != "")
-	printBanner(stdout, base, cfg, a.dataDir, a.devURL)
+	printBanner(stdout, cfg, banner{base: base, dataDir: a.dataDir, devURL: a.devURL, simURL: a.simURL})
 
 	select {
 	case err := <-serveErr:
@@ -572,6 +579,26 @@ func devSecret(dir, name, what string, generate func() (string, error)) (string,
 	return secret, nil
 }
 
+// ignoreInGit writes into dir, dev mode's data directory, a .gitignore that
+// ignores everything in it, unless it has one. The checkout's own
+// .gitignore names only the default, .data: a DATA_DIR of another name
+// inside a checkout would otherwise show in git status, with the database,
+// the API key pepper and the secrets key in it, one `git add .` away from a
+// commit.
+func ignoreInGit(dir string) error {
+	path := filepath.Join(dir, ".gitignore")
+	if _, err := os.Stat(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if err := os.WriteFile(path, []byte("# paymentsapi's dev mode data: nothing here belongs in git.\n*\n"), 0o644); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	return nil
+}
+
 // secretsBox returns what seals webhook endpoints' secrets: SECRETS_KEY;
 // in dev mode, without one, a key generated once and kept in the data
 // directory. Outside dev mode without one it is nil, and a server warns:
@@ -598,10 +625,11 @@ func secretsBox(cfg config.Config, u use, log *slog.Logger) (*secretbox.Box, err
 	return box, nil
 }
 
-// startProvider returns the configured provider and a function that stops
+// startProvider returns the configured provider, the base URL of the
+// simulator it started in-process ("" if none), and a function that stops
 // whatever it started. With tp active, each call to the provider is a
 // client span and sends it traceparent.
-func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (provider.Provider, func(), error) {
+func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (_ provider.Provider, simURL string, stop func(), _ error) {
 	hc := &http.Client{Transport: tracing.Transport(tp, &http.Transport{
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -609,25 +637,25 @@ func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp 
 	switch cfg.Provider {
 	case "sim":
 		if cfg.ProviderURL != "" {
-			return simclient.New(cfg.ProviderURL, hc), func() {}, nil
+			return simclient.New(cfg.ProviderURL, hc), "", func() {}, nil
 		}
 		srv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{Logger: log.With("component", "providersim")})
 		if err != nil {
-			return nil, nil, fmt.Errorf("start in-process provider simulator: %w", err)
+			return nil, "", nil, fmt.Errorf("start in-process provider simulator: %w", err)
 		}
 		log.Info("in-process provider simulator started", "url", srv.URL())
-		return simclient.New(srv.URL(), hc), func() { _ = srv.Close() }, nil
+		return simclient.New(srv.URL(), hc), srv.URL(), func() { _ = srv.Close() }, nil
 	case "stripe":
 		p, err := stripeprovider.New(stripeprovider.Config{
 			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, HTTPClient: hc,
 			Logger: log.With("component", "stripe"),
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("set up the Stripe provider: %w", err)
+			return nil, "", nil, fmt.Errorf("set up the Stripe provider: %w", err)
 		}
-		return p, func() {}, nil
+		return p, "", func() {}, nil
 	default:
-		return nil, nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
+		return nil, "", nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
 	}
 }
 
@@ -643,19 +671,36 @@ func displayAddr(a net.Addr) string {
 	return tcp.String()
 }
 
+// banner is what the start-up banner tells a person, besides the
+// configuration.
+type banner struct {
+	base    string // the API's base URL
+	dataDir string // dev mode: where the embedded PostgreSQL keeps its data
+	devURL  string // dev mode: the embedded database's URL
+	simURL  string // the in-process provider simulator's base URL; "": none
+}
+
 // printBanner tells a person how to try the service.
-func printBanner(w io.Writer, base string, cfg config.Config, dataDir, devURL string) {
+func printBanner(w io.Writer, cfg config.Config, bn banner) {
 	secret := "<your secret>"
 	if pairs, err := apikeys.ParsePairs(cfg.APIKeys); err == nil && cfg.APIKeys == config.DevAPIKeys && len(pairs) == 1 {
 		secret = pairs[0].Secret
 	}
+	base := bn.base
 	var b strings.Builder
 	fmt.Fprintf(&b, "\npaymentsapi is listening on %s\n", base)
 	if cfg.DevMode() {
-		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, demo key\n", dataDir)
-		fmt.Fprintf(&b, "database: %s (psql, and DATABASE_URL for the operator commands)\n", devURL)
+		fmt.Fprintf(&b, "dev mode: embedded PostgreSQL in %s, demo key\n", bn.dataDir)
+		fmt.Fprintf(&b, "database: %s (psql, and DATABASE_URL for the operator commands)\n", bn.devURL)
 	}
-	fmt.Fprintf(&b, "provider: %s\n", providerName(cfg))
+	if bn.simURL != "" {
+		// The simulator listens on a port of its own, chosen at start-up:
+		// this line is the only place a person learns it.
+		fmt.Fprintf(&b, "provider: the in-process provider simulator at %s\n", bn.simURL)
+		fmt.Fprintf(&b, "          what it was asked to charge: %s/_sim/charges (and /_sim/refunds)\n", bn.simURL)
+	} else {
+		fmt.Fprintf(&b, "provider: %s\n", providerName(cfg))
+	}
 	fmt.Fprintf(&b, "\nTry it (run it twice: the second answer is a replay):\n\n")
 	fmt.Fprintf(&b, "curl -i -X POST %s/payments \\\n", base)
 	fmt.Fprintf(&b, "  -H 'Authorization: Bearer %s' \\\n", secret)

@@ -1,8 +1,8 @@
 package app_test
 
 // This file is a toy operation, create_widget, written the way docs/design.md's
-// recipe ("The idempotency engine, and how an operation plugs in") says an
-// operation is written, as if it were its own package: a command and its
+// chapter "Adding an operation" says an operation is written (that chapter
+// walks this file), as if it were its own package: a command and its
 // fingerprint, a resource on its own table (statemachinetest's widget, with
 // the columns a widget needs beside it), a state machine, a provider port
 // of its own, and one operation.Module value. toy_test.go registers it only

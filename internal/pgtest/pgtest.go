@@ -57,6 +57,16 @@ const EnvURL = "TEST_DATABASE_URL"
 // (ServerLog), as it publishes the cluster's URL in EnvURL.
 const envServerLog = "PGTEST_SERVER_LOG"
 
+// envBinDir is where Main publishes its throwaway cluster's binary
+// directory (BinDir).
+const envBinDir = "PGTEST_BIN_DIR"
+
+// BinDir is the directory of the PostgreSQL programs (pg_dump, ...) of the
+// throwaway cluster Main started for this test binary, whose major version
+// is the server's; "" when the tests use a server named by
+// TEST_DATABASE_URL or DATABASE_URL.
+func BinDir() string { return os.Getenv(envBinDir) }
+
 // ServerLog is the log file of the throwaway cluster Main started for this
 // test binary, whose test role (createTestRole) may set log_min_messages;
 // "" when the tests use a server named by TEST_DATABASE_URL or
@@ -80,10 +90,12 @@ func Main(m *testing.M) int {
 		return m.Run()
 	}
 	// Whatever the environment says, a server this binary did not start
-	// has no log of ours.
-	if err := os.Unsetenv(envServerLog); err != nil {
-		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
-		return 1
+	// has no log or binaries of ours.
+	for _, name := range []string{envServerLog, envBinDir} {
+		if err := os.Unsetenv(name); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+			return 1
+		}
 	}
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		if err := os.Setenv(EnvURL, u); err != nil {
@@ -128,9 +140,11 @@ func Main(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		return 1
 	}
-	if err := os.Setenv(envServerLog, cluster.LogPath()); err != nil {
-		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
-		return 1
+	for name, value := range map[string]string{envServerLog: cluster.LogPath(), envBinDir: cluster.BinDir()} {
+		if err := os.Setenv(name, value); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
+			return 1
+		}
 	}
 	if err := createTestRole(cluster.URL("postgres")); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)

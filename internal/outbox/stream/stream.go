@@ -10,8 +10,9 @@
 // after a reconnect, every transaction the reader did not confirm. Commit
 // order is what a payment's events need: the transactions that write one
 // aggregate's events are serialised by the aggregate's row lock, so they
-// commit in the order of their events. (Transaction ids, which a polling
-// reader could use, are not in commit order: see BENCHMARKS.md.)
+// commit in the order of their events. (Transaction ids are not in commit
+// order: package outbox/poll reads by them only below the oldest running
+// transaction, which is why it can.)
 //
 // A slot has one reader at a time: PostgreSQL refuses a second one
 // (ErrSlotBusy). The Relay, the service's only publisher of the outbox,
