@@ -91,6 +91,11 @@ type Config struct {
 	// RetryAfter is the one advice the service gives a client that should
 	// come back later: a 409 in use, a 202 processing, a 503.
 	RetryAfter time.Duration
+	// OutsideCall is the longest one call of an owner outside the service
+	// may take (PROVIDER_TIMEOUT): an owner renews its lease before each
+	// step that calls out, so an owner at work is heard from about that
+	// often (inUseBy). 0: owners make no such call.
+	OutsideCall time.Duration
 	// CommitMode is how claims and owner steps are committed
 	// (COMMIT_MODE): CommitInline, each on its own, or CommitGroup ("":
 	// the default), grouped with concurrent requests' (see committer).
@@ -503,21 +508,36 @@ func (e *Engine) inUse() error {
 }
 
 // inUseBy is inUse for a key whose owner holds rec's lease at now, with
-// advice that follows the owner's silence: an owner that held the key a
-// moment ago is most likely at work and done soon (the engine's
-// RetryAfter), while one silent for a while may be dead, and then only the
-// lease's end frees the key. So the advice is as long as the owner has
-// been silent, at least RetryAfter and never past the lease's end: an
-// obedient client asks a few times over a dead owner's lease, not once a
-// second.
+// advice that follows what the owner's silence says of it.
+//
+// An owner shows it is alive only by writing its lease: the claim, a
+// takeover, and a renewal before each step that calls outside the service
+// (Owner.QueueHold) each set it to a whole Lease from then, so the time
+// since it last did is Lease less what is left. Between two renewals an
+// owner at work makes one outside call (at most OutsideCall) and commits
+// what it brought back, which, on a database that answers, takes far less
+// than RetryAfter. So:
+//
+//   - an owner heard from within OutsideCall and RetryAfter is presumed at
+//     work and done soon: the advice is the engine's RetryAfter;
+//   - one silent for longer is presumed dead, and only its lease's end
+//     frees the key: the advice is the whole time left on the lease (at
+//     least RetryAfter), so that an obedient client comes back once, when
+//     a takeover is due, not to another 409. The Retry-After header rounds
+//     it up to whole seconds, so the client never arrives a fraction early.
+//
+// A client that wants an answer the moment a live owner has it sends
+// Prefer: wait, which the owner's finish wakes.
 func (e *Engine) inUseBy(rec Record, now time.Time) error {
 	err := e.inUse()
 	if rec.LeaseExpiresAt == nil {
 		return err
 	}
 	left := rec.LeaseExpiresAt.Sub(now)
-	silent := e.cfg.Lease - left // since the owner last held the key
-	err.(*KeyInUseError).RetryAfter = max(e.cfg.RetryAfter, min(silent, left))
+	silent := e.cfg.Lease - left
+	if silent > e.cfg.OutsideCall+e.cfg.RetryAfter {
+		err.(*KeyInUseError).RetryAfter = max(e.cfg.RetryAfter, left)
+	}
 	return err
 }
 
