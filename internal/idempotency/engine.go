@@ -477,16 +477,19 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 	}
 }
 
-// ownerOf is an owner of rec's key as rec says it stands: its row, fencing
-// token, scope and resource.
-func (e *Engine) ownerOf(rec Record) *Owner {
+// takenOver is the owner of rec's key, which the caller has just taken
+// over with the fencing token rec now holds: a retry or ResolveNow
+// (takeOverKey), or the reconciler (claimDue). Every takeover becomes its
+// owner here, and is counted here, once.
+func (e *Engine) takenOver(rec Record) *Owner {
+	e.metrics.IdempotencyTakeovers.Inc()
 	return e.newOwner(rec.ID, rec.FencingToken, rec.Scope, lockOrder(rec.Scope), rec.Resource)
 }
 
 // newOwner is the owner of key row id with fencing token, of scope (whose
 // lockOrder is order), for res.
 func (e *Engine) newOwner(id, token int64, scope Scope, order uint64, res Resource) *Owner {
-	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, order: order}
+	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, operation: scope.Operation, order: order}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran
@@ -497,9 +500,8 @@ func (e *Engine) takeOverKey(ctx context.Context, rec Record, now time.Time) (ow
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	e.metrics.IdempotencyTakeovers.Inc()
 	rec.FencingToken = token
-	return e.ownerOf(rec), true, nil
+	return e.takenOver(rec), true, nil
 }
 
 func (e *Engine) inUse() error {
@@ -578,10 +580,9 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 }
 
 // afterLostWrite answers a request whose write was refused because another
-// owner took the key over: the key's record, not this request, now speaks
-// for the resource.
+// owner took the key over (Owner.Commit logged the refusal): the key's
+// record, not this request, now speaks for the resource.
 func (e *Engine) afterLostWrite(ctx context.Context, own *Owner, err error) (Reply, error) {
-	e.log.WarnContext(ctx, "write refused: key taken over by another owner", "resource", own.Resource.ID, "error", err)
 	rec, loadErr := LoadByID(ctx, e.db, own.KeyID)
 	if loadErr != nil {
 		return Reply{}, errors.Join(err, loadErr)
