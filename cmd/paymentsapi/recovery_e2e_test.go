@@ -543,18 +543,14 @@ func testKilledMidFlight(t *testing.T, apiBin, simBin, reconcileInterval string,
 		t.Errorf("transitions %v, want %v", got, want)
 	}
 
-	// Who resumed the payment.
-	if byRetry {
-		if !recMetric(t, urlB, "paymentsapi_idempotency_takeovers_total 1") {
-			t.Error("the restarted API does not report exactly one takeover")
-		}
-	} else {
-		if !recMetric(t, urlB, `paymentsapi_reconciler_outcomes_total{outcome="succeeded"} 1`) {
-			t.Error("the restarted API's reconciler does not report the payment it resolved")
-		}
-		if !recMetric(t, urlB, "paymentsapi_idempotency_takeovers_total 0") {
-			t.Error("a retry took the key over, but only the reconciler should have")
-		}
+	// Who resumed the payment: one takeover either way (the retry's, or
+	// the reconciler's, counted alike), and with the reconciler the retries
+	// got only 409s and then the replay of what it stored.
+	if !recMetric(t, urlB, "paymentsapi_idempotency_takeovers_total 1") {
+		t.Error("the restarted API does not report exactly one takeover")
+	}
+	if !byRetry && !recMetric(t, urlB, `paymentsapi_reconciler_outcomes_total{outcome="succeeded"} 1`) {
+		t.Error("the restarted API's reconciler does not report the payment it resolved")
 	}
 }
 

@@ -139,7 +139,7 @@ func New(d Deps, cfg Config) *Core {
 		engineDeps.Answers = answers
 	}
 	engine := idempotency.NewEngine(engineDeps, idempotency.Config{
-		ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter,
+		ReplayTTL: cfg.ReplayTTL, Lease: cfg.Lease, RetryAfter: cfg.RetryAfter, OutsideCall: cfg.ProviderTimeout,
 		CommitMode: cfg.CommitMode, CommitConcurrency: cfg.CommitConcurrency,
 	})
 	mods := append(Modules(cfg), cfg.ExtraModules...)

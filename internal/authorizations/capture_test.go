@@ -241,6 +241,35 @@ func TestLostCaptureAnswerIsResolvedByTheReconciler(t *testing.T) {
 	}
 }
 
+// An empty body sent as application/json is no body: the whole amount is
+// captured, the payment canceled without a reason (the same commands as
+// with no body at all: their retries without one are replays).
+func TestAnEmptyJSONBodyIsNoBody(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	emptyJSON := func(action, id, key string) response {
+		return e.do(0, "POST", "/payments/"+id+"/"+action, key, "", "Content-Type", "application/json")
+	}
+	captured := e.authorized("pay-captured", "pm_card_visa")
+	r := emptyJSON("capture", captured, "cap")
+	wantStatus(t, r, http.StatusOK, "")
+	if body := r.json(t); body["status"] != "SUCCEEDED" || body["capturedAmount"] != "10.00" {
+		t.Fatalf("capture with an empty JSON body: %s", r)
+	}
+	if again := e.capture(0, captured, "cap", ""); again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same capture without a body: %s", again)
+	}
+	canceled := e.authorized("pay-canceled", "pm_card_visa")
+	r = emptyJSON("cancel", canceled, "cxl")
+	wantStatus(t, r, http.StatusOK, "")
+	if r.json(t)["status"] != "CANCELED" {
+		t.Fatalf("cancel with an empty JSON body: %s", r)
+	}
+	if again := e.cancel(0, canceled, "cxl", ""); again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same cancel without a body: %s", again)
+	}
+}
+
 // A cancel voids the authorization: 200 CANCELED, stored; the merchant
 // reference is free again.
 func TestCancelVoidsTheAuthorization(t *testing.T) {

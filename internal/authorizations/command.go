@@ -16,7 +16,7 @@ const APIVersion = "2026-11-26"
 // CaptureRequest is the JSON body of POST /payments/{id}/capture; it may be
 // absent (the whole capturable amount).
 type CaptureRequest struct {
-	Amount *string `json:"amount"`
+	Amount *money.Amount `json:"amount"`
 }
 
 // CancelRequest is the JSON body of POST /payments/{id}/cancel; it may be
@@ -44,7 +44,7 @@ func (r CaptureRequest) validate(p payments.Payment) (Command, error) {
 		return cmd, nil
 	}
 	var errs validate.Collector
-	minor, err := money.Parse(*r.Amount, cmd.Currency)
+	minor, err := money.Parse(string(*r.Amount), cmd.Currency)
 	if err != nil {
 		exp, _ := money.Exponent(cmd.Currency)
 		errs.Add("amount", "must be a decimal string greater than zero with at most "+strconv.Itoa(exp)+

@@ -66,6 +66,13 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 	}
 
+	// An amount in minor units, as a number: told to send "10.00", not
+	// "1000", which would be a hundred times as much.
+	add(
+		invalid(saying(create("amount as a number", body("amount", `1000`), 400, "VALIDATION_FAILED"), `amount must be a decimal string in the currency's major unit, e.g. "10.00"`), "amount"),
+		invalid(saying(refund("amount as a number", `{"amount":1000}`, 400, "VALIDATION_FAILED"), `amount must be a decimal string in the currency's major unit, e.g. "10.00"`), "amount"),
+	)
+
 	// Numbers and strings out of range.
 	add(
 		invalid(create("huge amount", body("amount", `"`+strings.Repeat("9", 400)+`.99"`), 400, "VALIDATION_FAILED"), "amount"),
@@ -111,8 +118,9 @@ func TestBadInputCorpus(t *testing.T) {
 		invalid(create("deeply nested unknown member", body("extra", strings.Repeat(`{"a":`, 2000)+"1"+strings.Repeat("}", 2000)), 400, "VALIDATION_FAILED"), "extra"),
 		create("deeply nested, unbalanced", strings.Repeat("[", 16_000), 400, "MALFORMED_JSON"),
 		create("deeply nested, balanced", strings.Repeat("[", 8000)+strings.Repeat("]", 8000), 400, "MALFORMED_JSON"),
-		create("empty body", "", 400, "MALFORMED_JSON"),
-		create("white space only", " \n\t ", 400, "MALFORMED_JSON"),
+		invalid(create("empty body", "", 400, "VALIDATION_FAILED"), "accountId"),
+		invalid(create("white space only", " \n\t ", 400, "VALIDATION_FAILED"), "accountId"),
+		invalid(refund("empty body", "", 400, "VALIDATION_FAILED"), "amount"),
 		create("JSON null", "null", 400, "VALIDATION_FAILED"),
 		create("a string", `"payment"`, 400, "MALFORMED_JSON"),
 		create("an array of the object", "["+body()+"]", 400, "MALFORMED_JSON"),

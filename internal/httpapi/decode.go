@@ -76,7 +76,10 @@ func preferWait(values []string) time.Duration {
 
 // decodeJSON reads a command's JSON body into dst: application/json, at most
 // MaxBodyBytes, UTF-8, exactly one object, no unknown fields, no member
-// twice in one object.
+// twice in one object. An empty body (no bytes, or white space only) is
+// the empty object: it holds no field, so a command whose fields are all
+// optional takes it as it takes {}, and one with required fields is told
+// which are missing (VALIDATION_FAILED), not that its JSON is malformed.
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Problem {
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/json" {
@@ -96,6 +99,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 		// encoding/json would quietly turn each invalid byte into U+FFFD.
 		return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body must be UTF-8 encoded JSON.")
 	}
+	if len(bytes.Trim(body, jsonSpace)) == 0 {
+		body = []byte("{}")
+	}
 	if prob := rejectDuplicateMembers(body); prob != nil {
 		return prob
 	}
@@ -113,7 +119,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 		}
 		return jsonProblem(err)
 	}
-	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, " \t\r\n"))) {
+	if dec.More() || dec.InputOffset() < int64(len(bytes.TrimRight(body, jsonSpace))) {
 		return problem.New(http.StatusBadRequest, problem.MalformedJSON,
 			"The body must hold exactly one JSON object.")
 	}
@@ -122,6 +128,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) *problem.Proble
 	}
 	return nil
 }
+
+// jsonSpace are the bytes JSON reads as white space.
+const jsonSpace = " \t\r\n"
 
 // unknownFields answers a body with members dst does not know: every one
 // of them, and with them what the command's own check finds wrong with the
@@ -378,16 +387,33 @@ func (fs structFields) lookup(name string) (jsonField, bool) {
 }
 
 // jsonProblem explains a decoding error: a wrong type is a validation
-// failure of that field; anything else is malformed JSON. (An unknown
-// field never gets here: decodeJSON answers it with unknownFields.)
+// failure of that field, said in the detail too, since it is the one thing
+// to fix; anything else is malformed JSON. (An unknown field never gets
+// here: decodeJSON answers it with unknownFields.)
 func jsonProblem(err error) *problem.Problem {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
-		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
-		p.Errors = []problem.FieldError{{Field: typeErr.Field, Message: "must be a " + jsonType(typeErr.Type.Kind().String())}}
+		message := "must be " + expectedJSON(typeErr.Type)
+		p := problem.New(http.StatusBadRequest, problem.ValidationFailed,
+			"One or more fields are invalid: "+typeErr.Field+" "+message+".")
+		p.Errors = []problem.FieldError{{Field: typeErr.Field, Message: message}}
 		return p
 	}
 	return problem.New(http.StatusBadRequest, problem.MalformedJSON, "The body is not a valid JSON object.")
+}
+
+// expecting is a field's type that says what its JSON value must be
+// (money.Amount: a decimal string in the currency's major unit), where
+// its JSON type alone ("a string") would mislead.
+type expecting interface{ Expected() string }
+
+// expectedJSON is what a JSON value decoded into a t must be: what t says
+// (expecting), or else its JSON type.
+func expectedJSON(t reflect.Type) string {
+	if e, ok := reflect.Zero(t).Interface().(expecting); ok {
+		return e.Expected()
+	}
+	return "a " + jsonType(t.Kind().String())
 }
 
 // rejectDuplicateMembers walks the JSON value at the start of body and

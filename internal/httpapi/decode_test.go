@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/authorizations"
+	"github.com/paymentsapi/paymentsapi/internal/delivery"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi/httpapitest"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
 // A member encoding/json does not match to a field is refused as the
@@ -248,6 +252,58 @@ func TestUnknownMembersFollowEveryDecodingRule(t *testing.T) {
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s into %T: no answer in 10s", tc.body, tc.dst)
+		}
+	}
+}
+
+// An amount sent as a JSON number, in every command that takes one, is
+// refused with what to send instead, in the field's error and in the
+// detail: a decimal string in the currency's major unit. "must be a
+// string" alone led clients used to minor units to send "1000" for ten
+// euros, which is a thousand.
+func TestAnAmountSentAsANumberIsToldToBeADecimalStringInTheMajorUnit(t *testing.T) {
+	t.Parallel()
+	const want = `must be a decimal string in the currency's major unit, e.g. "10.00"`
+	for name, c := range map[string]struct {
+		body string
+		dst  any
+	}{
+		"payment":          {body("amount", "1000"), &payments.CreateRequest{}},
+		"payment, a float": {body("amount", "10.5"), &payments.CreateRequest{}},
+		"refund":           {`{"amount":300}`, &refunds.CreateRequest{}},
+		"capture":          {`{"amount":800}`, &authorizations.CaptureRequest{}},
+	} {
+		p, refused := answer(t, c.body, c.dst)
+		if !refused || p.Code != problem.ValidationFailed || len(p.Errors) != 1 || p.Errors[0].Field != "amount" || p.Errors[0].Message != want {
+			t.Errorf("%s: %+v, want VALIDATION_FAILED with amount %s", name, p, want)
+		}
+		if !strings.Contains(p.Detail, "amount "+want) {
+			t.Errorf("%s: the detail %q does not say amount %s", name, p.Detail, want)
+		}
+	}
+}
+
+// An empty body sent as application/json (no bytes, or white space only)
+// is the empty object: the operations whose fields are all optional take
+// it, and the others name the fields it lacks, never MALFORMED_JSON.
+func TestAnEmptyJSONBodyIsTheEmptyObject(t *testing.T) {
+	t.Parallel()
+	for _, empty := range []string{"", " \r\n\t"} {
+		for name, dst := range map[string]any{
+			"capture": &authorizations.CaptureRequest{}, "cancel": &authorizations.CancelRequest{},
+			"resend": &delivery.ResendRequest{}, "rotate-secret": &endpoints.RotateRequest{},
+		} {
+			if p, refused := answer(t, empty, dst); refused {
+				t.Errorf("%s with the body %q: refused %+v", name, empty, p)
+			}
+		}
+		// A payment's fields are checked as it is decoded (operation.Checked);
+		// the other commands' by their handlers, through the same server
+		// (TestBadInputCorpus: a refund's empty body).
+		p, refused := answer(t, empty, &payments.CreateRequest{})
+		required := []string{"accountId", "amount", "currency", "merchantReference", "paymentMethod"}
+		if fields := fieldsOf(p); !refused || p.Code != problem.ValidationFailed || !slices.Equal(slices.Sorted(slices.Values(fields)), required) {
+			t.Errorf("a payment with the body %q: %+v, want VALIDATION_FAILED naming %v", empty, p, required)
 		}
 	}
 }

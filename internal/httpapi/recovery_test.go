@@ -608,3 +608,47 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 	}
 	e.assertChargedOnce(id)
 }
+
+// A retry of a key whose owner died is told, in whole seconds rounded up,
+// to come back when the owner's lease runs out and the key can be taken
+// over, once the owner has been silent for longer than a provider call and
+// the engine's RetryAfter; before that, to come back at once. A retry
+// that waited (Prefer: wait) and was not woken is told the same.
+func TestARetryOfADeadOwnersKeyIsToldWhenItsLeaseEnds(t *testing.T) {
+	t.Parallel()
+	// A lease of 30 s, PROVIDER_TIMEOUT 5 s, RETRY_AFTER 1 s.
+	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}))
+	if r := e.post("k-dead", body()); r.Status != http.StatusInternalServerError {
+		t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
+	}
+	retry := func(header ...string) string {
+		t.Helper()
+		h := createHeaders(secretA, "k-dead")
+		for i := 0; i+1 < len(header); i += 2 {
+			h[header[i]] = header[i+1]
+		}
+		r := e.do("POST", "/payments", []byte(body()), h)
+		if r.Status != http.StatusConflict || r.json(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
+			t.Fatalf("retry within the lease: %d %s", r.Status, r.Body)
+		}
+		return r.Header.Get("Retry-After")
+	}
+	if got := retry(); got != "1" {
+		t.Errorf("at once: Retry-After %q, want 1 (the owner was heard from a moment ago)", got)
+	}
+	e.clock.Advance(6 * time.Second)
+	if got := retry(); got != "1" {
+		t.Errorf("after 6 s: Retry-After %q, want 1 (silent no longer than a call and RetryAfter)", got)
+	}
+	e.clock.Advance(7*time.Second + 500*time.Millisecond) // 16.5 s of the lease left
+	if got := retry(); got != "17" {
+		t.Errorf("after 13.5 s: Retry-After %q, want 17 (the lease's 16.5 s left, rounded up)", got)
+	}
+	if got := retry("Prefer", "wait=1"); got != "17" {
+		t.Errorf("after 13.5 s and a wait nothing woke: Retry-After %q, want 17", got)
+	}
+	e.clock.Advance(17 * time.Second) // as told: the key is taken over
+	if r := e.post("k-dead", body()); r.Status != http.StatusCreated {
+		t.Errorf("the retry that came back when told: %d %s", r.Status, r.Body)
+	}
+}

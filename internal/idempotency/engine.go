@@ -91,6 +91,11 @@ type Config struct {
 	// RetryAfter is the one advice the service gives a client that should
 	// come back later: a 409 in use, a 202 processing, a 503.
 	RetryAfter time.Duration
+	// OutsideCall is the longest one call of an owner outside the service
+	// may take (PROVIDER_TIMEOUT): an owner renews its lease before each
+	// step that calls out, so an owner at work is heard from about that
+	// often (inUseBy). 0: owners make no such call.
+	OutsideCall time.Duration
 	// CommitMode is how claims and owner steps are committed
 	// (COMMIT_MODE): CommitInline, each on its own, or CommitGroup ("":
 	// the default), grouped with concurrent requests' (see committer).
@@ -472,16 +477,19 @@ func (e *Engine) answerRetry(ctx context.Context, op Operation, req Request, sco
 	}
 }
 
-// ownerOf is an owner of rec's key as rec says it stands: its row, fencing
-// token, scope and resource.
-func (e *Engine) ownerOf(rec Record) *Owner {
+// takenOver is the owner of rec's key, which the caller has just taken
+// over with the fencing token rec now holds: a retry or ResolveNow
+// (takeOverKey), or the reconciler (claimDue). Every takeover becomes its
+// owner here, and is counted here, once.
+func (e *Engine) takenOver(rec Record) *Owner {
+	e.metrics.IdempotencyTakeovers.Inc()
 	return e.newOwner(rec.ID, rec.FencingToken, rec.Scope, lockOrder(rec.Scope), rec.Resource)
 }
 
 // newOwner is the owner of key row id with fencing token, of scope (whose
 // lockOrder is order), for res.
 func (e *Engine) newOwner(id, token int64, scope Scope, order uint64, res Resource) *Owner {
-	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, order: order}
+	return &Owner{e: e, KeyID: id, Token: token, Tenant: scope.Tenant, Resource: res, operation: scope.Operation, order: order}
 }
 
 // takeOverKey takes rec's key over at now from an owner whose lease ran
@@ -492,9 +500,8 @@ func (e *Engine) takeOverKey(ctx context.Context, rec Record, now time.Time) (ow
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	e.metrics.IdempotencyTakeovers.Inc()
 	rec.FencingToken = token
-	return e.ownerOf(rec), true, nil
+	return e.takenOver(rec), true, nil
 }
 
 func (e *Engine) inUse() error {
@@ -503,21 +510,36 @@ func (e *Engine) inUse() error {
 }
 
 // inUseBy is inUse for a key whose owner holds rec's lease at now, with
-// advice that follows the owner's silence: an owner that held the key a
-// moment ago is most likely at work and done soon (the engine's
-// RetryAfter), while one silent for a while may be dead, and then only the
-// lease's end frees the key. So the advice is as long as the owner has
-// been silent, at least RetryAfter and never past the lease's end: an
-// obedient client asks a few times over a dead owner's lease, not once a
-// second.
+// advice that follows what the owner's silence says of it.
+//
+// An owner shows it is alive only by writing its lease: the claim, a
+// takeover, and a renewal before each step that calls outside the service
+// (Owner.QueueHold) each set it to a whole Lease from then, so the time
+// since it last did is Lease less what is left. Between two renewals an
+// owner at work makes one outside call (at most OutsideCall) and commits
+// what it brought back, which, on a database that answers, takes far less
+// than RetryAfter. So:
+//
+//   - an owner heard from within OutsideCall and RetryAfter is presumed at
+//     work and done soon: the advice is the engine's RetryAfter;
+//   - one silent for longer is presumed dead, and only its lease's end
+//     frees the key: the advice is the whole time left on the lease (at
+//     least RetryAfter), so that an obedient client comes back once, when
+//     a takeover is due, not to another 409. The Retry-After header rounds
+//     it up to whole seconds, so the client never arrives a fraction early.
+//
+// A client that wants an answer the moment a live owner has it sends
+// Prefer: wait, which the owner's finish wakes.
 func (e *Engine) inUseBy(rec Record, now time.Time) error {
 	err := e.inUse()
 	if rec.LeaseExpiresAt == nil {
 		return err
 	}
 	left := rec.LeaseExpiresAt.Sub(now)
-	silent := e.cfg.Lease - left // since the owner last held the key
-	err.(*KeyInUseError).RetryAfter = max(e.cfg.RetryAfter, min(silent, left))
+	silent := e.cfg.Lease - left
+	if silent > e.cfg.OutsideCall+e.cfg.RetryAfter {
+		err.(*KeyInUseError).RetryAfter = max(e.cfg.RetryAfter, left)
+	}
 	return err
 }
 
@@ -558,10 +580,9 @@ func (e *Engine) resume(ctx context.Context, op Operation, own *Owner) (Reply, e
 }
 
 // afterLostWrite answers a request whose write was refused because another
-// owner took the key over: the key's record, not this request, now speaks
-// for the resource.
+// owner took the key over (Owner.Commit logged the refusal): the key's
+// record, not this request, now speaks for the resource.
 func (e *Engine) afterLostWrite(ctx context.Context, own *Owner, err error) (Reply, error) {
-	e.log.WarnContext(ctx, "write refused: key taken over by another owner", "resource", own.Resource.ID, "error", err)
 	rec, loadErr := LoadByID(ctx, e.db, own.KeyID)
 	if loadErr != nil {
 		return Reply{}, errors.Join(err, loadErr)

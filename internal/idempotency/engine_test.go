@@ -784,15 +784,15 @@ func TestLooksBookedByOwners(t *testing.T) {
 	check("a look by a look-up-only owner when none is booked", &later, 7)
 }
 
-// A duplicate of a request in flight is told to come back after as long as
-// the owner has been silent: at once after the owner's last hold (the
-// engine's RetryAfter), later as the silence grows, never past the lease's
-// end (issue 21: a dead owner's 30 s lease cost an obedient client 28
-// polls at Retry-After: 1).
-func TestInUseAdviceFollowsTheOwnersSilence(t *testing.T) {
+// A duplicate of a request in flight is told to come back soon while the
+// owner was heard from within one outside call and the engine's
+// RetryAfter (the claim, a takeover or a renewal of its lease), and, once
+// it has been silent for longer and so is presumed dead, when its lease
+// runs out: not before, to another 409.
+func TestInUseAdviceIsTheLeaseLeftOnceTheOwnerIsPresumedDead(t *testing.T) {
 	t.Parallel()
-	e, pool, clk := testEngine(t)
-	e.cfg.RetryAfter = time.Second
+	e, pool, clk := testEngine(t) // a lease of a minute
+	e.cfg.RetryAfter, e.cfg.OutsideCall = time.Second, 5*time.Second
 	start := clk.Now()
 	claimWidget(t, pool, start)
 	req := Request{Scope: Scope{Tenant: "t", Operation: "widgets.create", Key: "k"}, Fingerprint: []byte{1},
@@ -800,13 +800,21 @@ func TestInUseAdviceFollowsTheOwnersSilence(t *testing.T) {
 	for _, c := range []struct {
 		at, want time.Duration
 	}{
-		{0, time.Second}, {500 * time.Millisecond, time.Second}, {20 * time.Second, 20 * time.Second}, {50 * time.Second, 10 * time.Second},
+		{0, time.Second},
+		{500 * time.Millisecond, time.Second},
+		{6 * time.Second, time.Second}, // silent for exactly one call and RetryAfter: still presumed at work
+		{6*time.Second + time.Millisecond, 54*time.Second - time.Millisecond},
+		{50 * time.Second, 10 * time.Second},
+		{59*time.Second + 500*time.Millisecond, time.Second}, // never less than RetryAfter
 	} {
 		clk.Set(start.Add(c.at))
 		_, err := e.Do(context.Background(), failingOp{}, req)
 		var inUse *KeyInUseError
-		if !errors.As(err, &inUse) || inUse.RetryAfter != c.want {
-			t.Errorf("at +%s: %v (advice %v), want 409 in use after %s", c.at, err, inUse, c.want)
+		if !errors.As(err, &inUse) {
+			t.Fatalf("at +%s: %v, want 409 in use", c.at, err)
+		}
+		if inUse.RetryAfter != c.want {
+			t.Errorf("at +%s: advice %s, want %s", c.at, inUse.RetryAfter, c.want)
 		}
 	}
 }

@@ -46,6 +46,7 @@ type Owner struct {
 	rescheduling bool      // a decided look (LookAt, LookNever) is in the batch being committed
 	rescheduled  bool      // a committed hold or release booked a decided look
 	markedReview bool
+	operation    string // the key's scope's, for the log of a refused write
 	order        uint64 // lockOrder of the key's scope: its place in a group commit
 }
 
@@ -157,7 +158,10 @@ func (o *Owner) letGoAfter(ctx context.Context, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stepTimeout)
 	defer cancel()
-	if letErr := letGo(ctx, o.e.db, o.KeyID, o.Token); letErr != nil {
+	switch letErr := letGo(ctx, o.e.db, o.KeyID, o.Token); {
+	case errors.Is(letErr, ErrFenced):
+		o.refused(ctx, "hand the key back after a failure", letErr)
+	case letErr != nil:
 		o.e.log.WarnContext(ctx, "could not hand back a key after a failure; its lease will run out",
 			"resource", o.Resource.ID, "error", letErr)
 	}
@@ -167,12 +171,40 @@ func (o *Owner) letGoAfter(ctx context.Context, err error) {
 // answer the operation can get would decide it): the reconciler stops
 // looking at it, and the manual-review gauges count it. Fenced.
 func (o *Owner) MarkForReview(ctx context.Context, reason string) error {
-	if err := markForReview(ctx, o.e.db, o.KeyID, o.Token, o.e.clock.Now(), reason); err != nil {
+	if err := o.markReview(ctx, reason); err != nil {
 		return err
 	}
 	o.markedReview = true
 	o.e.log.WarnContext(ctx, "key marked for manual review", "resource", o.Resource.ID, "reason", reason)
 	return nil
+}
+
+// markReview is the write of MarkForReview, and of the reconciler that
+// gives up on a key: fenced, its refusal logged (refused).
+func (o *Owner) markReview(ctx context.Context, reason string) error {
+	err := markForReview(ctx, o.e.db, o.KeyID, o.Token, o.e.clock.Now(), reason)
+	if errors.Is(err, ErrFenced) {
+		o.refused(ctx, "mark the key for manual review", err)
+	}
+	return err
+}
+
+// refused logs a write of this owner that the database refused: the key
+// is no longer the owner's (another took it over, with a newer fencing
+// token), or the resource moved since the owner read it. It is the one
+// log line of each refused write, whichever path made it (Commit, the
+// hand-back after a failure, a mark for review), at warn: a request, a
+// retry or the reconciler lost a race that the fencing made harmless, and
+// an operator who sees many wants to know which instance was cut off, and
+// from what. step says what the write would have done. The key is named
+// by its row, tenant and operation, never by the client's own key text.
+func (o *Owner) refused(ctx context.Context, step string, err error) {
+	msg := "write refused: another owner took the key over"
+	if statemachine.IsStaleWrite(err) {
+		msg = "write refused: the resource moved since its owner read it"
+	}
+	o.e.log.WarnContext(ctx, msg, "key_id", o.KeyID, "tenant", o.Tenant, "operation", o.operation,
+		"resource", o.Resource.ID, "fencing_token", o.Token, "refused", step, "error", err)
 }
 
 // stepTimeout bounds one transaction of an operation's progress. It is
@@ -194,11 +226,9 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 	releasing := o.releasing
 	o.releasing = nil
 	err := o.e.commits.commit(ctx, o.order, b)
-	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
-		return fmt.Errorf("%w: %w", ErrFenced, err)
-	}
-	if statemachine.IsStaleWrite(err) {
-		return fmt.Errorf("%w: %w: %w", ErrFenced, statemachine.ErrStaleWrite, err)
+	if lost := fencedOut(err); lost != nil {
+		o.refused(ctx, commitStep(pending, o.pendingOut, releasing), lost)
+		return lost
 	}
 	if err != nil {
 		return err
@@ -215,6 +245,32 @@ func (o *Owner) Commit(ctx context.Context, b *pgx.Batch) error {
 		o.e.metrics.OperationResults.WithLabelValues(o.op.Name(), o.pendingOut).Inc()
 	}
 	return nil
+}
+
+// fencedOut is err, the error of an owner's batch, as an error wrapping
+// ErrFenced if a statement of the batch refused it because the key or the
+// resource is no longer the owner's to write (package refuse); else nil.
+func fencedOut(err error) error {
+	if _, fenced := refuse.Is(err, refuse.Fenced); fenced {
+		return fmt.Errorf("%w: %w", ErrFenced, err)
+	}
+	if statemachine.IsStaleWrite(err) {
+		return fmt.Errorf("%w: %w: %w", ErrFenced, statemachine.ErrStaleWrite, err)
+	}
+	return nil
+}
+
+// commitStep says what a batch an owner commits would have done, by the
+// owner's statement in it: store the answer (of outcome, if pending), end
+// the lease (releasing), or else renew it.
+func commitStep(pending *Response, outcome string, releasing *Look) string {
+	switch {
+	case pending != nil:
+		return "store the answer (" + outcome + ")"
+	case releasing != nil:
+		return "release the key"
+	}
+	return "renew the lease"
 }
 
 // comeBack is how long after now a client told "not known yet" should ask

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -163,7 +164,8 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) (o
 			span.End()
 		}()
 	}
-	outcome, err := r.resolve(ctx, rec.Scope.Operation, r.e.ownerOf(rec))
+	own := r.e.takenOver(rec)
+	outcome, err := r.resolve(ctx, rec.Scope.Operation, own)
 	switch outcome {
 	case OutcomeManualReview:
 		return outcome
@@ -189,8 +191,10 @@ func (r *Reconciler) recoverOne(ctx context.Context, rec Record, attempt int) (o
 	}
 	mctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	if err := markForReview(mctx, r.e.db, rec.ID, rec.FencingToken, r.e.clock.Now(), reason); err != nil {
-		log.ErrorContext(ctx, "reconciler could not mark a key for manual review", "error", fmt.Errorf("%w", err))
+	if err := own.markReview(mctx, reason); err != nil {
+		if !errors.Is(err, ErrFenced) { // a refused write is logged where it is refused
+			log.ErrorContext(ctx, "reconciler could not mark a key for manual review", "error", err)
+		}
 		return OutcomeError
 	}
 	log.WarnContext(ctx, "key marked for manual review: the reconciler gave up; its resource stays as it is", "reason", reason)

@@ -199,8 +199,8 @@ func queueHold(b *pgx.Batch, id, token int64, h hold) {
 }
 
 // letGo ends the lease of key row id held with token, and nothing else: an
-// owner whose work failed half-way hands the key back (fenced: a newer owner
-// keeps its lease).
+// owner whose work failed half-way hands the key back. Fenced: a newer
+// owner keeps its lease, and the owner is told (ErrFenced).
 func letGo(ctx context.Context, q Querier, id, token int64) error {
 	var n, woken int
 	err := q.QueryRow(ctx, notifyingWaiters(`
@@ -209,6 +209,9 @@ func letGo(ctx context.Context, q Querier, id, token int64) error {
 		RETURNING id, waiters`, "@channel", false), pgx.NamedArgs{"id": id, "token": token, "channel": NotifyChannel}).Scan(&n, &woken)
 	if err != nil {
 		return fmt.Errorf("let go of idempotency key: %w", err)
+	}
+	if n == 0 {
+		return ErrFenced
 	}
 	return nil
 }

@@ -21,7 +21,8 @@ type Metrics struct {
 	// instance), lease_expired, or timeout.
 	IdempotencyWaits *prometheus.CounterVec
 	// IdempotencyTakeovers counts keys taken over from an owner whose lease
-	// had run out (or that had released it without a final answer).
+	// had run out (or that had released it without a final answer): by a
+	// retry, the reconciler or ResolveNow, each once.
 	IdempotencyTakeovers prometheus.Counter
 	// ProviderCalls measures provider calls by operation (charge, lookup)
 	// and outcome (succeeded, declined, not_found, unavailable, unknown).

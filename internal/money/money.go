@@ -41,6 +41,19 @@ func Exponent(currency string) (int, bool) {
 	return e, ok
 }
 
+// Amount is an amount as a client writes it in a command: a decimal string
+// in the currency's major unit ("10.00" is ten euros), turned into minor
+// units by Parse once the currency is known.
+type Amount string
+
+// Expected is what an Amount must be in JSON, for the answer to a value of
+// another JSON type. A JSON number is refused rather than read: a client
+// used to amounts in minor units (1000 for ten euros) who is told only
+// "must be a string" sends "1000", and is charged a hundred times over.
+func (Amount) Expected() string {
+	return `a decimal string in the currency's major unit, e.g. "10.00"`
+}
+
 // Parse converts a decimal string such as "10", "10.5" or "10.50" into minor
 // units of currency (already normalised). It refuses signs, exponents, empty
 // parts, more fraction digits than the currency has, zero and huge amounts.

@@ -385,7 +385,7 @@ func (w *world) planRefunds(c *payClient, captured, over int64, rng *rand.Rand) 
 
 func (w *world) refund(rc *refundClient) {
 	w.actor = "client"
-	cmd, err := w.core.Refunds.Prepare(w.ctx, tenant, rc.paymentID, refunds.CreateRequest{Amount: money.Format(rc.amountMinor, "EUR")})
+	cmd, err := w.core.Refunds.Prepare(w.ctx, tenant, rc.paymentID, refunds.CreateRequest{Amount: money.Amount(money.Format(rc.amountMinor, "EUR"))})
 	if err != nil {
 		w.fail("answer", rc.name, "%s: prepare: %v", rc.name, err)
 		return

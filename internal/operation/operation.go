@@ -227,10 +227,12 @@ type HTTP interface {
 	Tenant(r *http.Request) string
 	// Command reads r's Idempotency-Key and its JSON body into dst. If
 	// either is missing or malformed it answers the problem and ok is false.
+	// An empty body sent as JSON is {}: it leaves dst as it is, for the
+	// command's validation to name the fields it requires.
 	Command(w http.ResponseWriter, r *http.Request, dst any) (key string, ok bool)
 	// OptionalCommand is Command for a command whose every field is
 	// optional: a request without a body (no Content-Type, no bytes) leaves
-	// dst as it is, as the body {} would.
+	// dst as it is, as the body {} would, and as an empty JSON body does.
 	OptionalCommand(w http.ResponseWriter, r *http.Request, dst any) (key string, ok bool)
 	// Wait is how long r may wait for an in-flight original (Prefer: wait).
 	Wait(r *http.Request) time.Duration

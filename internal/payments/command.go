@@ -48,14 +48,14 @@ const (
 
 // CreateRequest is the JSON body of POST /payments, as the client sent it.
 type CreateRequest struct {
-	AccountID         string  `json:"accountId"`
-	Amount            string  `json:"amount"`
-	Currency          string  `json:"currency"`
-	MerchantReference string  `json:"merchantReference"`
-	PaymentMethod     string  `json:"paymentMethod"`
-	Channel           *string `json:"channel"`
-	Description       *string `json:"description"`
-	CaptureMethod     *string `json:"captureMethod"`
+	AccountID         string       `json:"accountId"`
+	Amount            money.Amount `json:"amount"`
+	Currency          string       `json:"currency"`
+	MerchantReference string       `json:"merchantReference"`
+	PaymentMethod     string       `json:"paymentMethod"`
+	Channel           *string      `json:"channel"`
+	Description       *string      `json:"description"`
+	CaptureMethod     *string      `json:"captureMethod"`
 }
 
 // The capture methods of a payment: captured when the provider accepts it
@@ -133,7 +133,7 @@ func (r CreateRequest) Validate() (Command, error) {
 	case r.Amount == "":
 		add("amount", "is required")
 	case cmd.Currency != "":
-		minor, err := money.Parse(r.Amount, cmd.Currency)
+		minor, err := money.Parse(string(r.Amount), cmd.Currency)
 		if err != nil {
 			exp, _ := money.Exponent(cmd.Currency)
 			add("amount", "must be a decimal string greater than zero with at most "+

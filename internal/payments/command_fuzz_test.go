@@ -3,6 +3,8 @@ package payments
 import (
 	"bytes"
 	"testing"
+
+	"github.com/paymentsapi/paymentsapi/internal/money"
 )
 
 // FuzzFingerprintPairs checks the fingerprint on pairs of requests: for any
@@ -44,7 +46,7 @@ func FuzzFingerprintPairs(f *testing.F) {
 // fuzzRequest builds a request from its seven fields; bits 0 and 1 of
 // present say whether channel and description are sent.
 func fuzzRequest(f [7]string, present uint8) CreateRequest {
-	r := CreateRequest{AccountID: f[0], Amount: f[1], Currency: f[2], MerchantReference: f[3], PaymentMethod: f[4]}
+	r := CreateRequest{AccountID: f[0], Amount: money.Amount(f[1]), Currency: f[2], MerchantReference: f[3], PaymentMethod: f[4]}
 	if present&1 != 0 {
 		r.Channel = &f[5]
 	}

@@ -20,8 +20,8 @@ var reasons = map[string]bool{"requested_by_customer": true, "duplicate": true, 
 
 // CreateRequest is the JSON body of POST /payments/{id}/refunds.
 type CreateRequest struct {
-	Amount string  `json:"amount"`
-	Reason *string `json:"reason"`
+	Amount money.Amount `json:"amount"`
+	Reason *string      `json:"reason"`
 }
 
 // Command is a validated, normalised create-refund command.
@@ -42,7 +42,7 @@ func (r CreateRequest) Validate(paymentID, currency string) (Command, error) {
 	cmd := Command{PaymentID: paymentID, Currency: currency}
 	if r.Amount == "" {
 		errs.Add("amount", "is required")
-	} else if minor, err := money.Parse(r.Amount, currency); err != nil {
+	} else if minor, err := money.Parse(string(r.Amount), currency); err != nil {
 		exp, _ := money.Exponent(currency)
 		errs.Add("amount", "must be a decimal string greater than zero with at most "+strconv.Itoa(exp)+
 			" fraction digits for "+currency+", the payment's currency")

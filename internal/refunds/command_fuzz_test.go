@@ -3,6 +3,8 @@ package refunds
 import (
 	"bytes"
 	"testing"
+
+	"github.com/paymentsapi/paymentsapi/internal/money"
 )
 
 // FuzzFingerprintPairs checks the refund fingerprint on pairs of requests:
@@ -41,7 +43,7 @@ func FuzzFingerprintPairs(f *testing.F) {
 
 // fuzzRequest builds a request of amount f[1] with reason f[3] if hasReason.
 func fuzzRequest(f [4]string, hasReason bool) CreateRequest {
-	r := CreateRequest{Amount: f[1]}
+	r := CreateRequest{Amount: money.Amount(f[1])}
 	if hasReason {
 		r.Reason = &f[3]
 	}

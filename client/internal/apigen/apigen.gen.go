@@ -356,8 +356,8 @@ func (e WebhookEndpointStatus) Valid() bool {
 	}
 }
 
-// CancelPaymentRequest A cancel. Every field is optional: `{}` and no body at all are the same command. Unknown
-// fields are rejected (`400 VALIDATION_FAILED`).
+// CancelPaymentRequest A cancel. Every field is optional: `{}`, an empty body and no body at all are the same
+// command. Unknown fields are rejected (`400 VALIDATION_FAILED`).
 type CancelPaymentRequest struct {
 	// Reason Why the payment is canceled. Optional; part of the command.
 	Reason CancelReason `json:"reason,omitempty"`
@@ -437,12 +437,13 @@ type CaptureDeclinedProblem struct {
 // until its `authorizationExpiresAt`. Part of the command.
 type CaptureMethod string
 
-// CapturePaymentRequest A capture. Every field is optional: `{}`, and no body at all, capture the whole
-// `capturableAmount`. Unknown fields are rejected (`400 VALIDATION_FAILED`). Two requests
+// CapturePaymentRequest A capture. Every field is optional: `{}`, an empty body, and no body at all, capture the
+// whole `capturableAmount`. Unknown fields are rejected (`400 VALIDATION_FAILED`). Two requests
 // are the same command when their normalised forms are equal (`amount` compared in minor
 // units of the payment's currency; an omitted `amount` is the whole capturable amount).
 type CapturePaymentRequest struct {
-	// Amount A decimal string (never a JSON number), greater than zero, in the payment's currency,
+	// Amount A decimal string in the major unit (`"10.00"` EUR is ten euros; a JSON number is refused
+	// with `400 VALIDATION_FAILED`), greater than zero, in the payment's currency,
 	// with no more fraction digits than its minor unit. At most `capturableAmount`; less is
 	// a partial capture, and the rest of the authorization is released. Omitted: all of it.
 	//
@@ -461,7 +462,8 @@ type CreatePaymentRequest struct {
 	// Examples: acc_1
 	AccountID string `json:"accountId"`
 
-	// Amount A decimal string (never a JSON number), greater than zero, with no more fraction
+	// Amount A decimal string in the major unit (`"10.00"` EUR is ten euros; a JSON number is refused
+	// with `400 VALIDATION_FAILED`), greater than zero, with no more fraction
 	// digits than the currency's minor unit (EUR, USD: 2; JPY, KRW, ISK: 0; BHD, JOD, KWD,
 	// OMR, TND: 3), and at most 999999999999 minor units. No sign, exponent, or
 	// leading/trailing `.`. `"10"`, `"10.0"` and `"10.00"` are the same EUR amount.
@@ -519,7 +521,8 @@ type CreatePaymentRequestChannel string
 // are the same command when their normalised forms are equal (`amount` compared in minor
 // units of the payment's currency).
 type CreateRefundRequest struct {
-	// Amount A decimal string (never a JSON number), greater than zero, in the payment's currency,
+	// Amount A decimal string in the major unit (`"10.00"` EUR is ten euros; a JSON number is refused
+	// with `400 VALIDATION_FAILED`), greater than zero, in the payment's currency,
 	// with no more fraction digits than its minor unit. At most what is left to refund.
 	//
 	//
@@ -1120,8 +1123,8 @@ type RefundReason string
 //	    with the same `Idempotency-Key` resumes the same refund.
 type RefundStatus string
 
-// ResendEventRequest A resend. Every field is optional: `{}` and no body at all send the event to every enabled
-// endpoint that subscribes to its type. Unknown fields are rejected (`400 VALIDATION_FAILED`).
+// ResendEventRequest A resend. Every field is optional: `{}`, an empty body and no body at all send the event to
+// every enabled endpoint that subscribes to its type. Unknown fields are rejected (`400 VALIDATION_FAILED`).
 type ResendEventRequest struct {
 	// EndpointID Send it to this endpoint only (it need not subscribe to the event's type).
 	//
