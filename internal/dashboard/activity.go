@@ -45,9 +45,13 @@ type window struct {
 
 func newActivity() *activity { return &activity{tenants: map[string]*window{}} }
 
-// add counts c, the change event e made.
+// add counts c, the change event e made, in the minute the event happened
+// (an event older than the window, or from a clock ahead, is left out).
 func (a *activity) add(c Change, e outbox.Event) {
-	at := c.PublishedAt.Truncate(time.Minute)
+	at := e.OccurredAt.Truncate(time.Minute)
+	if now := c.PublishedAt.Truncate(time.Minute); at.After(now) || !at.After(now.Add(-windowMinutes*time.Minute)) {
+		return
+	}
 	lag := c.PublishedAt.Sub(e.OccurredAt).Seconds()
 	outcome, latency := -1, 0.0
 	if c.Payment != nil {
@@ -66,6 +70,9 @@ func (a *activity) add(c Change, e outbox.Event) {
 			a.tenants[tenant] = w
 		}
 		m := w.at(at)
+		if m == nil {
+			continue
+		}
 		m.lag = max(m.lag, lag)
 		if outcome >= 0 {
 			m.outcomes[outcome]++
@@ -98,10 +105,13 @@ func latencyBucket(seconds float64) int {
 }
 
 // at is the bucket of the minute that starts at start, reset if it held an
-// older minute.
+// older minute; nil if it holds a newer one.
 func (w *window) at(start time.Time) *minute {
 	m := &w.minutes[start.Unix()/60%windowMinutes]
-	if !m.start.Equal(start) {
+	switch {
+	case m.start.After(start):
+		return nil
+	case m.start.Before(start):
 		*m = minute{start: start}
 	}
 	return m

@@ -31,9 +31,9 @@ type chart struct {
 
 // The drawing's size, in its own units; it scales to its box.
 const (
-	chartW, chartH = 600.0, 160.0
-	padLeft        = 44.0
-	padBottom      = 18.0
+	chartW, chartH = 320.0, 140.0
+	padLeft        = 38.0
+	padBottom      = 16.0
 )
 
 // bars draws stacked bars: each series on top of the previous one.
@@ -58,13 +58,13 @@ func bars(id, title, unit string, stacks []series) chart {
 			}
 			y0, y1 := yOf(base, top), yOf(base+v, top)
 			fmt.Fprintf(&b, `<rect class="%s" x="%s" y="%s" width="%s" height="%s"></rect>`,
-				s.Class, num(padLeft+float64(i)*slot+1), num(y1), num(math.Max(slot-2, 1)), num(y0-y1))
+				s.Class, num(padLeft+float64(i)*slot+0.5), num(y1), num(math.Max(slot-1, 1)), num(y0-y1))
 			base += v
 		}
 	}
 	sum := make([]string, 0, len(stacks))
 	for _, s := range stacks {
-		sum = append(sum, fmt.Sprintf("%s %s", num(total(s.Values)), strings.ToLower(s.Name)))
+		sum = append(sum, fmt.Sprintf("%s %s", num(total(s.Values)), s.Name))
 	}
 	return finish(id, title, "Last hour: "+strings.Join(sum, ", ")+".", &b, stacks)
 }
@@ -95,26 +95,26 @@ func lines(id, title, unit string, ls []series) chart {
 			fmt.Fprintf(&b, `<polyline class="%s" fill="none" points="%s"></polyline>`, s.Class, strings.Join(pts, " "))
 		}
 		if math.IsNaN(last) {
-			sum = append(sum, strings.ToLower(s.Name)+": no reading")
+			sum = append(sum, s.Name+": no reading")
 		} else {
-			sum = append(sum, fmt.Sprintf("%s: %s%s now", strings.ToLower(s.Name), num(last), unit))
+			sum = append(sum, fmt.Sprintf("%s: %s%s now", s.Name, num(last), unit))
 		}
 	}
-	return finish(id, title, "Last hour, "+strings.Join(sum, "; ")+".", &b, ls)
+	return finish(id, title, "Last hour. "+strings.Join(sum, "; ")+".", &b, ls)
 }
 
 // axes draws the frame: the top value, zero, and the hour's ends.
 func axes(b *strings.Builder, top float64, unit string, n int) {
 	fmt.Fprintf(b, `<line class="axis" x1="%s" y1="%s" x2="%s" y2="%s"></line>`, num(padLeft), num(chartH-padBottom), num(chartW), num(chartH-padBottom))
 	fmt.Fprintf(b, `<line class="grid" x1="%s" y1="4" x2="%s" y2="4"></line>`, num(padLeft), num(chartW))
-	fmt.Fprintf(b, `<text class="tick" x="%s" y="12" text-anchor="end">%s%s</text>`, num(padLeft-4), num(top), unit)
+	fmt.Fprintf(b, `<text class="tick" x="%s" y="11" text-anchor="end">%s%s</text>`, num(padLeft-4), num(top), unit)
 	fmt.Fprintf(b, `<text class="tick" x="%s" y="%s" text-anchor="end">0</text>`, num(padLeft-4), num(chartH-padBottom))
 	fmt.Fprintf(b, `<text class="tick" x="%s" y="%s">−%dm</text>`, num(padLeft), num(chartH-2), n)
 	fmt.Fprintf(b, `<text class="tick" x="%s" y="%s" text-anchor="end">now</text>`, num(chartW), num(chartH-2))
 }
 
 func finish(id, title, summary string, b *strings.Builder, legend []series) chart {
-	svg := `<svg viewBox="0 0 600 160" role="img" aria-labelledby="` + id + `-title ` + id + `-desc" focusable="false">` +
+	svg := `<svg viewBox="0 0 `+num(chartW)+` `+num(chartH)+`" role="img" aria-labelledby="` + id + `-title ` + id + `-desc" focusable="false">` +
 		`<title id="` + id + `-title">` + template.HTMLEscapeString(title) + `</title>` +
 		`<desc id="` + id + `-desc">` + template.HTMLEscapeString(summary) + `</desc>` + b.String() + `</svg>`
 	return chart{ID: id, Title: title, Summary: summary, SVG: template.HTML(svg), Legend: legend} //nolint:gosec // built here from numbers and escaped text

@@ -59,8 +59,9 @@ type env struct {
 	t     testing.TB
 	url   string
 	pool  *pgxpool.Pool
-	clock *clock.Fake
-	core  *app.Core
+	clock  *clock.Fake
+	core   *app.Core
+	health *dashboard.Health
 }
 
 func newEnv(t testing.TB, live bool) *env {
@@ -105,7 +106,7 @@ func newEnv(t testing.TB, live bool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lv := dashboard.NewLive(clk, log)
+	lv, health := dashboard.NewLive(clk, log), dashboard.NewHealth(reg, clk, log)
 	go lv.Run(ctx)
 	if live {
 		relay := poll.NewRelay(poll.RelayDeps{ConnString: pool.Config().ConnConfig.ConnString(), DB: pool,
@@ -116,7 +117,7 @@ func newEnv(t testing.TB, live bool) *env {
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"), Clock: clk, Operators: ops,
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, pool) },
-		Dashboard: core.Dashboard(dashboard.Deps{DB: pool, Live: lv, Clock: clk, Log: log}),
+		Dashboard: core.Dashboard(dashboard.Deps{DB: pool, Live: lv, Health: health, Clock: clk, Log: log}),
 	})))
 	t.Cleanup(func() {
 		srv.Close()
@@ -124,7 +125,7 @@ func newEnv(t testing.TB, live bool) *env {
 		<-done
 		_ = simSrv.Close()
 	})
-	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core}
+	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core, health: health}
 }
 
 // pay creates a payment through the API (a decline too), as tenant secret, and returns its

@@ -1,0 +1,82 @@
+package dashboard
+
+import (
+	"testing"
+	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/payments"
+)
+
+// outcomeEvent is a payment's outcome event that happened at at, for a
+// payment created latency before it, published at published.
+func outcomeEvent(tenant string, status payments.Status, at time.Time, latency time.Duration, published time.Time) (Change, outbox.Event) {
+	v := payments.View{PaymentID: "pay_1", Status: status, CreatedAt: at.Add(-latency)}
+	return Change{Tenant: tenant, AggregateType: payments.ResourceType, PaymentID: "pay_1", Payment: &v, PublishedAt: published},
+		outbox.Event{AggregateType: payments.ResourceType, AggregateID: "pay_1", OccurredAt: at}
+}
+
+func TestTheOverviewCountsEachOutcomeInItsMinuteForItsTenantAndForAll(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 30, 10, 0, time.UTC)
+	a := newActivity()
+	for _, o := range []struct {
+		tenant  string
+		status  payments.Status
+		ago     time.Duration
+		latency time.Duration
+	}{
+		{"t1", payments.StatusSucceeded, 0, 200 * time.Millisecond},
+		{"t1", payments.StatusDeclined, 0, 3 * time.Second},
+		{"t2", payments.StatusSucceeded, 5 * time.Minute, 50 * time.Millisecond},
+		{"t1", payments.StatusProcessing, 0, 0},               // not an outcome
+		{"t1", payments.StatusSucceeded, 2 * time.Hour, 0},    // older than the window
+		{"t1", payments.StatusSucceeded, -2 * time.Minute, 0}, // from a clock ahead
+		{"t2", payments.StatusRequiresCapture, 59 * time.Minute, 0},
+	} {
+		c, e := outcomeEvent(o.tenant, o.status, now.Add(-o.ago), o.latency, now)
+		a.add(c, e)
+	}
+	t1, all := a.lastHour("t1", now), a.lastHour("", now)
+	last := len(t1) - 1
+	if got := t1[last].outcomes; got != [4]int{1, 1, 0, 0} {
+		t.Errorf("t1's last minute: %v, want one succeeded and one declined", got)
+	}
+	if got := t1[last].p95(); got != 5 {
+		t.Errorf("t1's p95 this minute: %vs, want the bucket of 3s (5s)", got)
+	}
+	if got := all[last-5].outcomes[0]; got != 1 {
+		t.Errorf("every tenant's minute 5 ago: %d succeeded, want 1", got)
+	}
+	if got := all[0].outcomes[3]; got != 1 {
+		t.Errorf("every tenant's oldest minute: %d authorized, want 1", got)
+	}
+	total := 0
+	for _, m := range all {
+		for _, n := range m.outcomes {
+			total += n
+		}
+	}
+	if total != 4 {
+		t.Errorf("%d outcomes counted in the hour, want 4 (none outside the window)", total)
+	}
+	if got := a.lastHour("t3", now)[last].outcomes; got != [4]int{} {
+		t.Errorf("a tenant without events: %v", got)
+	}
+}
+
+func TestTheAPIsP95IsReadFromTheHistogramsIncrease(t *testing.T) {
+	bounds := []float64{0.1, 0.5, 1}
+	prev := histogram{bounds: bounds, counts: []uint64{100, 100, 100}, total: 100}
+	// 20 more requests: 18 under 0.1 s, 2 between 0.5 and 1 s.
+	now := histogram{bounds: bounds, counts: []uint64{118, 118, 120}, total: 120}
+	if got := now.p95Since(prev); got != 1 {
+		t.Errorf("p95 of the minute: %v, want 1 (the 19th of 20 took up to 1 s)", got)
+	}
+	if got := now.p95Since(now); got != 0 {
+		t.Errorf("p95 of a minute without requests: %v, want 0", got)
+	}
+	restarted := histogram{bounds: bounds, counts: []uint64{10, 10, 10}, total: 10}
+	if got := restarted.p95Since(now); got != 0.1 {
+		t.Errorf("p95 after a restart: %v, want 0.1 (the new counts alone)", got)
+	}
+}
