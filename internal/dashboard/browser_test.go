@@ -204,7 +204,7 @@ func TestTheDashboardInABrowser(t *testing.T) {
 // evaluate runs a script whose value does not matter.
 func evaluate(script string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		_, err := chromedp.Evaluate[any](script + `; null`)(ctx, t)
+		_, err := chromedp.Evaluate[any](script+`; null`)(ctx, t)
 		if errors.Is(err, chromedp.ErrJSNull) {
 			return nil
 		}

@@ -114,7 +114,7 @@ func axes(b *strings.Builder, top float64, unit string, n int) {
 }
 
 func finish(id, title, summary string, b *strings.Builder, legend []series) chart {
-	svg := `<svg viewBox="0 0 `+num(chartW)+` `+num(chartH)+`" role="img" aria-labelledby="` + id + `-title ` + id + `-desc" focusable="false">` +
+	svg := `<svg viewBox="0 0 ` + num(chartW) + ` ` + num(chartH) + `" role="img" aria-labelledby="` + id + `-title ` + id + `-desc" focusable="false">` +
 		`<title id="` + id + `-title">` + template.HTMLEscapeString(title) + `</title>` +
 		`<desc id="` + id + `-desc">` + template.HTMLEscapeString(summary) + `</desc>` + b.String() + `</svg>`
 	return chart{ID: id, Title: title, Summary: summary, SVG: template.HTML(svg), Legend: legend} //nolint:gosec // built here from numbers and escaped text

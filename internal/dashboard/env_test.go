@@ -56,9 +56,9 @@ const (
 // simulator, and a fixed clock; with live, the outbox relay runs too (a
 // poller), its publishes tapped for the dashboard as the server does.
 type env struct {
-	t     testing.TB
-	url   string
-	pool  *pgxpool.Pool
+	t      testing.TB
+	url    string
+	pool   *pgxpool.Pool
 	clock  *clock.Fake
 	core   *app.Core
 	health *dashboard.Health
