@@ -70,9 +70,6 @@ func (a *activity) add(c Change, e outbox.Event) {
 			a.tenants[tenant] = w
 		}
 		m := w.at(at)
-		if m == nil {
-			continue
-		}
 		m.lag = max(m.lag, lag)
 		if outcome >= 0 {
 			m.outcomes[outcome]++
@@ -104,14 +101,12 @@ func latencyBucket(seconds float64) int {
 	return len(latencyBounds)
 }
 
-// at is the bucket of the minute that starts at start, reset if it held an
-// older minute; nil if it holds a newer one.
+// at is the bucket of the minute that starts at start, reset if it held
+// another minute (an hour older: add leaves out the events of minutes
+// outside the window).
 func (w *window) at(start time.Time) *minute {
 	m := &w.minutes[start.Unix()/60%windowMinutes]
-	switch {
-	case m.start.After(start):
-		return nil
-	case m.start.Before(start):
+	if !m.start.Equal(start) {
 		*m = minute{start: start}
 	}
 	return m

@@ -28,9 +28,12 @@ func TestTheOverviewCountsEachOutcomeInItsMinuteForItsTenantAndForAll(t *testing
 		{"t1", payments.StatusSucceeded, 0, 200 * time.Millisecond},
 		{"t1", payments.StatusDeclined, 0, 3 * time.Second},
 		{"t2", payments.StatusSucceeded, 5 * time.Minute, 50 * time.Millisecond},
-		{"t1", payments.StatusProcessing, 0, 0},               // not an outcome
-		{"t1", payments.StatusSucceeded, 2 * time.Hour, 0},    // older than the window
-		{"t1", payments.StatusSucceeded, -2 * time.Minute, 0}, // from a clock ahead
+		{"t1", payments.StatusProcessing, 0, 0},            // not an outcome
+		{"t1", payments.StatusSucceeded, 2 * time.Hour, 0}, // older than the window
+		{"t2", payments.StatusSucceeded, 58 * time.Minute, 0},
+		// From a clock ahead: its bucket is that of 58 minutes ago, which
+		// it must not take over.
+		{"t1", payments.StatusSucceeded, -2 * time.Minute, 0},
 		{"t2", payments.StatusRequiresCapture, 59 * time.Minute, 0},
 	} {
 		c, e := outcomeEvent(o.tenant, o.status, now.Add(-o.ago), o.latency, now)
@@ -50,14 +53,17 @@ func TestTheOverviewCountsEachOutcomeInItsMinuteForItsTenantAndForAll(t *testing
 	if got := all[0].outcomes[3]; got != 1 {
 		t.Errorf("every tenant's oldest minute: %d authorized, want 1", got)
 	}
+	if got := all[1].outcomes[0]; got != 1 {
+		t.Errorf("every tenant's minute 58 ago: %d succeeded, want 1 (an event from a clock ahead took its bucket?)", got)
+	}
 	total := 0
 	for _, m := range all {
 		for _, n := range m.outcomes {
 			total += n
 		}
 	}
-	if total != 4 {
-		t.Errorf("%d outcomes counted in the hour, want 4 (none outside the window)", total)
+	if total != 5 {
+		t.Errorf("%d outcomes counted in the hour, want 5 (none outside the window)", total)
 	}
 	if got := a.lastHour("t3", now)[last].outcomes; got != [4]int{} {
 		t.Errorf("a tenant without events: %v", got)

@@ -174,10 +174,17 @@ func TestAFormPostedWithoutItsCSRFTokenIsRefused(t *testing.T) {
 	if p, _ := e.core.Payments.Get(context.Background(), "tenant_a", held); p.State != "AUTHORIZED" {
 		t.Fatalf("a refused capture moved the payment to %s", p.State)
 	}
-	// The login form's own token: a login posted from elsewhere is refused.
+	// The login form's own token: a login posted from elsewhere is refused,
+	// with the form's cookie or without it.
 	other := e.browser()
 	if p := other.post("/dashboard/login", url.Values{"secret": {secretA}}); p.status != 403 {
-		t.Errorf("login without the form's token: %d, want 403", p.status)
+		t.Errorf("login without the form's cookie and token: %d, want 403", p.status)
+	}
+	other.get("/dashboard/login")
+	for _, csrf := range []string{"", "forged"} {
+		if p := other.post("/dashboard/login", url.Values{"secret": {secretA}, "csrf": {csrf}}); p.status != 403 {
+			t.Errorf("login with the form's cookie and the token %q: %d, want 403", csrf, p.status)
+		}
 	}
 	// With it, the capture goes through.
 	b.get("/dashboard/payments/" + held)
