@@ -333,3 +333,44 @@ func TestTheStreamBringsANewPaymentsRow(t *testing.T) {
 	}
 	t.Fatalf("the stream ended without the payment %s: %v", id, lines.Err())
 }
+
+func TestTheStreamOfARevokedKeysPageEndsBeforeItSendsMore(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	b := e.browser()
+	b.login(secretA)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/dashboard/live?topic=payments", nil)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	if !lines.Scan() || lines.Text() != "event: hello" {
+		t.Fatalf("the stream starts with %q", lines.Text())
+	}
+	keys, err := apikeys.List(ctx, e.pool, "tenant_a")
+	if err != nil || len(keys) != 1 {
+		t.Fatal(keys, err)
+	}
+	if _, err := apikeys.Revoke(ctx, e.pool, keys[0].ID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, other, err := apikeys.Create(ctx, e.pool, apikeys.Hasher{}, "tenant_a", true, e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(apikeys.MaxCacheTTL)
+	id := e.pay(other, "k-1", payment("acc_1", "inv-1", "12.34", "pm_card_visa", "automatic"))
+	for lines.Scan() {
+		switch line := lines.Text(); {
+		case strings.Contains(line, id):
+			t.Fatalf("the revoked key's page was sent the payment: %s", line)
+		case line == "event: ended":
+			return
+		}
+	}
+	t.Fatalf("the stream ended without saying so: %v", lines.Err())
+}
