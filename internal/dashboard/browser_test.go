@@ -4,36 +4,21 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromium returns the path of a Chromium binary, or "".
-func chromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
+	"github.com/paymentsapi/paymentsapi/internal/testio"
+)
 
 // newChrome starts headless Chromium, in which only the loopback test
 // server resolves: the pages must need nothing else.
 func newChrome(t *testing.T) context.Context {
 	t.Helper()
-	bin := chromium()
-	switch {
-	case bin == "" && os.Getenv("CI") != "":
-		t.Fatal("no chromium binary in CI: .ci/run installs it")
-	case bin == "":
-		t.Skip("no chromium binary (apt-get install chromium); .ci/run installs it")
-	}
+	bin := testio.Chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.Flag("hide-scrollbars", true),
@@ -221,12 +206,8 @@ func waitLive(t *testing.T, ctx context.Context) {
 // waitText waits until the page shows s.
 func waitText(t *testing.T, ctx context.Context, s string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if strings.Contains(text(t, ctx), s) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("the page never showed %q:\n%s", s, text(t, ctx))
+	testio.Eventually(t, "the page to show "+s, 20*time.Second, func() (bool, string) {
+		page := text(t, ctx)
+		return strings.Contains(page, s), page
+	})
 }

@@ -305,21 +305,7 @@ func TestTheStreamBringsANewPaymentsRow(t *testing.T) {
 	e := newEnv(t, true)
 	b := e.browser()
 	b.login(secretA)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/dashboard/live?topic=payments", nil)
-	resp, err := b.c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("GET /dashboard/live: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	lines := bufio.NewScanner(resp.Body)
-	if !lines.Scan() || lines.Text() != "event: hello" {
-		t.Fatalf("the stream starts with %q", lines.Text())
-	}
+	lines := openStream(t, b, "topic=payments")
 	other := e.pay(secretB, "k-1", payment("acc_1", "inv-b", "1.00", "pm_card_visa", "automatic"))
 	id := e.pay(secretA, "k-1", payment("acc_1", "inv-1", "12.34", "pm_card_visa", "automatic"))
 	for lines.Scan() {
@@ -339,18 +325,8 @@ func TestTheStreamOfARevokedKeysPageEndsBeforeItSendsMore(t *testing.T) {
 	e := newEnv(t, true)
 	b := e.browser()
 	b.login(secretA)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/dashboard/live?topic=payments", nil)
-	resp, err := b.c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	lines := bufio.NewScanner(resp.Body)
-	if !lines.Scan() || lines.Text() != "event: hello" {
-		t.Fatalf("the stream starts with %q", lines.Text())
-	}
+	lines := openStream(t, b, "topic=payments")
+	ctx := context.Background()
 	keys, err := apikeys.List(ctx, e.pool, "tenant_a")
 	if err != nil || len(keys) != 1 {
 		t.Fatal(keys, err)
@@ -373,4 +349,29 @@ func TestTheStreamOfARevokedKeysPageEndsBeforeItSendsMore(t *testing.T) {
 		}
 	}
 	t.Fatalf("the stream ended without saying so: %v", lines.Err())
+}
+
+// openStream opens the page's stream of query as b, and reads its first
+// event; the stream ends with the test, or after 20 seconds.
+func openStream(t *testing.T, b *browser, query string) *bufio.Scanner {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, "GET", b.e.url+"/dashboard/live?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("GET /dashboard/live: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := bufio.NewScanner(resp.Body)
+	if !lines.Scan() || lines.Text() != "event: hello" {
+		t.Fatalf("the stream starts with %q", lines.Text())
+	}
+	return lines
 }
