@@ -340,6 +340,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		MaxHeaderBytes: httpapi.ServerMaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(live.Stop) // the dashboard's streams would hold the shutdown back
 	servers := []*http.Server{srv}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()

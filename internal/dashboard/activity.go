@@ -45,22 +45,26 @@ type window struct {
 
 func newActivity() *activity { return &activity{tenants: map[string]*window{}} }
 
-// add counts c, the change event e made, in the minute the event happened
-// (an event older than the window, or from a clock ahead, is left out).
-func (a *activity) add(c Change, e outbox.Event) {
+// add counts e, an event of tenant published at publishedAt, in the minute
+// it happened (an event older than the window, or from a clock ahead, is
+// left out): a payment's outcome, how long after its creation it came, and
+// how long the relay took to publish it.
+func (a *activity) add(tenant string, e outbox.Event, publishedAt time.Time) {
 	at := e.OccurredAt.Truncate(time.Minute)
-	if now := c.PublishedAt.Truncate(time.Minute); at.After(now) || !at.After(now.Add(-windowMinutes*time.Minute)) {
+	if now := publishedAt.Truncate(time.Minute); at.After(now) || !at.After(now.Add(-windowMinutes*time.Minute)) {
 		return
 	}
-	lag := c.PublishedAt.Sub(e.OccurredAt).Seconds()
-	outcome, latency := -1, 0.0
-	if c.Payment != nil {
-		outcome = outcomeIndex(c.Payment.Status)
-		latency = e.OccurredAt.Sub(c.Payment.CreatedAt).Seconds()
+	lag := publishedAt.Sub(e.OccurredAt).Seconds()
+	outcome, latency := outcomeOf(e.Type), 0.0
+	if outcome >= 0 {
+		created, ok := peek(e.Payload, "createdAt")
+		if t, err := time.Parse(time.RFC3339Nano, created); ok && err == nil {
+			latency = e.OccurredAt.Sub(t).Seconds()
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, tenant := range []string{"", c.Tenant} {
+	for _, tenant := range []string{"", tenant} {
 		w := a.tenants[tenant]
 		if w == nil {
 			if len(a.tenants) >= maxTenants {
@@ -78,15 +82,17 @@ func (a *activity) add(c Change, e outbox.Event) {
 	}
 }
 
-func outcomeIndex(s payments.Status) int {
-	switch s {
-	case payments.StatusSucceeded:
+// outcomeOf is the index in outcomes of a payment's outcome event of type
+// typ; -1 for another event.
+func outcomeOf(typ string) int {
+	switch typ {
+	case payments.EventSucceeded:
 		return 0
-	case payments.StatusDeclined:
+	case payments.EventDeclined:
 		return 1
-	case payments.StatusCanceled, payments.StatusFailed:
+	case payments.EventCanceled:
 		return 2
-	case payments.StatusRequiresCapture:
+	case payments.EventAuthorized:
 		return 3
 	}
 	return -1

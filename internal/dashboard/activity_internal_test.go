@@ -8,12 +8,11 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 )
 
-// outcomeEvent is a payment's outcome event that happened at at, for a
-// payment created latency before it, published at published.
-func outcomeEvent(tenant string, status payments.Status, at time.Time, latency time.Duration, published time.Time) (Change, outbox.Event) {
-	v := payments.View{PaymentID: "pay_1", Status: status, CreatedAt: at.Add(-latency)}
-	return Change{Tenant: tenant, AggregateType: payments.ResourceType, PaymentID: "pay_1", Payment: &v, PublishedAt: published},
-		outbox.Event{AggregateType: payments.ResourceType, AggregateID: "pay_1", OccurredAt: at}
+// outcomeEvent is an event of type typ that happened at at, about a
+// payment created latency before it, as the payments write it.
+func outcomeEvent(typ string, at time.Time, latency time.Duration) outbox.Event {
+	return outbox.Event{Type: typ, AggregateType: payments.ResourceType, AggregateID: "pay_1", OccurredAt: at,
+		Payload: []byte(`{"paymentId":"pay_1","status":"X","createdAt":"` + at.Add(-latency).Format(time.RFC3339Nano) + `","tenantId":"t"}`)}
 }
 
 func TestTheOverviewCountsEachOutcomeInItsMinuteForItsTenantAndForAll(t *testing.T) {
@@ -21,23 +20,22 @@ func TestTheOverviewCountsEachOutcomeInItsMinuteForItsTenantAndForAll(t *testing
 	a := newActivity()
 	for _, o := range []struct {
 		tenant  string
-		status  payments.Status
+		typ     string
 		ago     time.Duration
 		latency time.Duration
 	}{
-		{"t1", payments.StatusSucceeded, 0, 200 * time.Millisecond},
-		{"t1", payments.StatusDeclined, 0, 3 * time.Second},
-		{"t2", payments.StatusSucceeded, 5 * time.Minute, 50 * time.Millisecond},
-		{"t1", payments.StatusProcessing, 0, 0},            // not an outcome
-		{"t1", payments.StatusSucceeded, 2 * time.Hour, 0}, // older than the window
-		{"t2", payments.StatusSucceeded, 58 * time.Minute, 0},
+		{"t1", payments.EventSucceeded, 0, 200 * time.Millisecond},
+		{"t1", payments.EventDeclined, 0, 3 * time.Second},
+		{"t2", payments.EventSucceeded, 5 * time.Minute, 50 * time.Millisecond},
+		{"t1", payments.EventCreated, 0, 0},               // not an outcome
+		{"t1", payments.EventSucceeded, 2 * time.Hour, 0}, // older than the window
+		{"t2", payments.EventSucceeded, 58 * time.Minute, 0},
 		// From a clock ahead: its bucket is that of 58 minutes ago, which
 		// it must not take over.
-		{"t1", payments.StatusSucceeded, -2 * time.Minute, 0},
-		{"t2", payments.StatusRequiresCapture, 59 * time.Minute, 0},
+		{"t1", payments.EventSucceeded, -2 * time.Minute, 0},
+		{"t2", payments.EventAuthorized, 59 * time.Minute, 0},
 	} {
-		c, e := outcomeEvent(o.tenant, o.status, now.Add(-o.ago), o.latency, now)
-		a.add(c, e)
+		a.add(o.tenant, outcomeEvent(o.typ, now.Add(-o.ago), o.latency), now)
 	}
 	t1, all := a.lastHour("t1", now), a.lastHour("", now)
 	last := len(t1) - 1
@@ -84,5 +82,27 @@ func TestTheAPIsP95IsReadFromTheHistogramsIncrease(t *testing.T) {
 	restarted := histogram{bounds: bounds, counts: []uint64{10, 10, 10}, total: 10}
 	if got := restarted.p95Since(now); got != 0.1 {
 		t.Errorf("p95 after a restart: %v, want 0.1 (the new counts alone)", got)
+	}
+}
+
+// The broadcaster reads a payload's tenant without decoding it, as the
+// service writes it and as the relay reads it back from jsonb.
+func TestPeekReadsAMemberOfAFlatObject(t *testing.T) {
+	for _, c := range []struct {
+		payload, want string
+		ok            bool
+	}{
+		{`{"paymentId":"pay_1","tenantId":"t1"}`, "t1", true},
+		{`{"amount": "1.00", "tenantId": "t1", "paymentId": "pay_1"}`, "t1", true},
+		{`{"description": "see \"tenantId\": \"evil\"", "tenantId": "t1"}`, "t1", true},
+		{`{"tenantIdx": "no", "tenantId" :"t1"}`, "t1", true},
+		{`{"tenantId": "t\"1"}`, "", false},
+		{`{"tenantId": 7}`, "", false},
+		{`{"paymentId": "pay_1"}`, "", false},
+	} {
+		got, ok := peek([]byte(c.payload), "tenantId")
+		if got != c.want || ok != c.ok {
+			t.Errorf("peek(%s) = %q, %v; want %q, %v", c.payload, got, ok, c.want, c.ok)
+		}
 	}
 }

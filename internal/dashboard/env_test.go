@@ -62,6 +62,7 @@ type env struct {
 	clock  *clock.Fake
 	core   *app.Core
 	health *dashboard.Health
+	live   *dashboard.Live
 }
 
 func newEnv(t testing.TB, live bool) *env {
@@ -120,12 +121,13 @@ func newEnv(t testing.TB, live bool) *env {
 		Dashboard: core.Dashboard(dashboard.Deps{DB: pool, Live: lv, Health: health, Clock: clk, Log: log}),
 	})))
 	t.Cleanup(func() {
+		lv.Stop() // the pages' streams, which the browser may still hold open
 		srv.Close()
 		cancel()
 		<-done
 		_ = simSrv.Close()
 	})
-	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core, health: health}
+	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core, health: health, live: lv}
 }
 
 // pay creates a payment through the API (a decline too), as tenant secret, and returns its

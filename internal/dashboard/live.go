@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -30,6 +31,10 @@ type Live struct {
 
 	mu   sync.Mutex
 	subs map[*subscription]struct{}
+	// stopped closes when the server shuts down: the streams end, so that
+	// the shutdown does not wait for them.
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // Change is what a page learns of one published event.
@@ -47,8 +52,13 @@ type Change struct {
 // NewLive returns a broadcaster; Run it.
 func NewLive(clk clock.Clock, log *slog.Logger) *Live {
 	return &Live{clock: clk, log: log, in: make(chan []outbox.Event, 256), activity: newActivity(),
-		subs: map[*subscription]struct{}{}}
+		subs: map[*subscription]struct{}{}, stopped: make(chan struct{})}
 }
+
+// Stop ends every page's stream, and refuses new ones: the server is
+// shutting down (http.Server.RegisterOnShutdown), and a stream would hold
+// its shutdown back until the timeout.
+func (l *Live) Stop() { l.stopOnce.Do(func() { close(l.stopped) }) }
 
 // Tap returns next, whose accepted events are also handed to l. It adds no
 // wait to the relay: a batch is queued or, when the queue is full, dropped
@@ -84,6 +94,8 @@ func (t *tap) PublishBatch(ctx context.Context, events []outbox.Event) []error {
 }
 
 // Run hands the tapped events to the subscribed pages until ctx ends.
+// Every event is counted for the Overview from a scan of its payload; it is
+// decoded only when a page of its tenant listens.
 func (l *Live) Run(ctx context.Context) {
 	for {
 		select {
@@ -92,15 +104,33 @@ func (l *Live) Run(ctx context.Context) {
 		case batch := <-l.in:
 			now := l.clock.Now()
 			for _, e := range batch {
-				c, ok := decode(e, now)
-				if !ok {
-					continue
-				}
-				l.activity.add(c, e)
-				l.broadcast(c)
+				l.take(e, now)
 			}
 		}
 	}
+}
+
+// take counts e for the Overview and hands it to the pages that listen.
+func (l *Live) take(e outbox.Event, now time.Time) {
+	var c Change
+	tenant, ok := peek(e.Payload, "tenantId")
+	decoded := !ok
+	if decoded {
+		if c, ok = decode(e, now); !ok {
+			return
+		}
+		tenant = c.Tenant
+	}
+	l.activity.add(tenant, e, now)
+	if !l.listened(tenant) {
+		return
+	}
+	if !decoded {
+		if c, ok = decode(e, now); !ok {
+			return
+		}
+	}
+	l.broadcast(c)
 }
 
 // decode reads what a page shows of e: its tenant and, for a payment's
@@ -119,6 +149,53 @@ func decode(e outbox.Event, now time.Time) (Change, bool) {
 		c.Payment = &body.View
 	}
 	return c, c.PaymentID != ""
+}
+
+// peek reads the string member name of a JSON object without decoding it
+// whole: the broadcaster sees every event the relay publishes, and most go
+// to no page. It reads the first "name" that is a key (a colon follows,
+// after spaces: the relay reads payloads from jsonb, which writes them), and
+// takes no escaped value (ok false: the caller decodes the payload). The
+// operations' payloads are flat objects, so the first such key is the
+// member.
+func peek(payload []byte, name string) (string, bool) {
+	key := []byte(`"` + name + `"`)
+	for from := 0; ; {
+		i := bytes.Index(payload[from:], key)
+		if i < 0 {
+			return "", false
+		}
+		at := from + i
+		from = at + len(key)
+		if at > 0 && payload[at-1] == '\\' {
+			continue // inside a string
+		}
+		rest := bytes.TrimLeft(payload[from:], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		if len(rest) == 0 || rest[0] != '"' {
+			return "", false
+		}
+		end := bytes.IndexByte(rest[1:], '"')
+		if end < 0 || bytes.IndexByte(rest[1:1+end], '\\') >= 0 {
+			return "", false
+		}
+		return string(rest[1 : 1+end]), true
+	}
+}
+
+// listened reports whether a page listens to tenant's changes.
+func (l *Live) listened(tenant string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range l.subs {
+		if s.tenant == "" || s.tenant == tenant {
+			return true
+		}
+	}
+	return false
 }
 
 // Tick tells every page that the Overview's metrics were read again.

@@ -74,6 +74,9 @@ func TestTheEmptyPagesOfATenant(t *testing.T) {
 	p := b.login(secretA)
 	mustStatus(t, p, 200)
 	golden(t, "overview-tenant-empty", p)
+	if p := b.get("/dashboard"); p.status != 200 || !strings.Contains(p.body, "<h1>Overview</h1>") {
+		t.Errorf("GET /dashboard: %d, not the Overview", p.status)
+	}
 	golden(t, "payments-empty", b.get("/dashboard/payments"))
 	p = b.get("/dashboard/payments?accountId=acc_none")
 	golden(t, "payments-filtered-empty", p)
@@ -349,6 +352,28 @@ func TestTheStreamOfARevokedKeysPageEndsBeforeItSendsMore(t *testing.T) {
 		}
 	}
 	t.Fatalf("the stream ended without saying so: %v", lines.Err())
+}
+
+// A server that shuts down ends the pages' streams (Live.Stop, which
+// http.Server.RegisterOnShutdown calls), rather than wait for them.
+func TestStopEndsTheStreams(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false)
+	b := e.browser()
+	b.login(secretA)
+	lines := openStream(t, b, "topic=payments")
+	ended := make(chan struct{})
+	go func() {
+		for lines.Scan() {
+		}
+		close(ended)
+	}()
+	e.live.Stop()
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream goes on after Stop")
+	}
 }
 
 // openStream opens the page's stream of query as b, and reads its first

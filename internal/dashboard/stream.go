@@ -66,6 +66,8 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-s.Live.stopped:
+			return
 		case <-end.C:
 			return
 		case <-ping.C:
