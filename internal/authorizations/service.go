@@ -73,7 +73,7 @@ func newService(k kind, d Deps, pay payments.Actions, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, Timeout: cfg.ProviderTimeout,
 		Metrics: d.Metrics, SendOp: k.sendOp, LookupOp: k.lookupOp,
-		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter, Log: d.Log,
 	}}
 }
 
@@ -266,8 +266,12 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		}
 		op = issued{inflow, reason}
 	}
+	var amount int64 // what a capture must have captured; a void moves none
+	if a.Kind == payments.ActionCapture {
+		amount = a.AmountMinor
+	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, AmountMinor: amount,
 		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Expires: expires, Op: op,
 	})
 }
