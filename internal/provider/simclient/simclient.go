@@ -591,11 +591,7 @@ func (c *Client) charge(cb chargeBody) (provider.Charge, error) {
 		DeclineCode:    cb.DeclineCode,
 		Currency:       cb.Currency,
 	}
-	var err error
-	if ch.AmountMinor, err = c.rules.FromProvider(cb.AmountMinor, cb.Currency); err != nil {
-		return provider.Charge{}, fmt.Errorf("charge %s: %w", cb.ID, err)
-	}
-	if ch.AmountCapturedMinor, err = c.rules.FromProvider(cb.AmountCapturedMinor, cb.Currency); err != nil {
+	if err := c.rules.ReadCharge(&ch, cb.AmountMinor, cb.AmountCapturedMinor); err != nil {
 		return provider.Charge{}, fmt.Errorf("charge %s: %w", cb.ID, err)
 	}
 	return ch, nil

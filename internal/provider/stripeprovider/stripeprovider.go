@@ -516,11 +516,7 @@ func (p *Provider) chargeFromIntent(pi *stripe.PaymentIntent, key string) (provi
 // amount it received (AmountCapturedMinor), in the service's unit.
 func (p *Provider) intentAmounts(pi *stripe.PaymentIntent) (provider.Charge, error) {
 	ch := provider.Charge{Currency: strings.ToUpper(string(pi.Currency))}
-	var err error
-	if ch.AmountMinor, err = p.rules.FromProvider(pi.Amount, ch.Currency); err != nil {
-		return provider.Charge{}, fmt.Errorf("PaymentIntent %s: %w", pi.ID, err)
-	}
-	if ch.AmountCapturedMinor, err = p.rules.FromProvider(pi.AmountReceived, ch.Currency); err != nil {
+	if err := p.rules.ReadCharge(&ch, pi.Amount, pi.AmountReceived); err != nil {
 		return provider.Charge{}, fmt.Errorf("PaymentIntent %s: %w", pi.ID, err)
 	}
 	return ch, nil

@@ -125,6 +125,18 @@ func (r Rules) FromProvider(amount int64, currency string) (int64, error) {
 	return amount / scale, nil
 }
 
+// ReadCharge sets ch's AmountMinor and AmountCapturedMinor, in the
+// service's unit, from a charge's amount and the amount captured of it, in
+// the provider's unit of ch.Currency (errors as FromProvider's).
+func (r Rules) ReadCharge(ch *provider.Charge, amount, captured int64) error {
+	var err error
+	if ch.AmountMinor, err = r.FromProvider(amount, ch.Currency); err != nil {
+		return err
+	}
+	ch.AmountCapturedMinor, err = r.FromProvider(captured, ch.Currency)
+	return err
+}
+
 // Check refuses, with a *provider.Refusal, an amount in the provider's own
 // unit that the provider does not take: what the simulator playing the
 // provider checks of the amounts it is sent.
