@@ -123,6 +123,13 @@ func (s *Service) prepare(ctx context.Context, tenant, paymentID string, validat
 // one transaction, then takes the action through the provider; retries are
 // answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	// A capture's amount the provider's currency rules refuse is refused
+	// before the claim: nothing is stored. A void moves no amount.
+	if s.k.action == payments.ActionCapture {
+		if err := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency}); err != nil {
+			return idempotency.Reply{}, err
+		}
+	}
 	now := s.d.Clock.Now()
 	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{

@@ -131,6 +131,14 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	if cmd.CaptureMethod == "" {
 		cmd.CaptureMethod = CaptureAutomatic // a Command built in Go rather than by Validate
 	}
+	// What the provider would refuse as it stands (an amount its currency
+	// rules refuse, a payment method it does not have) is refused before
+	// the claim, as an invalid field is: nothing is stored.
+	if err := provider.Check(s.d.Provider, provider.Proposal{
+		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, PaymentMethod: cmd.PaymentMethod,
+	}); err != nil {
+		return idempotency.Reply{}, err
+	}
 	fp := cmd.Fingerprint()
 	// The holder of the merchant reference may be declined (freeing it)
 	// between the conflict and the look: then the claim, undone, is tried

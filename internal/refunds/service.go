@@ -81,6 +81,11 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 // that much) in one transaction, then takes it through the provider;
 // retries are answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	// An amount the provider's currency rules refuse (a refund follows the
+	// charge's rules) is refused before the claim: nothing is stored.
+	if err := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency}); err != nil {
+		return idempotency.Reply{}, err
+	}
 	now := s.d.Clock.Now()
 	fp := cmd.Fingerprint()
 	// The claim's transaction creates the refund already sent (SendOnClaim

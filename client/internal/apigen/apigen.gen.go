@@ -175,6 +175,7 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
+	AMOUNTNOTSUPPORTEDBYPROVIDER ProblemCode = "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"
 	AUTHORIZATIONEXPIRED         ProblemCode = "AUTHORIZATION_EXPIRED"
 	CAPTUREDECLINED              ProblemCode = "CAPTURE_DECLINED"
 	CAPTUREEXCEEDSCAPTURABLE     ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
@@ -206,6 +207,7 @@ const (
 	TOOMANYENDPOINTS             ProblemCode = "TOO_MANY_ENDPOINTS"
 	TOOMANYFAILEDAUTHENTICATIONS ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
 	UNAUTHORIZED                 ProblemCode = "UNAUTHORIZED"
+	UNKNOWNTESTPAYMENTMETHOD     ProblemCode = "UNKNOWN_TEST_PAYMENT_METHOD"
 	UNSUPPORTEDMEDIATYPE         ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
 	VALIDATIONFAILED             ProblemCode = "VALIDATION_FAILED"
 	WEBHOOKENDPOINTDISABLED      ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
@@ -216,6 +218,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case AMOUNTNOTSUPPORTEDBYPROVIDER:
+		return true
 	case AUTHORIZATIONEXPIRED:
 		return true
 	case CAPTUREDECLINED:
@@ -277,6 +281,8 @@ func (e ProblemCode) Valid() bool {
 	case TOOMANYFAILEDAUTHENTICATIONS:
 		return true
 	case UNAUTHORIZED:
+		return true
+	case UNKNOWNTESTPAYMENTMETHOD:
 		return true
 	case UNSUPPORTEDMEDIATYPE:
 		return true
@@ -505,7 +511,8 @@ type CreatePaymentRequest struct {
 	// `400 CARD_DATA_REFUSED`). With the provider
 	// simulator: `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined`,
 	// `pm_card_insufficientFunds` decline; `pm_sim_slow`, `pm_sim_timeout_after_success`,
-	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures.
+	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures; any other token answers
+	// `400 UNKNOWN_TEST_PAYMENT_METHOD` (the simulator's `GET /_sim/methods` lists them all).
 	//
 	//
 	// Examples: pm_card_visa
@@ -876,6 +883,8 @@ type Problem struct {
 	// | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 	// | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 	// | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
+	// | `AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | 400 | the provider's currency rules refuse the amount of a payment, capture or refund (`detail` says which amounts it would take); nothing was stored or sent |
+	// | `UNKNOWN_TEST_PAYMENT_METHOD` | 400 | with the provider simulator, `paymentMethod` is none of its test payment methods (`detail` lists them); nothing was stored or sent |
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -972,6 +981,8 @@ type Problem struct {
 // | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 // | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 // | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
+// | `AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | 400 | the provider's currency rules refuse the amount of a payment, capture or refund (`detail` says which amounts it would take); nothing was stored or sent |
+// | `UNKNOWN_TEST_PAYMENT_METHOD` | 400 | with the provider simulator, `paymentMethod` is none of its test payment methods (`detail` lists them); nothing was stored or sent |
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -1764,6 +1775,8 @@ type ClientInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1801,6 +1814,8 @@ type ClientInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1938,6 +1953,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1978,6 +1994,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2016,6 +2033,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2051,6 +2069,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2462,6 +2481,8 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2509,6 +2530,8 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2686,6 +2709,7 @@ func (c *Client) CancelPayment(ctx context.Context, paymentID PaymentID, params 
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2736,6 +2760,7 @@ func (c *Client) CapturePaymentWithBody(ctx context.Context, paymentID PaymentID
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2794,6 +2819,7 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID PaymentID, reqEditor
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2839,6 +2865,7 @@ func (c *Client) CreateRefundWithBody(ctx context.Context, paymentID PaymentID, 
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4284,6 +4311,8 @@ type ClientWithResponsesInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4321,6 +4350,8 @@ type ClientWithResponsesInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4460,6 +4491,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4500,6 +4532,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4540,6 +4573,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4575,6 +4609,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7031,6 +7066,8 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7074,6 +7111,8 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7237,6 +7276,7 @@ func (c *ClientWithResponses) CancelPaymentWithResponse(ctx context.Context, pay
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7283,6 +7323,7 @@ func (c *ClientWithResponses) CapturePaymentWithBodyWithResponse(ctx context.Con
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7335,6 +7376,7 @@ func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, payme
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7376,6 +7418,7 @@ func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Conte
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
