@@ -73,7 +73,7 @@ func newService(k kind, d Deps, pay payments.Actions, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, Timeout: cfg.ProviderTimeout,
 		Metrics: d.Metrics, SendOp: k.sendOp, LookupOp: k.lookupOp,
-		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter, Log: d.Log,
 	}}
 }
 
@@ -123,6 +123,13 @@ func (s *Service) prepare(ctx context.Context, tenant, paymentID string, validat
 // one transaction, then takes the action through the provider; retries are
 // answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	// A capture's amount the provider's currency rules refuse is refused
+	// before the claim: nothing is stored. A void moves no amount.
+	if s.k.action == payments.ActionCapture {
+		if err := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency}); err != nil {
+			return idempotency.Reply{}, err
+		}
+	}
 	now := s.d.Clock.Now()
 	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{
@@ -266,8 +273,12 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		}
 		op = issued{inflow, reason}
 	}
+	var amount int64 // what a capture must have captured; a void moves none
+	if a.Kind == payments.ActionCapture {
+		amount = a.AmountMinor
+	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, AmountMinor: amount,
 		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Expires: expires, Op: op,
 	})
 }

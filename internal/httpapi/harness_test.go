@@ -66,6 +66,7 @@ type envOptions struct {
 	limit    httpapi.RateLimit
 	pool     func(testing.TB) *pgxpool.Pool // nil: pgtest.NewPool
 	deps     func(*httpapi.Deps)
+	dialSim  bool // the simulator's client reads what it takes (withSimRules)
 }
 
 // withDeps changes the HTTP API's dependencies of every instance (its
@@ -159,6 +160,9 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	t.Cleanup(func() { _ = simSrv.Close() })
 	var prov provider.Provider = simclient.New(simSrv.URL(), nil)
+	if o.dialSim {
+		prov = dialSim(t, simSrv.URL())
+	}
 	if o.provider != nil {
 		prov = o.provider(prov)
 	}

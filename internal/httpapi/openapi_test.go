@@ -25,6 +25,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 )
 
 // TestResponsesConformToTheOpenAPISpec drives the whole API through real
@@ -153,6 +154,21 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			if n := c.e.count("payments"); n != 0 {
 				t.Errorf("rejected requests wrote %d payments", n)
+			}
+		}},
+
+		{"what the provider would refuse", []envOption{withSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
+			for _, x := range []specExchange{
+				{name: "400 amount not supported by the provider", header: createHeaders(secretA, "k-bhd"),
+					body: body("amount", `"1.234"`, "currency", `"BHD"`), status: 400, code: "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"},
+				{name: "400 unknown test payment method", header: createHeaders(secretA, "k-typo"),
+					body: body("paymentMethod", `"pm_card_vsia"`), status: 400, code: "UNKNOWN_TEST_PAYMENT_METHOD"},
+			} {
+				x.method, x.path = "POST", "/payments"
+				c.check(x)
+			}
+			if n := c.e.count("payments"); n != 0 {
+				t.Errorf("refused requests wrote %d payments", n)
 			}
 		}},
 

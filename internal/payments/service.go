@@ -103,6 +103,7 @@ func NewService(d Deps, cfg Config) *Service {
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
 		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
+		Log:   d.Log,
 	}
 	manual := *s.flow
 	manual.States.Succeeded = StateAuthorized
@@ -129,6 +130,14 @@ func (s *Service) Name() string { return OperationCreate }
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	if cmd.CaptureMethod == "" {
 		cmd.CaptureMethod = CaptureAutomatic // a Command built in Go rather than by Validate
+	}
+	// What the provider would refuse as it stands (an amount its currency
+	// rules refuse, a payment method it does not have) is refused before
+	// the claim, as an invalid field is: nothing is stored.
+	if err := provider.Check(s.d.Provider, provider.Proposal{
+		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, PaymentMethod: cmd.PaymentMethod,
+	}); err != nil {
+		return idempotency.Reply{}, err
 	}
 	fp := cmd.Fingerprint()
 	// The holder of the merchant reference may be declined (freeing it)
@@ -195,7 +204,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flowOf(p).Resume(ctx, own, providerflow.Subject[State]{
-		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, AmountMinor: p.Command.AmountMinor,
 		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt, Op: inFlow{s, p},
 	})
 }

@@ -175,6 +175,7 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
+	AMOUNTNOTSUPPORTEDBYPROVIDER ProblemCode = "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"
 	AUTHORIZATIONEXPIRED         ProblemCode = "AUTHORIZATION_EXPIRED"
 	CAPTUREDECLINED              ProblemCode = "CAPTURE_DECLINED"
 	CAPTUREEXCEEDSCAPTURABLE     ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
@@ -206,6 +207,7 @@ const (
 	TOOMANYENDPOINTS             ProblemCode = "TOO_MANY_ENDPOINTS"
 	TOOMANYFAILEDAUTHENTICATIONS ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
 	UNAUTHORIZED                 ProblemCode = "UNAUTHORIZED"
+	UNKNOWNTESTPAYMENTMETHOD     ProblemCode = "UNKNOWN_TEST_PAYMENT_METHOD"
 	UNSUPPORTEDMEDIATYPE         ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
 	VALIDATIONFAILED             ProblemCode = "VALIDATION_FAILED"
 	WEBHOOKENDPOINTDISABLED      ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
@@ -216,6 +218,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case AMOUNTNOTSUPPORTEDBYPROVIDER:
+		return true
 	case AUTHORIZATIONEXPIRED:
 		return true
 	case CAPTUREDECLINED:
@@ -277,6 +281,8 @@ func (e ProblemCode) Valid() bool {
 	case TOOMANYFAILEDAUTHENTICATIONS:
 		return true
 	case UNAUTHORIZED:
+		return true
+	case UNKNOWNTESTPAYMENTMETHOD:
 		return true
 	case UNSUPPORTEDMEDIATYPE:
 		return true
@@ -507,7 +513,8 @@ type CreatePaymentRequest struct {
 	// `400 CARD_DATA_REFUSED`). With the provider
 	// simulator: `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined`,
 	// `pm_card_insufficientFunds` decline; `pm_sim_slow`, `pm_sim_timeout_after_success`,
-	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures.
+	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures; any other token answers
+	// `400 UNKNOWN_TEST_PAYMENT_METHOD` (the simulator's `GET /_sim/methods` lists them all).
 	//
 	//
 	// Examples: pm_card_visa
@@ -879,6 +886,8 @@ type Problem struct {
 	// | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 	// | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 	// | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
+	// | `AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | 400 | the provider's currency rules refuse the amount of a payment, capture or refund (`detail` says which amounts it would take); nothing was stored or sent |
+	// | `UNKNOWN_TEST_PAYMENT_METHOD` | 400 | with the provider simulator, `paymentMethod` is none of its test payment methods (`detail` lists them); nothing was stored or sent |
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -975,6 +984,8 @@ type Problem struct {
 // | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 // | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 // | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
+// | `AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | 400 | the provider's currency rules refuse the amount of a payment, capture or refund (`detail` says which amounts it would take); nothing was stored or sent |
+// | `UNKNOWN_TEST_PAYMENT_METHOD` | 400 | with the provider simulator, `paymentMethod` is none of its test payment methods (`detail` lists them); nothing was stored or sent |
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -1767,6 +1778,8 @@ type ClientInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1804,6 +1817,8 @@ type ClientInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1941,6 +1956,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1981,6 +1997,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2019,6 +2036,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2054,6 +2072,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2465,6 +2484,8 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2512,6 +2533,8 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2689,6 +2712,7 @@ func (c *Client) CancelPayment(ctx context.Context, paymentID PaymentID, params 
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2739,6 +2763,7 @@ func (c *Client) CapturePaymentWithBody(ctx context.Context, paymentID PaymentID
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2797,6 +2822,7 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID PaymentID, reqEditor
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2842,6 +2868,7 @@ func (c *Client) CreateRefundWithBody(ctx context.Context, paymentID PaymentID, 
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4287,6 +4314,8 @@ type ClientWithResponsesInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4324,6 +4353,8 @@ type ClientWithResponsesInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4463,6 +4494,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4503,6 +4535,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4543,6 +4576,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4578,6 +4612,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7034,6 +7069,8 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7077,6 +7114,8 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7240,6 +7279,7 @@ func (c *ClientWithResponses) CancelPaymentWithResponse(ctx context.Context, pay
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7286,6 +7326,7 @@ func (c *ClientWithResponses) CapturePaymentWithBodyWithResponse(ctx context.Con
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7338,6 +7379,7 @@ func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, payme
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7379,6 +7421,7 @@ func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Conte
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
