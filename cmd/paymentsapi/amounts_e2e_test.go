@@ -143,3 +143,33 @@ func TestAProviderWithoutMethodsGetsNoCheck(t *testing.T) {
 		t.Errorf("pm_card_vsia with a provider that lists no methods: %d %s; want 402 PAYMENT_DECLINED, from the provider", r.status, r.body)
 	}
 }
+
+// A key recorded under yesterday's rules is answered from its record
+// today: a payment of BHD 1.234 made while the provider took it, retried
+// after the provider's rules changed (another instance, started with
+// Stripe's rules, on the same database), is replayed, not refused; only a
+// new key is refused.
+func TestARecordedKeyIsReplayedWhateverTheProviderWouldRefuseNow(t *testing.T) {
+	t.Parallel()
+	before := inputEnv(t)
+	after := map[string]string{}
+	for k, v := range before {
+		after[k] = v
+	}
+	after["PROVIDER_SIM_CURRENCY_RULES"] = "stripe"
+	then, _, _ := startRecorded(t, before)
+	body := amountsBody("1.234", "BHD", "inv-then", "pm_card_visa", "automatic")
+	first := call(t, "POST", then+"/payments", inputSecret, "bhd-then", body)
+	if first.status != http.StatusCreated {
+		t.Fatalf("the payment under ISO rules: %d %s", first.status, first.body)
+	}
+	now, _, _ := startRecorded(t, after)
+	again := call(t, "POST", now+"/payments", inputSecret, "bhd-then", body)
+	if again.status != http.StatusCreated || string(again.body) != string(first.body) {
+		t.Errorf("its retry under Stripe's rules: %d %s; want the first answer replayed", again.status, again.body)
+	}
+	fresh := call(t, "POST", now+"/payments", inputSecret, "bhd-now", amountsBody("1.234", "BHD", "inv-now", "pm_card_visa", "automatic"))
+	if code, _ := problemOf(fresh); fresh.status != http.StatusBadRequest || code != "AMOUNT_NOT_SUPPORTED_BY_PROVIDER" {
+		t.Errorf("a new key under Stripe's rules: %d %s; want 400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER", fresh.status, fresh.body)
+	}
+}

@@ -124,9 +124,12 @@ func (s *Service) prepare(ctx context.Context, tenant, paymentID string, validat
 // answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	// A capture's amount the provider's currency rules refuse is refused
-	// before the claim: nothing is stored. A void moves no amount.
+	// before the claim of a new key: nothing is stored. A void moves no
+	// amount.
+	scope := idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key}
 	if s.k.action == payments.ActionCapture {
-		if err := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency}); err != nil {
+		unsendable := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency})
+		if err := s.d.Engine.RefuseNew(ctx, s, scope, unsendable); err != nil {
 			return idempotency.Reply{}, err
 		}
 	}
@@ -138,7 +141,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key},
+		Scope:       scope,
 		Fingerprint: fingerprint,
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {

@@ -133,10 +133,11 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	}
 	// What the provider would refuse as it stands (an amount its currency
 	// rules refuse, a payment method it does not have) is refused before
-	// the claim, as an invalid field is: nothing is stored.
-	if err := provider.Check(s.d.Provider, provider.Proposal{
+	// the claim of a new key, as an invalid field is: nothing is stored.
+	scope := idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}
+	if err := s.d.Engine.RefuseNew(ctx, s, scope, provider.Check(s.d.Provider, provider.Proposal{
 		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, PaymentMethod: cmd.PaymentMethod,
-	}); err != nil {
+	})); err != nil {
 		return idempotency.Reply{}, err
 	}
 	fp := cmd.Fingerprint()
@@ -160,7 +161,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			return idempotency.Reply{}, err
 		}
 		reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
-			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+			Scope:       scope,
 			Fingerprint: fp,
 			Resource:    p.Resource(),
 			Create: func(b *claim.Batch) {

@@ -82,8 +82,11 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 // retries are answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	// An amount the provider's currency rules refuse (a refund follows the
-	// charge's rules) is refused before the claim: nothing is stored.
-	if err := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency}); err != nil {
+	// charge's rules) is refused before the claim of a new key: nothing is
+	// stored.
+	scope := idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}
+	unsendable := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency})
+	if err := s.d.Engine.RefuseNew(ctx, s, scope, unsendable); err != nil {
 		return idempotency.Reply{}, err
 	}
 	now := s.d.Clock.Now()
@@ -105,7 +108,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		return idempotency.Reply{}, err
 	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+		Scope:       scope,
 		Fingerprint: fp,
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *claim.Batch) {
