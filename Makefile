@@ -89,11 +89,11 @@ fuzz: ## run each fuzz target for FUZZTIME (default 5000x, executions); a failin
 	done
 
 bench: build ## the API against pgbench and the Go floor on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
-	$(GO) build -o $(BIN)/ ./bench/floorapi
-	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi -floor-bin $(BIN)/floorapi $(ARGS)
+	$(GO) build -o $(BIN)/ ./tools/bench/floorapi
+	$(GO) run ./tools/paymentsbench -api-bin $(BIN)/paymentsapi -floor-bin $(BIN)/floorapi $(ARGS)
 
-bench-wal: ## WAL, records and HOT updates per new payment, on its own PostgreSQL (bench/walflow; ARGS='-version 13 -waldump')
-	$(GO) run ./bench/walflow $(ARGS)
+bench-wal: ## WAL, records and HOT updates per new payment, on its own PostgreSQL (tools/bench/walflow; ARGS='-version 13 -waldump')
+	$(GO) run ./tools/bench/walflow $(ARGS)
 
 bench-micro: ## the Go micro-benchmarks (speed and memory are measured here, never asserted in tests)
 	$(GO) test -run '^$$' -bench . -benchmem ./...
