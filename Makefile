@@ -46,14 +46,14 @@ test: tools ## run every test, with the race detector, on real PostgreSQL; the e
 	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS)
 	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 10m -run 'Killed|TwoAPIProcesses|EndToEnd' ./cmd/paymentsapi/
 
-# The database failover tests (cmd/paymentsapi/failover_e2e_test.go): a
-# PostgreSQL primary and standby, two API processes, the primary crashed or
-# frozen and the standby promoted. About a minute on two cores, hence the
-# build tag that keeps them out of `make test`; .ci/run runs them.
+# The database failover tests (tools/failover): a PostgreSQL primary and
+# standby, two API processes, the primary crashed or frozen and the standby
+# promoted. About a minute on two cores, hence the build tag that keeps them
+# out of `make test`; .ci/run runs them.
 test-failover: ## the database failover tests (primary + standby, crash, freeze, lost tail), with the race detector, with each outbox reader, and the lost tail with the answer cache
-	$(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
-	OUTBOX_RELAY=poll $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
-	REPLAY_CACHE=memory $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailoverToAsynchronousStandbyLosesTheTail' ./cmd/paymentsapi/
+	$(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./tools/failover/
+	OUTBOX_RELAY=poll $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./tools/failover/
+	REPLAY_CACHE=memory $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailoverToAsynchronousStandbyLosesTheTail' ./tools/failover/
 
 test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...

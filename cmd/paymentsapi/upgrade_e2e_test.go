@@ -19,6 +19,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
@@ -233,7 +234,7 @@ func (b *syncBuffer) tail(n int) string {
 func startAPI(t *testing.T, name, bin, dbURL, simURL string) (*apiProcess, <-chan struct{}) {
 	t.Helper()
 	p := &apiProcess{name: name, log: &syncBuffer{}}
-	stdout := newLineWatcher()
+	stdout := proctest.NewLineWatcher()
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PROVIDER=sim", "PROVIDER_URL="+simURL,
 		"API_KEYS="+upgradeTenant+":"+upgradeSecret, "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=warn")
@@ -256,8 +257,8 @@ func startAPI(t *testing.T, name, bin, dbURL, simURL string) (*apiProcess, <-cha
 		deadline := time.After(2 * time.Minute)
 		for {
 			select {
-			case line := <-stdout.lines:
-				if m := listeningRE.FindStringSubmatch(line); m != nil {
+			case line := <-stdout.Lines():
+				if m := proctest.ListeningRE.FindStringSubmatch(line); m != nil {
 					p.url = m[1]
 					return
 				}
@@ -414,7 +415,7 @@ func (l *ledger) snapshot(by string) ([]made, []string) {
 // one built as newBin, with the provider simulator simBin.
 func rollingUpgrade(t *testing.T, oldBin, newBin, simBin string) {
 	dbURL := pgtest.NewEmptyURL(t)
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0")
+	_, simURL := proctest.Start(t, simBin, nil, "-addr", "127.0.0.1:0")
 	l := &ledger{payments: map[string][]string{}}
 
 	// The previous release alone, on the schema it migrated itself.
