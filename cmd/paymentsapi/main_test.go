@@ -281,9 +281,9 @@ func TestEndToEndWithRealBinaries(t *testing.T) {
 	}
 }
 
-// The banner says which provider the service calls, and in dev mode where
-// its database is (issue 21: it said "in-process provider simulator" under
-// PROVIDER_URL and Stripe too, and printed no database URL).
+// The banner says which provider the service calls (the in-process
+// simulator, the simulator at PROVIDER_URL, or Stripe), and in dev mode
+// where its database is.
 func TestBannerNamesTheProviderAndTheDevDatabase(t *testing.T) {
 	for _, c := range []struct {
 		cfg    config.Config

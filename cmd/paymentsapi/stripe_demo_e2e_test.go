@@ -22,7 +22,7 @@ import (
 // Stripe adapter against stripe-mock with the project's fixtures answers a
 // pm_card_visa payment 201 SUCCEEDED and a refund of it 201 SUCCEEDED (with
 // stripe-mock's own fixtures every payment is declined), and a webhook
-// signed as Stripe signs is accepted (issue 21).
+// signed as Stripe signs is accepted.
 func TestStripeDemoWithTheProjectsFixtures(t *testing.T) {
 	mock := stripeMockBin(t)
 	root, _ := filepath.Abs("../..")

@@ -23,7 +23,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
-// Rolling upgrades (issue 17, docs/operations.md, "Migrations"): while new instances
+// Rolling upgrades (docs/operations.md, "Migrations"): while new instances
 // migrate the database and start, the previous release keeps serving on
 // the migrated schema, so every migration must leave it working: it may
 // add, never drop or rename what the previous release reads or writes
@@ -39,14 +39,8 @@ import (
 // (byte for byte), a reference held by the other version. No answer may be
 // a 5xx. Then the old one stops, and the current one replays everything.
 //
-// This release's migration is 00029 (a payment or refund may be created
-// already sent: the previous release, which creates in RECEIVED and moves
-// on, runs on it unchanged), so the previous release is the commit before
-// 00029, which ran 00028, the scope rename's contract step. The releases
-// before 00028 are two releases back or more: unsupported, since a rolling
-// upgrade skips no release (the one before 00026 claims keys under the
-// payments' old scope name, 'payments.create', which nobody would find
-// after 00028: why the rename took three releases, docs/operations.md).
+// Only that release is tested: a rolling upgrade skips no release, so an
+// older one never serves beside this one (docs/operations.md).
 //
 // It needs the repository's history (a clone, not an export or a shallow
 // clone): without it the test fails and says so.
