@@ -178,9 +178,8 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		}
 	} else {
 		// Before migrating: with OUTBOX_RELAY=stream, a server the stream
-		// cannot read is refused before this release changes its schema
-		// (migration 00033 retired the previous release's relay); auto
-		// falls back to polling there, which any server allows.
+		// cannot read is refused before this release changes its schema;
+		// auto falls back to polling there, which any server allows.
 		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(cfg.OutboxRelay))
 		if err != nil {
 			return nil, err

@@ -288,8 +288,8 @@ func rawRequest(t *testing.T, base, raw string) int {
 }
 
 // A body with unknown members is answered with all there is to fix at
-// once: every unknown member, and the invalid known fields beside them
-// (issue 21: an unknown field hid the other errors).
+// once: every unknown member, and the invalid known fields beside them (an
+// unknown field must not hide the other errors).
 func TestUnknownMembersAndInvalidFieldsAreReportedTogether(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -319,8 +319,7 @@ func TestUnknownMembersAndInvalidFieldsAreReportedTogether(t *testing.T) {
 
 // What the spec says of the payments' identifiers holds: GET /payments
 // refuses an accountId that POST /payments would (empty, over-long, not
-// printable), and a 128-character limit counts characters, not bytes
-// (issue 21).
+// printable), and a 128-character limit counts characters, not bytes.
 func TestIdentifierLimitsCountCharacters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -516,7 +516,7 @@ func waitFor(t *testing.T, cond func() bool) {
 }
 
 // Each key that reaches its final answer is counted once, by operation and
-// outcome, whoever finished it; a replay is not a new result (issue 21).
+// outcome, whoever finished it; a replay is not a new result.
 func TestOperationResultsAreCountedOncePerKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

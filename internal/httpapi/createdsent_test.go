@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// A new payment is created already sent (migration 00029, issue 22): its
+// A new payment is created already sent (migration 00029): its
 // claim's transaction inserts it in PROVIDER_REQUEST_SENT instead of
 // inserting it RECEIVED and updating it, one row version and one
 // statement fewer per payment, and its audit still records the creation in

@@ -16,9 +16,8 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
 
-// Money safety III (issue 17): a provider whose lookups lag its creates,
-// and whose refusals may hide a processed request. Each test below failed
-// before the fix of the defect it names.
+// A provider whose lookups lag its creates, and whose refusals may hide a
+// processed request. Each test below fails without the mechanism it names.
 
 // laggingProvider passes every call to the provider it wraps, but a lookup
 // misses an object (provider.ErrNotFound) until lag has passed on the

@@ -22,7 +22,7 @@ import (
 // this release's migration, 00028, before this release serves: its retry
 // replays the stored answer byte for byte, a different command under it
 // is 422, and nothing is charged again. Without the move, the retry would
-// find no key under the new name and create a second payment (issue 16).
+// find no key under the new name and create a second payment.
 func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -152,7 +152,7 @@ func (c *restartClient) post(url, key string, body []byte, prefer string) (int, 
 	return resp.StatusCode, resp.Header, b, err
 }
 
-// TestDatabaseRestartUnderLoad (issue 9, item 10): PostgreSQL crashes and
+// TestDatabaseRestartUnderLoad: PostgreSQL crashes and
 // restarts (immediate shutdown, as `pg_ctl restart -m immediate`, then 2 s
 // down and crash recovery) while 8 clients create payments on two API
 // instances and retry each with its key. Every payment ends with one final

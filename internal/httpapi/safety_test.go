@@ -81,10 +81,10 @@ func withScript(s *scriptedProvider) envOption {
 	return withProvider(func(p provider.Provider) provider.Provider { s.Provider = p; return s })
 }
 
-// Issue 9, item 1: the provider processed the charge but the answer the
-// service saw was a refusal (a 429 to a resent copy). The payment is
-// FAILED_RETRYABLE and the client told "no money moved"; after a grace, the
-// reconciler looks it up (never sends it) and completes it.
+// The provider processed the charge but the answer the service saw was a
+// refusal (a 429 to a resent copy). The payment is FAILED_RETRYABLE and the
+// client told "no money moved"; after a grace, the reconciler looks it up
+// (never sends it) and completes it.
 func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"forward+refuse"}}
@@ -134,8 +134,8 @@ func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 	}
 }
 
-// Issue 9, item 2: a lookup that finds two objects for one key marks the
-// payment for manual review at once, and counts it; it stays PROCESSING.
+// A lookup that finds two objects for one key marks the payment for manual
+// review at once, and counts it; it stays PROCESSING.
 func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"ambiguous"}}
@@ -159,10 +159,9 @@ func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 	}
 }
 
-// Issue 9, item 3: the provider's key window runs from the first request
-// that reached it, not from the payment's creation. Refused at T0, first
-// really sent at T0+25h and lost, the payment may still be sent again by its
-// key at T0+25h.
+// The provider's key window runs from the first request that reached it, not
+// from the payment's creation. Refused at T0, first really sent at T0+25h and
+// lost, the payment may still be sent again by its key at T0+25h.
 func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"refuse", "lost"}}
@@ -183,8 +182,8 @@ func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
 	e.assertChargedOnce(e.onlyPaymentID())
 }
 
-// Issue 9, item 6: a 202 shows the updatedAt the database holds, also when
-// the retry changed nothing.
+// A 202 shows the updatedAt the database holds, also when the retry changed
+// nothing.
 func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"lost"}}
@@ -204,13 +203,13 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 	}
 }
 
-// Issue 9, item 4: a payment that never moved money (the provider refused
-// it, and its client vanished) holds its invoice only until the replay
-// window ends: then the reconciler cancels it, once the provider confirms
-// it holds nothing, which frees the merchant reference and gives its key a
-// stored final answer. Nothing is ever charged. (A payment whose client
-// died right after its claim is not abandoned: the claim moved it on to
-// sent, and the reconciler finds out; see TestCrashAtEveryBoundary...)
+// A payment that never moved money (the provider refused it, and its client
+// vanished) holds its invoice only until the replay window ends: then the
+// reconciler cancels it, once the provider confirms it holds nothing, which
+// frees the merchant reference and gives its key a stored final answer.
+// Nothing is ever charged. (A payment whose client died right after its claim
+// is not abandoned: the claim moved it on to sent, and the reconciler finds
+// out; see TestCrashAtEveryBoundary...)
 func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

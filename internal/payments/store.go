@@ -41,15 +41,12 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // sees it. Queued after a claim, it neither inserts nor refuses unless the
 // claim took its key (a claim.Statement).
 //
-// ON CONFLICT names no index: every unique index of payments is an arbiter.
-// While the release before 00015 could run beside this one, the schema had
-// two unique indexes on the reference (payments_merchant_reference_key,
-// which that release named, dropped by 00019, and
-// payments_held_reference_key): naming one would have left the other to
-// raise a unique violation (a 500) when two claims of one reference insert
-// at the same moment. The only other unique index is the primary key, on a
-// random id: a conflict there is as good as impossible, and would be tried
-// again like a holder that went away.
+// ON CONFLICT names no index, so every unique index of payments is an
+// arbiter. A statement that named one index would get a unique violation
+// (a 500) from any other unique index on the reference when two claims of
+// one reference insert at the same moment. The only other unique index is
+// the primary key: a conflict there is as good as impossible, and would be
+// tried again like a holder that went away.
 func queueInsertPayment(b *claim.Batch, p Payment) {
 	c := p.Command
 	if c.CaptureMethod == "" {

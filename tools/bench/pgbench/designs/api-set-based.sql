@@ -1,8 +1,8 @@
 -- api-one-statement.sql for :k payments at once (pgbench -D k=8): each
 -- statement writes the rows of k payments, set-based, in one transaction per
 -- step. What grouping requests could save if a group's statements were merged
--- by the operations themselves (docs/BENCHMARKS.md, issue 22, eighth
--- session); the service groups whole batches instead (internal/groupcommit).
+-- by the operations themselves; the service groups whole batches instead
+-- (internal/groupcommit).
 \set r random(1, 4611686018427387903)
 WITH input AS (SELECT ((:r)::bigint + g)::text AS r FROM generate_series(1, :k) g),
 claimed AS (

@@ -1,5 +1,5 @@
 // Command floorapi is the least a Go API can do to serve make bench's new
-// payments: the reference flow of bench/pgbench/flow.sql behind an HTTP
+// payments: the reference flow of tools/bench/pgbench/flow.sql behind an HTTP
 // endpoint, and nothing else. It answers the benchmark's POST /payments by
 // running the flow's three transactions, each as one pgx batch (one round
 // trip, one implicit transaction), with the provider call between the
@@ -14,8 +14,8 @@
 // HTTP out cost in CPU, throughput and latency, without any of the
 // service's own work. make bench runs it in place of the API:
 //
-//	go build -o bin/floorapi ./bench/floorapi
-//	go run ./cmd/paymentsbench -api-bin bin/floorapi -storm 0 -soak 0
+//	go build -o bin/floorapi ./tools/bench/floorapi
+//	go run ./tools/paymentsbench -api-bin bin/floorapi -storm 0 -soak 0
 //
 // Its numbers bound what any change to the service can reach here; see
 // docs/BENCHMARKS.md ("What is measured, and how"). It is not a payments service: it checks

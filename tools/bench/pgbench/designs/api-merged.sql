@@ -7,9 +7,9 @@
 -- took, and each statement after it tests its row's (package claim).
 -- Against grouped.sh K (the same batches one after another) and
 -- api-set-based.sql (one statement per transaction), it measures what the
--- merge buys (docs/BENCHMARKS.md, issue 22, tenth session):
+-- merge buys:
 --
---   pgbench -n -M prepared -c 4 -j 2 -T 15 -D k=4 -f bench/pgbench/designs/api-merged.sql URL   # tps x k = payments/s
+--   pgbench -n -M prepared -c 4 -j 2 -T 15 -D k=4 -f tools/bench/pgbench/designs/api-merged.sql URL   # tps x k = payments/s
 \set r random(1, 4611686018427387903)
 \startpipeline
 WITH input (ord, r) AS (SELECT g::bigint, ((:r)::bigint + g)::text FROM generate_series(1, :k) g),

@@ -3,10 +3,10 @@
 # transaction in which one of the two transactions is set-based (its
 # statement from api-set-based.sql, over K rows) and the other K batches one
 # after another in one pipeline (api-pipelined.sql's, as grouped.sh sends
-# them): what half of the set-based step buys (docs/BENCHMARKS.md, issue 22,
-# ninth session). Run it like grouped.sh's output, with -D k=K:
+# them): what half of the set-based step buys. Run it like grouped.sh's
+# output, with -D k=K:
 #
-#   bench/pgbench/designs/half-set.sh 4 claims > /tmp/claims4.sql
+#   tools/bench/pgbench/designs/half-set.sh 4 claims > /tmp/claims4.sql
 #   pgbench -n -M prepared -c 4 -j 2 -T 15 -D k=4 -f /tmp/claims4.sql URL   # tps x 4 = payments/s
 set -euo pipefail
 k=${1:?payments per transaction}

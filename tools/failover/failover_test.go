@@ -1,17 +1,6 @@
 //go:build failover
 
-package main
-
-// Database failover, end to end: two real API processes on a PostgreSQL
-// primary with a streaming standby (internal/pgcluster), both configured
-// with the multi-host URL, under load from retrying clients (./client). The
-// primary crashes, or freezes, and the standby is promoted; the service
-// follows by itself, and the provider's books (GET /_sim/charges) and the
-// database prove that nothing acknowledged was lost or charged twice.
-//
-// They take about a minute on two cores, so they run in `make
-// test-failover` (the failover build tag), which .ci/run calls, rather than
-// in `make test`.
+package failover_test
 
 import (
 	"context"
@@ -33,7 +22,66 @@ import (
 	"github.com/paymentsapi/paymentsapi/client"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/pgcluster"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
+
+// The tenant of the API processes, and its key.
+const (
+	tenant = "failover"
+	secret = "sk_failover"
+)
+
+// apiEnv is the environment of an API process on the database at dbURL
+// with the simulator at simURL: a short reconcile interval and provider
+// timeout, so that the service resolves quickly what a failover left open.
+func apiEnv(dbURL, simURL string) []string {
+	return []string{
+		"DATABASE_URL=" + dbURL, "PROVIDER=sim", "PROVIDER_URL=" + simURL,
+		"API_KEYS=" + tenant + ":" + secret, "HTTP_ADDR=127.0.0.1:0",
+		"RECONCILE_INTERVAL=1s", "LEASE_DURATION=15s", "PROVIDER_TIMEOUT=3s",
+	}
+}
+
+// simCharges lists the simulator's charges: its own books.
+func simCharges(simURL string) ([]sim.ChargeRecord, error) {
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(simURL + "/_sim/charges")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var list struct{ Charges []sim.ChargeRecord }
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("decode /_sim/charges: %w", err)
+	}
+	return list.Charges, nil
+}
+
+// openPool opens a pool on dbURL, closed when the test ends.
+func openPool(t *testing.T, dbURL string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// waitFor checks cond every 20 ms, each time with 5 s to answer, until it
+// holds; it fails the test if cond does not hold within limit. An error
+// is not fatal: a server that is going away may answer one.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	testio.Eventually(t, what, limit, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ok, err := cond(ctx)
+		return ok && err == nil, fmt.Sprintf("not within %s; last error: %v", limit, err)
+	})
+}
 
 // statusRecorder counts every status an API answered a client attempt.
 type statusRecorder struct {
@@ -69,7 +117,7 @@ func foClient(t *testing.T, url string, rec *statusRecorder) *client.Client {
 	t.Helper()
 	c, err := client.New(client.Config{
 		BaseURL:    url,
-		APIKey:     recSecret,
+		APIKey:     secret,
 		HTTPClient: &http.Client{Transport: rec},
 		Retry: client.RetryPolicy{
 			MaxAttempts: 40, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second,
@@ -121,11 +169,11 @@ func foCreate(ctx context.Context, t *testing.T, c *client.Client, o *foOrder) e
 // API process with their recorder.
 func foStart(t *testing.T, apiBin, simBin string, sync bool) (*pgcluster.Pair, string, []*client.Client, *statusRecorder) {
 	t.Helper()
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0")
+	_, simURL := proctest.Start(t, simBin, nil, "-addr", "127.0.0.1:0")
 	pair := pgcluster.Start(t, pgcluster.Options{Synchronous: sync})
-	env := recAPIEnv(pair.URL(), simURL, "RECONCILE_INTERVAL=1s", "LEASE_DURATION=15s", "PROVIDER_TIMEOUT=3s")
-	_, urlA := startProcess(t, apiBin, env)
-	_, urlB := startProcess(t, apiBin, env)
+	env := apiEnv(pair.URL(), simURL)
+	_, urlA := proctest.Start(t, apiBin, env)
+	_, urlB := proctest.Start(t, apiBin, env)
 	rec := &statusRecorder{next: http.DefaultTransport, seen: map[int]int{}}
 	return pair, simURL, []*client.Client{foClient(t, urlA, rec), foClient(t, urlB, rec)}, rec
 }
@@ -134,7 +182,7 @@ func foStart(t *testing.T, apiBin, simBin string, sync bool) (*pgcluster.Pair, s
 // provider's books against what the clients were acknowledged.
 func foCheck(t *testing.T, db *pgxpool.Pool, simURL string, orders []*foOrder) {
 	t.Helper()
-	charges, err := recSimCharges(simURL)
+	charges, err := simCharges(simURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +231,7 @@ func foCheck(t *testing.T, db *pgxpool.Pool, simURL string, orders []*foOrder) {
 func foWaitResumed(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	var mark string // written once no key is open
-	recWaitFor(t, 30*time.Second, "every outbox event published and every key finished", func(ctx context.Context) (bool, error) {
+	waitFor(t, 30*time.Second, "every outbox event published and every key finished", func(ctx context.Context) (bool, error) {
 		var open int
 		if err := db.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys WHERE completed_at IS NULL`).Scan(&open); err != nil {
 			return false, err
@@ -228,9 +276,15 @@ func foCheckWaitWakes(t *testing.T, db *pgxpool.Pool, clients []*client.Client) 
 		_, err := clients[0].CreatePayment(ctx, req, client.WithIdempotencyKey(o.key))
 		orig <- err
 	}()
-	recWaitFor(t, 15*time.Second, "the slow payment in flight on the first instance", func(ctx context.Context) (bool, error) {
-		s, ok, err := recLoadKey(ctx, db, o.key)
-		return ok && s.State == "PROVIDER_REQUEST_SENT", err
+	waitFor(t, 15*time.Second, "the slow payment in flight on the first instance", func(ctx context.Context) (bool, error) {
+		var state string
+		err := db.QueryRow(ctx, `
+			SELECT p.state FROM idempotency_keys k JOIN payments p ON p.id = k.resource_id
+			WHERE k.tenant_id = $1 AND k.idempotency_key = $2`, tenant, o.key).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		return state == "PROVIDER_REQUEST_SENT", err
 	})
 	sent := time.Now()
 	res, err := clients[1].CreatePayment(ctx, req, client.WithIdempotencyKey(o.key), client.WithPreferWait(10*time.Second))
@@ -254,7 +308,7 @@ func TestFailoverToSynchronousStandbyUnderLoad(t *testing.T) {
 	if pgcluster.BinDir() == "" {
 		t.Skip("no PostgreSQL server binaries")
 	}
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	for _, mode := range []string{"crash", "freeze"} {
 		t.Run(mode, func(t *testing.T) {
 			began := time.Now()
@@ -297,7 +351,7 @@ func TestFailoverToSynchronousStandbyUnderLoad(t *testing.T) {
 			promoted := time.Now()
 			// Load goes on until the service has acknowledged payments made
 			// after the promotion, then a little longer.
-			recWaitFor(t, 45*time.Second, "payments acknowledged after the promotion", func(context.Context) (bool, error) {
+			waitFor(t, 45*time.Second, "payments acknowledged after the promotion", func(context.Context) (bool, error) {
 				return serial.Load() > before+int64(3*workers), nil
 			})
 			firstAfter := time.Since(promoted)
@@ -313,7 +367,7 @@ func TestFailoverToSynchronousStandbyUnderLoad(t *testing.T) {
 			if n := rec.counts()[http.StatusInternalServerError]; n > 0 {
 				t.Errorf("%d answers 500 during the failover", n)
 			}
-			db := recPool(t, pair.Standby.URL())
+			db := openPool(t, pair.Standby.URL())
 			foCheck(t, db, simURL, orders)
 			foWaitResumed(t, db)
 			foCheckWaitWakes(t, db, clients)
@@ -331,7 +385,7 @@ func TestFailoverToAsynchronousStandbyLosesTheTailWithoutChargingTwice(t *testin
 	if pgcluster.BinDir() == "" {
 		t.Skip("no PostgreSQL server binaries")
 	}
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	pair, simURL, clients, rec := foStart(t, apiBin, simBin, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -350,8 +404,8 @@ func TestFailoverToAsynchronousStandbyLosesTheTailWithoutChargingTwice(t *testin
 	kept := create(0, 5)
 	// Let the standby replay them before cutting it off, so that exactly
 	// the later ones are lost.
-	standby := recPool(t, pair.Standby.URL())
-	recWaitFor(t, 15*time.Second, "the standby to have the first payments", func(ctx context.Context) (bool, error) {
+	standby := openPool(t, pair.Standby.URL())
+	waitFor(t, 15*time.Second, "the standby to have the first payments", func(ctx context.Context) (bool, error) {
 		var n int
 		err := standby.QueryRow(ctx, `SELECT count(*) FROM payments`).Scan(&n)
 		return n == len(kept), err

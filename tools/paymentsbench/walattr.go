@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/paymentsapi/paymentsapi/bench/waldump"
+	"github.com/paymentsapi/paymentsapi/tools/bench/waldump"
 )
 
 // The WAL counters (pg_stat_wal) are the whole cluster's: a phase's count

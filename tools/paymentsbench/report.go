@@ -11,7 +11,7 @@ import (
 )
 
 // This file holds the arithmetic of the report: per-operation deltas, the
-// rounds added up, the ratios, the targets of issue 22, and the table. None
+// rounds added up, the ratios, the targets, and the table. None
 // of it measures anything, so it is what the tests check.
 
 // counters is one reading of the cluster's cumulative counters: WAL from
@@ -66,7 +66,7 @@ const (
 	kindReference phaseKind = iota // the pgbench flow
 	kindNew                        // new payments through the API
 	kindReplay                     // replays through the API
-	kindFloor                      // new payments through the floor (bench/floorapi)
+	kindFloor                      // new payments through the floor (tools/bench/floorapi)
 	kindNewB                       // new payments through a second build of the API (-api-bin-b)
 )
 
@@ -210,7 +210,7 @@ type soakResult struct {
 // up, so that the ratios compare work done in the same run.
 type summary struct {
 	Reference, New, Replay phase
-	// Floor is the reference flow behind a bare Go handler (bench/floorapi):
+	// Floor is the reference flow behind a bare Go handler (tools/bench/floorapi):
 	// what the targets can come to on this machine; Ops 0 if not run.
 	Floor phase
 	// NewB is new payments through a second build of the API
@@ -249,7 +249,7 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// target is one of issue 22's targets, measured.
+// target is one of the bench's targets, measured.
 type target struct {
 	Name     string
 	Measured string
@@ -260,7 +260,7 @@ type target struct {
 	Met   bool
 }
 
-// Targets of issue 22: the API against the plain-SQL flow (pgbench) and the
+// The targets: the API against the plain-SQL flow (pgbench) and the
 // same flow behind a bare Go handler (the floor), in the same run.
 const (
 	targetRatio         = 1.0 // new payments / the pgbench flow, and / the floor
@@ -271,7 +271,7 @@ const (
 	targetStormRequests = 1000
 )
 
-// targets judges s against issue 22's targets. A NaN (nothing measured)
+// targets judges s against the targets. A NaN (nothing measured)
 // never meets a target, and a target judged against the floor is not met
 // without it.
 func targets(s summary) []target {
@@ -391,7 +391,7 @@ func writeReport(w io.Writer, h header, phases []phase, s summary) error {
 		}
 	}
 
-	fmt.Fprintf(&b, "\ntargets (issue 22); floor: the same flow behind a bare Go handler, no relay (bench/floorapi)\n")
+	fmt.Fprintf(&b, "\ntargets; floor: the same flow behind a bare Go handler, no relay (tools/bench/floorapi)\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tmeasured\tfloor\twanted\tmet")
 	for _, t := range targets(s) {

@@ -1,6 +1,6 @@
 // Package waldump reads PostgreSQL's WAL through pg_waldump, record by
 // record, for the benchmarks that say where a payment's WAL goes
-// (bench/walflow by relation, cmd/paymentsbench by database).
+// (tools/bench/walflow by relation, tools/paymentsbench by database).
 package waldump
 
 import (

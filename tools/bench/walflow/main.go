@@ -1,18 +1,18 @@
 // Command walflow measures what one new payment writes to the WAL, on the
-// schema of a given migration version (issue 8). The service's own code
-// makes the payments (internal/app, against the in-process provider
-// simulator) and its own relay publishes their events (to a publisher that
-// drops them), so every statement, trigger and index of the real flow is
-// paid for. It reports, per payment, the WAL bytes (from the WAL position),
-// records and full-page images (pg_stat_wal), and per table the rows
-// inserted and updated and how many updates were HOT (pg_stat_user_tables);
+// schema of a given migration version. The service's own code makes the
+// payments (internal/app, against the in-process provider simulator) and
+// its own relay publishes their events (to a publisher that drops them),
+// so every statement, trigger and index of the real flow is paid for. It
+// reports, per payment, the WAL bytes (from the WAL position), records and
+// full-page images (pg_stat_wal), and per table the rows inserted and
+// updated and how many updates were HOT (pg_stat_user_tables);
 // -waldump adds the WAL of each table and index (pg_waldump).
 //
-//	go run ./bench/walflow                         # the latest schema
-//	go run ./bench/walflow -version 13             # the schema as of migration 13
-//	go run ./bench/walflow -wal-compression lz4    # full-page images compressed
-//	go run ./bench/walflow -reference              # make bench's plain-SQL flow instead
-//	go run ./bench/walflow -sql 'ALTER TABLE ...'  # try a schema change first
+//	go run ./tools/bench/walflow                         # the latest schema
+//	go run ./tools/bench/walflow -version 13             # the schema as of migration 13
+//	go run ./tools/bench/walflow -wal-compression lz4    # full-page images compressed
+//	go run ./tools/bench/walflow -reference              # make bench's plain-SQL flow instead
+//	go run ./tools/bench/walflow -sql 'ALTER TABLE ...'  # try a schema change first
 //
 // Unlike `make bench` it measures no speed, and its counts do not depend
 // on it: one cluster of its own, the payments made by a few workers, then
@@ -53,8 +53,6 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paymentsapi/paymentsapi/bench"
-	"github.com/paymentsapi/paymentsapi/bench/waldump"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/database"
@@ -66,6 +64,8 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/migrations"
+	"github.com/paymentsapi/paymentsapi/tools/bench"
+	"github.com/paymentsapi/paymentsapi/tools/bench/waldump"
 )
 
 // tables are the tables a new payment writes, reported one by one.
@@ -98,7 +98,7 @@ func main() {
 		"the measured payments then reuse the space it freed on old pages, and pay a full-page image for each such page")
 	flag.BoolVar(&o.waldump, "waldump", false, "also print pg_waldump --stats=record of the measured WAL (own cluster only)")
 	flag.BoolVar(&o.relayDuring, "relay-during", false, "run the relay while the payments are made (default: after them, so that it lags behind, as under load)")
-	flag.BoolVar(&o.reference, "reference", false, "measure the reference flow of make bench (bench/pgbench/flow.sql, run by pgbench) instead of the service's")
+	flag.BoolVar(&o.reference, "reference", false, "measure the reference flow of make bench (tools/bench/pgbench/flow.sql, run by pgbench) instead of the service's")
 	flag.StringVar(&o.extraSQL, "sql", "", "SQL run after the migrations, to try a schema change before writing its migration")
 	flag.Parse()
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -392,7 +392,7 @@ func report(out io.Writer, o options, version int64, before, after counters) {
 		relay = "during the payments"
 	}
 	if o.reference {
-		relay = "none: the reference flow (bench/pgbench/flow.sql, pgbench -M prepared)"
+		relay = "none: the reference flow (tools/bench/pgbench/flow.sql, pgbench -M prepared)"
 	}
 	fmt.Fprintf(out, "walflow: schema version %d, wal_compression=%s, autovacuum=%v, %d warm-up payments, %d measured, %d workers, relay %s\n",
 		version, o.walCompression, o.autovacuum, o.warmup, o.count, o.workers, relay)

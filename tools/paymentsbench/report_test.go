@@ -78,16 +78,16 @@ func TestCombineAddsRoundsUp(t *testing.T) {
 	}
 }
 
-// issueSummary is the run described in issue 8: 408 new payments/s against
+// sampleSummary is a slow run of the API: 408 new payments/s against
 // 916 pgbench flows/s, replays 3,000/s, 4.3 commits and 7.1 KB of WAL per
 // payment, 1.3 ms of API CPU.
-func issueSummary() summary {
-	return summarize(issuePhases(), stormResult{Requests: 1000, Elapsed: 1500 * time.Millisecond, Charges: 1, ChargeRequests: 1, Answers: map[string]int{"201": 1, "201 replayed": 999}},
+func sampleSummary() summary {
+	return summarize(samplePhases(), stormResult{Requests: 1000, Elapsed: 1500 * time.Millisecond, Charges: 1, ChargeRequests: 1, Answers: map[string]int{"201": 1, "201 replayed": 999}},
 		soakResult{})
 }
 
-// issuePhases are the phases of issueSummary.
-func issuePhases() []phase {
+// samplePhases are the phases of sampleSummary.
+func samplePhases() []phase {
 	ms := func(n int) []time.Duration {
 		l := make([]time.Duration, 100)
 		for i := range l {
@@ -106,16 +106,16 @@ func issuePhases() []phase {
 	}
 }
 
-// issueFloor is a floor phase beside issueSummary's: 800 payments/s,
+// sampleFloor is a floor phase beside sampleSummary's: 800 payments/s,
 // 3 commits and 5 KB of WAL each, 0.5 ms of CPU, p99 30 ms.
-func issueFloor() phase {
+func sampleFloor() phase {
 	return phase{Name: "floor 1", Kind: kindFloor, Ops: 800, Elapsed: time.Second,
 		Latencies: []time.Duration{30 * time.Millisecond},
 		DB:        counters{Commits: 2400, WALBytes: 800 * 5120}, APICPU: 400 * time.Millisecond}
 }
 
-func TestTargetsOfIssue22(t *testing.T) {
-	s := summarize(append(issuePhases(), issueFloor()), issueSummary().Storm, soakResult{})
+func TestTargetsJudgeASampleRun(t *testing.T) {
+	s := summarize(append(samplePhases(), sampleFloor()), sampleSummary().Storm, soakResult{})
 	got := map[string]target{}
 	for _, tg := range targets(s) {
 		got[tg.Name] = tg
@@ -150,7 +150,7 @@ func TestTargetsOfIssue22(t *testing.T) {
 // Without the floor its column says nothing, and the targets judged
 // against it are not met.
 func TestTargetsAgainstTheFloorNeedTheFloor(t *testing.T) {
-	for _, tg := range targets(issueSummary()) {
+	for _, tg := range targets(sampleSummary()) {
 		if tg.Floor != "-" {
 			t.Errorf("%s: floor %q without a floor phase, want -", tg.Name, tg.Floor)
 		}
@@ -162,7 +162,7 @@ func TestTargetsAgainstTheFloorNeedTheFloor(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	if err := writeReport(&b, header{}, nil, summarize(append(issuePhases(), issueFloor()), stormResult{}, soakResult{})); err != nil {
+	if err := writeReport(&b, header{}, nil, summarize(append(samplePhases(), sampleFloor()), stormResult{}, soakResult{})); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "Go floor, all rounds") {
@@ -214,7 +214,7 @@ func TestTargetsNeverMetByNothing(t *testing.T) {
 }
 
 func TestReportShowsEveryPhaseAndTarget(t *testing.T) {
-	s := issueSummary()
+	s := sampleSummary()
 	s.Soak = soakResult{Duration: 30 * time.Second, Drain: 2 * time.Minute, Behind: 12}
 	phases := []phase{
 		{Name: "pgbench flow, round 1", Kind: kindReference, Ops: 916, Elapsed: time.Second},

@@ -1,11 +1,10 @@
 -- The API's own statements for one new payment (as its log shows them, with
 -- pgbench's values), run by pgbench: the claim's batch and the settle's, each
 -- one pipeline, so one round trip and one implicit transaction, as pgx sends
--- them. Against bench/pgbench/flow.sql it measures the design's database work
--- alone, without HTTP, Go, the provider or the relay (docs/BENCHMARKS.md,
--- issue 22, eighth session):
+-- them. Against tools/bench/pgbench/flow.sql it measures the design's
+-- database work alone, without HTTP, Go, the provider or the relay:
 --
---   pgbench -n -M prepared -c 8 -j 2 -T 20 -f bench/pgbench/designs/api-pipelined.sql URL
+--   pgbench -n -M prepared -c 8 -j 2 -T 20 -f tools/bench/pgbench/designs/api-pipelined.sql URL
 --
 -- on a database migrated like the service's. The settle finds its key by its
 -- scope (the service has its id from the claim; pgbench cannot \gset inside

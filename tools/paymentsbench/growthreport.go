@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// This file holds the growth mode's arithmetic and report (issue 22): none
+// This file holds the growth mode's arithmetic and report: none
 // of it measures anything, so it is what the tests check.
 
-// Targets of issue 22, against the phase on empty tables.
+// The growth mode's targets, against the phase on empty tables.
 const (
 	targetGrowthRatio   = 0.9 // throughput with the rows loaded
 	targetGrowthP99     = 1.2 // p99 with the rows loaded, at most
@@ -145,13 +145,13 @@ func chunks(n, size int) [][2]int64 {
 	return out
 }
 
-// growthTarget is one of issue 22's targets, measured.
+// growthTarget is one of the growth mode's targets, measured.
 type growthTarget struct {
 	Name, Measured, Want string
 	Met                  bool
 }
 
-// growthTargets judges g against issue 22's targets. A NaN (nothing
+// growthTargets judges g against the growth mode's targets. A NaN (nothing
 // measured) never meets a target, and clean-up's target is not met by a
 // phase during which nothing was erased.
 func growthTargets(g growthResult) []growthTarget {
@@ -199,7 +199,7 @@ func writeGrowthReport(w io.Writer, h header, g growthResult) error {
 		}
 	}
 
-	fmt.Fprintf(&b, "\ntargets (issue 22), against the phase on empty tables\n")
+	fmt.Fprintf(&b, "\ntargets, against the phase on empty tables\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tmeasured\twanted\tmet")
 	for _, t := range growthTargets(g) {

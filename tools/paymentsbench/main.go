@@ -5,17 +5,17 @@
 // fsync, synchronous_commit and full_page_writes on) under .data/bench, the
 // provider simulator, and the API built from cmd/paymentsapi as a child
 // process; then, interleaved round by round, it runs the reference payment
-// flow in pgbench (bench/pgbench/flow.sql) on a second database of the same
+// flow in pgbench (tools/bench/pgbench/flow.sql) on a second database of the same
 // cluster, migrated like the API's, the same flow behind a bare Go HTTP
-// handler (bench/floorapi, "the floor": what any Go API doing this flow
+// handler (tools/bench/floorapi, "the floor": what any Go API doing this flow
 // costs here) on a third, and new payments through the API, each driven by
 // the same closed-loop load generator. Then replays, a same-key storm and a
-// short soak. It prints one table, with the targets of issue 22 and whether each
-// is met; a missed target is reported, not an error.
+// short soak. It prints one table, with the bench's targets (report.go) and
+// whether each is met; a missed target is reported, not an error.
 //
-//	go run ./cmd/paymentsbench [-connections 16] [-duration 15s] [-rounds 2] ...
+//	go run ./tools/paymentsbench [-connections 16] [-duration 15s] [-rounds 2] ...
 //
-// With -growth (issue 22; growth.go) it runs only the API, on its own
+// With -growth (growth.go) it runs only the API, on its own
 // database: new payments on empty tables, after -growth-rows finished
 // payments were loaded, and while the API's clean-up erases their expired
 // answers; no pgbench, floor, replays, storm or soak.
@@ -42,11 +42,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/paymentsapi/paymentsapi/bench"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/tools/bench"
 )
 
 func main() {
@@ -95,10 +95,10 @@ type config struct {
 	// ReplayCache runs the API (A) with REPLAY_CACHE=memory: its replays
 	// answered from its memory of answers (package answercache).
 	ReplayCache bool
-	FloorBin    string // bench/floorapi; empty: no floor phases
+	FloorBin    string // tools/bench/floorapi; empty: no floor phases
 	DataDir     string
 	PGBench     string
-	// Growth runs the growth mode (issue 22) instead of the default
+	// Growth runs the growth mode instead of the default
 	// phases: new payments on empty tables, with GrowthRows finished
 	// payments loaded, and while clean-up erases their expired answers.
 	Growth     bool
@@ -126,12 +126,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.ReplayCache, "replay-cache", false,
 		"run the API with REPLAY_CACHE=memory (API B, if any, keeps the default): replays answered from memory")
 	fs.StringVar(&c.FloorBin, "floor-bin", filepath.Join("bin", "floorapi"),
-		"the floor (bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
+		"the floor (tools/bench/floorapi: the reference flow behind a bare Go handler), measured beside the API in every round; empty: none")
 	fs.StringVar(&c.DataDir, "data-dir", filepath.Join(".data", "bench"),
 		"where the bench's PostgreSQL cluster and logs live; its databases are recreated on every run")
 	fs.StringVar(&c.PGBench, "pgbench", "", "pgbench binary; default: the server's version under /usr/lib/postgresql, or $PATH")
 	fs.BoolVar(&c.Growth, "growth", false,
-		"growth mode (issue 22): new payments through the API on empty tables, with -growth-rows finished payments loaded, and while clean-up erases their answers; no pgbench, floor, replays, storm or soak")
+		"growth mode: new payments through the API on empty tables, with -growth-rows finished payments loaded, and while clean-up erases their answers; no pgbench, floor, replays, storm or soak")
 	fs.IntVar(&c.GrowthRows, "growth-rows", 2_000_000, "finished keys, with their payments, transitions and events, loaded by -growth")
 	if err := fs.Parse(args); err != nil {
 		return c, err

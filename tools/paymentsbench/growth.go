@@ -13,7 +13,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 )
 
-// The growth mode (issue 22, `make bench ARGS=-growth`): new payments
+// The growth mode (`make bench ARGS=-growth`): new payments
 // through the API, on the API's database, in three states of its tables:
 //
 //  1. empty (only the warm-up's payments);

@@ -4,7 +4,7 @@
 # in one pipeline, then N settles', as internal/groupcommit sends a group of
 # requests. Run the result with pgbench like api-pipelined.sql:
 #
-#   bench/pgbench/designs/grouped.sh 8 > /tmp/grouped.sql
+#   tools/bench/pgbench/designs/grouped.sh 8 > /tmp/grouped.sql
 #   pgbench -n -M prepared -c 4 -j 2 -T 20 -f /tmp/grouped.sql URL   # tps x 8 = payments/s
 set -euo pipefail
 n=${1:-8}

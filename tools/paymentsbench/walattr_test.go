@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/paymentsapi/paymentsapi/bench/waldump"
+	"github.com/paymentsapi/paymentsapi/tools/bench/waldump"
 )
 
 // A phase's own WAL is its database's records: those with one of its blocks,

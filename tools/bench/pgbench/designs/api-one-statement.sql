@@ -1,7 +1,7 @@
 -- api-pipelined.sql with each transaction written as one statement (the
 -- claim's four and the settle's three as data-modifying CTEs of one): what
 -- "one statement per commit" would save PostgreSQL. Measured: nothing beyond
--- the noise (docs/BENCHMARKS.md, issue 22, eighth session).
+-- the noise.
 \set r random(1, 4611686018427387903)
 WITH claimed AS (
     INSERT INTO idempotency_keys

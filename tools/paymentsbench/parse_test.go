@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paymentsapi/paymentsapi/bench"
+	"github.com/paymentsapi/paymentsapi/tools/bench"
 )
 
 // pgbench15Output is what pgbench 15 prints for a run of a custom script.
@@ -174,7 +174,8 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-// The reference flow commits three times per payment, as issue 8 defines it:
+// The reference flow commits three times per payment, as the flow it stands
+// for does:
 // two transactions and one statement between them.
 func TestFlowScriptCommitsThreeTimes(t *testing.T) {
 	b, err := bench.PGBench.ReadFile(bench.FlowScript)

@@ -32,7 +32,7 @@ func (w bannerWriter) Write(p []byte) (int, error) {
 // The floor must keep doing what make bench asks of it on the current
 // schema: a new payment is 201, created by the reference flow's three
 // transactions (the payment completed, both events written unpublished, as
-// bench/pgbench/flow.sql writes them), and its retry is the stored answer,
+// tools/bench/pgbench/flow.sql writes them), and its retry is the stored answer,
 // replayed.
 func TestTheFloorServesTheBenchmarksRequests(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,4 +1,4 @@
-// Package bench holds the files of `make bench` (cmd/paymentsbench) that are
+// Package bench holds the files of `make bench` (tools/paymentsbench) that are
 // not Go: the reference flow that pgbench runs against the same schema.
 package bench
 

@@ -1,4 +1,4 @@
--- The reference payment flow of `make bench` (cmd/paymentsbench): what one
+-- The reference payment flow of `make bench` (tools/paymentsbench): what one
 -- new payment must make durable, written as plain SQL, run by pgbench
 -- (-M prepared) on a database migrated exactly like the service's, so that
 -- it pays for the same rows, indexes and triggers.
