@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/internal/provider/units"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // otherAmount reports every charge for a hundred times its amount, as an
@@ -30,40 +30,29 @@ func (o otherAmount) Lookup(ctx context.Context, l provider.ChargeLookup) (provi
 // and its key is left for a person (the reconciler leaves it alone).
 func TestAPaymentTheProviderReportsForAnotherAmountIsLeftForAPerson(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProvider(func(p provider.Provider) provider.Provider { return otherAmount{p} }))
-	r := e.do("POST", "/payments", []byte(body()), createHeaders(secretA, "k-other"))
-	got := r.json(t)
+	e := newEnv(t, servicetest.WithProvider(func(p provider.Provider) provider.Provider { return otherAmount{p} }))
+	r := e.Do("POST", "/payments", []byte(servicetest.Body()), createHeaders(secretA, "k-other"))
+	got := r.JSON(t)
 	if r.Status != 202 || got["status"] != "PROCESSING" {
 		t.Fatalf("POST /payments: %d %s; want 202 PROCESSING", r.Status, r.Body)
 	}
 	id, _ := got["paymentId"].(string)
-	if n := e.count("payments WHERE id = $1 AND state = 'UNKNOWN_REQUIRES_RECOVERY'", id); n != 1 {
+	if n := e.Count("payments WHERE id = $1 AND state = 'UNKNOWN_REQUIRES_RECOVERY'", id); n != 1 {
 		t.Errorf("the payment is not UNKNOWN_REQUIRES_RECOVERY")
 	}
-	if n := e.count("idempotency_keys WHERE resource_id = $1 AND manual_review_at IS NOT NULL AND response_status IS NULL", id); n != 1 {
+	if n := e.Count("idempotency_keys WHERE resource_id = $1 AND manual_review_at IS NOT NULL AND response_status IS NULL", id); n != 1 {
 		t.Errorf("the payment's key is not left for manual review")
 	}
-	if r := e.do("GET", "/payments/"+id, nil, bearer(secretA)); r.json(t)["status"] != "PROCESSING" {
+	if r := e.Do("GET", "/payments/"+id, nil, bearer(secretA)); r.JSON(t)["status"] != "PROCESSING" {
 		t.Errorf("GET /payments/%s: %s, want PROCESSING", id, r.Body)
 	}
 }
 
 // withSimRules makes the simulator play rules, and its client read them,
 // with its test payment methods, as the server does (simclient.Dial).
-func withSimRules(rules units.Rules) envOption {
-	return func(o *envOptions) {
-		o.sim.CurrencyRules = rules
-		o.dialSim = true
+func withSimRules(rules units.Rules) servicetest.Option {
+	return func(o *servicetest.Options) {
+		o.Sim.CurrencyRules = rules
+		o.DialSim = true
 	}
-}
-
-// dialSim is the client of the simulator at url that has read what it
-// takes.
-func dialSim(t testing.TB, url string) *simclient.Client {
-	t.Helper()
-	c, err := simclient.Dial(context.Background(), url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // lostAfterForwarding is the provider whose answers to charges and
@@ -52,23 +53,23 @@ type transition struct {
 // transitions reads the audit records of row id in table (keyed by
 // column), oldest first.
 func (e *env) transitions(table, column, id string) []transition {
-	e.t.Helper()
-	rows, err := e.pool.Query(context.Background(), `SELECT to_state, coalesce(actor, ''), coalesce(request_id, '')
+	e.T.Helper()
+	rows, err := e.Pool.Query(context.Background(), `SELECT to_state, coalesce(actor, ''), coalesce(request_id, '')
 		FROM `+table+` WHERE `+column+` = $1 ORDER BY id`, id)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	defer rows.Close()
 	var out []transition
 	for rows.Next() {
 		var tr transition
 		if err := rows.Scan(&tr.To, &tr.Actor, &tr.RequestID); err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 		out = append(out, tr)
 	}
 	if err := rows.Err(); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return out
 }
@@ -76,15 +77,15 @@ func (e *env) transitions(table, column, id string) []transition {
 // secondKey creates another key of tenant A and returns its secret, its id
 // and the id of the key of secretA.
 func (e *env) secondKey() (secret, id, idA string) {
-	e.t.Helper()
+	e.T.Helper()
 	ctx := context.Background()
-	k, secret, err := apikeys.Create(ctx, e.pool, apikeys.Hasher{}, "tenant_a", true, time.Now())
+	k, secret, err := apikeys.Create(ctx, e.Pool, apikeys.Hasher{}, "tenant_a", true, time.Now())
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
-	keys, err := apikeys.List(ctx, e.pool, "tenant_a")
+	keys, err := apikeys.List(ctx, e.Pool, "tenant_a")
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	for _, o := range keys {
 		if o.ID != k.ID {
@@ -104,20 +105,20 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			faults := &lostAfterForwarding{}
-			e := newEnv(t, withCommitMode(mode), withProvider(func(p provider.Provider) provider.Provider { faults.Provider = p; return faults }))
+			e := newEnv(t, servicetest.WithCommitMode(mode), servicetest.WithProvider(func(p provider.Provider) provider.Provider { faults.Provider = p; return faults }))
 			secretB, keyB, keyA := e.secondKey()
 			ctx := context.Background()
 
 			// Key A's create: the provider authorizes, its answer is lost.
 			faults.loseCharges.Store(true)
-			created := e.do("POST", "/payments", []byte(manualBody("inv-actors", "pm_card_visa")), map[string]string{
+			created := e.Do("POST", "/payments", []byte(manualBody("inv-actors", "pm_card_visa")), map[string]string{
 				"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-actors", "Content-Type": "application/json",
 				"X-Request-Id": "req-create",
 			})
 			if created.Status != http.StatusAccepted {
 				t.Fatalf("create: %d %s", created.Status, created.Body)
 			}
-			id := created.json(t)["paymentId"].(string)
+			id := created.JSON(t)["paymentId"].(string)
 			faults.loseCharges.Store(false)
 
 			// The reconciler finds it authorized.
@@ -128,7 +129,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 
 			// Key B's capture: the provider captures, its answer is lost.
 			faults.loseCaptures.Store(true)
-			captured := e.do("POST", "/payments/"+id+"/capture", nil, map[string]string{
+			captured := e.Do("POST", "/payments/"+id+"/capture", nil, map[string]string{
 				"Authorization": "Bearer " + secretB, "Idempotency-Key": "k-capture", "X-Request-Id": "req-capture",
 			})
 			if captured.Status != http.StatusAccepted {
@@ -137,12 +138,12 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 			faults.loseCaptures.Store(false)
 
 			// An operator's pass finds it captured.
-			e.clock.Advance(time.Minute)
+			e.Clock.Advance(time.Minute)
 			opCtx := actor.WithRequestID(actor.WithActor(ctx, actor.Operator("alice")), "req-operator")
-			if _, err := e.core.Reconciler.RunOnce(opCtx, 10); err != nil {
+			if _, err := e.Core.Reconciler.RunOnce(opCtx, 10); err != nil {
 				t.Fatalf("the operator's pass: %v", err)
 			}
-			if g := e.get(secretA, "/payments/"+id).json(t); g["status"] != "SUCCEEDED" {
+			if g := e.Get(secretA, "/payments/"+id).JSON(t); g["status"] != "SUCCEEDED" {
 				t.Fatalf("payment %v", g)
 			}
 
@@ -169,7 +170,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 			}
 			// The capture's own record names key B from its creation.
 			var actionID string
-			if err := e.pool.QueryRow(ctx, `SELECT id FROM payment_actions WHERE payment_id = $1 AND kind = 'capture'`, id).Scan(&actionID); err != nil {
+			if err := e.Pool.QueryRow(ctx, `SELECT id FROM payment_actions WHERE payment_id = $1 AND kind = 'capture'`, id).Scan(&actionID); err != nil {
 				t.Fatal(err)
 			}
 			for _, tr := range e.transitions("payment_action_transitions", "payment_action_id", actionID) {
@@ -186,7 +187,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 // payment's transitions still name its own key and request.
 func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withSlowDelay(300*time.Millisecond), withCommitMode(idempotency.CommitGroup))
+	e := newEnv(t, servicetest.WithSlowDelay(300*time.Millisecond), servicetest.WithCommitMode(idempotency.CommitGroup))
 	secretB, keyB, keyA := e.secondKey()
 	const n = 16
 	var wg sync.WaitGroup
@@ -196,7 +197,7 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			answers[i] = e.do("POST", "/payments", []byte(body("merchantReference", fmt.Sprintf(`"inv-merged-%d"`, i), "paymentMethod", `"pm_sim_slow"`)),
+			answers[i] = e.Do("POST", "/payments", []byte(servicetest.Body("merchantReference", fmt.Sprintf(`"inv-merged-%d"`, i), "paymentMethod", `"pm_sim_slow"`)),
 				map[string]string{"Authorization": "Bearer " + secrets[i%2], "Idempotency-Key": fmt.Sprintf("k-merged-%d", i),
 					"Content-Type": "application/json", "X-Request-Id": fmt.Sprintf("req-merged-%d", i)})
 		})
@@ -207,7 +208,7 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 		if r.Status != http.StatusCreated {
 			t.Fatalf("payment %d: %d %s", i, r.Status, r.Body)
 		}
-		for _, tr := range e.transitions("payment_transitions", "payment_id", r.json(t)["paymentId"].(string)) {
+		for _, tr := range e.transitions("payment_transitions", "payment_id", r.JSON(t)["paymentId"].(string)) {
 			if tr.Actor != actor.API(keyIDs[i%2]) || tr.RequestID != fmt.Sprintf("req-merged-%d", i) {
 				t.Errorf("payment %d's move to %s names %s under %s, want %s under req-merged-%d",
 					i, tr.To, tr.Actor, tr.RequestID, actor.API(keyIDs[i%2]), i)
@@ -215,7 +216,7 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 		}
 	}
 	for _, kind := range []string{"claims", "steps"} {
-		if e.metric("paymentsapi_group_commit_merged_batches_total", map[string]string{"kind": kind}) == 0 {
+		if e.Metric("paymentsapi_group_commit_merged_batches_total", map[string]string{"kind": kind}) == 0 {
 			t.Errorf("no %s' batches merged: the test proved nothing", kind)
 		}
 	}
@@ -226,11 +227,11 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 // stays the creating key's.
 func TestAWebhooksMoveNamesTheProviderWebhook(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
 	id := e.unknownPayment("k-lost", "inv-1")
 	payload := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
-	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: webhookSecret, Timestamp: e.clock.Now()}).Header
-	if r := e.do("POST", "/webhooks/stripe", payload, map[string]string{
+	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: webhookSecret, Timestamp: e.Clock.Now()}).Header
+	if r := e.Do("POST", "/webhooks/stripe", payload, map[string]string{
 		"Content-Type": "application/json", "Stripe-Signature": header, "X-Request-Id": "req-webhook",
 	}); r.Status != http.StatusOK {
 		t.Fatalf("webhook: %d %s", r.Status, r.Body)

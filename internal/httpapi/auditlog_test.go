@@ -16,24 +16,25 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/operators"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 const operatorSecret = "sk_operator_alice_0123456789abcdef"
 
 // withOperators makes alice an operator (OPERATOR_KEYS), and lets
 // webhook endpoints point at loopback over http.
-func withOperators(t testing.TB) envOption {
+func withOperators(t testing.TB) servicetest.Option {
 	ops, err := operators.Parse("alice:" + operatorSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return withDeps(func(d *httpapi.Deps) { d.Operators = ops })
+	return servicetest.WithDeps(func(d *httpapi.Deps) { d.Operators = ops })
 }
 
 // auditEvents is GET /audit-events with secret and query.
 func (e *env) auditEvents(secret, query string) (response, []map[string]any, string) {
-	e.t.Helper()
-	r := e.get(secret, "/audit-events"+query)
+	e.T.Helper()
+	r := e.Get(secret, "/audit-events"+query)
 	if r.Status != http.StatusOK {
 		return r, nil, ""
 	}
@@ -42,7 +43,7 @@ func (e *env) auditEvents(secret, query string) (response, []map[string]any, str
 		NextCursor string           `json:"nextCursor"`
 	}
 	if err := json.Unmarshal(r.Body, &page); err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return r, page.Items, page.NextCursor
 }
@@ -63,14 +64,14 @@ func TestTheAuditLogHoldsEndpointChangesForOperatorsOnly(t *testing.T) {
 		if body != "" {
 			h["Content-Type"] = "application/json"
 		}
-		e.clock.Advance(time.Second) // the log's order is its events' times
-		return e.do(method, path, []byte(body), h)
+		e.Clock.Advance(time.Second) // the log's order is its events' times
+		return e.Do(method, path, []byte(body), h)
 	}
 	created := send("POST", "/webhook-endpoints", "k-ep", "req-ep-create", `{"url":"http://127.0.0.1:9/hook"}`)
 	if created.Status != http.StatusCreated {
 		t.Fatalf("create: %d %s", created.Status, created.Body)
 	}
-	id := created.json(t)["endpointId"].(string)
+	id := created.JSON(t)["endpointId"].(string)
 	if r := send("POST", "/webhook-endpoints", "k-ep", "req-ep-retry", `{"url":"http://127.0.0.1:9/hook"}`); r.Status != http.StatusCreated {
 		t.Fatalf("the create's retry: %d %s", r.Status, r.Body)
 	}
@@ -81,7 +82,7 @@ func TestTheAuditLogHoldsEndpointChangesForOperatorsOnly(t *testing.T) {
 		t.Fatalf("delete: %d %s", r.Status, r.Body)
 	}
 
-	if r, _, _ := e.auditEvents(secretA, ""); r.Status != http.StatusForbidden || r.json(t)["code"] != "OPERATORS_ONLY" {
+	if r, _, _ := e.auditEvents(secretA, ""); r.Status != http.StatusForbidden || r.JSON(t)["code"] != "OPERATORS_ONLY" {
 		t.Errorf("a tenant's key: %d %s, want 403 OPERATORS_ONLY", r.Status, r.Body)
 	}
 	if r, _, _ := e.auditEvents("", ""); r.Status != http.StatusUnauthorized {
@@ -123,14 +124,14 @@ func TestAnEndpointIsNotDeletedWithoutItsAuditRecord(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	h := map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k-ep"}
-	created := e.do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), h)
+	created := e.Do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), h)
 	if created.Status != http.StatusCreated {
 		t.Fatalf("create: %d %s", created.Status, created.Body)
 	}
-	id := created.json(t)["endpointId"].(string)
+	id := created.JSON(t)["endpointId"].(string)
 	// The audit log refuses the deletion's record, as a full disk or a
 	// lost connection between the two writes would.
-	if _, err := e.pool.Exec(context.Background(), `
+	if _, err := e.Pool.Exec(context.Background(), `
 		CREATE FUNCTION refuse_deletion_records() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 		    IF NEW.action = 'webhook_endpoint.deleted' THEN RAISE EXCEPTION 'no room for this record'; END IF;
@@ -141,10 +142,10 @@ func TestAnEndpointIsNotDeletedWithoutItsAuditRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	auth := map[string]string{"Authorization": "Bearer " + secretA}
-	if r := e.do("DELETE", "/webhook-endpoints/"+id, nil, auth); r.Status < 500 {
+	if r := e.Do("DELETE", "/webhook-endpoints/"+id, nil, auth); r.Status < 500 {
 		t.Fatalf("a delete whose record cannot be written: %d %s, want a server error", r.Status, r.Body)
 	}
-	if r := e.do("GET", "/webhook-endpoints/"+id, nil, auth); r.Status != http.StatusOK {
+	if r := e.Do("GET", "/webhook-endpoints/"+id, nil, auth); r.Status != http.StatusOK {
 		t.Errorf("the endpoint after the failed delete: %d %s, want it still there", r.Status, r.Body)
 	}
 }
@@ -181,12 +182,12 @@ func (b *logBuffer) requests(t testing.TB) []map[string]any {
 }
 
 // withLogAndProxies logs the HTTP API into logs, and trusts proxies.
-func withLogAndProxies(logs *logBuffer, proxies ...string) envOption {
+func withLogAndProxies(logs *logBuffer, proxies ...string) servicetest.Option {
 	var trusted []netip.Prefix
 	for _, p := range proxies {
 		trusted = append(trusted, netip.MustParsePrefix(p))
 	}
-	return withDeps(func(d *httpapi.Deps) {
+	return servicetest.WithDeps(func(d *httpapi.Deps) {
 		d.Log = logging.New(logs, "info")
 		d.TrustedProxies = trusted
 	})
@@ -211,7 +212,7 @@ func TestRequestLogsNameTheClientAndTheKey(t *testing.T) {
 			logs := &logBuffer{}
 			e := newEnv(t, withLogAndProxies(logs, c.proxies...))
 			_, _, keyA := e.secondKey()
-			r := e.do("GET", "/payments", nil, map[string]string{
+			r := e.Do("GET", "/payments", nil, map[string]string{
 				"Authorization": "Bearer " + secretA, "User-Agent": "audit-test/1.0",
 				// A client's own claim, the client a proxy saw, then a
 				// trusted proxy of the chain.
@@ -242,7 +243,7 @@ func TestRequestLogsNameTheClientAndTheKey(t *testing.T) {
 func TestTheThrottleCountsTheClientATrustedProxyNames(t *testing.T) {
 	t.Parallel()
 	get := func(e *env, secret, forwardedFor string) response {
-		return e.do("GET", "/payments", nil, map[string]string{"Authorization": "Bearer " + secret, "X-Forwarded-For": forwardedFor})
+		return e.Do("GET", "/payments", nil, map[string]string{"Authorization": "Bearer " + secret, "X-Forwarded-For": forwardedFor})
 	}
 	behind := newEnv(t, withLogAndProxies(&logBuffer{}, "127.0.0.0/8"))
 	for range 20 {

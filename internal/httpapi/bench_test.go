@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"fmt"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,7 @@ func BenchmarkCreatePayment(b *testing.B) {
 	e := newEnv(b)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		r := e.post(fmt.Sprintf("bench-%d", i), body("merchantReference", fmt.Sprintf(`"bench-%d"`, i)))
+		r := e.Post(fmt.Sprintf("bench-%d", i), servicetest.Body("merchantReference", fmt.Sprintf(`"bench-%d"`, i)))
 		if r.Status != http.StatusCreated {
 			b.Fatalf("%d %s", r.Status, r.Body)
 		}
@@ -24,12 +25,12 @@ func BenchmarkCreatePayment(b *testing.B) {
 // BenchmarkReplay measures a retry answered from the stored response.
 func BenchmarkReplay(b *testing.B) {
 	e := newEnv(b)
-	if r := e.post("bench-replay", body()); r.Status != http.StatusCreated {
+	if r := e.Post("bench-replay", servicetest.Body()); r.Status != http.StatusCreated {
 		b.Fatalf("%d %s", r.Status, r.Body)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := e.post("bench-replay", body()); r.Status != http.StatusCreated {
+		if r := e.Post("bench-replay", servicetest.Body()); r.Status != http.StatusCreated {
 			b.Fatalf("%d %s", r.Status, r.Body)
 		}
 	}
@@ -44,7 +45,7 @@ func BenchmarkCreatePaymentParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := nextID(&n)
-			r := e.post(fmt.Sprintf("par-%d", i), body("merchantReference", fmt.Sprintf(`"par-%d"`, i)))
+			r := e.Post(fmt.Sprintf("par-%d", i), servicetest.Body("merchantReference", fmt.Sprintf(`"par-%d"`, i)))
 			if r.Status != http.StatusCreated {
 				b.Errorf("%d %s", r.Status, r.Body)
 				return

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"net/http"
 	"slices"
 	"strings"
@@ -24,14 +25,14 @@ func TestANewPaymentIsCreatedSent(t *testing.T) {
 		`CREATE TRIGGER payments_no_update_from_received BEFORE UPDATE ON payments
 		FOR EACH ROW WHEN (OLD.state = 'RECEIVED') EXECUTE FUNCTION refuse_update_from_received()`,
 	} {
-		if _, err := e.pool.Exec(t.Context(), stmt); err != nil {
+		if _, err := e.Pool.Exec(t.Context(), stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if r := e.post("created-sent", body()); r.Status != http.StatusCreated {
+	if r := e.Post("created-sent", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Fatalf("POST /payments: %d %s", r.Status, r.Body)
 	}
-	rows, err := e.pool.Query(t.Context(), `SELECT coalesce(from_state, '') || '>' || to_state || ':' || reason FROM payment_transitions ORDER BY id`)
+	rows, err := e.Pool.Query(t.Context(), `SELECT coalesce(from_state, '') || '>' || to_state || ':' || reason FROM payment_transitions ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // loseTail deletes from pool every row a payment's request wrote (its
@@ -28,50 +29,50 @@ func loseTail(t testing.TB, pool *pgxpool.Pool) {
 func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	first := e.post("k-tail", body())
+	first := e.Post("k-tail", servicetest.Body())
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
-	id := first.json(t)["paymentId"]
+	id := first.JSON(t)["paymentId"]
 
 	// Another database (a promoted standby that never saw the payment),
 	// another engine, the same provider.
 	standby := pgtest.NewPool(t)
-	if _, err := apikeys.Add(context.Background(), standby, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, e.clock.Now()); err != nil {
+	if _, err := apikeys.Add(context.Background(), standby, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, e.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	url, _, _ := startInstance(t, standby, e.prov, e.clock, e.cfg, e.limit)
-	promoted := &env{t: t, url: url, pool: standby}
-	retry := promoted.post("k-tail", body())
-	if retry.Status != http.StatusCreated || retry.json(t)["paymentId"] != id || retry.json(t)["status"] != "SUCCEEDED" {
+	url, _, _ := servicetest.StartInstance(t, standby, e.Provider, e.Clock, e.Config, e.RateLimit)
+	promoted := &env{&servicetest.Env{T: t, URL: url, Pool: standby}}
+	retry := promoted.Post("k-tail", servicetest.Body())
+	if retry.Status != http.StatusCreated || retry.JSON(t)["paymentId"] != id || retry.JSON(t)["status"] != "SUCCEEDED" {
 		t.Fatalf("retry on the promoted database: %d %s, want 201 with %v", retry.Status, retry.Body, id)
 	}
 
 	// The same database, its tail lost.
-	loseTail(t, e.pool)
-	again := e.post("k-tail", body())
-	if again.Status != http.StatusCreated || again.json(t)["paymentId"] != id {
+	loseTail(t, e.Pool)
+	again := e.Post("k-tail", servicetest.Body())
+	if again.Status != http.StatusCreated || again.JSON(t)["paymentId"] != id {
 		t.Fatalf("retry after the lost tail: %d %s, want 201 with %v", again.Status, again.Body, id)
 	}
-	if c := e.sim.Charges(); len(c) != 1 || c[0].RequestCount != 3 || e.chargesFor(id.(string)) == nil {
+	if c := e.Sim.Charges(); len(c) != 1 || c[0].RequestCount != 3 || e.ChargesFor(id.(string)) == nil {
 		t.Fatalf("charges %+v: want one charge of %v, asked three times", c, id)
 	}
 
 	// Another command, another key or another tenant: another payment.
-	other := e.post("k-tail-2", body("merchantReference", `"invoice-other"`))
-	if other.Status != http.StatusCreated || other.json(t)["paymentId"] == id {
+	other := e.Post("k-tail-2", servicetest.Body("merchantReference", `"invoice-other"`))
+	if other.Status != http.StatusCreated || other.JSON(t)["paymentId"] == id {
 		t.Fatalf("another key: %d %s", other.Status, other.Body)
 	}
-	loseTail(t, e.pool)
-	changed := e.post("k-tail", body("amount", `"12.00"`))
-	if changed.Status != http.StatusCreated || changed.json(t)["paymentId"] == id {
+	loseTail(t, e.Pool)
+	changed := e.Post("k-tail", servicetest.Body("amount", `"12.00"`))
+	if changed.Status != http.StatusCreated || changed.JSON(t)["paymentId"] == id {
 		t.Fatalf("the key with another command after the lost tail: %d %s", changed.Status, changed.Body)
 	}
-	tenantB := e.postAs(secretB, "k-tail", body())
-	if tenantB.Status != http.StatusCreated || tenantB.json(t)["paymentId"] == id {
+	tenantB := e.PostAs(secretB, "k-tail", servicetest.Body())
+	if tenantB.Status != http.StatusCreated || tenantB.JSON(t)["paymentId"] == id {
 		t.Fatalf("another tenant's key: %d %s", tenantB.Status, tenantB.Body)
 	}
-	if c := e.sim.Charges(); len(c) != 4 {
+	if c := e.Sim.Charges(); len(c) != 4 {
 		t.Fatalf("charges %+v: want four, one per payment", c)
 	}
 }
@@ -88,12 +89,12 @@ func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 	if first.Status != http.StatusCreated {
 		t.Fatalf("refund: %d %s", first.Status, first.Body)
 	}
-	refundID := first.json(t)["refundId"]
+	refundID := first.JSON(t)["refundId"]
 
 	manual := e.manualPayment("pm_card_visa", "inv-capture")
 	capturePath := "/payments/" + manual + "/capture"
 	capture := func() response {
-		return e.do("POST", capturePath, []byte(`{}`), map[string]string{
+		return e.Do("POST", capturePath, []byte(`{}`), map[string]string{
 			"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-capture", "Content-Type": "application/json",
 		})
 	}
@@ -102,34 +103,34 @@ func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 		t.Fatalf("capture: %d %s", captured.Status, captured.Body)
 	}
 	var captureID string // the answer is the payment: the capture's id is in the database
-	if err := e.pool.QueryRow(context.Background(), `SELECT id FROM payment_actions WHERE payment_id = $1`, manual).Scan(&captureID); err != nil {
+	if err := e.Pool.QueryRow(context.Background(), `SELECT id FROM payment_actions WHERE payment_id = $1`, manual).Scan(&captureID); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, err := e.pool.Exec(context.Background(),
+	if _, err := e.Pool.Exec(context.Background(),
 		`DELETE FROM idempotency_keys WHERE idempotency_key IN ('k-refund', 'k-capture')`); err != nil {
 		t.Fatal(err)
 	}
 	again := e.refund(paymentID, "k-refund", `{"amount":"3.00"}`)
-	if p := again.json(t); again.Status != http.StatusConflict || p["code"] != "IDEMPOTENCY_KEY_EXPIRED" || p["refundId"] != refundID {
+	if p := again.JSON(t); again.Status != http.StatusConflict || p["code"] != "IDEMPOTENCY_KEY_EXPIRED" || p["refundId"] != refundID {
 		t.Errorf("the refund's deleted key: %d %s, want 409 IDEMPOTENCY_KEY_EXPIRED naming %v", again.Status, again.Body, refundID)
 	}
 	recaptured := capture()
-	if p := recaptured.json(t); recaptured.Status != http.StatusConflict || p["code"] != "IDEMPOTENCY_KEY_EXPIRED" || p["captureId"] != captureID {
+	if p := recaptured.JSON(t); recaptured.Status != http.StatusConflict || p["code"] != "IDEMPOTENCY_KEY_EXPIRED" || p["captureId"] != captureID {
 		t.Errorf("the capture's deleted key: %d %s, want 409 IDEMPOTENCY_KEY_EXPIRED naming %v", recaptured.Status, recaptured.Body, captureID)
 	}
-	if n := e.count("refunds"); n != 1 {
+	if n := e.Count("refunds"); n != 1 {
 		t.Errorf("%d refunds, want 1", n)
 	}
 	if r := e.providerRefunds(e.chargeOf(paymentID)); len(r) != 1 || r[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, asked once", r)
 	}
-	if c := e.chargesFor(manual); len(c) != 1 || c[0].CaptureRequestCount != 1 {
+	if c := e.ChargesFor(manual); len(c) != 1 || c[0].CaptureRequestCount != 1 {
 		t.Errorf("provider charges of the manual payment %+v: want one, captured once", c)
 	}
 	// Another command under the refund's key is another refund.
 	other := e.refund(paymentID, "k-refund", `{"amount":"2.00"}`)
-	if other.Status != http.StatusCreated || other.json(t)["refundId"] == refundID {
+	if other.Status != http.StatusCreated || other.JSON(t)["refundId"] == refundID {
 		t.Errorf("another command under the deleted key: %d %s, want a new refund", other.Status, other.Body)
 	}
 }

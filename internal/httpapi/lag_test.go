@@ -14,6 +14,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // A provider whose lookups lag its creates, and whose refusals may hide a
@@ -85,17 +86,17 @@ func (l *laggingProvider) LookupRefund(ctx context.Context, req provider.RefundL
 // (scriptedProvider, outside the lag: "forward+refuse" creates the object,
 // then answers a refusal), and declares its lag (the script passes the
 // declaration on).
-func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...envOption) *env {
+func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...servicetest.Option) *env {
 	t.Helper()
 	lagging := &laggingProvider{lag: lag, created: map[string]time.Time{}}
 	opts = append(opts,
-		withProvider(func(p provider.Provider) provider.Provider {
+		servicetest.WithProvider(func(p provider.Provider) provider.Provider {
 			lagging.Provider = p
 			script.Provider = lagging
 			return script
 		}))
 	e := newEnv(t, opts...)
-	lagging.clock = e.clock
+	lagging.clock = e.Clock
 	return e
 }
 
@@ -104,7 +105,7 @@ func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...e
 func refusedButCharged(t *testing.T, lag time.Duration) (*env, string) {
 	t.Helper()
 	e := lagEnv(t, lag, &scriptedProvider{charges: []string{"forward+refuse"}})
-	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("send: %d %s", r.Status, r.Body)
 	}
 	return e, e.onlyPaymentID()
@@ -112,10 +113,10 @@ func refusedButCharged(t *testing.T, lag time.Duration) (*env, string) {
 
 // reconcile runs one reconciler pass and returns what it did.
 func (e *env) reconcile() idempotency.RecoveryStats {
-	e.t.Helper()
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	e.T.Helper()
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return stats
 }
@@ -131,24 +132,24 @@ func TestAbandonNeverCancelsAChargeTheLookupMisses(t *testing.T) {
 	lag := 5 * time.Minute
 	script := &scriptedProvider{charges: []string{"refuse", "forward+refuse"}}
 	e := lagEnv(t, lag, script)
-	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first send: %d %s", r.Status, r.Body)
 	}
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.ReplayTTL - 30*time.Second) // just before its abandon time
-	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+	e.Clock.Advance(e.Config.ReplayTTL - 30*time.Second) // just before its abandon time
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("the retry: %d %s", r.Status, r.Body)
 	}
 	// Past the abandon time, inside the lag, then past the lag.
 	for _, step := range []time.Duration{time.Minute, 2 * time.Minute, lag} {
-		e.clock.Advance(step)
+		e.Clock.Advance(step)
 		e.reconcile()
 		if s := e.state(id); s == payments.StateCanceled {
-			t.Fatalf("at %s: a charged payment was canceled", e.clock.Now())
+			t.Fatalf("at %s: a charged payment was canceled", e.Clock.Now())
 		}
 	}
 	e.assertChargedOnce(id)
-	if r := e.post("k-other", body()); r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
+	if r := e.Post("k-other", servicetest.Body()); r.Status != http.StatusConflict || r.JSON(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
 		t.Errorf("the invoice of the charged payment: %d %s", r.Status, r.Body)
 	}
 }
@@ -161,11 +162,11 @@ func TestAWebhookNeverPostponesTheRefusalsRecheck(t *testing.T) {
 	t.Parallel()
 	lag := 90 * time.Second
 	e, id := refusedButCharged(t, lag)
-	e.clock.Advance(5 * time.Second)
+	e.Clock.Advance(5 * time.Second)
 	// (Whatever the look answers: it cannot see the charge yet.)
-	got, err := e.core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: payments.ResourceType, ID: id})
+	got, err := e.Core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: payments.ResourceType, ID: id})
 	t.Logf("the webhook's look inside the lag: %q %v", got, err)
-	e.clock.Advance(lag)
+	e.Clock.Advance(lag)
 	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("the re-check after the lag: %v, want the payment succeeded", stats)
 	}
@@ -179,9 +180,9 @@ func TestAWebhookNeverPostponesTheRefusalsRecheck(t *testing.T) {
 func TestTheRefusalsRecheckWaitsOutTheLookupLag(t *testing.T) {
 	t.Parallel()
 	e, id := refusedButCharged(t, 90*time.Second)
-	e.clock.Advance(time.Minute)
+	e.Clock.Advance(time.Minute)
 	e.reconcile()
-	e.clock.Advance(time.Minute)
+	e.Clock.Advance(time.Minute)
 	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("two minutes after the refusal: %v, want the payment succeeded", stats)
 	}
@@ -195,26 +196,26 @@ func TestTheRefusalsRecheckWaitsOutTheLookupLag(t *testing.T) {
 // good. A certain answer is a resolved pass.
 func TestManyTrueRefusalsNeverHoldTheInvoiceForGood(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withRecovery(idempotency.RecoveryPolicy{MaxAttempts: 3}))
-	refused := body("paymentMethod", `"`+sim.MethodUnavailable+`"`)
+	e := newEnv(t, servicetest.WithRecovery(idempotency.RecoveryPolicy{MaxAttempts: 3}))
+	refused := servicetest.Body("paymentMethod", `"`+sim.MethodUnavailable+`"`)
 	for i := range 6 {
-		if r := e.post("k-1", refused); r.Status != http.StatusServiceUnavailable {
+		if r := e.Post("k-1", refused); r.Status != http.StatusServiceUnavailable {
 			t.Fatalf("send %d: %d %s", i, r.Status, r.Body)
 		}
-		e.clock.Advance(2 * time.Minute)
+		e.Clock.Advance(2 * time.Minute)
 		stats := e.reconcile()
 		if stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 			t.Fatalf("the look after refusal %d: %v, want one resolved pass", i, stats)
 		}
 	}
-	if n := e.count(`idempotency_keys WHERE manual_review_at IS NOT NULL`); n != 0 {
+	if n := e.Count(`idempotency_keys WHERE manual_review_at IS NOT NULL`); n != 0 {
 		t.Fatalf("%d keys marked for manual review", n)
 	}
-	e.clock.Advance(e.cfg.ReplayTTL)
+	e.Clock.Advance(e.Config.ReplayTTL)
 	if stats := e.reconcile(); stats[payments.OutcomeCanceled] != 1 {
 		t.Fatalf("after the abandon time: %v, want the payment canceled", stats)
 	}
-	if r := e.post("k-2", body()); r.Status != http.StatusCreated {
+	if r := e.Post("k-2", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Errorf("the invoice after the cancellation: %d %s", r.Status, r.Body)
 	}
 }
@@ -232,18 +233,18 @@ func TestARefusedButProcessedRefundIsFoundAfterTheLag(t *testing.T) {
 	if r := e.refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
-	e.clock.Advance(5 * time.Second) // and the webhook looks inside the lag
+	e.Clock.Advance(5 * time.Second) // and the webhook looks inside the lag
 	var refundID string
-	if err := e.pool.QueryRow(context.Background(), `SELECT id FROM refunds`).Scan(&refundID); err != nil {
+	if err := e.Pool.QueryRow(context.Background(), `SELECT id FROM refunds`).Scan(&refundID); err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: refunds.ResourceType, ID: refundID})
+	got, err := e.Core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: refunds.ResourceType, ID: refundID})
 	t.Logf("the webhook's look inside the lag: %q %v", got, err)
-	e.clock.Advance(time.Minute)
+	e.Clock.Advance(time.Minute)
 	e.reconcile()
-	e.clock.Advance(time.Minute)
+	e.Clock.Advance(time.Minute)
 	e.reconcile()
-	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "10.00" {
+	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
 		t.Fatalf("payment after the lag: refundedAmount %v, want 10.00", g["refundedAmount"])
 	}
 	if r := e.refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusConflict {
@@ -269,11 +270,11 @@ func TestARefundKeysAbandonTimeIsIgnored(t *testing.T) {
 	if r := e.refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
-	e.clock.Advance(2 * time.Minute)
+	e.Clock.Advance(2 * time.Minute)
 	if stats := e.reconcile(); stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 		t.Errorf("the look after the refusal: %v, want one resolved pass", stats)
 	}
-	e.clock.Advance(time.Hour)
+	e.Clock.Advance(time.Hour)
 	if stats := e.reconcile(); len(stats) != 0 {
 		t.Errorf("the reconciler keeps looking at a refund waiting for its client: %v", stats)
 	}

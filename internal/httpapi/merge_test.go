@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // Payments created at the same moment share their transactions (package
@@ -19,7 +20,7 @@ import (
 // provider lines the settles up as the claims were.
 func TestPaymentsCreatedTogetherAreWrittenByMergedStatements(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withSlowDelay(300*time.Millisecond), withCommitMode(idempotency.CommitGroup))
+	e := newEnv(t, servicetest.WithSlowDelay(300*time.Millisecond), servicetest.WithCommitMode(idempotency.CommitGroup))
 	const n, retries = 24, 6
 	var (
 		wg       sync.WaitGroup
@@ -32,13 +33,13 @@ func TestPaymentsCreatedTogetherAreWrittenByMergedStatements(t *testing.T) {
 		if i%6 == 5 {
 			method = `"pm_card_insufficientFunds"`
 		}
-		return body("merchantReference", fmt.Sprintf(`"inv-merge-%d"`, i), "paymentMethod", method)
+		return servicetest.Body("merchantReference", fmt.Sprintf(`"inv-merge-%d"`, i), "paymentMethod", method)
 	}
 	for i := range n {
-		wg.Go(func() { <-start; firsts[i] = e.post(fmt.Sprintf("k-merge-%d", i), payment(i)) })
+		wg.Go(func() { <-start; firsts[i] = e.Post(fmt.Sprintf("k-merge-%d", i), payment(i)) })
 	}
 	for i := range retries {
-		wg.Go(func() { <-start; repeated[i] = e.post(fmt.Sprintf("k-merge-%d", i), payment(i)) })
+		wg.Go(func() { <-start; repeated[i] = e.Post(fmt.Sprintf("k-merge-%d", i), payment(i)) })
 	}
 	close(start)
 	wg.Wait()
@@ -67,15 +68,15 @@ func TestPaymentsCreatedTogetherAreWrittenByMergedStatements(t *testing.T) {
 		"outbox_events WHERE event_type IN ('PaymentSucceeded', 'PaymentDeclined')":         n,
 		"idempotency_keys WHERE response_status IN (201, 402) AND completed_at IS NOT NULL": n,
 	} {
-		if got := e.count(what); got != want {
+		if got := e.Count(what); got != want {
 			t.Errorf("%s: %d, want %d", what, got, want)
 		}
 	}
-	if charges := e.sim.Charges(); len(charges) != n {
+	if charges := e.Sim.Charges(); len(charges) != n {
 		t.Errorf("%d charges, want %d", len(charges), n)
 	}
 	for _, kind := range []string{"claims", "steps"} {
-		got := e.metric("paymentsapi_group_commit_merged_batches_total", map[string]string{"kind": kind})
+		got := e.Metric("paymentsapi_group_commit_merged_batches_total", map[string]string{"kind": kind})
 		if got == 0 {
 			t.Errorf("no %s' batches merged: the test proved nothing", kind)
 		}
@@ -87,7 +88,7 @@ func TestPaymentsCreatedTogetherAreWrittenByMergedStatements(t *testing.T) {
 	// written by fewer transactions than payments, say the merges
 	// committed (a group of payments' batches is always merged).
 	for what, from := range map[string]string{"creations": "IS NULL", "settles": "= 'PROVIDER_REQUEST_SENT'"} {
-		if got := e.count("(SELECT DISTINCT xmin::text FROM payment_transitions WHERE from_state " + from + ") AS x"); got >= n {
+		if got := e.Count("(SELECT DISTINCT xmin::text FROM payment_transitions WHERE from_state " + from + ") AS x"); got >= n {
 			t.Errorf("the %d payments' %s were written by %d transactions: no merge committed", n, what, got)
 		}
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/units"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // TestResponsesConformToTheOpenAPISpec drives the whole API through real
@@ -50,22 +51,22 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 	groups := []struct {
 		name string
-		opts []envOption
+		opts []servicetest.Option
 		run  func(t *testing.T, c *conformance)
 	}{
 		{"create, replay, decline, conflicts, reads", nil, func(t *testing.T, c *conformance) {
 			created := c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			replay := c.check(specExchange{
-				name: "201 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				name: "201 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 			if !bytes.Equal(replay.Body, created.Body) {
 				t.Errorf("the replay is not the original body byte for byte:\n%s\n%s", created.Body, replay.Body)
 			}
-			declineBody := body("merchantReference", `"invoice-7782"`, "paymentMethod", `"pm_card_insufficientFunds"`)
+			declineBody := servicetest.Body("merchantReference", `"invoice-7782"`, "paymentMethod", `"pm_card_insufficientFunds"`)
 			c.check(specExchange{
 				name: "402 declined", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
 				status: 402, code: "PAYMENT_DECLINED",
@@ -76,10 +77,10 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			})
 			c.check(specExchange{
 				name: "422 key reused for another command", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"),
-				body: body("amount", `"11.00"`), status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+				body: servicetest.Body("amount", `"11.00"`), status: 422, code: "IDEMPOTENCY_KEY_REUSED",
 			})
 			c.check(specExchange{
-				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: createHeaders(secretA, "k-3"), body: body(),
+				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: createHeaders(secretA, "k-3"), body: servicetest.Body(),
 				status: 409, code: "DUPLICATE_MERCHANT_REFERENCE",
 			})
 
@@ -136,55 +137,55 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			textPlain["Content-Type"] = "text/plain"
 			// Valid JSON and a valid command, padded past 16 KiB: only the
 			// size is wrong, which no schema keyword can say.
-			tooLarge := body() + strings.Repeat(" ", 17<<10)
+			tooLarge := servicetest.Body() + strings.Repeat(" ", 17<<10)
 			for _, x := range []specExchange{
-				{name: "401 no credentials", header: noAuth, body: body(), status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
-				{name: "401 unknown secret", header: createHeaders("sk_test_unknown", "k"), body: body(), status: 401, code: "UNAUTHORIZED"},
-				{name: "400 key missing", header: noKey, body: body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "401 no credentials", header: noAuth, body: servicetest.Body(), status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
+				{name: "401 unknown secret", header: createHeaders("sk_test_unknown", "k"), body: servicetest.Body(), status: 401, code: "UNAUTHORIZED"},
+				{name: "400 key missing", header: noKey, body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
+				{name: "400 key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
 				{name: "400 malformed JSON", header: createHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
-				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
-				{name: "400 amount not a string", header: createHeaders(secretA, "k"), body: body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
-				{name: "400 too many fraction digits", header: createHeaders(secretA, "k"), body: body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
+				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: servicetest.Body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
+				{name: "400 amount not a string", header: createHeaders(secretA, "k"), body: servicetest.Body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 too many fraction digits", header: createHeaders(secretA, "k"), body: servicetest.Body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
 				{name: "413 body too large", header: createHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
-				{name: "415 wrong content type", header: textPlain, body: body(), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
+				{name: "415 wrong content type", header: textPlain, body: servicetest.Body(), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
 			} {
 				x.method, x.path = "POST", "/payments"
 				c.check(x)
 			}
-			if n := c.e.count("payments"); n != 0 {
+			if n := c.e.Count("payments"); n != 0 {
 				t.Errorf("rejected requests wrote %d payments", n)
 			}
 		}},
 
-		{"what the provider would refuse", []envOption{withSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
+		{"what the provider would refuse", []servicetest.Option{withSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
 			for _, x := range []specExchange{
 				{name: "400 amount not supported by the provider", header: createHeaders(secretA, "k-bhd"),
-					body: body("amount", `"1.234"`, "currency", `"BHD"`), status: 400, code: "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"},
+					body: servicetest.Body("amount", `"1.234"`, "currency", `"BHD"`), status: 400, code: "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"},
 				{name: "400 unknown test payment method", header: createHeaders(secretA, "k-typo"),
-					body: body("paymentMethod", `"pm_card_vsia"`), status: 400, code: "UNKNOWN_TEST_PAYMENT_METHOD"},
+					body: servicetest.Body("paymentMethod", `"pm_card_vsia"`), status: 400, code: "UNKNOWN_TEST_PAYMENT_METHOD"},
 			} {
 				x.method, x.path = "POST", "/payments"
 				c.check(x)
 			}
-			if n := c.e.count("payments"); n != 0 {
+			if n := c.e.Count("payments"); n != 0 {
 				t.Errorf("refused requests wrote %d payments", n)
 			}
 		}},
 
-		{"outcome unknown", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+		{"outcome unknown", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
 			r := c.check(specExchange{
 				name: "202 provider timed out", method: "POST", path: "/payments", header: createHeaders(secretA, "k-lost"),
-				body: body("paymentMethod", `"pm_sim_timeout_after_success"`), status: 202, headers: []string{"Location", "Retry-After"},
+				body: servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`), status: 202, headers: []string{"Location", "Retry-After"},
 			})
-			if got := r.json(t)["status"]; got != "PROCESSING" {
+			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
 			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
 		}},
 
-		{"the audit log", []envOption{withOperators(t)}, func(t *testing.T, c *conformance) {
-			if r := c.e.do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), createHeaders(secretA, "k-ep")); r.Status != 201 {
+		{"the audit log", []servicetest.Option{withOperators(t)}, func(t *testing.T, c *conformance) {
+			if r := c.e.Do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), createHeaders(secretA, "k-ep")); r.Status != 201 {
 				t.Fatalf("create an endpoint: %d %s", r.Status, r.Body)
 			}
 			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: bearer(operatorSecret), status: 200})
@@ -199,7 +200,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if r := c.e.refundAs(secretA, refunded, "ev-r", `{"amount":"1.00"}`); r.Status != 201 {
 				t.Fatalf("refund: %d %s", r.Status, r.Body)
 			}
-			rows, err := c.e.pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload FROM outbox_events`)
+			rows, err := c.e.Pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload FROM outbox_events`)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,7 +211,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.e.core.EventLog.FanOut(t.Context(), events); err != nil { // as the relay does
+			if err := c.e.Core.EventLog.FanOut(t.Context(), events); err != nil { // as the relay does
 				t.Fatal(err)
 			}
 			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: bearer(secretA), status: 200})
@@ -236,7 +237,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				specRejects: "security requirements failed"})
 		}},
 
-		{"refunds", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+		{"refunds", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
 			pay := c.e.pay("pm_card_visa", "inv-r")
 			refunds := "/payments/" + pay + "/refunds"
 			created := c.check(specExchange{
@@ -265,7 +266,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			lost := c.e.pay("pm_sim_refund_timeout_after_success", "inv-rl")
 			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: createHeaders(secretA, "r-5"),
 				body: `{"amount":"1.00"}`, status: 202})
-			notPaid := c.e.post("k-np", body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).json(t)["paymentId"].(string)
+			notPaid := c.e.Post("k-np", servicetest.Body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).JSON(t)["paymentId"].(string)
 			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: createHeaders(secretA, "r-6"),
 				body: `{"amount":"1.00"}`, status: 409, code: "PAYMENT_NOT_REFUNDABLE"})
 		}},
@@ -275,7 +276,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				name: "201 authorized", method: "POST", path: "/payments", header: createHeaders(secretA, "k-auth"),
 				body: manualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
 			})
-			if p := auth.json(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
+			if p := auth.JSON(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
 				t.Errorf("manual payment: %s, want REQUIRES_CAPTURE with capturableAmount and authorizationExpiresAt", auth.Body)
 			}
 			capture := auth.Header.Get("Location") + "/capture"
@@ -283,7 +284,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				name: "200 partial capture", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
 				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location"},
 			})
-			if p := captured.json(t); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "8.00" {
+			if p := captured.JSON(t); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "8.00" {
 				t.Errorf("capture: %s, want SUCCEEDED with capturedAmount 8.00", captured.Body)
 			}
 			replay := c.check(specExchange{
@@ -307,7 +308,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			noBody["Idempotency-Key"] = "c-3"
 			r := c.check(specExchange{name: "200 capture without a body", method: "POST", path: whole, header: noBody,
 				status: 200, headers: []string{"Location"}})
-			if got := r.json(t)["capturedAmount"]; got != "10.00" {
+			if got := r.JSON(t)["capturedAmount"]; got != "10.00" {
 				t.Errorf("capture without a body captured %v, want 10.00", got)
 			}
 
@@ -354,7 +355,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				name: "200 cancel", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
 				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location"},
 			})
-			if got := canceled.json(t)["status"]; got != "CANCELED" {
+			if got := canceled.JSON(t)["status"]; got != "CANCELED" {
 				t.Errorf("cancel: status %v, want CANCELED", got)
 			}
 			c.check(specExchange{name: "200 cancel replayed", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
@@ -388,26 +389,26 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 			// A canceled payment frees its merchant reference.
 			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: createHeaders(secretA, "k-again"),
-				body: body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
+				body: servicetest.Body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
 			// A payment refused before processing moved no money: canceled.
-			if r := c.e.post("pay-refused", body("merchantReference", `"inv-x4"`, "paymentMethod", `"pm_sim_unavailable"`)); r.Status != 503 {
+			if r := c.e.Post("pay-refused", servicetest.Body("merchantReference", `"inv-x4"`, "paymentMethod", `"pm_sim_unavailable"`)); r.Status != 503 {
 				t.Fatalf("refused payment: %d %s", r.Status, r.Body)
 			}
 			var refused string
-			if err := c.e.pool.QueryRow(t.Context(), `SELECT id FROM payments WHERE merchant_reference = 'inv-x4'`).Scan(&refused); err != nil {
+			if err := c.e.Pool.QueryRow(t.Context(), `SELECT id FROM payments WHERE merchant_reference = 'inv-x4'`).Scan(&refused); err != nil {
 				t.Fatal(err)
 			}
 			if got := c.check(specExchange{name: "200 cancel of a payment that moved no money", method: "POST", path: "/payments/" + refused + "/cancel",
-				header: createHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.json(t)["status"] != "CANCELED" {
+				header: createHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.JSON(t)["status"] != "CANCELED" {
 				t.Errorf("cancel of a refused payment: %s", got.Body)
 			}
 		}},
 
-		{"capture and cancel outcomes unknown or refused", []envOption{withProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
+		{"capture and cancel outcomes unknown or refused", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
 			lost := "/payments/" + c.e.manualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
 			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-1"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
-			if got := r.json(t)["status"]; got != "PROCESSING" {
+			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
 			c.check(specExchange{name: "200 get a payment whose capture is in doubt", method: "GET", path: lost, header: bearer(secretA), status: 200})
@@ -420,7 +421,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			faults.loseVoid(voidLost)
 			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: createHeaders(secretA, "x-2"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
-			if got := r.json(t)["status"]; got != "PROCESSING" {
+			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
 
@@ -430,7 +431,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				body: `{}`, status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"}})
 		}},
 
-		{"capture in flight", []envOption{withActionFaults(held)}, func(t *testing.T, c *conformance) {
+		{"capture in flight", []servicetest.Option{withActionFaults(held)}, func(t *testing.T, c *conformance) {
 			id := c.e.manualPayment("pm_card_visa", "inv-f1")
 			release := held.holdCapture(id)
 			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: createHeaders(secretA, "c-held"),
@@ -439,7 +440,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			done := make(chan struct{})
 			go func() { defer close(done); answer = c.send(original) }()
 			defer func() { release(); <-done }() // never leave the original running past the test
-			waitFor(t, func() bool { return c.e.count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			waitFor(t, func() bool { return c.e.Count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 			inUse := original
 			inUse.name, inUse.status, inUse.code, inUse.headers = "409 capture key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
 			c.check(inUse)
@@ -457,21 +458,21 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			canceled := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e2") + "/cancel"
 			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
-			expiring := c.e.post("k-e3", manualBody("inv-e3", "pm_card_visa"))
+			expiring := c.e.Post("k-e3", manualBody("inv-e3", "pm_card_visa"))
 			if expiring.Status != http.StatusCreated {
 				t.Fatalf("manual payment: %d %s", expiring.Status, expiring.Body)
 			}
-			c.e.clock.Advance(c.e.cfg.ReplayTTL)
+			c.e.Clock.Advance(c.e.Config.ReplayTTL)
 			c.check(specExchange{name: "409 capture key expired", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
 				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
 			c.check(specExchange{name: "409 cancel key expired", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
 				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
 
-			expiresAt, err := time.Parse(time.RFC3339Nano, expiring.json(t)["authorizationExpiresAt"].(string))
+			expiresAt, err := time.Parse(time.RFC3339Nano, expiring.JSON(t)["authorizationExpiresAt"].(string))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.e.clock.Advance(expiresAt.Sub(c.e.clock.Now()) + time.Second)
+			c.e.Clock.Advance(expiresAt.Sub(c.e.Clock.Now()) + time.Second)
 			payment := expiring.Header.Get("Location")
 			c.check(specExchange{name: "409 capture after the authorization expired", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-late"),
 				body: `{}`, status: 409, code: "AUTHORIZATION_EXPIRED"})
@@ -480,16 +481,16 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				body: `{}`, status: 200, headers: []string{"Location"}})
 		}},
 
-		{"original in flight", []envOption{withSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
+		{"original in flight", []servicetest.Option{servicetest.WithSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
 			slow := specExchange{
 				name: "201 slow original", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
-				body: body("paymentMethod", `"pm_sim_slow"`), status: 201, headers: []string{"Location"},
+				body: servicetest.Body("paymentMethod", `"pm_sim_slow"`), status: 201, headers: []string{"Location"},
 			}
 			var original response
 			done := make(chan struct{})
 			go func() { defer close(done); original = c.send(slow) }()
 			defer func() { <-done }() // never leave the original running past the test
-			waitFor(t, func() bool { return c.e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			waitFor(t, func() bool { return c.e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 			inUse := slow
 			inUse.name, inUse.status, inUse.code, inUse.headers = "409 key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
 			c.check(inUse)
@@ -504,32 +505,32 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		{"provider unavailable", nil, func(t *testing.T, c *conformance) {
 			r := c.check(specExchange{
 				name: "503 provider refused", method: "POST", path: "/payments", header: createHeaders(secretA, "k-down"),
-				body: body("paymentMethod", `"pm_sim_unavailable"`), status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"},
+				body: servicetest.Body("paymentMethod", `"pm_sim_unavailable"`), status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			if r.Status != 503 {
 				return
 			}
 			got := c.check(specExchange{name: "200 get a failed payment", method: "GET", path: "/payments/" + c.e.onlyPaymentID(), header: bearer(secretA), status: 200})
-			if s := got.json(t)["status"]; s != "FAILED" {
+			if s := got.JSON(t)["status"]; s != "FAILED" {
 				t.Errorf("payment after 503 PROVIDER_UNAVAILABLE: status %v, want FAILED", s)
 			}
 		}},
 
 		{"key past its replay window", nil, func(t *testing.T, c *conformance) {
 			c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: body(),
+				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
-			c.e.clock.Advance(c.e.cfg.ReplayTTL)
+			c.e.Clock.Advance(c.e.Config.ReplayTTL)
 			c.check(specExchange{
-				name: "409 key expired", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: body(),
+				name: "409 key expired", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: servicetest.Body(),
 				status: 409, code: "IDEMPOTENCY_KEY_EXPIRED",
 			})
 		}},
 
-		{"rate limited", []envOption{withRateLimit(1, 2)}, func(t *testing.T, c *conformance) {
+		{"rate limited", []servicetest.Option{servicetest.WithRateLimit(1, 2)}, func(t *testing.T, c *conformance) {
 			created := c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			payment := created.Header.Get("Location")
@@ -539,7 +540,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 					status: 429, code: "RATE_LIMITED", headers: []string{"Retry-After"}}
 			}
 			for _, x := range []specExchange{
-				limited("429 create", "POST", "/payments", body("merchantReference", `"inv-2"`), createHeaders(secretA, "k-2")),
+				limited("429 create", "POST", "/payments", servicetest.Body("merchantReference", `"inv-2"`), createHeaders(secretA, "k-2")),
 				limited("429 list", "GET", "/payments", "", bearer(secretA)),
 				limited("429 get", "GET", payment, "", bearer(secretA)),
 				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, createHeaders(secretA, "r-1")),
@@ -552,14 +553,14 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 		}},
 
-		{"stripe webhooks", []envOption{withStripeWebhooks(), withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+		{"stripe webhooks", []servicetest.Option{withStripeWebhooks(), servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
 			id := c.e.unknownPayment("k-lost", "inv-1")
 			event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
 			signedHeaders := func(payload []byte, secret string, at time.Time) map[string]string {
 				return map[string]string{"Content-Type": "application/json", "Stripe-Signature": webhook.GenerateTestSignedPayload(
 					&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header}
 			}
-			now := c.e.clock.Now()
+			now := c.e.Clock.Now()
 			c.check(specExchange{name: "400 bad signature", method: "POST", path: "/webhooks/stripe", body: string(event),
 				header: signedHeaders(event, "whsec_wrong", now), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
 			c.check(specExchange{name: "400 stale signature", method: "POST", path: "/webhooks/stripe", body: string(event),
@@ -582,9 +583,9 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		{"database unavailable", nil, func(t *testing.T, c *conformance) {
 			// The same wiring as TestDatabaseDownIs503: authentication works,
 			// the payments store and readiness check see a dead database.
-			c.e.url = c.e.deadStoreURL(false)
+			c.e.URL = c.e.DeadStoreURL(false)
 			c.check(specExchange{
-				name: "503 create", method: "POST", path: "/payments", header: createHeaders(secretA, "k"), body: body(),
+				name: "503 create", method: "POST", path: "/payments", header: createHeaders(secretA, "k"), body: servicetest.Body(),
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
@@ -698,7 +699,7 @@ func (c *conformance) check(x specExchange) response {
 
 // send only sends x: it may run on another goroutine.
 func (c *conformance) send(x specExchange) response {
-	return c.e.do(x.method, x.path, []byte(x.body), x.header)
+	return c.e.Do(x.method, x.path, []byte(x.body), x.header)
 }
 
 // verify checks the request and the answer of x against the spec, and the
@@ -712,7 +713,7 @@ func (c *conformance) verify(x specExchange, r response) {
 		t.Errorf("%s: %s %s: %s\nanswer: %d %v\n%.2000s", x.name, x.method, x.path, fmt.Sprintf(format, args...), r.Status, r.Header, r.Body)
 	}
 
-	req, err := http.NewRequest(x.method, c.e.url+x.path, bytes.NewReader([]byte(x.body)))
+	req, err := http.NewRequest(x.method, c.e.URL+x.path, bytes.NewReader([]byte(x.body)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -841,19 +842,19 @@ func (c *conformance) verify(x specExchange, r response) {
 
 // manualBody is the body of a manual payment: authorized only.
 func manualBody(reference, method string) string {
-	return strings.TrimSuffix(body("merchantReference", `"`+reference+`"`, "paymentMethod", `"`+method+`"`), "}") +
+	return strings.TrimSuffix(servicetest.Body("merchantReference", `"`+reference+`"`, "paymentMethod", `"`+method+`"`), "}") +
 		`,"captureMethod":"manual"}`
 }
 
 // manualPayment creates a manual payment as tenant A and returns its id,
 // once the provider authorized it.
 func (e *env) manualPayment(method, reference string) string {
-	e.t.Helper()
-	r := e.post("pay-"+reference, manualBody(reference, method))
-	if r.Status != http.StatusCreated || r.json(e.t)["status"] != "REQUIRES_CAPTURE" {
-		e.t.Fatalf("manual payment: %d %s", r.Status, r.Body)
+	e.T.Helper()
+	r := e.Post("pay-"+reference, manualBody(reference, method))
+	if r.Status != http.StatusCreated || r.JSON(e.T)["status"] != "REQUIRES_CAPTURE" {
+		e.T.Fatalf("manual payment: %d %s", r.Status, r.Body)
 	}
-	return r.json(e.t)["paymentId"].(string)
+	return r.JSON(e.T)["paymentId"].(string)
 }
 
 // actionFaults is the provider with faults in the captures and voids of
@@ -869,8 +870,8 @@ type actionFaults struct {
 }
 
 // withActionFaults puts f between the service and the simulator.
-func withActionFaults(f *actionFaults) envOption {
-	return withProvider(func(p provider.Provider) provider.Provider { f.Provider = p; return f })
+func withActionFaults(f *actionFaults) servicetest.Option {
+	return servicetest.WithProvider(func(p provider.Provider) provider.Provider { f.Provider = p; return f })
 }
 
 func (f *actionFaults) loseVoid(paymentID string) {

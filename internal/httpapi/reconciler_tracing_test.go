@@ -14,6 +14,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // The reconciler's work is traced too: each key it resolves is the root
@@ -22,16 +23,16 @@ import (
 func TestTheReconcilersEventsAreTraced(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if r := e.post("k-lost", body("paymentMethod", `"pm_sim_timeout_after_success"`)); r.Status != http.StatusAccepted {
+	if r := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`)); r.Status != http.StatusAccepted {
 		t.Fatalf("the lost answer: %d %s", r.Status, r.Body)
 	}
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Minute)
+	e.Clock.Advance(e.Config.Lease + time.Minute)
 
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	core := app.New(app.Deps{DB: e.pool, Provider: e.prov, Clock: e.clock, Log: testLogger(),
-		Metrics: metrics.New(prometheus.NewRegistry()), Tracer: tp}, e.cfg)
+	core := app.New(app.Deps{DB: e.Pool, Provider: e.Provider, Clock: e.Clock, Log: servicetest.TestLogger(),
+		Metrics: metrics.New(prometheus.NewRegistry()), Tracer: tp}, e.Config)
 	stats, err := core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
@@ -49,7 +50,7 @@ func TestTheReconcilersEventsAreTraced(t *testing.T) {
 		t.Errorf("the reconcile span has a parent %v: want a root", root.Parent)
 	}
 	var traceparent string
-	if err := e.pool.QueryRow(context.Background(), `SELECT COALESCE(traceparent, '') FROM outbox_events
+	if err := e.Pool.QueryRow(context.Background(), `SELECT COALESCE(traceparent, '') FROM outbox_events
 		WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, id).Scan(&traceparent); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 var errCrash = errors.New("injected crash")
@@ -33,20 +34,20 @@ func crashOnce() func(context.Context, string) error {
 
 // state returns the payment state and its count of transitions into to.
 func (e *env) state(paymentID string) payments.State {
-	e.t.Helper()
+	e.T.Helper()
 	var s payments.State
-	if err := e.pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE id = $1`, paymentID).Scan(&s); err != nil {
-		e.t.Fatal(err)
+	if err := e.Pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE id = $1`, paymentID).Scan(&s); err != nil {
+		e.T.Fatal(err)
 	}
 	return s
 }
 
 // onlyPaymentID returns the id of the one payment in the database.
 func (e *env) onlyPaymentID() string {
-	e.t.Helper()
+	e.T.Helper()
 	var id string
-	if err := e.pool.QueryRow(context.Background(), `SELECT id FROM payments`).Scan(&id); err != nil {
-		e.t.Fatal(err)
+	if err := e.Pool.QueryRow(context.Background(), `SELECT id FROM payments`).Scan(&id); err != nil {
+		e.T.Fatal(err)
 	}
 	return id
 }
@@ -54,22 +55,22 @@ func (e *env) onlyPaymentID() string {
 // assertChargedOnce checks that the payment ended SUCCEEDED with exactly one
 // charge that the provider was asked to create once, and one success event.
 func (e *env) assertChargedOnce(paymentID string) {
-	e.t.Helper()
+	e.T.Helper()
 	if s := e.state(paymentID); s != payments.StateCompleted {
-		e.t.Errorf("payment %s, want COMPLETED", s)
+		e.T.Errorf("payment %s, want COMPLETED", s)
 	}
-	charges := e.chargesFor(paymentID)
+	charges := e.ChargesFor(paymentID)
 	if len(charges) != 1 || charges[0].RequestCount != 1 {
-		e.t.Errorf("provider charges %+v: want one, created by one request", charges)
+		e.T.Errorf("provider charges %+v: want one, created by one request", charges)
 	}
-	if n := e.count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, paymentID); n != 1 {
-		e.t.Errorf("PaymentSucceeded events = %d, want 1", n)
+	if n := e.Count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, paymentID); n != 1 {
+		e.T.Errorf("PaymentSucceeded events = %d, want 1", n)
 	}
-	if n := e.count(`payment_transitions WHERE payment_id = $1 AND to_state = 'COMPLETED'`, paymentID); n != 1 {
-		e.t.Errorf("transitions to COMPLETED = %d, want 1", n)
+	if n := e.Count(`payment_transitions WHERE payment_id = $1 AND to_state = 'COMPLETED'`, paymentID); n != 1 {
+		e.T.Errorf("transitions to COMPLETED = %d, want 1", n)
 	}
-	if n := e.count("payments"); n != 1 {
-		e.t.Errorf("payments = %d, want 1", n)
+	if n := e.Count("payments"); n != 1 {
+		e.T.Errorf("payments = %d, want 1", n)
 	}
 }
 
@@ -88,20 +89,20 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 				t.Parallel()
 				var hooks payments.Hooks
 				install(&hooks)
-				e := newEnv(t, withHooks(hooks))
+				e := newEnv(t, servicetest.WithHooks(hooks))
 
-				if r := e.post("k-crash", body()); r.Status != http.StatusInternalServerError {
+				if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusInternalServerError {
 					t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 				}
 				id := e.onlyPaymentID()
 				// The dead owner's lease still runs: a retry is told to wait.
-				if r := e.post("k-crash", body()); r.Status != http.StatusConflict {
+				if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusConflict {
 					t.Fatalf("retry within the lease: %d %s", r.Status, r.Body)
 				}
-				e.clock.Advance(e.cfg.Lease + time.Second)
+				e.Clock.Advance(e.Config.Lease + time.Second)
 
 				if resolver == "reconciler" {
-					stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+					stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -113,18 +114,18 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 						t.Fatalf("reconciler: %v", stats)
 					}
 				}
-				final := e.post("k-crash", body())
-				if final.Status != http.StatusCreated || final.json(t)["status"] != "SUCCEEDED" {
+				final := e.Post("k-crash", servicetest.Body())
+				if final.Status != http.StatusCreated || final.JSON(t)["status"] != "SUCCEEDED" {
 					t.Fatalf("final answer %d %s", final.Status, final.Body)
 				}
-				again := e.post("k-crash", body())
+				again := e.Post("k-crash", servicetest.Body())
 				if !bytes.Equal(again.Body, final.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
 					t.Errorf("final answer not replayed: %s", again.Body)
 				}
 				e.assertChargedOnce(id)
 				// Every step is recorded, the claim's two included.
 				for _, move := range [][2]string{{"", "RECEIVED"}, {"RECEIVED", "PROVIDER_REQUEST_SENT"}} {
-					if n := e.count(`payment_transitions WHERE payment_id = $1 AND COALESCE(from_state, '') = $2 AND to_state = $3`,
+					if n := e.Count(`payment_transitions WHERE payment_id = $1 AND COALESCE(from_state, '') = $2 AND to_state = $3`,
 						id, move[0], move[1]); n != 1 {
 						t.Errorf("transitions %s -> %s: %d, want 1", move[0], move[1], n)
 					}
@@ -137,13 +138,13 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 // Many retries find the same stale key at once: exactly one takes it over.
 func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
-	e.post("k-stale", body())
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
+	e.Post("k-stale", servicetest.Body())
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	// The mechanism itself: concurrent TakeOver calls on the same seen token.
-	rec, err := idempotency.LoadByResource(context.Background(), e.pool, idempotency.Resource{Type: payments.ResourceType, ID: id})
+	rec, err := idempotency.LoadByResource(context.Background(), e.Pool, idempotency.Resource{Type: payments.ResourceType, ID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			_, ok, err := idempotency.TakeOver(context.Background(), e.pool, rec.ID, rec.FencingToken, e.clock.Now(), time.Second)
+			_, ok, err := idempotency.TakeOver(context.Background(), e.Pool, rec.ID, rec.FencingToken, e.Clock.Now(), time.Second)
 			if err != nil {
 				t.Error(err)
 			}
@@ -167,10 +168,10 @@ func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 
 	// Through the API: the winner's short lease has run out; twenty retries
 	// race for the key again.
-	e.clock.Advance(2 * time.Second)
+	e.Clock.Advance(2 * time.Second)
 	statuses := make([]int, 20)
 	for i := range statuses {
-		wg.Go(func() { statuses[i] = e.post("k-stale", body()).Status })
+		wg.Go(func() { statuses[i] = e.Post("k-stale", servicetest.Body()).Status })
 	}
 	wg.Wait()
 	var created int
@@ -186,7 +187,7 @@ func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	if created == 0 {
 		t.Errorf("nobody finished the payment: %v", statuses)
 	}
-	if got := e.metric("paymentsapi_idempotency_takeovers_total", nil); got != 1 {
+	if got := e.Metric("paymentsapi_idempotency_takeovers_total", nil); got != 1 {
 		t.Errorf("takeovers through the API = %v, want 1", got)
 	}
 	e.assertChargedOnce(id)
@@ -199,20 +200,20 @@ func TestFencedOutOriginalCannotOverwriteTheNewOwner(t *testing.T) {
 	t.Parallel()
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
 		if calls.Add(1) == 1 {
 			close(paused)
 			<-resume
 		}
 		return nil
-	}}), withProviderTimeout(2*time.Second))
+	}}), servicetest.WithProviderTimeout(2*time.Second))
 	original := make(chan response, 1)
-	go func() { original <- e.post("k-fence", body("paymentMethod", `"pm_card_chargeDeclined"`)) }()
+	go func() { original <- e.Post("k-fence", servicetest.Body("paymentMethod", `"pm_card_chargeDeclined"`)) }()
 	<-paused
 	id := e.onlyPaymentID()
 
-	e.clock.Advance(e.cfg.Lease + time.Second)
-	retry := e.post("k-fence", body("paymentMethod", `"pm_card_chargeDeclined"`))
+	e.Clock.Advance(e.Config.Lease + time.Second)
+	retry := e.Post("k-fence", servicetest.Body("paymentMethod", `"pm_card_chargeDeclined"`))
 	if retry.Status != http.StatusPaymentRequired {
 		t.Fatalf("retry after takeover: %d %s", retry.Status, retry.Body)
 	}
@@ -221,55 +222,55 @@ func TestFencedOutOriginalCannotOverwriteTheNewOwner(t *testing.T) {
 	if late.Status != retry.Status || !bytes.Equal(late.Body, retry.Body) {
 		t.Errorf("the fenced-out original answered %d %s, want the new owner's %s", late.Status, late.Body, retry.Body)
 	}
-	if n := e.count(`payment_transitions WHERE payment_id = $1 AND to_state = 'DECLINED'`, id); n != 1 {
+	if n := e.Count(`payment_transitions WHERE payment_id = $1 AND to_state = 'DECLINED'`, id); n != 1 {
 		t.Errorf("transitions to DECLINED = %d, want 1: the late owner wrote", n)
 	}
-	if n := e.count(`outbox_events WHERE event_type = 'PaymentDeclined'`); n != 1 {
+	if n := e.Count(`outbox_events WHERE event_type = 'PaymentDeclined'`); n != 1 {
 		t.Errorf("PaymentDeclined events = %d, want 1", n)
 	}
 	var token int64
-	if err := e.pool.QueryRow(context.Background(), `SELECT fencing_token FROM idempotency_keys`).Scan(&token); err != nil || token != 2 {
+	if err := e.Pool.QueryRow(context.Background(), `SELECT fencing_token FROM idempotency_keys`).Scan(&token); err != nil || token != 2 {
 		t.Errorf("fencing token %d, %v: want 2 (one takeover)", token, err)
 	}
 }
 
 func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond))
-	first := e.post("k-lost", body("paymentMethod", `"pm_sim_timeout_after_success"`))
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond))
+	first := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`))
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("got %d %s", first.Status, first.Body)
 	}
 	id := e.onlyPaymentID()
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
-	g := e.get(secretA, "/payments/"+id).json(t)
+	g := e.Get(secretA, "/payments/"+id).JSON(t)
 	if g["status"] != "SUCCEEDED" || g["providerReference"] == nil {
 		t.Errorf("after reconciliation: %v", g)
 	}
-	retry := e.post("k-lost", body("paymentMethod", `"pm_sim_timeout_after_success"`))
+	retry := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`))
 	if retry.Status != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("the reconciler's answer is not replayed: %d %s", retry.Status, retry.Body)
 	}
 	e.assertChargedOnce(id)
-	if e.metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "succeeded"}) != 1 {
+	if e.Metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "succeeded"}) != 1 {
 		t.Errorf("reconciler metric did not move")
 	}
 }
 
 func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}),
-		withRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Minute, Max: time.Hour}, MaxAttempts: 10}))
-	e.post("k-flaky", body("paymentMethod", `"pm_sim_lookup_flaky"`)) // charged, answer lost
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}),
+		servicetest.WithRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Minute, Max: time.Hour}, MaxAttempts: 10}))
+	e.Post("k-flaky", servicetest.Body("paymentMethod", `"pm_sim_lookup_flaky"`)) // charged, answer lost
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	reconcile := func() idempotency.RecoveryStats {
 		t.Helper()
-		stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+		stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,13 +286,13 @@ func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 		if s := e.state(id); s != payments.StateUnknown {
 			t.Fatalf("state %s", s)
 		}
-		e.clock.Advance(time.Duration(attempt) * time.Minute) // past the jittered backoff
+		e.Clock.Advance(time.Duration(attempt) * time.Minute) // past the jittered backoff
 	}
 	if stats := reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("after backoff: %v", stats)
 	}
 	e.assertChargedOnce(id)
-	if c := e.chargesFor(id); c[0].LookupCount != 3 {
+	if c := e.ChargesFor(id); c[0].LookupCount != 3 {
 		t.Errorf("lookups %d, want 3", c[0].LookupCount)
 	}
 }
@@ -301,55 +302,55 @@ func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 // payment for a person, keeping it PROCESSING.
 func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
-		withRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Second, Max: time.Second}, MaxAttempts: 3}))
-	e.post("k-old", body())
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
+		servicetest.WithRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Second, Max: time.Second}, MaxAttempts: 3}))
+	e.Post("k-old", servicetest.Body())
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.ProviderKeyWindow + time.Hour)
+	e.Clock.Advance(e.Config.ProviderKeyWindow + time.Hour)
 
 	outcomes := map[string]int{}
 	for range 5 {
-		stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+		stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for k, v := range stats {
 			outcomes[k] += v
 		}
-		e.clock.Advance(2 * time.Second)
+		e.Clock.Advance(2 * time.Second)
 	}
 	if outcomes[idempotency.OutcomeUnresolved] != 2 || outcomes[idempotency.OutcomeManualReview] != 1 {
 		t.Errorf("outcomes %v: want 2 unresolved then manual review, then nothing", outcomes)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Errorf("the reconciler created %d charges past the key window", n)
 	}
-	if n := e.count(`idempotency_keys WHERE manual_review_at IS NOT NULL AND recovery_attempts = 3`); n != 1 {
+	if n := e.Count(`idempotency_keys WHERE manual_review_at IS NOT NULL AND recovery_attempts = 3`); n != 1 {
 		t.Errorf("payment not marked for manual review")
 	}
-	if g := e.get(secretA, "/payments/"+id).json(t); g["status"] != "PROCESSING" {
+	if g := e.Get(secretA, "/payments/"+id).JSON(t); g["status"] != "PROCESSING" {
 		t.Errorf("status %v, want PROCESSING", g["status"])
 	}
 	// A client retry past the window may not create either.
-	if r := e.post("k-old", body()); r.Status != http.StatusAccepted {
+	if r := e.Post("k-old", servicetest.Body()); r.Status != http.StatusAccepted {
 		t.Errorf("retry past the window: %d %s", r.Status, r.Body)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Errorf("the retry created a charge past the key window")
 	}
-	if e.metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "manual_review"}) != 1 {
+	if e.Metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "manual_review"}) != 1 {
 		t.Errorf("manual review metric did not move")
 	}
-	if e.metric("paymentsapi_payments_manual_review", nil) != 1 || e.metric("paymentsapi_payments_unknown_outcome", nil) != 0 {
-		t.Errorf("manual review gauge %v, unknown gauge %v", e.metric("paymentsapi_payments_manual_review", nil),
-			e.metric("paymentsapi_payments_unknown_outcome", nil))
+	if e.Metric("paymentsapi_payments_manual_review", nil) != 1 || e.Metric("paymentsapi_payments_unknown_outcome", nil) != 0 {
+		t.Errorf("manual review gauge %v, unknown gauge %v", e.Metric("paymentsapi_payments_manual_review", nil),
+			e.Metric("paymentsapi_payments_unknown_outcome", nil))
 	}
 }
 
 func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 	t.Parallel()
 	var crashed sync.Map // the original of every payment dies after the provider answered
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: func(_ context.Context, id string) error {
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(_ context.Context, id string) error {
 		if _, seen := crashed.LoadOrStore(id, true); !seen {
 			return errCrash
 		}
@@ -357,14 +358,14 @@ func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 	}}))
 	const n = 30
 	for i := range n {
-		e.post(fmt.Sprintf("k-%d", i), body("merchantReference", fmt.Sprintf(`"inv-%d"`, i)))
+		e.Post(fmt.Sprintf("k-%d", i), servicetest.Body("merchantReference", fmt.Sprintf(`"inv-%d"`, i)))
 	}
-	reconcilers := []*idempotency.Reconciler{e.core.Reconciler}
+	reconcilers := []*idempotency.Reconciler{e.Core.Reconciler}
 	for range 3 {
-		_, core, _ := e.instance()
+		_, core, _ := e.Instance()
 		reconcilers = append(reconcilers, core.Reconciler)
 	}
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	var wg sync.WaitGroup
 	results := make([]idempotency.RecoveryStats, len(reconcilers))
@@ -392,16 +393,16 @@ func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 		t.Errorf("resolved %d (%v), want %d", total, results, n)
 	}
 	// Each payment was claimed by exactly one reconciler: one takeover each.
-	if got := e.count(`idempotency_keys WHERE fencing_token <> 2`); got != 0 {
+	if got := e.Count(`idempotency_keys WHERE fencing_token <> 2`); got != 0 {
 		t.Errorf("%d keys were claimed more than once", got)
 	}
-	if got := e.count(`payment_transitions WHERE to_state = 'COMPLETED'`); got != n {
+	if got := e.Count(`payment_transitions WHERE to_state = 'COMPLETED'`); got != n {
 		t.Errorf("transitions to COMPLETED = %d, want %d", got, n)
 	}
-	if got := e.count(`outbox_events WHERE event_type = 'PaymentSucceeded'`); got != n {
+	if got := e.Count(`outbox_events WHERE event_type = 'PaymentSucceeded'`); got != n {
 		t.Errorf("PaymentSucceeded events = %d, want %d", got, n)
 	}
-	for _, c := range e.sim.Charges() {
+	for _, c := range e.Sim.Charges() {
 		if c.RequestCount != 1 {
 			t.Errorf("charge %s created by %d requests", c.ID, c.RequestCount)
 		}
@@ -412,19 +413,19 @@ func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 // original finishes (LISTEN/NOTIFY), then gets its answer byte for byte.
 func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withSlowDelay(time.Second))
-	otherURL, _, otherReg := e.instance()
-	slow := body("paymentMethod", `"pm_sim_slow"`)
+	e := newEnv(t, servicetest.WithSlowDelay(time.Second))
+	otherURL, _, otherReg := e.Instance()
+	slow := servicetest.Body("paymentMethod", `"pm_sim_slow"`)
 	original := make(chan response, 1)
-	go func() { original <- e.post("k-wait", slow) }()
-	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	go func() { original <- e.Post("k-wait", slow) }()
+	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 
-	other := &env{t: t, url: otherURL}
-	noWait := other.post("k-wait", slow)
+	other := &env{&servicetest.Env{T: t, URL: otherURL}}
+	noWait := other.Post("k-wait", slow)
 	if noWait.Status != http.StatusConflict {
 		t.Fatalf("without Prefer: %d %s", noWait.Status, noWait.Body)
 	}
-	waited := other.do("POST", "/payments", []byte(slow), map[string]string{
+	waited := other.Do("POST", "/payments", []byte(slow), map[string]string{
 		"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-wait",
 		"Content-Type": "application/json", "Prefer": "wait=5",
 	})
@@ -436,10 +437,10 @@ func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 		t.Errorf("waited duplicate answered %d %s, want the original's %s", waited.Status, waited.Body, first.Body)
 	}
 	// It was woken by the original's NOTIFY, not by its own time running out.
-	other.reg = otherReg
-	if n := other.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "notified"}); n < 1 {
+	other.Registry = otherReg
+	if n := other.Metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "notified"}); n < 1 {
 		t.Errorf("the wait was not ended by a notification (notified = %v, timeout = %v)", n,
-			other.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}))
+			other.Metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}))
 	}
 }
 
@@ -447,20 +448,20 @@ func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 // when its wait runs out.
 func TestPreferWaitRunsOut(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withSlowDelay(3*time.Second))
-	slow := body("paymentMethod", `"pm_sim_slow"`)
+	e := newEnv(t, servicetest.WithSlowDelay(3*time.Second))
+	slow := servicetest.Body("paymentMethod", `"pm_sim_slow"`)
 	original := make(chan response, 1)
-	go func() { original <- e.post("k-wait", slow) }()
+	go func() { original <- e.Post("k-wait", slow) }()
 	defer func() { <-original }()
-	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
-	r := e.do("POST", "/payments", []byte(slow), map[string]string{
+	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	r := e.Do("POST", "/payments", []byte(slow), map[string]string{
 		"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-wait",
 		"Content-Type": "application/json", "Prefer": "wait=1",
 	})
-	if r.Status != http.StatusConflict || r.json(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
+	if r.Status != http.StatusConflict || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
 		t.Errorf("got %d %s", r.Status, r.Body)
 	}
-	if n := e.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}); n != 1 {
+	if n := e.Metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}); n != 1 {
 		t.Errorf("waits that timed out = %v, want 1: Prefer: wait was ignored", n)
 	}
 }
@@ -470,21 +471,21 @@ func TestPreferWaitRunsOut(t *testing.T) {
 // left to the reconciler, never charged again.
 func TestTakeoverWhenTheProviderCannotSayAnswers202(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
-	flaky := body("paymentMethod", `"pm_sim_lookup_flaky"`)
-	e.post("k-unsure", flaky)
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
+	flaky := servicetest.Body("paymentMethod", `"pm_sim_lookup_flaky"`)
+	e.Post("k-unsure", flaky)
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 
-	r := e.post("k-unsure", flaky)
-	if r.Status != http.StatusAccepted || r.json(t)["status"] != "PROCESSING" || r.Header.Get("Location") != "/payments/"+id {
+	r := e.Post("k-unsure", flaky)
+	if r.Status != http.StatusAccepted || r.JSON(t)["status"] != "PROCESSING" || r.Header.Get("Location") != "/payments/"+id {
 		t.Fatalf("got %d %v %s", r.Status, r.Header, r.Body)
 	}
 	if s := e.state(id); s != payments.StateUnknown {
 		t.Errorf("state %s, want UNKNOWN_REQUIRES_RECOVERY", s)
 	}
-	e.post("k-unsure", flaky) // second failing lookup: 202 again
-	if final := e.post("k-unsure", flaky); final.Status != http.StatusCreated {
+	e.Post("k-unsure", flaky) // second failing lookup: 202 again
+	if final := e.Post("k-unsure", flaky); final.Status != http.StatusCreated {
 		t.Fatalf("third retry: %d %s", final.Status, final.Body)
 	}
 	e.assertChargedOnce(id)
@@ -492,15 +493,15 @@ func TestTakeoverWhenTheProviderCannotSayAnswers202(t *testing.T) {
 
 func TestStateGaugesMove(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withSlowDelay(time.Second), withProviderTimeout(300*time.Millisecond))
-	gauge := func(name string) float64 { t.Helper(); return e.metric(name, nil) }
+	e := newEnv(t, servicetest.WithSlowDelay(time.Second), servicetest.WithProviderTimeout(300*time.Millisecond))
+	gauge := func(name string) float64 { t.Helper(); return e.Metric(name, nil) }
 
 	slow := make(chan response, 1)
 	go func() {
-		slow <- e.post("k-slow", body("paymentMethod", `"pm_sim_slow"`, "merchantReference", `"slow"`))
+		slow <- e.Post("k-slow", servicetest.Body("paymentMethod", `"pm_sim_slow"`, "merchantReference", `"slow"`))
 	}()
-	waitFor(t, func() bool { return e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
-	e.clock.Advance(10 * time.Second)
+	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	e.Clock.Advance(10 * time.Second)
 	if gauge("paymentsapi_idempotency_in_flight_keys") != 1 || gauge("paymentsapi_idempotency_unfinished_keys") != 1 ||
 		gauge("paymentsapi_idempotency_oldest_unfinished_key_age_seconds") != 10 {
 		t.Errorf("in flight: %v %v %v", gauge("paymentsapi_idempotency_in_flight_keys"),
@@ -514,7 +515,7 @@ func TestStateGaugesMove(t *testing.T) {
 		gauge("paymentsapi_idempotency_unfinished_keys") != 1 {
 		t.Errorf("unknown: %v, in flight %v", gauge("paymentsapi_payments_unknown_outcome"), gauge("paymentsapi_idempotency_in_flight_keys"))
 	}
-	if _, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil {
+	if _, err := e.Core.Reconciler.RunOnce(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
 	if gauge("paymentsapi_payments_unknown_outcome") != 0 || gauge("paymentsapi_idempotency_unfinished_keys") != 0 ||
@@ -534,15 +535,15 @@ type slowLookupProvider struct {
 }
 
 func (p *slowLookupProvider) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.Charge, error) {
-	p.e.clock.Advance(25 * time.Second)
+	p.e.Clock.Advance(25 * time.Second)
 	return p.Provider.Lookup(ctx, l)
 }
 
 func (p *slowLookupProvider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Charge, error) {
 	var until time.Time
-	if err := p.e.pool.QueryRow(ctx, `SELECT lease_expires_at FROM idempotency_keys`).Scan(&until); err == nil {
+	if err := p.e.Pool.QueryRow(ctx, `SELECT lease_expires_at FROM idempotency_keys`).Scan(&until); err == nil {
 		p.mu.Lock()
-		p.remaining = append(p.remaining, until.Sub(p.e.clock.Now()))
+		p.remaining = append(p.remaining, until.Sub(p.e.Clock.Now()))
 		p.mu.Unlock()
 	}
 	return p.Provider.Charge(ctx, req)
@@ -553,16 +554,16 @@ func (p *slowLookupProvider) Charge(ctx context.Context, req provider.ChargeRequ
 func TestOwnerRenewsItsLeaseBeforeCharging(t *testing.T) {
 	t.Parallel()
 	slow := &slowLookupProvider{}
-	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
-		withProvider(func(p provider.Provider) provider.Provider { slow.Provider = p; return slow }))
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
+		servicetest.WithProvider(func(p provider.Provider) provider.Provider { slow.Provider = p; return slow }))
 	slow.e = e
-	e.post("k-renew", body()) // dies after PROVIDER_REQUEST_SENT, before the provider call
-	e.clock.Advance(e.cfg.Lease + time.Second)
-	if r := e.post("k-renew", body()); r.Status != http.StatusCreated {
+	e.Post("k-renew", servicetest.Body()) // dies after PROVIDER_REQUEST_SENT, before the provider call
+	e.Clock.Advance(e.Config.Lease + time.Second)
+	if r := e.Post("k-renew", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Fatalf("takeover: %d %s", r.Status, r.Body)
 	}
-	if len(slow.remaining) != 1 || slow.remaining[0] != e.cfg.Lease {
-		t.Errorf("lease left when charging: %v, want a full %s", slow.remaining, e.cfg.Lease)
+	if len(slow.remaining) != 1 || slow.remaining[0] != e.Config.Lease {
+		t.Errorf("lease left when charging: %v, want a full %s", slow.remaining, e.Config.Lease)
 	}
 	e.assertChargedOnce(e.onlyPaymentID())
 }
@@ -574,7 +575,7 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 	pauseA, resumeA := make(chan struct{}), make(chan struct{})
 	pauseB, resumeB := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
 		switch calls.Add(1) {
 		case 1: // the original, after the provider charged
 			close(pauseA)
@@ -586,12 +587,12 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 		return nil
 	}}))
 	a := make(chan response, 1)
-	go func() { a <- e.post("k-token", body()) }()
+	go func() { a <- e.Post("k-token", servicetest.Body()) }()
 	<-pauseA
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 	b := make(chan response, 1)
-	go func() { b <- e.post("k-token", body()) }()
+	go func() { b <- e.Post("k-token", servicetest.Body()) }()
 	<-pauseB // B owns the key (token 2); the payment is still PROVIDER_REQUEST_SENT
 
 	close(resumeA)
@@ -617,8 +618,8 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 func TestARetryOfADeadOwnersKeyIsToldWhenItsLeaseEnds(t *testing.T) {
 	t.Parallel()
 	// A lease of 30 s, PROVIDER_TIMEOUT 5 s, RETRY_AFTER 1 s.
-	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}))
-	if r := e.post("k-dead", body()); r.Status != http.StatusInternalServerError {
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}))
+	if r := e.Post("k-dead", servicetest.Body()); r.Status != http.StatusInternalServerError {
 		t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 	}
 	retry := func(header ...string) string {
@@ -627,8 +628,8 @@ func TestARetryOfADeadOwnersKeyIsToldWhenItsLeaseEnds(t *testing.T) {
 		for i := 0; i+1 < len(header); i += 2 {
 			h[header[i]] = header[i+1]
 		}
-		r := e.do("POST", "/payments", []byte(body()), h)
-		if r.Status != http.StatusConflict || r.json(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
+		r := e.Do("POST", "/payments", []byte(servicetest.Body()), h)
+		if r.Status != http.StatusConflict || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
 			t.Fatalf("retry within the lease: %d %s", r.Status, r.Body)
 		}
 		return r.Header.Get("Retry-After")
@@ -636,19 +637,19 @@ func TestARetryOfADeadOwnersKeyIsToldWhenItsLeaseEnds(t *testing.T) {
 	if got := retry(); got != "1" {
 		t.Errorf("at once: Retry-After %q, want 1 (the owner was heard from a moment ago)", got)
 	}
-	e.clock.Advance(6 * time.Second)
+	e.Clock.Advance(6 * time.Second)
 	if got := retry(); got != "1" {
 		t.Errorf("after 6 s: Retry-After %q, want 1 (silent no longer than a call and RetryAfter)", got)
 	}
-	e.clock.Advance(7*time.Second + 500*time.Millisecond) // 16.5 s of the lease left
+	e.Clock.Advance(7*time.Second + 500*time.Millisecond) // 16.5 s of the lease left
 	if got := retry(); got != "17" {
 		t.Errorf("after 13.5 s: Retry-After %q, want 17 (the lease's 16.5 s left, rounded up)", got)
 	}
 	if got := retry("Prefer", "wait=1"); got != "17" {
 		t.Errorf("after 13.5 s and a wait nothing woke: Retry-After %q, want 17", got)
 	}
-	e.clock.Advance(17 * time.Second) // as told: the key is taken over
-	if r := e.post("k-dead", body()); r.Status != http.StatusCreated {
+	e.Clock.Advance(17 * time.Second) // as told: the key is taken over
+	if r := e.Post("k-dead", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Errorf("the retry that came back when told: %d %s", r.Status, r.Body)
 	}
 }

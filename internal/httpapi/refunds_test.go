@@ -11,36 +11,37 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // pay creates a payment of 10.00 EUR with method as tenant A and returns
 // its id; it must succeed.
 func (e *env) pay(method, ref string) string {
-	e.t.Helper()
-	r := e.post("pay-"+ref, body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+method+`"`))
+	e.T.Helper()
+	r := e.Post("pay-"+ref, servicetest.Body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+method+`"`))
 	if r.Status != http.StatusCreated {
-		e.t.Fatalf("payment: %d %s", r.Status, r.Body)
+		e.T.Fatalf("payment: %d %s", r.Status, r.Body)
 	}
-	return r.json(e.t)["paymentId"].(string)
+	return r.JSON(e.T)["paymentId"].(string)
 }
 
 // refund sends POST /payments/{id}/refunds as secret with key.
 func (e *env) refundAs(secret, paymentID, key, body string) response {
-	e.t.Helper()
-	return e.do("POST", "/payments/"+paymentID+"/refunds", []byte(body), map[string]string{
+	e.T.Helper()
+	return e.Do("POST", "/payments/"+paymentID+"/refunds", []byte(body), map[string]string{
 		"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json",
 	})
 }
 
 func (e *env) refund(paymentID, key, body string) response {
-	e.t.Helper()
+	e.T.Helper()
 	return e.refundAs(secretA, paymentID, key, body)
 }
 
 // providerRefunds returns the simulator's refunds of a charge.
 func (e *env) providerRefunds(chargeID string) []sim.RefundRecord {
 	var out []sim.RefundRecord
-	for _, r := range e.sim.Refunds() {
+	for _, r := range e.Sim.Refunds() {
 		if r.ChargeID == chargeID {
 			out = append(out, r)
 		}
@@ -49,8 +50,8 @@ func (e *env) providerRefunds(chargeID string) []sim.RefundRecord {
 }
 
 func (e *env) chargeOf(paymentID string) string {
-	e.t.Helper()
-	return e.get(secretA, "/payments/"+paymentID).json(e.t)["providerReference"].(string)
+	e.T.Helper()
+	return e.Get(secretA, "/payments/"+paymentID).JSON(e.T)["providerReference"].(string)
 }
 
 // Every row of the refund contract that is not about concurrency.
@@ -63,7 +64,7 @@ func TestRefundContract(t *testing.T) {
 	if created.Status != http.StatusCreated {
 		t.Fatalf("refund: %d %s", created.Status, created.Body)
 	}
-	v := created.json(t)
+	v := created.JSON(t)
 	refundID, _ := v["refundId"].(string)
 	if v["status"] != "SUCCEEDED" || v["amount"] != "3.00" || v["currency"] != "EUR" || v["paymentId"] != pay ||
 		created.Header.Get("Location") != "/payments/"+pay+"/refunds/"+refundID || v["providerReference"] == nil {
@@ -73,10 +74,10 @@ func TestRefundContract(t *testing.T) {
 	if len(provRefunds) != 1 || provRefunds[0].IdempotencyKey != refunds.ProviderKey(refundID) || provRefunds[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, keyed by the refund", provRefunds)
 	}
-	if n := e.metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "refund", "outcome": "succeeded"}); n != 1 {
+	if n := e.Metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "refund", "outcome": "succeeded"}); n != 1 {
 		t.Errorf("refund calls measured: %v, want 1", n)
 	}
-	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "3.00" {
+	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "3.00" {
 		t.Errorf("payment refundedAmount %v", g["refundedAmount"])
 	}
 
@@ -86,7 +87,7 @@ func TestRefundContract(t *testing.T) {
 		t.Errorf("replay: %d %s", replay.Status, replay.Body)
 	}
 	// Same key, another command.
-	if r := e.refund(pay, "r-1", `{"amount":"4.00"}`); r.Status != http.StatusUnprocessableEntity || r.json(t)["code"] != "IDEMPOTENCY_KEY_REUSED" {
+	if r := e.refund(pay, "r-1", `{"amount":"4.00"}`); r.Status != http.StatusUnprocessableEntity || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_REUSED" {
 		t.Errorf("reused: %d %s", r.Status, r.Body)
 	}
 	// The payment's own key string is another operation's key.
@@ -95,7 +96,7 @@ func TestRefundContract(t *testing.T) {
 	}
 	// More than is left (10 - 3 - 1 = 6): refused, not stored.
 	over := e.refund(pay, "r-over", `{"amount":"6.01"}`)
-	if over.Status != http.StatusConflict || over.json(t)["code"] != "REFUND_EXCEEDS_REFUNDABLE" || over.json(t)["refundableAmount"] != "6.00" {
+	if over.Status != http.StatusConflict || over.JSON(t)["code"] != "REFUND_EXCEEDS_REFUNDABLE" || over.JSON(t)["refundableAmount"] != "6.00" {
 		t.Errorf("over: %d %s", over.Status, over.Body)
 	}
 	if r := e.refund(pay, "r-over", `{"amount":"6.00"}`); r.Status != http.StatusCreated {
@@ -103,31 +104,31 @@ func TestRefundContract(t *testing.T) {
 	}
 
 	// Lists and reads, tenant-scoped.
-	list := e.get(secretA, "/payments/"+pay+"/refunds").json(t)["items"].([]any)
+	list := e.Get(secretA, "/payments/"+pay+"/refunds").JSON(t)["items"].([]any)
 	if len(list) != 3 {
 		t.Errorf("%d refunds listed, want 3", len(list))
 	}
-	if r := e.get(secretA, "/payments/"+pay+"/refunds/"+refundID); r.Status != http.StatusOK || r.json(t)["refundId"] != refundID {
+	if r := e.Get(secretA, "/payments/"+pay+"/refunds/"+refundID); r.Status != http.StatusOK || r.JSON(t)["refundId"] != refundID {
 		t.Errorf("get: %d %s", r.Status, r.Body)
 	}
 	for _, path := range []string{"/payments/" + pay + "/refunds/" + refundID, "/payments/" + pay + "/refunds"} {
-		if r := e.get(secretB, path); r.Status != http.StatusNotFound || r.json(t)["code"] != "NOT_FOUND" {
+		if r := e.Get(secretB, path); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
 			t.Errorf("another tenant reads %s: %d", path, r.Status)
 		}
 	}
 	if r := e.refundAs(secretB, pay, "r-b", `{"amount":"1.00"}`); r.Status != http.StatusNotFound {
 		t.Errorf("another tenant refunds: %d %s", r.Status, r.Body)
 	}
-	if r := e.refund("pay_nope", "r-x", `{"amount":"1.00"}`); r.Status != http.StatusNotFound || r.json(t)["code"] != "NOT_FOUND" {
+	if r := e.refund("pay_nope", "r-x", `{"amount":"1.00"}`); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
 		t.Errorf("unknown payment: %d %s", r.Status, r.Body)
 	}
 
 	// A payment that did not succeed cannot be refunded; nothing is stored.
-	declinedPay := e.post("pay-d", body("merchantReference", `"inv-d"`, "paymentMethod", `"pm_card_chargeDeclined"`)).json(t)["paymentId"].(string)
-	if r := e.refund(declinedPay, "r-d", `{"amount":"1.00"}`); r.Status != http.StatusConflict || r.json(t)["code"] != "PAYMENT_NOT_REFUNDABLE" {
+	declinedPay := e.Post("pay-d", servicetest.Body("merchantReference", `"inv-d"`, "paymentMethod", `"pm_card_chargeDeclined"`)).JSON(t)["paymentId"].(string)
+	if r := e.refund(declinedPay, "r-d", `{"amount":"1.00"}`); r.Status != http.StatusConflict || r.JSON(t)["code"] != "PAYMENT_NOT_REFUNDABLE" {
 		t.Errorf("declined payment: %d %s", r.Status, r.Body)
 	}
-	if n := e.count(`idempotency_keys WHERE operation = $1 AND idempotency_key = 'r-d'`, refunds.OperationCreate); n != 0 {
+	if n := e.Count(`idempotency_keys WHERE operation = $1 AND idempotency_key = 'r-d'`, refunds.OperationCreate); n != 0 {
 		t.Errorf("a refused refund stored its key")
 	}
 
@@ -151,12 +152,12 @@ func TestRefundContract(t *testing.T) {
 		if b.key != "" {
 			h["Idempotency-Key"] = b.key
 		}
-		r := e.do("POST", "/payments/"+pay+"/refunds", []byte(b.body), h)
-		if r.Status != b.status || r.json(t)["code"] != b.code {
+		r := e.Do("POST", "/payments/"+pay+"/refunds", []byte(b.body), h)
+		if r.Status != b.status || r.JSON(t)["code"] != b.code {
 			t.Errorf("%s %.40s: %d %s, want %d %s", b.ctype, b.body, r.Status, r.Body, b.status, b.code)
 		}
 	}
-	if n := e.count(`idempotency_keys WHERE idempotency_key = 'r-bad'`); n != 0 {
+	if n := e.Count(`idempotency_keys WHERE idempotency_key = 'r-bad'`); n != 0 {
 		t.Errorf("a bad request stored its key")
 	}
 }
@@ -168,7 +169,7 @@ func TestDeclinedRefundIsStoredAndFreesItsAmount(t *testing.T) {
 	e := newEnv(t)
 	pay := e.pay(sim.MethodRefundDeclined, "inv-1")
 	first := e.refund(pay, "r-1", `{"amount":"10.00"}`)
-	if first.Status != http.StatusPaymentRequired || first.json(t)["code"] != "REFUND_DECLINED" || first.json(t)["refundId"] == nil {
+	if first.Status != http.StatusPaymentRequired || first.JSON(t)["code"] != "REFUND_DECLINED" || first.JSON(t)["refundId"] == nil {
 		t.Fatalf("declined: %d %s", first.Status, first.Body)
 	}
 	again := e.refund(pay, "r-1", `{"amount":"10.00"}`)
@@ -180,7 +181,7 @@ func TestDeclinedRefundIsStoredAndFreesItsAmount(t *testing.T) {
 	if r := e.refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusPaymentRequired {
 		t.Errorf("after a decline: %d %s", r.Status, r.Body)
 	}
-	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "0.00" {
+	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "0.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
@@ -217,7 +218,7 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 	if sum != 1000 {
 		t.Errorf("the provider refunded %d cents of a 1000-cent payment", sum)
 	}
-	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "10.00" {
+	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
@@ -249,7 +250,7 @@ func TestConcurrentSameKeyRefundsOnce(t *testing.T) {
 	if len(got) != 1 || got[0].RequestCount != 1 || got[0].AmountMinor != 250 {
 		t.Errorf("provider refunds %+v: want one of 250, created by one request", got)
 	}
-	if n := e.count("refunds"); n != 1 {
+	if n := e.Count("refunds"); n != 1 {
 		t.Errorf("%d refunds stored", n)
 	}
 }
@@ -259,28 +260,28 @@ func TestConcurrentSameKeyRefundsOnce(t *testing.T) {
 // resolved answer; the ledger event is written once.
 func TestUnknownRefundIsResolvedByTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond))
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond))
 	pay := e.pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
 	first := e.refund(pay, "r-1", `{"amount":"4.00"}`)
-	if first.Status != http.StatusAccepted || first.json(t)["status"] != "PROCESSING" || first.Header.Get("Retry-After") == "" {
+	if first.Status != http.StatusAccepted || first.JSON(t)["status"] != "PROCESSING" || first.Header.Get("Retry-After") == "" {
 		t.Fatalf("lost answer: %d %s", first.Status, first.Body)
 	}
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats["succeeded"] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
 	retry := e.refund(pay, "r-1", `{"amount":"4.00"}`)
-	if retry.Status != http.StatusCreated || retry.json(t)["status"] != "SUCCEEDED" {
+	if retry.Status != http.StatusCreated || retry.JSON(t)["status"] != "SUCCEEDED" {
 		t.Errorf("retry after reconciliation: %d %s", retry.Status, retry.Body)
 	}
 	got := e.providerRefunds(e.chargeOf(pay))
 	if len(got) != 1 || got[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, created by one request", got)
 	}
-	if n := e.count(`outbox_events WHERE event_type = 'RefundSucceeded'`); n != 1 {
+	if n := e.Count(`outbox_events WHERE event_type = 'RefundSucceeded'`); n != 1 {
 		t.Errorf("RefundSucceeded events = %d", n)
 	}
-	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "4.00" {
+	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }

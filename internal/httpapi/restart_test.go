@@ -36,6 +36,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // privateCluster starts a PostgreSQL server for t alone (one a test may
@@ -182,8 +183,8 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 		ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second,
 		Recovery: idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 500 * time.Millisecond}, MaxAttempts: 100},
 	}
-	urlA, coreA, regA := startInstance(t, pool, prov, clock.System{}, cfg, httpapi.RateLimit{})
-	urlB, _, regB := startInstance(t, pool, prov, clock.System{}, cfg, httpapi.RateLimit{})
+	urlA, coreA, regA := servicetest.StartInstance(t, pool, prov, clock.System{}, cfg, httpapi.RateLimit{})
+	urlB, _, regB := servicetest.StartInstance(t, pool, prov, clock.System{}, cfg, httpapi.RateLimit{})
 	// The first instance's workers, as cmd/paymentsapi runs them, with the
 	// outbox reader OUTBOX_RELAY names (auto: the stream here). The crash
 	// ends the relay's session, and it reconnects, after at most a
@@ -194,7 +195,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	published := &publishedSet{ids: map[string]int{}}
-	rl, _, err := relay.New(reader, outbox.RelayDeps{ConnString: cluster.URL("payments"), DB: pool, Publisher: published, Clock: clock.System{}, Log: testLogger()},
+	rl, _, err := relay.New(reader, outbox.RelayDeps{ConnString: cluster.URL("payments"), DB: pool, Publisher: published, Clock: clock.System{}, Log: servicetest.TestLogger()},
 		outbox.SendConfig{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +280,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	clients.Wait()
 	lookups := 0.0
 	for _, reg := range []*prometheus.Registry{regA, regB} {
-		lookups += (&env{t: t, reg: reg}).metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "lookup"})
+		lookups += (&servicetest.Env{T: t, Registry: reg}).Metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "lookup"})
 	}
 	t.Logf("crash while %s was at the provider; %d payments before the crash, %d by the end of the outage, %d in all; %d answers 503; %v provider lookups",
 		slowKey, before, restarted, done.Load(), unavailable.Load(), lookups)
@@ -377,11 +378,11 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	if err != nil || status != http.StatusCreated || !bytes.Equal(waited, first) {
 		t.Errorf("waiting duplicate: %d %s %v, want the original's %s", status, waited, err, first)
 	}
-	e := &env{t: t, reg: regB}
-	if n := e.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "notified"}); n < 1 {
+	e := &servicetest.Env{T: t, Registry: regB}
+	if n := e.Metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "notified"}); n < 1 {
 		t.Errorf("the wait on B was not ended by a notification (lease_expired %v, timeout %v)",
-			e.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "lease_expired"}),
-			e.metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}))
+			e.Metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "lease_expired"}),
+			e.Metric("paymentsapi_idempotency_waits_total", map[string]string{"result": "timeout"}))
 	}
 
 	// The relay got through the outage too: every event in the outbox

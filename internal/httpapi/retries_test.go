@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"maps"
 	"net/http"
 	"testing"
@@ -20,7 +21,7 @@ func TestRetriesWriteNothing(t *testing.T) {
 	counts := func() map[string]int {
 		c := map[string]int{}
 		for _, table := range tables {
-			c[table] = e.count(table)
+			c[table] = e.Count(table)
 		}
 		return c
 	}
@@ -31,14 +32,14 @@ func TestRetriesWriteNothing(t *testing.T) {
 	}
 	before := counts()
 	for range 3 {
-		if r := e.post("pay-inv-retry", body("merchantReference", `"inv-retry"`, "paymentMethod", `"pm_card_visa"`)); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		if r := e.Post("pay-inv-retry", servicetest.Body("merchantReference", `"inv-retry"`, "paymentMethod", `"pm_card_visa"`)); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("payment replay: %d %v %s", r.Status, r.Header, r.Body)
 		}
 		if r := e.refund(pay, "r-retry", `{"amount":"2.50"}`); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("refund replay: %d %v %s", r.Status, r.Header, r.Body)
 		}
 	}
-	if r := e.post("pay-inv-retry", body("merchantReference", `"inv-other"`)); r.Status != http.StatusUnprocessableEntity {
+	if r := e.Post("pay-inv-retry", servicetest.Body("merchantReference", `"inv-other"`)); r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("payment key reused: %d %s", r.Status, r.Body)
 	}
 	if r := e.refund(pay, "r-retry", `{"amount":"1.00"}`); r.Status != http.StatusUnprocessableEntity {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // roundTrips records every statement and batch that reaches PostgreSQL
@@ -127,7 +128,7 @@ func TestEachStepIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	trips, writes := &roundTrips{}, &flushes{}
-	cfg := e.pool.Config()
+	cfg := e.Pool.Config()
 	cfg.MaxConns = 1
 	// pgxpool pings a connection idle for over a second when it hands it
 	// out: a write the tracer does not see. Under load a request may wait
@@ -140,7 +141,7 @@ func TestEachStepIsOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e.url, _, _ = startInstance(t, pool, e.prov, e.clock, e.cfg, e.limit)
+	e.URL, _, _ = servicetest.StartInstance(t, pool, e.Provider, e.Clock, e.Config, e.RateLimit)
 	// The instance's listener connects with the pool's configuration, so
 	// its round trips are counted too: wait until it listens, or its LISTEN
 	// would be counted against whichever request it happened beside.
@@ -162,7 +163,7 @@ func TestEachStepIsOneRoundTrip(t *testing.T) {
 		}
 	}
 	for range 2 { // fills the API-key cache and the statement cache (a replay's read too)
-		if r := e.post("k-warm", body("merchantReference", `"inv-warm"`)); r.Status != http.StatusCreated {
+		if r := e.Post("k-warm", servicetest.Body("merchantReference", `"inv-warm"`)); r.Status != http.StatusCreated {
 			t.Fatalf("warm-up: %d %s", r.Status, r.Body)
 		}
 	}
@@ -173,17 +174,17 @@ func TestEachStepIsOneRoundTrip(t *testing.T) {
 	if pgtest.CommitMode() == idempotency.CommitInline {
 		newTrips, replayTrips = 5, 4
 	}
-	if r := e.post("k-new", body()); r.Status != http.StatusCreated {
+	if r := e.Post("k-new", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Fatalf("new payment: %d %s", r.Status, r.Body)
 	}
 	expect("a new payment", newTrips)
 	for i := range 2 {
-		if r := e.post("k-new", body()); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		if r := e.Post("k-new", servicetest.Body()); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("replay: %d %v %s", r.Status, r.Header, r.Body)
 		}
 		expect(fmt.Sprintf("replay %d", i+1), replayTrips)
 	}
-	if r := e.post("k-after", body("merchantReference", `"inv-after"`)); r.Status != http.StatusCreated {
+	if r := e.Post("k-after", servicetest.Body("merchantReference", `"inv-after"`)); r.Status != http.StatusCreated {
 		t.Fatalf("new payment after the replays: %d %s", r.Status, r.Body)
 	}
 	expect("a new payment after the replays", newTrips)

@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // The spec is the contract of whatever is registered: every route the
@@ -26,7 +27,7 @@ import (
 func TestEveryRouteIsInTheSpec(t *testing.T) {
 	t.Parallel()
 	core := app.New(app.Deps{
-		Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: testLogger(),
+		Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clock.System{}, Log: servicetest.TestLogger(),
 		Metrics: metrics.New(prometheus.NewRegistry()),
 	}, app.Config{StripeWebhookSecret: "whsec_test"})
 	srv := httpapi.NewServer(core.HTTPDeps(httpapi.Deps{}))

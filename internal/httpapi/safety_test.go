@@ -11,6 +11,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // scriptedProvider answers each charge and lookup as its script says, in
@@ -77,8 +78,8 @@ func (s *scriptedProvider) Refund(ctx context.Context, req provider.RefundReques
 	}
 }
 
-func withScript(s *scriptedProvider) envOption {
-	return withProvider(func(p provider.Provider) provider.Provider { s.Provider = p; return s })
+func withScript(s *scriptedProvider) servicetest.Option {
+	return servicetest.WithProvider(func(p provider.Provider) provider.Provider { s.Provider = p; return s })
 }
 
 // The provider processed the charge but the answer the service saw was a
@@ -89,20 +90,20 @@ func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"forward+refuse"}}
 	e := newEnv(t, withScript(script))
-	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
 	id := e.onlyPaymentID()
-	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+	if stats, _ := e.Core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
 		t.Errorf("the reconciler looked before the grace: %v", stats)
 	}
-	e.clock.Advance(2 * time.Minute)
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	e.Clock.Advance(2 * time.Minute)
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler after the grace: %v %v", stats, err)
 	}
 	e.assertChargedOnce(id)
-	if r := e.post("k-1", body()); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("the client's retry: %d %s", r.Status, r.Body)
 	}
 }
@@ -112,24 +113,24 @@ func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if r := e.post("k-1", body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
+	if r := e.Post("k-1", servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
 	id := e.onlyPaymentID()
-	e.clock.Advance(2 * time.Minute)
+	e.Clock.Advance(2 * time.Minute)
 	// The look confirms the refusal: a resolved pass (the payment waits for
 	// its client, and the count of attempts starts again).
-	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
+	if stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
 	if s := e.state(id); s != payments.StateFailedRetryable {
 		t.Errorf("payment %s, want FAILED_RETRYABLE", s)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Errorf("the reconciler sent a refused payment: %d charges", n)
 	}
-	e.clock.Advance(time.Hour)
-	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+	e.Clock.Advance(time.Hour)
+	if stats, _ := e.Core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
 		t.Errorf("the reconciler keeps looking at a payment the provider never saw: %v", stats)
 	}
 }
@@ -140,21 +141,21 @@ func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"ambiguous"}}
 	e := newEnv(t, withScript(script))
-	if r := e.post("k-1", body()); r.Status != http.StatusAccepted {
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusAccepted {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats["manual_review"] != 1 {
 		t.Fatalf("reconciler: %v %v, want manual_review at the first attempt", stats, err)
 	}
-	if e.metric("paymentsapi_payments_manual_review", nil) != 1 {
+	if e.Metric("paymentsapi_payments_manual_review", nil) != 1 {
 		t.Error("the manual review gauge does not count it")
 	}
-	if g := e.get(secretA, "/payments/"+e.onlyPaymentID()).json(t); g["status"] != "PROCESSING" {
+	if g := e.Get(secretA, "/payments/"+e.onlyPaymentID()).JSON(t); g["status"] != "PROCESSING" {
 		t.Errorf("payment %v", g["status"])
 	}
-	e.clock.Advance(time.Hour)
-	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
+	e.Clock.Advance(time.Hour)
+	if stats, _ := e.Core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
 		t.Errorf("the reconciler keeps trying a payment marked for review: %v", stats)
 	}
 }
@@ -166,16 +167,16 @@ func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"refuse", "lost"}}
 	e := newEnv(t, withScript(script))
-	if r := e.post("k-1", body()); r.Status != http.StatusServiceUnavailable {
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("T0: %d %s", r.Status, r.Body)
 	}
-	e.clock.Advance(25 * time.Hour)
-	if r := e.post("k-1", body()); r.Status != http.StatusAccepted {
+	e.Clock.Advance(25 * time.Hour)
+	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusAccepted {
 		t.Fatalf("T0+25h: %d %s", r.Status, r.Body)
 	}
 	// The provider never saw the key (the request was lost on its way):
 	// the lookup says so, and inside the window the payment is sent again.
-	r := e.post("k-1", body())
+	r := e.Post("k-1", servicetest.Body())
 	if r.Status != http.StatusCreated {
 		t.Fatalf("retry: %d %s, want 201 (sent again inside the provider's window)", r.Status, r.Body)
 	}
@@ -188,18 +189,18 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"lost"}}
 	e := newEnv(t, withScript(script))
-	first := e.post("k-1", body())
+	first := e.Post("k-1", servicetest.Body())
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("got %d %s", first.Status, first.Body)
 	}
-	e.clock.Advance(time.Minute)
-	again := e.post("k-1", body()) // takes over, the lookup cannot say: nothing moves
+	e.Clock.Advance(time.Minute)
+	again := e.Post("k-1", servicetest.Body()) // takes over, the lookup cannot say: nothing moves
 	if again.Status != http.StatusAccepted {
 		t.Fatalf("retry: %d %s", again.Status, again.Body)
 	}
-	got := e.get(secretA, "/payments/"+e.onlyPaymentID()).json(t)["updatedAt"]
-	if again.json(t)["updatedAt"] != got || first.json(t)["updatedAt"] != got {
-		t.Errorf("updatedAt: first 202 %v, second 202 %v, database %v", first.json(t)["updatedAt"], again.json(t)["updatedAt"], got)
+	got := e.Get(secretA, "/payments/"+e.onlyPaymentID()).JSON(t)["updatedAt"]
+	if again.JSON(t)["updatedAt"] != got || first.JSON(t)["updatedAt"] != got {
+		t.Errorf("updatedAt: first 202 %v, second 202 %v, database %v", first.JSON(t)["updatedAt"], again.JSON(t)["updatedAt"], got)
 	}
 }
 
@@ -213,41 +214,41 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	refused := body("paymentMethod", `"pm_sim_unavailable"`)
-	if r := e.post("k-gone", refused); r.Status != http.StatusServiceUnavailable {
+	refused := servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)
+	if r := e.Post("k-gone", refused); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("the refused request answered %d %s", r.Status, r.Body)
 	}
 	gone := e.onlyPaymentID()
-	if r := e.post("k-new", body()); r.Status != http.StatusConflict || r.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
+	if r := e.Post("k-new", servicetest.Body()); r.Status != http.StatusConflict || r.JSON(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
 		t.Fatalf("new key, same invoice, inside the window: %d %s", r.Status, r.Body)
 	}
-	if stats, _ := e.core.Reconciler.RunOnce(context.Background(), 10); stats[payments.OutcomeCanceled] != 0 {
+	if stats, _ := e.Core.Reconciler.RunOnce(context.Background(), 10); stats[payments.OutcomeCanceled] != 0 {
 		t.Fatalf("the reconciler canceled a payment inside its window: %v", stats)
 	}
 
-	e.clock.Advance(e.cfg.ReplayTTL + time.Minute)
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	e.Clock.Advance(e.Config.ReplayTTL + time.Minute)
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeCanceled] != 1 {
 		t.Fatalf("reconciler after the window: %v %v", stats, err)
 	}
 	if s := e.state(gone); s != payments.StateCanceled {
 		t.Errorf("abandoned payment %s, want CANCELED", s)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Errorf("an abandoned payment was sent: %d charges", n)
 	}
 	// Its key answers from a stored final answer, byte for byte.
-	first := e.post("k-gone", refused)
-	again := e.post("k-gone", refused)
-	if first.Status != http.StatusConflict || first.json(t)["code"] != "PAYMENT_CANCELED" || first.json(t)["paymentId"] != gone ||
+	first := e.Post("k-gone", refused)
+	again := e.Post("k-gone", refused)
+	if first.Status != http.StatusConflict || first.JSON(t)["code"] != "PAYMENT_CANCELED" || first.JSON(t)["paymentId"] != gone ||
 		string(again.Body) != string(first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("the abandoned key: %d %s / %s", first.Status, first.Body, again.Header.Get("Idempotent-Replayed"))
 	}
 	// The invoice is free again.
-	if r := e.post("k-new", body()); r.Status != http.StatusCreated {
+	if r := e.Post("k-new", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Errorf("new key, same invoice, after the cancellation: %d %s", r.Status, r.Body)
 	}
-	if g := e.get(secretA, "/payments/"+gone).json(t); g["status"] != "CANCELED" {
+	if g := e.Get(secretA, "/payments/"+gone).JSON(t); g["status"] != "CANCELED" {
 		t.Errorf("GET the canceled payment: %v", g["status"])
 	}
 }
@@ -257,18 +258,18 @@ func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 func TestAnAbandonedRefusedPaymentIsLookedUpThenCanceled(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	if r := e.post("k-1", body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
+	if r := e.Post("k-1", servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
-	e.clock.Advance(e.cfg.ReplayTTL + time.Minute)
-	stats, err := e.core.Reconciler.RunOnce(context.Background(), 10)
+	e.Clock.Advance(e.Config.ReplayTTL + time.Minute)
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeCanceled] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
 	if s := e.state(e.onlyPaymentID()); s != payments.StateCanceled {
 		t.Errorf("payment %s, want CANCELED", s)
 	}
-	if r := e.post("k-2", body()); r.Status != http.StatusCreated {
+	if r := e.Post("k-2", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Errorf("the invoice after the cancellation: %d %s", r.Status, r.Body)
 	}
 }

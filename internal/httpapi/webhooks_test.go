@@ -16,14 +16,15 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
 const webhookSecret = "whsec_test_paymentsapi"
 
 // withStripeWebhooks enables POST /webhooks/stripe with webhookSecret.
-func withStripeWebhooks() envOption {
-	return func(o *envOptions) { o.cfg.StripeWebhookSecret = webhookSecret }
+func withStripeWebhooks() servicetest.Option {
+	return func(o *servicetest.Options) { o.Config.StripeWebhookSecret = webhookSecret }
 }
 
 // stripeEvent is a Stripe event of type typ about object (JSON).
@@ -41,20 +42,20 @@ func intentOf(paymentID, status string) string {
 
 // webhook delivers payload as Stripe would, signed with secret at at.
 func (e *env) webhook(payload []byte, secret string, at time.Time) response {
-	e.t.Helper()
+	e.T.Helper()
 	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header
-	return e.do("POST", "/webhooks/stripe", payload, map[string]string{"Content-Type": "application/json", "Stripe-Signature": header})
+	return e.Do("POST", "/webhooks/stripe", payload, map[string]string{"Content-Type": "application/json", "Stripe-Signature": header})
 }
 
 // deliver delivers payload signed now with the right secret; it must
 // answer 200, and what it answers is returned.
 func (e *env) deliver(payload []byte) webhooks.Answer {
-	e.t.Helper()
-	r := e.webhook(payload, webhookSecret, e.clock.Now())
+	e.T.Helper()
+	r := e.webhook(payload, webhookSecret, e.Clock.Now())
 	if r.Status != http.StatusOK {
-		e.t.Fatalf("webhook answered %d %s", r.Status, r.Body)
+		e.T.Fatalf("webhook answered %d %s", r.Status, r.Body)
 	}
-	m := r.json(e.t)
+	m := r.JSON(e.T)
 	a := webhooks.Answer{EventID: m["eventId"].(string), Outcome: m["outcome"].(string)}
 	if res, ok := m["resolution"].(string); ok {
 		a.Resolution = res
@@ -65,39 +66,39 @@ func (e *env) deliver(payload []byte) webhooks.Answer {
 // unknownPayment creates a payment whose provider answer was lost after
 // the charge succeeded: 202, UNKNOWN_REQUIRES_RECOVERY, key released.
 func (e *env) unknownPayment(key, ref string) string {
-	e.t.Helper()
-	r := e.post(key, body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+sim.MethodTimeoutAfterSuccess+`"`))
+	e.T.Helper()
+	r := e.Post(key, servicetest.Body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+sim.MethodTimeoutAfterSuccess+`"`))
 	if r.Status != http.StatusAccepted {
-		e.t.Fatalf("lost answer: %d %s", r.Status, r.Body)
+		e.T.Fatalf("lost answer: %d %s", r.Status, r.Body)
 	}
-	id := r.json(e.t)["paymentId"].(string)
+	id := r.JSON(e.T)["paymentId"].(string)
 	if s := e.state(id); s != payments.StateUnknown {
-		e.t.Fatalf("payment %s", s)
+		e.T.Fatalf("payment %s", s)
 	}
 	return id
 }
 
 // keySnapshot is what any write about a payment's key or state changes.
 func (e *env) keySnapshot(paymentID string) string {
-	e.t.Helper()
+	e.T.Helper()
 	var token int64
 	var state string
 	var updated time.Time
-	err := e.pool.QueryRow(context.Background(), `
+	err := e.Pool.QueryRow(context.Background(), `
 		SELECT k.fencing_token, p.state, p.updated_at FROM idempotency_keys k JOIN payments p ON p.id = k.resource_id
 		WHERE k.resource_id = $1`, paymentID).Scan(&token, &state, &updated)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return fmt.Sprintf("token %d, %s since %s, %d transitions, %d events, %d lookups", token, state, updated,
-		e.count(`payment_transitions WHERE payment_id = $1`, paymentID),
-		e.count(`outbox_events WHERE aggregate_id = $1`, paymentID), e.lookups(paymentID))
+		e.Count(`payment_transitions WHERE payment_id = $1`, paymentID),
+		e.Count(`outbox_events WHERE aggregate_id = $1`, paymentID), e.lookups(paymentID))
 }
 
 // lookups is how many lookups reached the payment's charge at the simulator.
 func (e *env) lookups(paymentID string) int {
 	n := 0
-	for _, c := range e.chargesFor(paymentID) {
+	for _, c := range e.ChargesFor(paymentID) {
 		n += c.LookupCount
 	}
 	return n
@@ -108,7 +109,7 @@ func (e *env) lookups(paymentID string) int {
 // stored answer is what a retry of the client gets.
 func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
 	id := e.unknownPayment("k-lost", "inv-1")
 
 	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
@@ -119,19 +120,19 @@ func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 	if n := e.lookups(id); n != 1 {
 		t.Errorf("lookups %d, want 1: the provider, not the event, decides", n)
 	}
-	stored := e.get(secretA, "/payments/"+id).json(t)
+	stored := e.Get(secretA, "/payments/"+id).JSON(t)
 	if stored["status"] != "SUCCEEDED" || stored["providerReference"] == nil {
 		t.Errorf("payment %v", stored)
 	}
-	retry := e.post("k-lost", body("merchantReference", `"inv-1"`, "paymentMethod", `"`+sim.MethodTimeoutAfterSuccess+`"`))
-	if retry.Status != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" || retry.json(t)["status"] != "SUCCEEDED" {
+	retry := e.Post("k-lost", servicetest.Body("merchantReference", `"inv-1"`, "paymentMethod", `"`+sim.MethodTimeoutAfterSuccess+`"`))
+	if retry.Status != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" || retry.JSON(t)["status"] != "SUCCEEDED" {
 		t.Errorf("retry: %d %v %s", retry.Status, retry.Header, retry.Body)
 	}
-	if n := e.count(`inbox WHERE consumer = $1 AND event_id = $2 AND outcome = 'applied' AND aggregate_id = $3`,
+	if n := e.Count(`inbox WHERE consumer = $1 AND event_id = $2 AND outcome = 'applied' AND aggregate_id = $3`,
 		webhooks.Consumer, webhooks.InboxID("evt_1"), id); n != 1 {
 		t.Errorf("inbox rows %d, want 1", n)
 	}
-	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || len(stats) != 0 {
+	if stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10); err != nil || len(stats) != 0 {
 		t.Errorf("the reconciler found work after the webhook: %v %v", stats, err)
 	}
 }
@@ -139,13 +140,13 @@ func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 // A refund event resolves an unknown refund the same way.
 func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
 	pay := e.pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
 	first := e.refund(pay, "r-1", `{"amount":"4.00"}`)
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("lost answer: %d %s", first.Status, first.Body)
 	}
-	refundID := first.json(t)["refundId"].(string)
+	refundID := first.JSON(t)["refundId"].(string)
 	got := e.deliver(stripeEvent("evt_r1", "refund.updated",
 		fmt.Sprintf(`{"id":"re_3Test","object":"refund","status":"succeeded","metadata":{"refund_id":%q}}`, refundID)))
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != "succeeded" {
@@ -158,7 +159,7 @@ func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 	if got := e.providerRefunds(e.chargeOf(pay)); len(got) != 1 || got[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, created by one request", got)
 	}
-	if g := e.get(secretA, "/payments/"+pay).json(t); g["refundedAmount"] != "4.00" {
+	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
@@ -168,24 +169,24 @@ func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 // whatever the event claims. The reconciler, which may send, completes it.
 func TestStripeWebhookNeverSends(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withHooks(payments.Hooks{AfterRequestSent: crashOnce()}), withStripeWebhooks())
-	if r := e.post("k-crash", body()); r.Status != http.StatusInternalServerError {
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}), withStripeWebhooks())
+	if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusInternalServerError {
 		t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 	}
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
 	if got.Resolution != idempotency.OutcomeUnresolved {
 		t.Errorf("answer %+v", got)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Fatalf("the webhook made the provider charge (%d charges)", n)
 	}
 	if s := e.state(id); s != payments.StateUnknown {
 		t.Errorf("state %s, want %s", s, payments.StateUnknown)
 	}
-	if stats, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[payments.OutcomeSucceeded] != 1 {
+	if stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
 	e.assertChargedOnce(id)
@@ -197,7 +198,7 @@ func TestStripeWebhookNeverSends(t *testing.T) {
 func TestStripeWebhookOnARefusedPaymentOnlyLooks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withStripeWebhooks())
-	r := e.post("k-refused", body("paymentMethod", `"`+sim.MethodUnavailable+`"`))
+	r := e.Post("k-refused", servicetest.Body("paymentMethod", `"`+sim.MethodUnavailable+`"`))
 	if r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refused: %d %s", r.Status, r.Body)
 	}
@@ -209,10 +210,10 @@ func TestStripeWebhookOnARefusedPaymentOnlyLooks(t *testing.T) {
 	if s := e.state(id); s != payments.StateFailedRetryable {
 		t.Errorf("state %s", s)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Errorf("%d charges", n)
 	}
-	if n := e.count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 1 {
+	if n := e.Count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 1 {
 		t.Errorf("inbox rows %d, want 1", n)
 	}
 }
@@ -223,7 +224,7 @@ func TestStripeWebhookOnARefusedPaymentOnlyLooks(t *testing.T) {
 func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 	t.Parallel()
 	var failing atomic.Bool
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks(), withHooks(payments.Hooks{
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks(), servicetest.WithHooks(payments.Hooks{
 		AfterProviderAnswer: func(context.Context, string) error {
 			if failing.Load() {
 				return errCrash
@@ -234,14 +235,14 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 	id := e.unknownPayment("k-lost", "inv-1")
 	event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
 	failing.Store(true)
-	if r := e.webhook(event, webhookSecret, e.clock.Now()); r.Status != http.StatusInternalServerError || r.json(t)["code"] != "INTERNAL" {
+	if r := e.webhook(event, webhookSecret, e.Clock.Now()); r.Status != http.StatusInternalServerError || r.JSON(t)["code"] != "INTERNAL" {
 		t.Fatalf("failed handling: %d %s", r.Status, r.Body)
 	}
 	failing.Store(false)
-	if n := e.count("inbox"); n != 0 {
+	if n := e.Count("inbox"); n != 0 {
 		t.Fatalf("a failed event was recorded (%d rows)", n)
 	}
-	e.clock.Advance(e.cfg.Lease + time.Second) // the dead owner's lease runs out
+	e.Clock.Advance(e.Config.Lease + time.Second) // the dead owner's lease runs out
 	if got := e.deliver(event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != payments.OutcomeSucceeded {
 		t.Errorf("redelivery: %+v", got)
 	}
@@ -253,24 +254,24 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 // lookups fail at first), so handling it again would look up again.
 func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}), withStripeWebhooks())
-	e.post("k-flaky", body("paymentMethod", `"`+sim.MethodLookupFlaky+`"`)) // charged, answer lost
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}), withStripeWebhooks())
+	e.Post("k-flaky", servicetest.Body("paymentMethod", `"`+sim.MethodLookupFlaky+`"`)) // charged, answer lost
 	id := e.onlyPaymentID()
-	e.clock.Advance(e.cfg.Lease + time.Second)
+	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	event := stripeEvent("evt_dup", "payment_intent.succeeded", intentOf(id, "succeeded"))
 	if got := e.deliver(event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != idempotency.OutcomeUnresolved {
 		t.Fatalf("first delivery: %+v", got)
 	}
 	before := e.keySnapshot(id)
-	e.clock.Advance(time.Minute) // Stripe delivers again later, signed afresh
+	e.Clock.Advance(time.Minute) // Stripe delivers again later, signed afresh
 	if got := e.deliver(event); got.Outcome != webhooks.OutcomeDuplicate {
 		t.Errorf("second delivery: %+v", got)
 	}
 	if after := e.keySnapshot(id); after != before {
 		t.Errorf("a duplicate delivery changed the payment:\n before %s\n after  %s", before, after)
 	}
-	if n := e.count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 1 {
+	if n := e.Count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 1 {
 		t.Errorf("inbox rows %d, want 1", n)
 	}
 	// An ignored event is recorded once too.
@@ -280,11 +281,11 @@ func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 			t.Errorf("delivery %d of an ignored event: %+v, want %s", i+1, got, want)
 		}
 	}
-	if n := e.count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 2 {
+	if n := e.Count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 2 {
 		t.Errorf("inbox rows %d, want 2", n)
 	}
 	for outcome, want := range map[string]float64{webhooks.OutcomeApplied: 1, webhooks.OutcomeDuplicate: 2, webhooks.OutcomeIgnored: 1} {
-		if n := e.metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": outcome}); n != want {
+		if n := e.Metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": outcome}); n != want {
 			t.Errorf("stripe webhook events %s: %v, want %v", outcome, n, want)
 		}
 	}
@@ -312,13 +313,13 @@ func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 			t.Errorf("%s: %+v, want ignored (%q)", c.event, got, c.resolution)
 		}
 	}
-	if n := e.count(`inbox WHERE consumer = $1 AND outcome = 'ignored'`, webhooks.Consumer); n != 5 {
+	if n := e.Count(`inbox WHERE consumer = $1 AND outcome = 'ignored'`, webhooks.Consumer); n != 5 {
 		t.Errorf("ignored inbox rows %d, want 5", n)
 	}
 	if after := e.keySnapshot(id); after != before {
 		t.Errorf("an event changed a final payment:\n before %s\n after  %s", before, after)
 	}
-	if n := e.count("payments"); n != 1 {
+	if n := e.Count("payments"); n != 1 {
 		t.Errorf("payments %d", n)
 	}
 	// A signed event of a type we act on whose object is not what it says
@@ -326,7 +327,7 @@ func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 	if got := e.deliver(stripeEvent("evt_bad", "payment_intent.succeeded", `{"id":"ch_1","object":"charge"}`)); got.Outcome != webhooks.OutcomeRejected {
 		t.Errorf("unreadable object: %+v", got)
 	}
-	if n := e.count(`inbox WHERE consumer = $1 AND outcome = 'rejected' AND error IS NOT NULL`, webhooks.Consumer); n != 1 {
+	if n := e.Count(`inbox WHERE consumer = $1 AND outcome = 'rejected' AND error IS NOT NULL`, webhooks.Consumer); n != 1 {
 		t.Errorf("rejected inbox rows %d, want 1", n)
 	}
 }
@@ -337,36 +338,36 @@ func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 // is accepted (measured on the service's clock).
 func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
 	id := e.unknownPayment("k-lost", "inv-1")
 	before := e.keySnapshot(id)
 	event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
-	now := e.clock.Now()
+	now := e.Clock.Now()
 	valid := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: event, Secret: webhookSecret, Timestamp: now}).Header
 	for name, send := range map[string]func() response{
 		"stale timestamp": func() response { return e.webhook(event, webhookSecret, now.Add(-webhooks.Tolerance-time.Second)) },
 		"another secret":  func() response { return e.webhook(event, "whsec_someone_else", now) },
 		"no signature": func() response {
-			return e.do("POST", "/webhooks/stripe", event, map[string]string{"Content-Type": "application/json"})
+			return e.Do("POST", "/webhooks/stripe", event, map[string]string{"Content-Type": "application/json"})
 		},
 		"tampered body": func() response {
 			tampered := bytes.Replace(event, []byte(`"succeeded"`), []byte(`"succeeded" `), 1)
-			return e.do("POST", "/webhooks/stripe", tampered, map[string]string{"Stripe-Signature": valid})
+			return e.Do("POST", "/webhooks/stripe", tampered, map[string]string{"Stripe-Signature": valid})
 		},
 		"garbled header": func() response {
-			return e.do("POST", "/webhooks/stripe", event, map[string]string{"Stripe-Signature": "t=now,v1=zz"})
+			return e.Do("POST", "/webhooks/stripe", event, map[string]string{"Stripe-Signature": "t=now,v1=zz"})
 		},
 	} {
 		r := send()
 		if r.Status != http.StatusBadRequest || r.Header.Get("Content-Type") != "application/problem+json" ||
-			r.json(t)["code"] != "WEBHOOK_SIGNATURE_INVALID" {
+			r.JSON(t)["code"] != "WEBHOOK_SIGNATURE_INVALID" {
 			t.Errorf("%s: %d %s", name, r.Status, r.Body)
 		}
 	}
-	if n := e.count("inbox"); n != 0 {
+	if n := e.Count("inbox"); n != 0 {
 		t.Errorf("inbox rows %d after refused deliveries", n)
 	}
-	if n := e.metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": "signature_invalid"}); n != 5 {
+	if n := e.Metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": "signature_invalid"}); n != 5 {
 		t.Errorf("refused deliveries counted %v, want 5", n)
 	}
 	if after := e.keySnapshot(id); after != before {
@@ -384,7 +385,7 @@ func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 func TestStripeWebhooksNeedASecret(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	r := e.webhook(stripeEvent("evt_1", "customer.created", `{"id":"cus_1","object":"customer"}`), webhookSecret, e.clock.Now())
+	r := e.webhook(stripeEvent("evt_1", "customer.created", `{"id":"cus_1","object":"customer"}`), webhookSecret, e.Clock.Now())
 	if r.Status != http.StatusNotFound {
 		t.Errorf("without STRIPE_WEBHOOK_SECRET: %d %s", r.Status, r.Body)
 	}
@@ -411,8 +412,8 @@ func (p *slowLookups) Lookup(ctx context.Context, l provider.ChargeLookup) (prov
 // its lease turns the latecomer away).
 func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withProviderTimeout(300*time.Millisecond), withStripeWebhooks(),
-		withProvider(func(p provider.Provider) provider.Provider {
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks(),
+		servicetest.WithProvider(func(p provider.Provider) provider.Provider {
 			return &slowLookups{Provider: p, delay: 50 * time.Millisecond}
 		}))
 	wins := map[string]int{}
@@ -437,7 +438,7 @@ func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 		})
 		wg.Go(func() {
 			late(2)
-			stats, passErr = e.core.Reconciler.RunOnce(context.Background(), 10)
+			stats, passErr = e.Core.Reconciler.RunOnce(context.Background(), 10)
 		})
 		close(start)
 		wg.Wait()
@@ -455,11 +456,11 @@ func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 		if s := e.state(id); s != payments.StateCompleted {
 			t.Fatalf("round %d: state %s", i, s)
 		}
-		charges := e.chargesFor(id)
+		charges := e.ChargesFor(id)
 		if len(charges) != 1 || charges[0].RequestCount != 1 || charges[0].LookupCount != 1 {
 			t.Fatalf("round %d: provider charges %+v: want one, sent once, looked up once", i, charges)
 		}
-		if n := e.count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, id); n != 1 {
+		if n := e.Count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, id); n != 1 {
 			t.Fatalf("round %d: PaymentSucceeded events %d", i, n)
 		}
 		switch {
