@@ -36,7 +36,7 @@ type badInput struct {
 func TestBadInputCorpus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	paid := e.pay("pm_card_visa", "inv-bad")
+	paid := e.Pay("pm_card_visa", "inv-bad")
 	refunds := "/payments/" + paid + "/refunds"
 
 	var corpus []badInput
@@ -248,7 +248,7 @@ func TestBadInputCorpus(t *testing.T) {
 	if r := e.Post("k-bad", servicetest.Body("merchantReference", `"inv-after"`)); r.Status != http.StatusCreated {
 		t.Errorf("a normal payment after the bad input: %d %s", r.Status, r.Body)
 	}
-	if r := e.refund(paid, "k-bad", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
+	if r := e.Refund(paid, "k-bad", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
 		t.Errorf("a normal refund after the bad input: %d %s", r.Status, r.Body)
 	}
 	if r := e.Do("GET", "/healthz", nil, nil); r.Status != http.StatusOK {

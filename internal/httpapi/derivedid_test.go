@@ -84,8 +84,8 @@ func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	paymentID := e.pay("pm_card_visa", "inv-refund")
-	first := e.refund(paymentID, "k-refund", `{"amount":"3.00"}`)
+	paymentID := e.Pay("pm_card_visa", "inv-refund")
+	first := e.Refund(paymentID, "k-refund", `{"amount":"3.00"}`)
 	if first.Status != http.StatusCreated {
 		t.Fatalf("refund: %d %s", first.Status, first.Body)
 	}
@@ -111,7 +111,7 @@ func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 		`DELETE FROM idempotency_keys WHERE idempotency_key IN ('k-refund', 'k-capture')`); err != nil {
 		t.Fatal(err)
 	}
-	again := e.refund(paymentID, "k-refund", `{"amount":"3.00"}`)
+	again := e.Refund(paymentID, "k-refund", `{"amount":"3.00"}`)
 	if p := again.JSON(t); again.Status != http.StatusConflict || p["code"] != "IDEMPOTENCY_KEY_EXPIRED" || p["refundId"] != refundID {
 		t.Errorf("the refund's deleted key: %d %s, want 409 IDEMPOTENCY_KEY_EXPIRED naming %v", again.Status, again.Body, refundID)
 	}
@@ -122,14 +122,14 @@ func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 	if n := e.Count("refunds"); n != 1 {
 		t.Errorf("%d refunds, want 1", n)
 	}
-	if r := e.providerRefunds(e.chargeOf(paymentID)); len(r) != 1 || r[0].RequestCount != 1 {
+	if r := e.ProviderRefunds(e.ChargeOf(paymentID)); len(r) != 1 || r[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, asked once", r)
 	}
 	if c := e.ChargesFor(manual); len(c) != 1 || c[0].CaptureRequestCount != 1 {
 		t.Errorf("provider charges of the manual payment %+v: want one, captured once", c)
 	}
 	// Another command under the refund's key is another refund.
-	other := e.refund(paymentID, "k-refund", `{"amount":"2.00"}`)
+	other := e.Refund(paymentID, "k-refund", `{"amount":"2.00"}`)
 	if other.Status != http.StatusCreated || other.JSON(t)["refundId"] == refundID {
 		t.Errorf("another command under the deleted key: %d %s, want a new refund", other.Status, other.Body)
 	}

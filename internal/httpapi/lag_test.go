@@ -229,8 +229,8 @@ func TestARefusedButProcessedRefundIsFoundAfterTheLag(t *testing.T) {
 	lag := 90 * time.Second
 	script := &scriptedProvider{refunds: []string{"forward+refuse"}}
 	e := lagEnv(t, lag, script)
-	pay := e.pay("pm_card_visa", "inv-1")
-	if r := e.refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
+	pay := e.Pay("pm_card_visa", "inv-1")
+	if r := e.Refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
 	e.Clock.Advance(5 * time.Second) // and the webhook looks inside the lag
@@ -247,10 +247,10 @@ func TestARefusedButProcessedRefundIsFoundAfterTheLag(t *testing.T) {
 	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
 		t.Fatalf("payment after the lag: refundedAmount %v, want 10.00", g["refundedAmount"])
 	}
-	if r := e.refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusConflict {
+	if r := e.Refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusConflict {
 		t.Errorf("a second refund of the whole amount: %d %s", r.Status, r.Body)
 	}
-	if n := len(e.providerRefunds(e.chargeOf(pay))); n != 1 {
+	if n := len(e.ProviderRefunds(e.ChargeOf(pay))); n != 1 {
 		t.Errorf("provider refunds: %d, want 1", n)
 	}
 }
@@ -266,8 +266,8 @@ func TestARefundKeysAbandonTimeIsIgnored(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{refunds: []string{"refuse"}}
 	e := lagEnv(t, 0, script)
-	pay := e.pay("pm_card_visa", "inv-1")
-	if r := e.refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
+	pay := e.Pay("pm_card_visa", "inv-1")
+	if r := e.Refund(pay, "r-1", `{"amount":"10.00"}`); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
 	e.Clock.Advance(2 * time.Minute)

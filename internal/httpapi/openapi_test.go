@@ -195,9 +195,9 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"})
 		}},
 		{"the event log", nil, func(t *testing.T, c *conformance) {
-			c.e.pay("pm_card_visa", "inv-ev")
-			refunded := c.e.pay("pm_card_visa", "inv-ev2")
-			if r := c.e.refundAs(secretA, refunded, "ev-r", `{"amount":"1.00"}`); r.Status != 201 {
+			c.e.Pay("pm_card_visa", "inv-ev")
+			refunded := c.e.Pay("pm_card_visa", "inv-ev2")
+			if r := c.e.RefundAs(secretA, refunded, "ev-r", `{"amount":"1.00"}`); r.Status != 201 {
 				t.Fatalf("refund: %d %s", r.Status, r.Body)
 			}
 			rows, err := c.e.Pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload FROM outbox_events`)
@@ -238,7 +238,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"refunds", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
-			pay := c.e.pay("pm_card_visa", "inv-r")
+			pay := c.e.Pay("pm_card_visa", "inv-r")
 			refunds := "/payments/" + pay + "/refunds"
 			created := c.check(specExchange{
 				name: "201 refund", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
@@ -260,10 +260,10 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "200 get a refund", method: "GET", path: created.Header.Get("Location"), header: bearer(secretA), status: 200})
 			c.check(specExchange{name: "200 payment with refundedAmount", method: "GET", path: "/payments/" + pay, header: bearer(secretA), status: 200})
 
-			declined := c.e.pay("pm_sim_refund_declined", "inv-rd")
+			declined := c.e.Pay("pm_sim_refund_declined", "inv-rd")
 			c.check(specExchange{name: "402 refund declined", method: "POST", path: "/payments/" + declined + "/refunds", header: createHeaders(secretA, "r-4"),
 				body: `{"amount":"1.00"}`, status: 402, code: "REFUND_DECLINED"})
-			lost := c.e.pay("pm_sim_refund_timeout_after_success", "inv-rl")
+			lost := c.e.Pay("pm_sim_refund_timeout_after_success", "inv-rl")
 			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: createHeaders(secretA, "r-5"),
 				body: `{"amount":"1.00"}`, status: 202})
 			notPaid := c.e.Post("k-np", servicetest.Body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).JSON(t)["paymentId"].(string)
@@ -336,7 +336,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				body: `{}`, status: 404, code: "NOT_FOUND"})
 			c.check(specExchange{name: "404 capture of another tenant's payment", method: "POST", path: open, header: createHeaders(secretB, "c-5"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
-			automatic := "/payments/" + c.e.pay("pm_card_visa", "inv-c4") + "/capture"
+			automatic := "/payments/" + c.e.Pay("pm_card_visa", "inv-c4") + "/capture"
 			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: createHeaders(secretA, "c-6"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 
@@ -384,7 +384,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			c.check(specExchange{name: "404 cancel of an unknown payment", method: "POST", path: "/payments/pay_none/cancel", header: createHeaders(secretA, "x-4"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
-			automatic := "/payments/" + c.e.pay("pm_card_visa", "inv-x3") + "/cancel"
+			automatic := "/payments/" + c.e.Pay("pm_card_visa", "inv-x3") + "/cancel"
 			c.check(specExchange{name: "409 succeeded payment not cancelable", method: "POST", path: automatic, header: createHeaders(secretA, "x-5"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 			// A canceled payment frees its merchant reference.

@@ -26,8 +26,8 @@ func TestRetriesWriteNothing(t *testing.T) {
 		return c
 	}
 
-	pay := e.pay("pm_card_visa", "inv-retry")
-	if r := e.refund(pay, "r-retry", `{"amount":"2.50"}`); r.Status != http.StatusCreated {
+	pay := e.Pay("pm_card_visa", "inv-retry")
+	if r := e.Refund(pay, "r-retry", `{"amount":"2.50"}`); r.Status != http.StatusCreated {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
 	before := counts()
@@ -35,14 +35,14 @@ func TestRetriesWriteNothing(t *testing.T) {
 		if r := e.Post("pay-inv-retry", servicetest.Body("merchantReference", `"inv-retry"`, "paymentMethod", `"pm_card_visa"`)); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("payment replay: %d %v %s", r.Status, r.Header, r.Body)
 		}
-		if r := e.refund(pay, "r-retry", `{"amount":"2.50"}`); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
+		if r := e.Refund(pay, "r-retry", `{"amount":"2.50"}`); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 			t.Fatalf("refund replay: %d %v %s", r.Status, r.Header, r.Body)
 		}
 	}
 	if r := e.Post("pay-inv-retry", servicetest.Body("merchantReference", `"inv-other"`)); r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("payment key reused: %d %s", r.Status, r.Body)
 	}
-	if r := e.refund(pay, "r-retry", `{"amount":"1.00"}`); r.Status != http.StatusUnprocessableEntity {
+	if r := e.Refund(pay, "r-retry", `{"amount":"1.00"}`); r.Status != http.StatusUnprocessableEntity {
 		t.Fatalf("refund key reused: %d %s", r.Status, r.Body)
 	}
 	if after := counts(); !maps.Equal(after, before) {

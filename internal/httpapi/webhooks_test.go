@@ -141,8 +141,8 @@ func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
-	pay := e.pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
-	first := e.refund(pay, "r-1", `{"amount":"4.00"}`)
+	pay := e.Pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
+	first := e.Refund(pay, "r-1", `{"amount":"4.00"}`)
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("lost answer: %d %s", first.Status, first.Body)
 	}
@@ -152,11 +152,11 @@ func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != "succeeded" {
 		t.Fatalf("answer %+v", got)
 	}
-	retry := e.refund(pay, "r-1", `{"amount":"4.00"}`)
+	retry := e.Refund(pay, "r-1", `{"amount":"4.00"}`)
 	if retry.Status != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("retry: %d %s", retry.Status, retry.Body)
 	}
-	if got := e.providerRefunds(e.chargeOf(pay)); len(got) != 1 || got[0].RequestCount != 1 {
+	if got := e.ProviderRefunds(e.ChargeOf(pay)); len(got) != 1 || got[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, created by one request", got)
 	}
 	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
@@ -296,7 +296,7 @@ func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withStripeWebhooks())
-	id := e.pay("pm_card_visa", "inv-1") // final: nothing to do about it
+	id := e.Pay("pm_card_visa", "inv-1") // final: nothing to do about it
 	before := e.keySnapshot(id)
 	for _, c := range []struct {
 		event      []byte

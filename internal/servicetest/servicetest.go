@@ -339,6 +339,48 @@ func (e *Env) Get(secret, path string) Response {
 	return e.Do("GET", path, nil, map[string]string{"Authorization": "Bearer " + secret})
 }
 
+// Pay creates a payment of 10.00 EUR with method as tenant A and returns
+// its id; it must succeed.
+func (e *Env) Pay(method, ref string) string {
+	e.T.Helper()
+	r := e.Post("pay-"+ref, Body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+method+`"`))
+	if r.Status != http.StatusCreated {
+		e.T.Fatalf("payment: %d %s", r.Status, r.Body)
+	}
+	return r.JSON(e.T)["paymentId"].(string)
+}
+
+// RefundAs sends POST /payments/{id}/refunds as secret with key.
+func (e *Env) RefundAs(secret, paymentID, key, body string) Response {
+	e.T.Helper()
+	return e.Do("POST", "/payments/"+paymentID+"/refunds", []byte(body), map[string]string{
+		"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json",
+	})
+}
+
+// Refund sends POST /payments/{id}/refunds as tenant A with key.
+func (e *Env) Refund(paymentID, key, body string) Response {
+	e.T.Helper()
+	return e.RefundAs(SecretA, paymentID, key, body)
+}
+
+// ProviderRefunds returns the simulator's refunds of a charge.
+func (e *Env) ProviderRefunds(chargeID string) []sim.RefundRecord {
+	var out []sim.RefundRecord
+	for _, r := range e.Sim.Refunds() {
+		if r.ChargeID == chargeID {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ChargeOf is the provider's reference of a payment (its charge).
+func (e *Env) ChargeOf(paymentID string) string {
+	e.T.Helper()
+	return e.Get(SecretA, "/payments/"+paymentID).JSON(e.T)["providerReference"].(string)
+}
+
 // Count returns the number of rows of a table (or any FROM clause).
 func (e *Env) Count(from string, args ...any) int {
 	e.T.Helper()

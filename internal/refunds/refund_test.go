@@ -1,4 +1,4 @@
-package httpapi_test
+package refunds_test
 
 import (
 	"bytes"
@@ -14,53 +14,13 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
-// pay creates a payment of 10.00 EUR with method as tenant A and returns
-// its id; it must succeed.
-func (e *env) pay(method, ref string) string {
-	e.T.Helper()
-	r := e.Post("pay-"+ref, servicetest.Body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+method+`"`))
-	if r.Status != http.StatusCreated {
-		e.T.Fatalf("payment: %d %s", r.Status, r.Body)
-	}
-	return r.JSON(e.T)["paymentId"].(string)
-}
-
-// refund sends POST /payments/{id}/refunds as secret with key.
-func (e *env) refundAs(secret, paymentID, key, body string) response {
-	e.T.Helper()
-	return e.Do("POST", "/payments/"+paymentID+"/refunds", []byte(body), map[string]string{
-		"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json",
-	})
-}
-
-func (e *env) refund(paymentID, key, body string) response {
-	e.T.Helper()
-	return e.refundAs(secretA, paymentID, key, body)
-}
-
-// providerRefunds returns the simulator's refunds of a charge.
-func (e *env) providerRefunds(chargeID string) []sim.RefundRecord {
-	var out []sim.RefundRecord
-	for _, r := range e.Sim.Refunds() {
-		if r.ChargeID == chargeID {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (e *env) chargeOf(paymentID string) string {
-	e.T.Helper()
-	return e.Get(secretA, "/payments/"+paymentID).JSON(e.T)["providerReference"].(string)
-}
-
 // Every row of the refund contract that is not about concurrency.
 func TestRefundContract(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	pay := e.pay("pm_card_visa", "inv-1")
+	e := servicetest.New(t)
+	pay := e.Pay("pm_card_visa", "inv-1")
 
-	created := e.refund(pay, "r-1", `{"amount":"3.00","reason":"requested_by_customer"}`)
+	created := e.Refund(pay, "r-1", `{"amount":"3.00","reason":"requested_by_customer"}`)
 	if created.Status != http.StatusCreated {
 		t.Fatalf("refund: %d %s", created.Status, created.Body)
 	}
@@ -70,62 +30,62 @@ func TestRefundContract(t *testing.T) {
 		created.Header.Get("Location") != "/payments/"+pay+"/refunds/"+refundID || v["providerReference"] == nil {
 		t.Errorf("created: %v %v", created.Header, v)
 	}
-	provRefunds := e.providerRefunds(e.chargeOf(pay))
+	provRefunds := e.ProviderRefunds(e.ChargeOf(pay))
 	if len(provRefunds) != 1 || provRefunds[0].IdempotencyKey != refunds.ProviderKey(refundID) || provRefunds[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, keyed by the refund", provRefunds)
 	}
 	if n := e.Metric("paymentsapi_provider_call_duration_seconds", map[string]string{"operation": "refund", "outcome": "succeeded"}); n != 1 {
 		t.Errorf("refund calls measured: %v, want 1", n)
 	}
-	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "3.00" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "3.00" {
 		t.Errorf("payment refundedAmount %v", g["refundedAmount"])
 	}
 
 	// Same key, same command, in any spelling: the stored answer, byte for byte.
-	replay := e.refund(pay, "r-1", `{ "reason":"requested_by_customer", "amount":"3" }`)
+	replay := e.Refund(pay, "r-1", `{ "reason":"requested_by_customer", "amount":"3" }`)
 	if replay.Status != http.StatusCreated || !bytes.Equal(replay.Body, created.Body) || replay.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay: %d %s", replay.Status, replay.Body)
 	}
 	// Same key, another command.
-	if r := e.refund(pay, "r-1", `{"amount":"4.00"}`); r.Status != http.StatusUnprocessableEntity || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_REUSED" {
+	if r := e.Refund(pay, "r-1", `{"amount":"4.00"}`); r.Status != http.StatusUnprocessableEntity || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_REUSED" {
 		t.Errorf("reused: %d %s", r.Status, r.Body)
 	}
 	// The payment's own key string is another operation's key.
-	if r := e.refund(pay, "pay-inv-1", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
+	if r := e.Refund(pay, "pay-inv-1", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
 		t.Errorf("a payment key reused for a refund: %d %s", r.Status, r.Body)
 	}
 	// More than is left (10 - 3 - 1 = 6): refused, not stored.
-	over := e.refund(pay, "r-over", `{"amount":"6.01"}`)
+	over := e.Refund(pay, "r-over", `{"amount":"6.01"}`)
 	if over.Status != http.StatusConflict || over.JSON(t)["code"] != "REFUND_EXCEEDS_REFUNDABLE" || over.JSON(t)["refundableAmount"] != "6.00" {
 		t.Errorf("over: %d %s", over.Status, over.Body)
 	}
-	if r := e.refund(pay, "r-over", `{"amount":"6.00"}`); r.Status != http.StatusCreated {
+	if r := e.Refund(pay, "r-over", `{"amount":"6.00"}`); r.Status != http.StatusCreated {
 		t.Errorf("the refused key was stored: %d %s", r.Status, r.Body)
 	}
 
 	// Lists and reads, tenant-scoped.
-	list := e.Get(secretA, "/payments/"+pay+"/refunds").JSON(t)["items"].([]any)
+	list := e.Get(servicetest.SecretA, "/payments/"+pay+"/refunds").JSON(t)["items"].([]any)
 	if len(list) != 3 {
 		t.Errorf("%d refunds listed, want 3", len(list))
 	}
-	if r := e.Get(secretA, "/payments/"+pay+"/refunds/"+refundID); r.Status != http.StatusOK || r.JSON(t)["refundId"] != refundID {
+	if r := e.Get(servicetest.SecretA, "/payments/"+pay+"/refunds/"+refundID); r.Status != http.StatusOK || r.JSON(t)["refundId"] != refundID {
 		t.Errorf("get: %d %s", r.Status, r.Body)
 	}
 	for _, path := range []string{"/payments/" + pay + "/refunds/" + refundID, "/payments/" + pay + "/refunds"} {
-		if r := e.Get(secretB, path); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
+		if r := e.Get(servicetest.SecretB, path); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
 			t.Errorf("another tenant reads %s: %d", path, r.Status)
 		}
 	}
-	if r := e.refundAs(secretB, pay, "r-b", `{"amount":"1.00"}`); r.Status != http.StatusNotFound {
+	if r := e.RefundAs(servicetest.SecretB, pay, "r-b", `{"amount":"1.00"}`); r.Status != http.StatusNotFound {
 		t.Errorf("another tenant refunds: %d %s", r.Status, r.Body)
 	}
-	if r := e.refund("pay_nope", "r-x", `{"amount":"1.00"}`); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
+	if r := e.Refund("pay_nope", "r-x", `{"amount":"1.00"}`); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
 		t.Errorf("unknown payment: %d %s", r.Status, r.Body)
 	}
 
 	// A payment that did not succeed cannot be refunded; nothing is stored.
 	declinedPay := e.Post("pay-d", servicetest.Body("merchantReference", `"inv-d"`, "paymentMethod", `"pm_card_chargeDeclined"`)).JSON(t)["paymentId"].(string)
-	if r := e.refund(declinedPay, "r-d", `{"amount":"1.00"}`); r.Status != http.StatusConflict || r.JSON(t)["code"] != "PAYMENT_NOT_REFUNDABLE" {
+	if r := e.Refund(declinedPay, "r-d", `{"amount":"1.00"}`); r.Status != http.StatusConflict || r.JSON(t)["code"] != "PAYMENT_NOT_REFUNDABLE" {
 		t.Errorf("declined payment: %d %s", r.Status, r.Body)
 	}
 	if n := e.Count(`idempotency_keys WHERE operation = $1 AND idempotency_key = 'r-d'`, refunds.OperationCreate); n != 0 {
@@ -148,7 +108,7 @@ func TestRefundContract(t *testing.T) {
 		{"r-bad", "application/json", `{"reason":"` + string(bytes.Repeat([]byte("x"), 17<<10)) + `"}`, 413, "PAYLOAD_TOO_LARGE"},
 	}
 	for _, b := range bad {
-		h := map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": b.ctype}
+		h := map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": b.ctype}
 		if b.key != "" {
 			h["Idempotency-Key"] = b.key
 		}
@@ -166,22 +126,22 @@ func TestRefundContract(t *testing.T) {
 // replayed; it frees its amount for another refund.
 func TestDeclinedRefundIsStoredAndFreesItsAmount(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	pay := e.pay(sim.MethodRefundDeclined, "inv-1")
-	first := e.refund(pay, "r-1", `{"amount":"10.00"}`)
+	e := servicetest.New(t)
+	pay := e.Pay(sim.MethodRefundDeclined, "inv-1")
+	first := e.Refund(pay, "r-1", `{"amount":"10.00"}`)
 	if first.Status != http.StatusPaymentRequired || first.JSON(t)["code"] != "REFUND_DECLINED" || first.JSON(t)["refundId"] == nil {
 		t.Fatalf("declined: %d %s", first.Status, first.Body)
 	}
-	again := e.refund(pay, "r-1", `{"amount":"10.00"}`)
+	again := e.Refund(pay, "r-1", `{"amount":"10.00"}`)
 	if again.Status != http.StatusPaymentRequired || !bytes.Equal(again.Body, first.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay of a decline: %d %s", again.Status, again.Body)
 	}
 	// Declined refunds hold nothing: the whole amount can be asked again
 	// (and is declined again by this payment method).
-	if r := e.refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusPaymentRequired {
+	if r := e.Refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusPaymentRequired {
 		t.Errorf("after a decline: %d %s", r.Status, r.Body)
 	}
-	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "0.00" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "0.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
@@ -190,8 +150,8 @@ func TestDeclinedRefundIsStoredAndFreesItsAmount(t *testing.T) {
 // ten are taken, the rest refused; the provider refunds exactly 10.00.
 func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	pay := e.pay("pm_card_visa", "inv-1")
+	e := servicetest.New(t)
+	pay := e.Pay("pm_card_visa", "inv-1")
 	const n = 20
 	statuses := make([]int, n)
 	var wg sync.WaitGroup
@@ -199,7 +159,7 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			statuses[i] = e.refund(pay, fmt.Sprintf("r-%d", i), `{"amount":"1.00"}`).Status
+			statuses[i] = e.Refund(pay, fmt.Sprintf("r-%d", i), `{"amount":"1.00"}`).Status
 		})
 	}
 	close(start)
@@ -212,13 +172,13 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 		t.Errorf("answers %v: want 10 created and 10 refused", count)
 	}
 	var sum int64
-	for _, r := range e.providerRefunds(e.chargeOf(pay)) {
+	for _, r := range e.ProviderRefunds(e.ChargeOf(pay)) {
 		sum += r.AmountMinor
 	}
 	if sum != 1000 {
 		t.Errorf("the provider refunded %d cents of a 1000-cent payment", sum)
 	}
-	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
@@ -227,16 +187,16 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 // by one request; every answer is the refund or "in use".
 func TestConcurrentSameKeyRefundsOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	pay := e.pay("pm_card_visa", "inv-1")
+	e := servicetest.New(t)
+	pay := e.Pay("pm_card_visa", "inv-1")
 	const n = 20
-	answers := make([]response, n)
+	answers := make([]servicetest.Response, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			answers[i] = e.refund(pay, "r-same", `{"amount":"2.50"}`)
+			answers[i] = e.Refund(pay, "r-same", `{"amount":"2.50"}`)
 		})
 	}
 	close(start)
@@ -246,7 +206,7 @@ func TestConcurrentSameKeyRefundsOnce(t *testing.T) {
 			t.Errorf("answer %d %s", a.Status, a.Body)
 		}
 	}
-	got := e.providerRefunds(e.chargeOf(pay))
+	got := e.ProviderRefunds(e.ChargeOf(pay))
 	if len(got) != 1 || got[0].RequestCount != 1 || got[0].AmountMinor != 250 {
 		t.Errorf("provider refunds %+v: want one of 250, created by one request", got)
 	}
@@ -260,9 +220,9 @@ func TestConcurrentSameKeyRefundsOnce(t *testing.T) {
 // resolved answer; the ledger event is written once.
 func TestUnknownRefundIsResolvedByTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond))
-	pay := e.pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
-	first := e.refund(pay, "r-1", `{"amount":"4.00"}`)
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond))
+	pay := e.Pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
+	first := e.Refund(pay, "r-1", `{"amount":"4.00"}`)
 	if first.Status != http.StatusAccepted || first.JSON(t)["status"] != "PROCESSING" || first.Header.Get("Retry-After") == "" {
 		t.Fatalf("lost answer: %d %s", first.Status, first.Body)
 	}
@@ -270,18 +230,18 @@ func TestUnknownRefundIsResolvedByTheReconciler(t *testing.T) {
 	if err != nil || stats["succeeded"] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
-	retry := e.refund(pay, "r-1", `{"amount":"4.00"}`)
+	retry := e.Refund(pay, "r-1", `{"amount":"4.00"}`)
 	if retry.Status != http.StatusCreated || retry.JSON(t)["status"] != "SUCCEEDED" {
 		t.Errorf("retry after reconciliation: %d %s", retry.Status, retry.Body)
 	}
-	got := e.providerRefunds(e.chargeOf(pay))
+	got := e.ProviderRefunds(e.ChargeOf(pay))
 	if len(got) != 1 || got[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, created by one request", got)
 	}
 	if n := e.Count(`outbox_events WHERE event_type = 'RefundSucceeded'`); n != 1 {
 		t.Errorf("RefundSucceeded events = %d", n)
 	}
-	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
