@@ -31,7 +31,7 @@ func (o otherAmount) Lookup(ctx context.Context, l provider.ChargeLookup) (provi
 func TestAPaymentTheProviderReportsForAnotherAmountIsLeftForAPerson(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, servicetest.WithProvider(func(p provider.Provider) provider.Provider { return otherAmount{p} }))
-	r := e.Do("POST", "/payments", []byte(servicetest.Body()), createHeaders(secretA, "k-other"))
+	r := e.Do("POST", "/payments", []byte(servicetest.Body()), servicetest.CreateHeaders(secretA, "k-other"))
 	got := r.JSON(t)
 	if r.Status != 202 || got["status"] != "PROCESSING" {
 		t.Fatalf("POST /payments: %d %s; want 202 PROCESSING", r.Status, r.Body)
@@ -43,7 +43,7 @@ func TestAPaymentTheProviderReportsForAnotherAmountIsLeftForAPerson(t *testing.T
 	if n := e.Count("idempotency_keys WHERE resource_id = $1 AND manual_review_at IS NOT NULL AND response_status IS NULL", id); n != 1 {
 		t.Errorf("the payment's key is not left for manual review")
 	}
-	if r := e.Do("GET", "/payments/"+id, nil, bearer(secretA)); r.JSON(t)["status"] != "PROCESSING" {
+	if r := e.Do("GET", "/payments/"+id, nil, servicetest.Bearer(secretA)); r.JSON(t)["status"] != "PROCESSING" {
 		t.Errorf("GET /payments/%s: %s, want PROCESSING", id, r.Body)
 	}
 }

@@ -123,7 +123,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 
 			// The reconciler finds it authorized.
 			e.reconcile()
-			if st := e.state(id); st != payments.StateAuthorized {
+			if st := e.PaymentState(id); st != payments.StateAuthorized {
 				t.Fatalf("after the reconciler's pass: %s, want AUTHORIZED", st)
 			}
 

@@ -42,10 +42,10 @@ func TestBadInputCorpus(t *testing.T) {
 	var corpus []badInput
 	add := func(cases ...badInput) { corpus = append(corpus, cases...) }
 	create := func(name, body string, status int, code string) badInput {
-		return badInput{name: name, method: "POST", path: "/payments", header: createHeaders(secretA, "k-bad"), body: body, status: status, code: code}
+		return badInput{name: name, method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-bad"), body: body, status: status, code: code}
 	}
 	refund := func(name, body string, status int, code string) badInput {
-		return badInput{name: "refund: " + name, method: "POST", path: refunds, header: createHeaders(secretA, "k-bad"), body: body, status: status, code: code}
+		return badInput{name: "refund: " + name, method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "k-bad"), body: body, status: status, code: code}
 	}
 	invalid := func(c badInput, field string) badInput { c.field = field; return c }
 	saying := func(c badInput, detail string) badInput { c.detail = detail; return c }
@@ -165,18 +165,18 @@ func TestBadInputCorpus(t *testing.T) {
 		"a secret of 64 KiB":   "Bearer " + strings.Repeat("s", 64<<10),
 		"a secret with quotes": `Bearer "` + secretA + `"`,
 	} {
-		add(withHeader(badInput{name: "Authorization: " + name, method: "GET", path: "/payments", header: bearer(secretA), status: 401, code: "UNAUTHORIZED"}, "Authorization", auth),
+		add(withHeader(badInput{name: "Authorization: " + name, method: "GET", path: "/payments", header: servicetest.Bearer(secretA), status: 401, code: "UNAUTHORIZED"}, "Authorization", auth),
 			withHeader(create("Authorization: "+name, servicetest.Body(), 401, "UNAUTHORIZED"), "Authorization", auth))
 	}
 	// Junk ids in paths, and junk query parameters.
 	cursor := func(raw string) string { return url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(raw))) }
 	for _, id := range []string{"%00", "%FF", "%C0%AF", "pay_%00", "pay_%ED%A0%80", strings.Repeat("x", 4096), "..%2F..%2Fhealthz", "%20", "pay_'%3B--"} {
 		add(
-			badInput{name: "get payment " + id, method: "GET", path: "/payments/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
-			badInput{name: "list refunds of " + id, method: "GET", path: "/payments/" + id + "/refunds", header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
-			badInput{name: "get refund of " + id, method: "GET", path: "/payments/" + id + "/refunds/re_x", header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-			badInput{name: "get refund " + id, method: "GET", path: refunds + "/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such refund."},
-			badInput{name: "refund " + id, method: "POST", path: "/payments/" + id + "/refunds", header: createHeaders(secretA, "k-bad"), body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "get payment " + id, method: "GET", path: "/payments/" + id, header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "list refunds of " + id, method: "GET", path: "/payments/" + id + "/refunds", header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "get refund of " + id, method: "GET", path: "/payments/" + id + "/refunds/re_x", header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND"},
+			badInput{name: "get refund " + id, method: "GET", path: refunds + "/" + id, header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such refund."},
+			badInput{name: "refund " + id, method: "POST", path: "/payments/" + id + "/refunds", header: servicetest.CreateHeaders(secretA, "k-bad"), body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND", detail: "No such payment."},
 		)
 	}
 	for _, q := range []string{
@@ -185,11 +185,11 @@ func TestBadInputCorpus(t *testing.T) {
 		"cursor=" + cursor("2026-01-01T00:00:00Z|pay_\xff"), "cursor=" + cursor("99999-01-01T00:00:00Z|pay_1"), "cursor=" + cursor("|pay_"),
 		"accountId=%00", "accountId=acc%FF", "accountId=acc%ED%A0%80",
 	} {
-		add(badInput{name: "list ?" + q, method: "GET", path: "/payments?" + q, header: bearer(secretA), status: 400, code: "VALIDATION_FAILED"})
+		add(badInput{name: "list ?" + q, method: "GET", path: "/payments?" + q, header: servicetest.Bearer(secretA), status: 400, code: "VALIDATION_FAILED"})
 	}
 	add(
-		badInput{name: "unknown route", method: "GET", path: "/payments/x/y/z/w", header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-		badInput{name: "unknown method", method: "DELETE", path: "/payments", header: bearer(secretA), status: 405, code: "METHOD_NOT_ALLOWED"},
+		badInput{name: "unknown route", method: "GET", path: "/payments/x/y/z/w", header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND"},
+		badInput{name: "unknown method", method: "DELETE", path: "/payments", header: servicetest.Bearer(secretA), status: 405, code: "METHOD_NOT_ALLOWED"},
 	)
 
 	for _, c := range corpus {

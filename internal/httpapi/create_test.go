@@ -232,7 +232,7 @@ func TestDifferentBodyWithSameKeyIs422InFlightAndAfter(t *testing.T) {
 	slow := servicetest.Body("paymentMethod", `"pm_sim_slow"`)
 	done := make(chan response, 1)
 	go func() { done <- e.Post("k-reuse", slow) }()
-	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	servicetest.WaitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 
 	check := func(phase string) {
 		for name, b := range differentBodies {
@@ -502,17 +502,6 @@ func TestListIsNewestFirstAndPaginated(t *testing.T) {
 		if r := e.Get(secretA, "/payments?"+bad); r.Status != http.StatusBadRequest || r.JSON(t)["code"] != "VALIDATION_FAILED" {
 			t.Errorf("%s: %d %s", bad, r.Status, r.Body)
 		}
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

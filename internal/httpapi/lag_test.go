@@ -108,7 +108,7 @@ func refusedButCharged(t *testing.T, lag time.Duration) (*env, string) {
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("send: %d %s", r.Status, r.Body)
 	}
-	return e, e.onlyPaymentID()
+	return e, e.OnlyPaymentID()
 }
 
 // reconcile runs one reconciler pass and returns what it did.
@@ -135,7 +135,7 @@ func TestAbandonNeverCancelsAChargeTheLookupMisses(t *testing.T) {
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("first send: %d %s", r.Status, r.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.ReplayTTL - 30*time.Second) // just before its abandon time
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("the retry: %d %s", r.Status, r.Body)
@@ -144,11 +144,11 @@ func TestAbandonNeverCancelsAChargeTheLookupMisses(t *testing.T) {
 	for _, step := range []time.Duration{time.Minute, 2 * time.Minute, lag} {
 		e.Clock.Advance(step)
 		e.reconcile()
-		if s := e.state(id); s == payments.StateCanceled {
+		if s := e.PaymentState(id); s == payments.StateCanceled {
 			t.Fatalf("at %s: a charged payment was canceled", e.Clock.Now())
 		}
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 	if r := e.Post("k-other", servicetest.Body()); r.Status != http.StatusConflict || r.JSON(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
 		t.Errorf("the invoice of the charged payment: %d %s", r.Status, r.Body)
 	}
@@ -170,7 +170,7 @@ func TestAWebhookNeverPostponesTheRefusalsRecheck(t *testing.T) {
 	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("the re-check after the lag: %v, want the payment succeeded", stats)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 // Defect 7: the lookup lags a little longer than the one-minute re-check.
@@ -186,7 +186,7 @@ func TestTheRefusalsRecheckWaitsOutTheLookupLag(t *testing.T) {
 	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("two minutes after the refusal: %v, want the payment succeeded", stats)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 // Defect 3: a client that retries a truly refused payment (the provider

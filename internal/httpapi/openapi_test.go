@@ -56,11 +56,11 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 	}{
 		{"create, replay, decline, conflicts, reads", nil, func(t *testing.T, c *conformance) {
 			created := c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: servicetest.Body(),
+				name: "201 created", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			replay := c.check(specExchange{
-				name: "201 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: servicetest.Body(),
+				name: "201 replayed", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 			if !bytes.Equal(replay.Body, created.Body) {
@@ -68,35 +68,35 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			declineBody := servicetest.Body("merchantReference", `"invoice-7782"`, "paymentMethod", `"pm_card_insufficientFunds"`)
 			c.check(specExchange{
-				name: "402 declined", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
+				name: "402 declined", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-2"), body: declineBody,
 				status: 402, code: "PAYMENT_DECLINED",
 			})
 			c.check(specExchange{
-				name: "402 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
+				name: "402 replayed", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-2"), body: declineBody,
 				status: 402, code: "PAYMENT_DECLINED", headers: []string{"Idempotent-Replayed"}, replayed: true,
 			})
 			c.check(specExchange{
-				name: "422 key reused for another command", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"),
+				name: "422 key reused for another command", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"),
 				body: servicetest.Body("amount", `"11.00"`), status: 422, code: "IDEMPOTENCY_KEY_REUSED",
 			})
 			c.check(specExchange{
-				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: createHeaders(secretA, "k-3"), body: servicetest.Body(),
+				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-3"), body: servicetest.Body(),
 				status: 409, code: "DUPLICATE_MERCHANT_REFERENCE",
 			})
 
 			location := created.Header.Get("Location")
-			c.check(specExchange{name: "200 get one payment", method: "GET", path: location, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get one payment", method: "GET", path: location, header: servicetest.Bearer(secretA), status: 200})
 			c.check(specExchange{
-				name: "404 unknown payment", method: "GET", path: "/payments/pay_doesnotexist", header: bearer(secretA),
+				name: "404 unknown payment", method: "GET", path: "/payments/pay_doesnotexist", header: servicetest.Bearer(secretA),
 				status: 404, code: "NOT_FOUND",
 			})
 			c.check(specExchange{
-				name: "404 another tenant's payment", method: "GET", path: location, header: bearer(secretB),
+				name: "404 another tenant's payment", method: "GET", path: location, header: servicetest.Bearer(secretB),
 				status: 404, code: "NOT_FOUND",
 			})
 
 			first := c.check(specExchange{
-				name: "200 list, first page", method: "GET", path: "/payments?accountId=acc_1&limit=1", header: bearer(secretA), status: 200,
+				name: "200 list, first page", method: "GET", path: "/payments?accountId=acc_1&limit=1", header: servicetest.Bearer(secretA), status: 200,
 			})
 			var page struct {
 				Items      []json.RawMessage `json:"items"`
@@ -107,17 +107,17 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			last := c.check(specExchange{
 				name: "200 list, last page", method: "GET", path: "/payments?accountId=acc_1&limit=1&cursor=" + url.QueryEscape(page.NextCursor),
-				header: bearer(secretA), status: 200,
+				header: servicetest.Bearer(secretA), status: 200,
 			})
 			if bytes.Contains(last.Body, []byte(`"nextCursor"`)) {
 				t.Errorf("the last page has a nextCursor: %s", last.Body)
 			}
 			c.check(specExchange{
-				name: "400 list limit out of range", method: "GET", path: "/payments?limit=0", header: bearer(secretA),
+				name: "400 list limit out of range", method: "GET", path: "/payments?limit=0", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "limit"`,
 			})
 			c.check(specExchange{
-				name: "400 list cursor not issued", method: "GET", path: "/payments?cursor=nope", header: bearer(secretA),
+				name: "400 list cursor not issued", method: "GET", path: "/payments?cursor=nope", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED",
 			})
 			c.check(specExchange{
@@ -129,25 +129,25 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"rejected create requests", nil, func(t *testing.T, c *conformance) {
-			noKey := createHeaders(secretA, "")
+			noKey := servicetest.CreateHeaders(secretA, "")
 			delete(noKey, "Idempotency-Key")
-			noAuth := createHeaders("", "k")
+			noAuth := servicetest.CreateHeaders("", "k")
 			delete(noAuth, "Authorization")
-			textPlain := createHeaders(secretA, "k")
+			textPlain := servicetest.CreateHeaders(secretA, "k")
 			textPlain["Content-Type"] = "text/plain"
 			// Valid JSON and a valid command, padded past 16 KiB: only the
 			// size is wrong, which no schema keyword can say.
 			tooLarge := servicetest.Body() + strings.Repeat(" ", 17<<10)
 			for _, x := range []specExchange{
 				{name: "401 no credentials", header: noAuth, body: servicetest.Body(), status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
-				{name: "401 unknown secret", header: createHeaders("sk_test_unknown", "k"), body: servicetest.Body(), status: 401, code: "UNAUTHORIZED"},
+				{name: "401 unknown secret", header: servicetest.CreateHeaders("sk_test_unknown", "k"), body: servicetest.Body(), status: 401, code: "UNAUTHORIZED"},
 				{name: "400 key missing", header: noKey, body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
-				{name: "400 malformed JSON", header: createHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
-				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: servicetest.Body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
-				{name: "400 amount not a string", header: createHeaders(secretA, "k"), body: servicetest.Body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
-				{name: "400 too many fraction digits", header: createHeaders(secretA, "k"), body: servicetest.Body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
-				{name: "413 body too large", header: createHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
+				{name: "400 key too long", header: servicetest.CreateHeaders(secretA, strings.Repeat("k", 256)), body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "400 malformed JSON", header: servicetest.CreateHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "400 unknown field", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
+				{name: "400 amount not a string", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 too many fraction digits", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
+				{name: "413 body too large", header: servicetest.CreateHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
 				{name: "415 wrong content type", header: textPlain, body: servicetest.Body(), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
 			} {
 				x.method, x.path = "POST", "/payments"
@@ -160,9 +160,9 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 		{"what the provider would refuse", []servicetest.Option{withSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
 			for _, x := range []specExchange{
-				{name: "400 amount not supported by the provider", header: createHeaders(secretA, "k-bhd"),
+				{name: "400 amount not supported by the provider", header: servicetest.CreateHeaders(secretA, "k-bhd"),
 					body: servicetest.Body("amount", `"1.234"`, "currency", `"BHD"`), status: 400, code: "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"},
-				{name: "400 unknown test payment method", header: createHeaders(secretA, "k-typo"),
+				{name: "400 unknown test payment method", header: servicetest.CreateHeaders(secretA, "k-typo"),
 					body: servicetest.Body("paymentMethod", `"pm_card_vsia"`), status: 400, code: "UNKNOWN_TEST_PAYMENT_METHOD"},
 			} {
 				x.method, x.path = "POST", "/payments"
@@ -175,21 +175,21 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 		{"outcome unknown", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
 			r := c.check(specExchange{
-				name: "202 provider timed out", method: "POST", path: "/payments", header: createHeaders(secretA, "k-lost"),
+				name: "202 provider timed out", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-lost"),
 				body: servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`), status: 202, headers: []string{"Location", "Retry-After"},
 			})
 			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
-			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
 		}},
 
 		{"the audit log", []servicetest.Option{withOperators(t)}, func(t *testing.T, c *conformance) {
-			if r := c.e.Do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), createHeaders(secretA, "k-ep")); r.Status != 201 {
+			if r := c.e.Do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), servicetest.CreateHeaders(secretA, "k-ep")); r.Status != 201 {
 				t.Fatalf("create an endpoint: %d %s", r.Status, r.Body)
 			}
-			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: bearer(operatorSecret), status: 200})
-			c.check(specExchange{name: "403 audit events to a tenant's key", method: "GET", path: "/audit-events", header: bearer(secretA),
+			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: servicetest.Bearer(operatorSecret), status: 200})
+			c.check(specExchange{name: "403 audit events to a tenant's key", method: "GET", path: "/audit-events", header: servicetest.Bearer(secretA),
 				status: 403, code: "OPERATORS_ONLY"})
 			c.check(specExchange{name: "401 audit events without a key", method: "GET", path: "/audit-events", header: nil,
 				status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"})
@@ -214,7 +214,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if err := c.e.Core.EventLog.FanOut(t.Context(), events); err != nil { // as the relay does
 				t.Fatal(err)
 			}
-			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: bearer(secretA), status: 200})
+			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: servicetest.Bearer(secretA), status: 200})
 			var list struct {
 				Items []struct {
 					EventID string `json:"eventId"`
@@ -224,14 +224,14 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if err := json.Unmarshal(page.Body, &list); err != nil || len(list.Items) != 2 || list.NextCursor == "" {
 				t.Fatalf("a page of events: %s", page.Body)
 			}
-			c.check(specExchange{name: "200 events, next page", method: "GET", path: "/events?limit=2&cursor=" + list.NextCursor, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 events of a type", method: "GET", path: "/events?type=refund.succeeded", header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 an event", method: "GET", path: "/events/" + list.Items[0].EventID, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "404 another tenant's event", method: "GET", path: "/events/" + list.Items[0].EventID, header: bearer(secretB),
+			c.check(specExchange{name: "200 events, next page", method: "GET", path: "/events?limit=2&cursor=" + list.NextCursor, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 events of a type", method: "GET", path: "/events?type=refund.succeeded", header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 an event", method: "GET", path: "/events/" + list.Items[0].EventID, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "404 another tenant's event", method: "GET", path: "/events/" + list.Items[0].EventID, header: servicetest.Bearer(secretB),
 				status: 404, code: "NOT_FOUND"})
-			c.check(specExchange{name: "400 events of an unknown type", method: "GET", path: "/events?type=payment.exploded", header: bearer(secretA),
+			c.check(specExchange{name: "400 events of an unknown type", method: "GET", path: "/events?type=payment.exploded", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "type"`})
-			c.check(specExchange{name: "400 events, a cursor not issued", method: "GET", path: "/events?cursor=nope", header: bearer(secretA),
+			c.check(specExchange{name: "400 events, a cursor not issued", method: "GET", path: "/events?cursor=nope", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED"})
 			c.check(specExchange{name: "401 events", method: "GET", path: "/events", status: 401, code: "UNAUTHORIZED",
 				specRejects: "security requirements failed"})
@@ -241,39 +241,39 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			pay := c.e.Pay("pm_card_visa", "inv-r")
 			refunds := "/payments/" + pay + "/refunds"
 			created := c.check(specExchange{
-				name: "201 refund", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				name: "201 refund", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-1"),
 				body: `{"amount":"3.00","reason":"requested_by_customer"}`, status: 201, headers: []string{"Location"},
 			})
 			c.check(specExchange{
-				name: "201 refund replayed", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				name: "201 refund replayed", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-1"),
 				body: `{"amount":"3.00","reason":"requested_by_customer"}`, status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
-			c.check(specExchange{name: "422 refund key reused", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+			c.check(specExchange{name: "422 refund key reused", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-1"),
 				body: `{"amount":"4.00"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
-			c.check(specExchange{name: "409 refund exceeds", method: "POST", path: refunds, header: createHeaders(secretA, "r-2"),
+			c.check(specExchange{name: "409 refund exceeds", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-2"),
 				body: `{"amount":"7.01"}`, status: 409, code: "REFUND_EXCEEDS_REFUNDABLE"})
-			c.check(specExchange{name: "404 refund of an unknown payment", method: "POST", path: "/payments/pay_none/refunds", header: createHeaders(secretA, "r-3"),
+			c.check(specExchange{name: "404 refund of an unknown payment", method: "POST", path: "/payments/pay_none/refunds", header: servicetest.CreateHeaders(secretA, "r-3"),
 				body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND"})
-			c.check(specExchange{name: "400 refund without a key", method: "POST", path: refunds, header: bearer(secretA),
+			c.check(specExchange{name: "400 refund without a key", method: "POST", path: refunds, header: servicetest.Bearer(secretA),
 				body: `{"amount":"1.00"}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: "Idempotency-Key"})
-			c.check(specExchange{name: "200 list refunds", method: "GET", path: refunds, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 get a refund", method: "GET", path: created.Header.Get("Location"), header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 payment with refundedAmount", method: "GET", path: "/payments/" + pay, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 list refunds", method: "GET", path: refunds, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a refund", method: "GET", path: created.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 payment with refundedAmount", method: "GET", path: "/payments/" + pay, header: servicetest.Bearer(secretA), status: 200})
 
 			declined := c.e.Pay("pm_sim_refund_declined", "inv-rd")
-			c.check(specExchange{name: "402 refund declined", method: "POST", path: "/payments/" + declined + "/refunds", header: createHeaders(secretA, "r-4"),
+			c.check(specExchange{name: "402 refund declined", method: "POST", path: "/payments/" + declined + "/refunds", header: servicetest.CreateHeaders(secretA, "r-4"),
 				body: `{"amount":"1.00"}`, status: 402, code: "REFUND_DECLINED"})
 			lost := c.e.Pay("pm_sim_refund_timeout_after_success", "inv-rl")
-			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: createHeaders(secretA, "r-5"),
+			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: servicetest.CreateHeaders(secretA, "r-5"),
 				body: `{"amount":"1.00"}`, status: 202})
 			notPaid := c.e.Post("k-np", servicetest.Body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).JSON(t)["paymentId"].(string)
-			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: createHeaders(secretA, "r-6"),
+			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: servicetest.CreateHeaders(secretA, "r-6"),
 				body: `{"amount":"1.00"}`, status: 409, code: "PAYMENT_NOT_REFUNDABLE"})
 		}},
 
 		{"manual capture", nil, func(t *testing.T, c *conformance) {
 			auth := c.check(specExchange{
-				name: "201 authorized", method: "POST", path: "/payments", header: createHeaders(secretA, "k-auth"),
+				name: "201 authorized", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-auth"),
 				body: manualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
 			})
 			if p := auth.JSON(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
@@ -281,30 +281,30 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			capture := auth.Header.Get("Location") + "/capture"
 			captured := c.check(specExchange{
-				name: "200 partial capture", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				name: "200 partial capture", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location"},
 			})
 			if p := captured.JSON(t); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "8.00" {
 				t.Errorf("capture: %s, want SUCCEEDED with capturedAmount 8.00", captured.Body)
 			}
 			replay := c.check(specExchange{
-				name: "200 capture replayed", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				name: "200 capture replayed", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 			if !bytes.Equal(replay.Body, captured.Body) {
 				t.Errorf("the replay is not the original body byte for byte:\n%s\n%s", captured.Body, replay.Body)
 			}
-			c.check(specExchange{name: "422 capture key reused", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+			c.check(specExchange{name: "422 capture key reused", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{"amount":"7.00"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
-			c.check(specExchange{name: "409 captured payment not capturable", method: "POST", path: capture, header: createHeaders(secretA, "c-2"),
+			c.check(specExchange{name: "409 captured payment not capturable", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-2"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 			c.check(specExchange{name: "409 captured payment not cancelable", method: "POST", path: auth.Header.Get("Location") + "/cancel",
-				header: createHeaders(secretA, "x-1"), body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
-			c.check(specExchange{name: "200 get a captured payment", method: "GET", path: auth.Header.Get("Location"), header: bearer(secretA), status: 200})
+				header: servicetest.CreateHeaders(secretA, "x-1"), body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
+			c.check(specExchange{name: "200 get a captured payment", method: "GET", path: auth.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
 
 			// No body at all (and no Content-Type): the whole amount.
 			whole := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c2") + "/capture"
-			noBody := bearer(secretA)
+			noBody := servicetest.Bearer(secretA)
 			noBody["Idempotency-Key"] = "c-3"
 			r := c.check(specExchange{name: "200 capture without a body", method: "POST", path: whole, header: noBody,
 				status: 200, headers: []string{"Location"}})
@@ -313,82 +313,82 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 
 			open := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c3") + "/capture"
-			textPlain := createHeaders(secretA, "c-4")
+			textPlain := servicetest.CreateHeaders(secretA, "c-4")
 			textPlain["Content-Type"] = "text/plain"
-			noKey := createHeaders(secretA, "")
+			noKey := servicetest.CreateHeaders(secretA, "")
 			delete(noKey, "Idempotency-Key")
 			for _, x := range []specExchange{
-				{name: "409 capture exceeds", header: createHeaders(secretA, "c-4"), body: `{"amount":"10.01"}`, status: 409, code: "CAPTURE_EXCEEDS_CAPTURABLE"},
-				{name: "400 capture amount invalid", header: createHeaders(secretA, "c-4"), body: `{"amount":"1.001"}`, status: 400, code: "VALIDATION_FAILED"},
-				{name: "400 capture amount not a string", header: createHeaders(secretA, "c-4"), body: `{"amount":8}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
-				{name: "400 capture unknown field", header: createHeaders(secretA, "c-4"), body: `{"extra":"x"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
-				{name: "400 capture malformed JSON", header: createHeaders(secretA, "c-4"), body: `{"amount":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "409 capture exceeds", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":"10.01"}`, status: 409, code: "CAPTURE_EXCEEDS_CAPTURABLE"},
+				{name: "400 capture amount invalid", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":"1.001"}`, status: 400, code: "VALIDATION_FAILED"},
+				{name: "400 capture amount not a string", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":8}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 capture unknown field", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"extra":"x"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
+				{name: "400 capture malformed JSON", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
 				{name: "400 capture key missing", header: noKey, body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 capture key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
-				{name: "413 capture body too large", header: createHeaders(secretA, "c-4"), body: `{}` + strings.Repeat(" ", 17<<10), status: 413, code: "PAYLOAD_TOO_LARGE"},
+				{name: "400 capture key too long", header: servicetest.CreateHeaders(secretA, strings.Repeat("k", 256)), body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "413 capture body too large", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{}` + strings.Repeat(" ", 17<<10), status: 413, code: "PAYLOAD_TOO_LARGE"},
 				{name: "415 capture wrong content type", header: textPlain, body: `{}`, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
 				{name: "401 capture without credentials", header: map[string]string{"Idempotency-Key": "c-4", "Content-Type": "application/json"}, body: `{}`, status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
 			} {
 				x.method, x.path = "POST", open
 				c.check(x)
 			}
-			c.check(specExchange{name: "404 capture of an unknown payment", method: "POST", path: "/payments/pay_none/capture", header: createHeaders(secretA, "c-5"),
+			c.check(specExchange{name: "404 capture of an unknown payment", method: "POST", path: "/payments/pay_none/capture", header: servicetest.CreateHeaders(secretA, "c-5"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
-			c.check(specExchange{name: "404 capture of another tenant's payment", method: "POST", path: open, header: createHeaders(secretB, "c-5"),
+			c.check(specExchange{name: "404 capture of another tenant's payment", method: "POST", path: open, header: servicetest.CreateHeaders(secretB, "c-5"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
 			automatic := "/payments/" + c.e.Pay("pm_card_visa", "inv-c4") + "/capture"
-			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: createHeaders(secretA, "c-6"),
+			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: servicetest.CreateHeaders(secretA, "c-6"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 
 			declines := "/payments/" + c.e.manualPayment("pm_sim_capture_declined", "inv-c5") + "/capture"
-			c.check(specExchange{name: "402 capture declined", method: "POST", path: declines, header: createHeaders(secretA, "c-7"),
+			c.check(specExchange{name: "402 capture declined", method: "POST", path: declines, header: servicetest.CreateHeaders(secretA, "c-7"),
 				body: `{}`, status: 402, code: "CAPTURE_DECLINED"})
-			c.check(specExchange{name: "402 capture declined replayed", method: "POST", path: declines, header: createHeaders(secretA, "c-7"),
+			c.check(specExchange{name: "402 capture declined replayed", method: "POST", path: declines, header: servicetest.CreateHeaders(secretA, "c-7"),
 				body: `{}`, status: 402, code: "CAPTURE_DECLINED", headers: []string{"Idempotent-Replayed"}, replayed: true})
 			c.check(specExchange{name: "200 get a payment whose capture was declined", method: "GET", path: strings.TrimSuffix(declines, "/capture"),
-				header: bearer(secretA), status: 200})
+				header: servicetest.Bearer(secretA), status: 200})
 		}},
 
 		{"cancel", nil, func(t *testing.T, c *conformance) {
 			payment := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x1")
 			canceled := c.check(specExchange{
-				name: "200 cancel", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+				name: "200 cancel", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location"},
 			})
 			if got := canceled.JSON(t)["status"]; got != "CANCELED" {
 				t.Errorf("cancel: status %v, want CANCELED", got)
 			}
-			c.check(specExchange{name: "200 cancel replayed", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+			c.check(specExchange{name: "200 cancel replayed", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true})
-			c.check(specExchange{name: "422 cancel key reused", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+			c.check(specExchange{name: "422 cancel key reused", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"duplicate"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
-			c.check(specExchange{name: "409 canceled payment not cancelable", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-2"),
+			c.check(specExchange{name: "409 canceled payment not cancelable", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-2"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
-			c.check(specExchange{name: "409 canceled payment not capturable", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-1"),
+			c.check(specExchange{name: "409 canceled payment not capturable", method: "POST", path: payment + "/capture", header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
-			c.check(specExchange{name: "200 get a canceled payment", method: "GET", path: payment, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a canceled payment", method: "GET", path: payment, header: servicetest.Bearer(secretA), status: 200})
 
 			other := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x2") + "/cancel"
-			noBody := bearer(secretA)
+			noBody := servicetest.Bearer(secretA)
 			noBody["Idempotency-Key"] = "x-3"
-			noKey := createHeaders(secretA, "")
+			noKey := servicetest.CreateHeaders(secretA, "")
 			delete(noKey, "Idempotency-Key")
 			for _, x := range []specExchange{
-				{name: "400 cancel reason invalid", header: createHeaders(secretA, "x-3"), body: `{"reason":"because"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/reason"},
+				{name: "400 cancel reason invalid", header: servicetest.CreateHeaders(secretA, "x-3"), body: `{"reason":"because"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/reason"},
 				{name: "400 cancel key missing", header: noKey, body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 cancel malformed JSON", header: createHeaders(secretA, "x-3"), body: `{`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "400 cancel malformed JSON", header: servicetest.CreateHeaders(secretA, "x-3"), body: `{`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
 				{name: "200 cancel without a body", header: noBody, status: 200, headers: []string{"Location"}},
 			} {
 				x.method, x.path = "POST", other
 				c.check(x)
 			}
-			c.check(specExchange{name: "404 cancel of an unknown payment", method: "POST", path: "/payments/pay_none/cancel", header: createHeaders(secretA, "x-4"),
+			c.check(specExchange{name: "404 cancel of an unknown payment", method: "POST", path: "/payments/pay_none/cancel", header: servicetest.CreateHeaders(secretA, "x-4"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
 			automatic := "/payments/" + c.e.Pay("pm_card_visa", "inv-x3") + "/cancel"
-			c.check(specExchange{name: "409 succeeded payment not cancelable", method: "POST", path: automatic, header: createHeaders(secretA, "x-5"),
+			c.check(specExchange{name: "409 succeeded payment not cancelable", method: "POST", path: automatic, header: servicetest.CreateHeaders(secretA, "x-5"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 			// A canceled payment frees its merchant reference.
-			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: createHeaders(secretA, "k-again"),
+			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-again"),
 				body: servicetest.Body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
 			// A payment refused before processing moved no money: canceled.
 			if r := c.e.Post("pay-refused", servicetest.Body("merchantReference", `"inv-x4"`, "paymentMethod", `"pm_sim_unavailable"`)); r.Status != 503 {
@@ -399,27 +399,27 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got := c.check(specExchange{name: "200 cancel of a payment that moved no money", method: "POST", path: "/payments/" + refused + "/cancel",
-				header: createHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.JSON(t)["status"] != "CANCELED" {
+				header: servicetest.CreateHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.JSON(t)["status"] != "CANCELED" {
 				t.Errorf("cancel of a refused payment: %s", got.Body)
 			}
 		}},
 
 		{"capture and cancel outcomes unknown or refused", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
 			lost := "/payments/" + c.e.manualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
-			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-1"),
+			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
 			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
-			c.check(specExchange{name: "200 get a payment whose capture is in doubt", method: "GET", path: lost, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "409 capture in flight: not capturable", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-2"),
+			c.check(specExchange{name: "200 get a payment whose capture is in doubt", method: "GET", path: lost, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "409 capture in flight: not capturable", method: "POST", path: lost + "/capture", header: servicetest.CreateHeaders(secretA, "c-2"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
-			c.check(specExchange{name: "409 capture in flight: not cancelable", method: "POST", path: lost + "/cancel", header: createHeaders(secretA, "x-1"),
+			c.check(specExchange{name: "409 capture in flight: not cancelable", method: "POST", path: lost + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 
 			voidLost := c.e.manualPayment("pm_card_visa", "inv-u2")
 			faults.loseVoid(voidLost)
-			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: createHeaders(secretA, "x-2"),
+			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: servicetest.CreateHeaders(secretA, "x-2"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
 			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
@@ -427,20 +427,20 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 			refused := c.e.manualPayment("pm_card_visa", "inv-u3")
 			faults.refuseCapture(refused)
-			c.check(specExchange{name: "503 capture refused by the provider", method: "POST", path: "/payments/" + refused + "/capture", header: createHeaders(secretA, "c-3"),
+			c.check(specExchange{name: "503 capture refused by the provider", method: "POST", path: "/payments/" + refused + "/capture", header: servicetest.CreateHeaders(secretA, "c-3"),
 				body: `{}`, status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"}})
 		}},
 
 		{"capture in flight", []servicetest.Option{withActionFaults(held)}, func(t *testing.T, c *conformance) {
 			id := c.e.manualPayment("pm_card_visa", "inv-f1")
 			release := held.holdCapture(id)
-			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: createHeaders(secretA, "c-held"),
+			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: servicetest.CreateHeaders(secretA, "c-held"),
 				body: `{"amount":"5.00"}`, status: 200, headers: []string{"Location"}}
 			var answer response
 			done := make(chan struct{})
 			go func() { defer close(done); answer = c.send(original) }()
 			defer func() { release(); <-done }() // never leave the original running past the test
-			waitFor(t, func() bool { return c.e.Count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			servicetest.WaitFor(t, func() bool { return c.e.Count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 			inUse := original
 			inUse.name, inUse.status, inUse.code, inUse.headers = "409 capture key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
 			c.check(inUse)
@@ -453,19 +453,19 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 		{"capture and cancel keys past their replay window, authorization past its expiry", nil, func(t *testing.T, c *conformance) {
 			captured := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e1") + "/capture"
-			c.check(specExchange{name: "200 capture", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
+			c.check(specExchange{name: "200 capture", method: "POST", path: captured, header: servicetest.CreateHeaders(secretA, "c-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
 			canceled := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e2") + "/cancel"
-			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
+			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: servicetest.CreateHeaders(secretA, "x-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
 			expiring := c.e.Post("k-e3", manualBody("inv-e3", "pm_card_visa"))
 			if expiring.Status != http.StatusCreated {
 				t.Fatalf("manual payment: %d %s", expiring.Status, expiring.Body)
 			}
 			c.e.Clock.Advance(c.e.Config.ReplayTTL)
-			c.check(specExchange{name: "409 capture key expired", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
+			c.check(specExchange{name: "409 capture key expired", method: "POST", path: captured, header: servicetest.CreateHeaders(secretA, "c-old"),
 				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
-			c.check(specExchange{name: "409 cancel key expired", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
+			c.check(specExchange{name: "409 cancel key expired", method: "POST", path: canceled, header: servicetest.CreateHeaders(secretA, "x-old"),
 				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
 
 			expiresAt, err := time.Parse(time.RFC3339Nano, expiring.JSON(t)["authorizationExpiresAt"].(string))
@@ -474,43 +474,43 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			c.e.Clock.Advance(expiresAt.Sub(c.e.Clock.Now()) + time.Second)
 			payment := expiring.Header.Get("Location")
-			c.check(specExchange{name: "409 capture after the authorization expired", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-late"),
+			c.check(specExchange{name: "409 capture after the authorization expired", method: "POST", path: payment + "/capture", header: servicetest.CreateHeaders(secretA, "c-late"),
 				body: `{}`, status: 409, code: "AUTHORIZATION_EXPIRED"})
 			// A cancel still voids it (the service would have, at the expiry).
-			c.check(specExchange{name: "200 cancel after the authorization expired", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-late"),
+			c.check(specExchange{name: "200 cancel after the authorization expired", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-late"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
 		}},
 
 		{"original in flight", []servicetest.Option{servicetest.WithSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
 			slow := specExchange{
-				name: "201 slow original", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
+				name: "201 slow original", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-slow"),
 				body: servicetest.Body("paymentMethod", `"pm_sim_slow"`), status: 201, headers: []string{"Location"},
 			}
 			var original response
 			done := make(chan struct{})
 			go func() { defer close(done); original = c.send(slow) }()
 			defer func() { <-done }() // never leave the original running past the test
-			waitFor(t, func() bool { return c.e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			servicetest.WaitFor(t, func() bool { return c.e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 			inUse := slow
 			inUse.name, inUse.status, inUse.code, inUse.headers = "409 key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
 			c.check(inUse)
 			<-done
 			c.verify(slow, original)
 			c.check(specExchange{
-				name: "201 replayed after the original finished", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
+				name: "201 replayed after the original finished", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-slow"),
 				body: slow.body, status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 		}},
 
 		{"provider unavailable", nil, func(t *testing.T, c *conformance) {
 			r := c.check(specExchange{
-				name: "503 provider refused", method: "POST", path: "/payments", header: createHeaders(secretA, "k-down"),
+				name: "503 provider refused", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-down"),
 				body: servicetest.Body("paymentMethod", `"pm_sim_unavailable"`), status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			if r.Status != 503 {
 				return
 			}
-			got := c.check(specExchange{name: "200 get a failed payment", method: "GET", path: "/payments/" + c.e.onlyPaymentID(), header: bearer(secretA), status: 200})
+			got := c.check(specExchange{name: "200 get a failed payment", method: "GET", path: "/payments/" + c.e.OnlyPaymentID(), header: servicetest.Bearer(secretA), status: 200})
 			if s := got.JSON(t)["status"]; s != "FAILED" {
 				t.Errorf("payment after 503 PROVIDER_UNAVAILABLE: status %v, want FAILED", s)
 			}
@@ -518,36 +518,36 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 		{"key past its replay window", nil, func(t *testing.T, c *conformance) {
 			c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: servicetest.Body(),
+				name: "201 created", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-old"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			c.e.Clock.Advance(c.e.Config.ReplayTTL)
 			c.check(specExchange{
-				name: "409 key expired", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: servicetest.Body(),
+				name: "409 key expired", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-old"), body: servicetest.Body(),
 				status: 409, code: "IDEMPOTENCY_KEY_EXPIRED",
 			})
 		}},
 
 		{"rate limited", []servicetest.Option{servicetest.WithRateLimit(1, 2)}, func(t *testing.T, c *conformance) {
 			created := c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: servicetest.Body(),
+				name: "201 created", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			payment := created.Header.Get("Location")
-			c.check(specExchange{name: "200 get a payment", method: "GET", path: payment, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a payment", method: "GET", path: payment, header: servicetest.Bearer(secretA), status: 200})
 			limited := func(name, method, path, body string, header map[string]string) specExchange {
 				return specExchange{name: name, method: method, path: path, header: header, body: body,
 					status: 429, code: "RATE_LIMITED", headers: []string{"Retry-After"}}
 			}
 			for _, x := range []specExchange{
-				limited("429 create", "POST", "/payments", servicetest.Body("merchantReference", `"inv-2"`), createHeaders(secretA, "k-2")),
-				limited("429 list", "GET", "/payments", "", bearer(secretA)),
-				limited("429 get", "GET", payment, "", bearer(secretA)),
-				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, createHeaders(secretA, "r-1")),
-				limited("429 list refunds", "GET", payment+"/refunds", "", bearer(secretA)),
-				limited("429 get a refund", "GET", payment+"/refunds/re_x", "", bearer(secretA)),
-				limited("429 capture", "POST", payment+"/capture", `{}`, createHeaders(secretA, "c-1")),
-				limited("429 cancel", "POST", payment+"/cancel", `{}`, createHeaders(secretA, "x-1")),
+				limited("429 create", "POST", "/payments", servicetest.Body("merchantReference", `"inv-2"`), servicetest.CreateHeaders(secretA, "k-2")),
+				limited("429 list", "GET", "/payments", "", servicetest.Bearer(secretA)),
+				limited("429 get", "GET", payment, "", servicetest.Bearer(secretA)),
+				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, servicetest.CreateHeaders(secretA, "r-1")),
+				limited("429 list refunds", "GET", payment+"/refunds", "", servicetest.Bearer(secretA)),
+				limited("429 get a refund", "GET", payment+"/refunds/re_x", "", servicetest.Bearer(secretA)),
+				limited("429 capture", "POST", payment+"/capture", `{}`, servicetest.CreateHeaders(secretA, "c-1")),
+				limited("429 cancel", "POST", payment+"/cancel", `{}`, servicetest.CreateHeaders(secretA, "x-1")),
 			} {
 				c.check(x)
 			}
@@ -585,19 +585,19 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			// the payments store and readiness check see a dead database.
 			c.e.URL = c.e.DeadStoreURL(false)
 			c.check(specExchange{
-				name: "503 create", method: "POST", path: "/payments", header: createHeaders(secretA, "k"), body: servicetest.Body(),
+				name: "503 create", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body(),
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
-				name: "503 list", method: "GET", path: "/payments", header: bearer(secretA),
+				name: "503 list", method: "GET", path: "/payments", header: servicetest.Bearer(secretA),
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
-				name: "503 capture", method: "POST", path: "/payments/pay_x/capture", header: createHeaders(secretA, "c"), body: `{}`,
+				name: "503 capture", method: "POST", path: "/payments/pay_x/capture", header: servicetest.CreateHeaders(secretA, "c"), body: `{}`,
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
-				name: "503 cancel", method: "POST", path: "/payments/pay_x/cancel", header: createHeaders(secretA, "x"), body: `{}`,
+				name: "503 cancel", method: "POST", path: "/payments/pay_x/cancel", header: servicetest.CreateHeaders(secretA, "x"), body: `{}`,
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{name: "503 readyz", method: "GET", path: "/readyz", status: 503, code: "SERVICE_UNAVAILABLE"})
@@ -628,14 +628,6 @@ type specExchange struct {
 	// validating it against the spec must fail, with an error that contains
 	// this text (it names the rule). Other requests must pass.
 	specRejects string
-}
-
-func bearer(secret string) map[string]string {
-	return map[string]string{"Authorization": "Bearer " + secret}
-}
-
-func createHeaders(secret, key string) map[string]string {
-	return map[string]string{"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json"}
 }
 
 // openAPISpec is the router of the parsed OpenAPI document: the operation
@@ -729,12 +721,12 @@ func (c *conformance) verify(x specExchange, r response) {
 		Request: req, PathParams: pathParams, Route: route,
 		Options: &openapi3filter.Options{
 			MultiError: true,
-			// The spec can say a bearer secret is required, not which
+			// The spec can say a servicetest.Bearer secret is required, not which
 			// secrets exist: check that one is sent, as a client would.
 			AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
 				scheme, secret, _ := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
 				if in.SecurityScheme.Type != "http" || !strings.EqualFold(scheme, in.SecurityScheme.Scheme) || secret == "" {
-					return errors.New("no bearer secret")
+					return errors.New("no servicetest.Bearer secret")
 				}
 				return nil
 			},

@@ -26,7 +26,7 @@ func TestTheReconcilersEventsAreTraced(t *testing.T) {
 	if r := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`)); r.Status != http.StatusAccepted {
 		t.Fatalf("the lost answer: %d %s", r.Status, r.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Minute)
 
 	exp := tracetest.NewInMemoryExporter()

@@ -93,7 +93,7 @@ func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	if stats, _ := e.Core.Reconciler.RunOnce(context.Background(), 10); len(stats) != 0 {
 		t.Errorf("the reconciler looked before the grace: %v", stats)
 	}
@@ -102,7 +102,7 @@ func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler after the grace: %v %v", stats, err)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusCreated || r.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("the client's retry: %d %s", r.Status, r.Body)
 	}
@@ -116,14 +116,14 @@ func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 	if r := e.Post("k-1", servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(2 * time.Minute)
 	// The look confirms the refusal: a resolved pass (the payment waits for
 	// its client, and the count of attempts starts again).
 	if stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
-	if s := e.state(id); s != payments.StateFailedRetryable {
+	if s := e.PaymentState(id); s != payments.StateFailedRetryable {
 		t.Errorf("payment %s, want FAILED_RETRYABLE", s)
 	}
 	if n := len(e.Sim.Charges()); n != 0 {
@@ -151,7 +151,7 @@ func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 	if e.Metric("paymentsapi_payments_manual_review", nil) != 1 {
 		t.Error("the manual review gauge does not count it")
 	}
-	if g := e.Get(secretA, "/payments/"+e.onlyPaymentID()).JSON(t); g["status"] != "PROCESSING" {
+	if g := e.Get(secretA, "/payments/"+e.OnlyPaymentID()).JSON(t); g["status"] != "PROCESSING" {
 		t.Errorf("payment %v", g["status"])
 	}
 	e.Clock.Advance(time.Hour)
@@ -180,7 +180,7 @@ func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
 	if r.Status != http.StatusCreated {
 		t.Fatalf("retry: %d %s, want 201 (sent again inside the provider's window)", r.Status, r.Body)
 	}
-	e.assertChargedOnce(e.onlyPaymentID())
+	e.AssertChargedOnce(e.OnlyPaymentID())
 }
 
 // A 202 shows the updatedAt the database holds, also when the retry changed
@@ -198,7 +198,7 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 	if again.Status != http.StatusAccepted {
 		t.Fatalf("retry: %d %s", again.Status, again.Body)
 	}
-	got := e.Get(secretA, "/payments/"+e.onlyPaymentID()).JSON(t)["updatedAt"]
+	got := e.Get(secretA, "/payments/"+e.OnlyPaymentID()).JSON(t)["updatedAt"]
 	if again.JSON(t)["updatedAt"] != got || first.JSON(t)["updatedAt"] != got {
 		t.Errorf("updatedAt: first 202 %v, second 202 %v, database %v", first.JSON(t)["updatedAt"], again.JSON(t)["updatedAt"], got)
 	}
@@ -218,7 +218,7 @@ func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 	if r := e.Post("k-gone", refused); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("the refused request answered %d %s", r.Status, r.Body)
 	}
-	gone := e.onlyPaymentID()
+	gone := e.OnlyPaymentID()
 	if r := e.Post("k-new", servicetest.Body()); r.Status != http.StatusConflict || r.JSON(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
 		t.Fatalf("new key, same invoice, inside the window: %d %s", r.Status, r.Body)
 	}
@@ -231,7 +231,7 @@ func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 	if err != nil || stats[payments.OutcomeCanceled] != 1 {
 		t.Fatalf("reconciler after the window: %v %v", stats, err)
 	}
-	if s := e.state(gone); s != payments.StateCanceled {
+	if s := e.PaymentState(gone); s != payments.StateCanceled {
 		t.Errorf("abandoned payment %s, want CANCELED", s)
 	}
 	if n := len(e.Sim.Charges()); n != 0 {
@@ -266,7 +266,7 @@ func TestAnAbandonedRefusedPaymentIsLookedUpThenCanceled(t *testing.T) {
 	if err != nil || stats[payments.OutcomeCanceled] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
-	if s := e.state(e.onlyPaymentID()); s != payments.StateCanceled {
+	if s := e.PaymentState(e.OnlyPaymentID()); s != payments.StateCanceled {
 		t.Errorf("payment %s, want CANCELED", s)
 	}
 	if r := e.Post("k-2", servicetest.Body()); r.Status != http.StatusCreated {

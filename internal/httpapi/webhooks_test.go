@@ -72,7 +72,7 @@ func (e *env) unknownPayment(key, ref string) string {
 		e.T.Fatalf("lost answer: %d %s", r.Status, r.Body)
 	}
 	id := r.JSON(e.T)["paymentId"].(string)
-	if s := e.state(id); s != payments.StateUnknown {
+	if s := e.PaymentState(id); s != payments.StateUnknown {
 		e.T.Fatalf("payment %s", s)
 	}
 	return id
@@ -116,7 +116,7 @@ func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != payments.OutcomeSucceeded {
 		t.Fatalf("answer %+v", got)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 	if n := e.lookups(id); n != 1 {
 		t.Errorf("lookups %d, want 1: the provider, not the event, decides", n)
 	}
@@ -169,11 +169,11 @@ func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 // whatever the event claims. The reconciler, which may send, completes it.
 func TestStripeWebhookNeverSends(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}), withStripeWebhooks())
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: servicetest.CrashOnce()}), withStripeWebhooks())
 	if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusInternalServerError {
 		t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
@@ -183,13 +183,13 @@ func TestStripeWebhookNeverSends(t *testing.T) {
 	if n := len(e.Sim.Charges()); n != 0 {
 		t.Fatalf("the webhook made the provider charge (%d charges)", n)
 	}
-	if s := e.state(id); s != payments.StateUnknown {
+	if s := e.PaymentState(id); s != payments.StateUnknown {
 		t.Errorf("state %s, want %s", s, payments.StateUnknown)
 	}
 	if stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10); err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 // A payment the provider refused (FAILED, retryable by its client) is only
@@ -202,12 +202,12 @@ func TestStripeWebhookOnARefusedPaymentOnlyLooks(t *testing.T) {
 	if r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refused: %d %s", r.Status, r.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != idempotency.OutcomeUnresolved {
 		t.Errorf("answer %+v", got)
 	}
-	if s := e.state(id); s != payments.StateFailedRetryable {
+	if s := e.PaymentState(id); s != payments.StateFailedRetryable {
 		t.Errorf("state %s", s)
 	}
 	if n := len(e.Sim.Charges()); n != 0 {
@@ -227,7 +227,7 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks(), servicetest.WithHooks(payments.Hooks{
 		AfterProviderAnswer: func(context.Context, string) error {
 			if failing.Load() {
-				return errCrash
+				return servicetest.ErrCrash
 			}
 			return nil
 		},
@@ -246,7 +246,7 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 	if got := e.deliver(event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != payments.OutcomeSucceeded {
 		t.Errorf("redelivery: %+v", got)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 // A delivery of an event already handled answers 200 and does nothing:
@@ -254,9 +254,9 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 // lookups fail at first), so handling it again would look up again.
 func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}), withStripeWebhooks())
+	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: servicetest.CrashOnce()}), withStripeWebhooks())
 	e.Post("k-flaky", servicetest.Body("paymentMethod", `"`+sim.MethodLookupFlaky+`"`)) // charged, answer lost
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	event := stripeEvent("evt_dup", "payment_intent.succeeded", intentOf(id, "succeeded"))
@@ -376,7 +376,7 @@ func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 	if r := e.webhook(event, webhookSecret, now.Add(-webhooks.Tolerance+time.Second)); r.Status != http.StatusOK {
 		t.Errorf("inside the tolerance: %d %s", r.Status, r.Body)
 	}
-	if s := e.state(id); s != payments.StateCompleted {
+	if s := e.PaymentState(id); s != payments.StateCompleted {
 		t.Errorf("state %s after the valid delivery", s)
 	}
 }
@@ -453,7 +453,7 @@ func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 		if !byWebhook && answer.Resolution != idempotency.OutcomeInFlight && answer.Resolution != idempotency.OutcomeFinal {
 			t.Fatalf("round %d: the webhook lost with %+v", i, answer)
 		}
-		if s := e.state(id); s != payments.StateCompleted {
+		if s := e.PaymentState(id); s != payments.StateCompleted {
 			t.Fatalf("round %d: state %s", i, s)
 		}
 		charges := e.ChargesFor(id)

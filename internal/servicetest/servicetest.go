@@ -14,12 +14,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -472,4 +474,83 @@ func dialSim(t testing.TB, url string) *simclient.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// ErrCrash is the error of CrashOnce's failpoint.
+var ErrCrash = errors.New("injected crash")
+
+// CrashOnce is a failpoint that fails its first call only: the original
+// request dies there; the recovery that follows passes through.
+func CrashOnce() func(context.Context, string) error {
+	var calls atomic.Int32
+	return func(context.Context, string) error {
+		if calls.Add(1) == 1 {
+			return ErrCrash
+		}
+		return nil
+	}
+}
+
+// PaymentState returns a payment's state.
+func (e *Env) PaymentState(paymentID string) payments.State {
+	e.T.Helper()
+	var s payments.State
+	if err := e.Pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE id = $1`, paymentID).Scan(&s); err != nil {
+		e.T.Fatal(err)
+	}
+	return s
+}
+
+// OnlyPaymentID returns the id of the one payment in the database.
+func (e *Env) OnlyPaymentID() string {
+	e.T.Helper()
+	var id string
+	if err := e.Pool.QueryRow(context.Background(), `SELECT id FROM payments`).Scan(&id); err != nil {
+		e.T.Fatal(err)
+	}
+	return id
+}
+
+// AssertChargedOnce checks that the payment ended SUCCEEDED with exactly one
+// charge that the provider was asked to create once, and one success event.
+func (e *Env) AssertChargedOnce(paymentID string) {
+	e.T.Helper()
+	if s := e.PaymentState(paymentID); s != payments.StateCompleted {
+		e.T.Errorf("payment %s, want COMPLETED", s)
+	}
+	charges := e.ChargesFor(paymentID)
+	if len(charges) != 1 || charges[0].RequestCount != 1 {
+		e.T.Errorf("provider charges %+v: want one, created by one request", charges)
+	}
+	if n := e.Count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, paymentID); n != 1 {
+		e.T.Errorf("PaymentSucceeded events = %d, want 1", n)
+	}
+	if n := e.Count(`payment_transitions WHERE payment_id = $1 AND to_state = 'COMPLETED'`, paymentID); n != 1 {
+		e.T.Errorf("transitions to COMPLETED = %d, want 1", n)
+	}
+	if n := e.Count("payments"); n != 1 {
+		e.T.Errorf("payments = %d, want 1", n)
+	}
+}
+
+// WaitFor waits up to 10 s, in real time, for cond to hold.
+func WaitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Bearer is the header that authenticates as secret.
+func Bearer(secret string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + secret}
+}
+
+// CreateHeaders are the headers of a create request as secret with key.
+func CreateHeaders(secret, key string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json"}
 }

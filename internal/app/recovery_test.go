@@ -1,9 +1,8 @@
-package httpapi_test
+package app_test
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -18,70 +17,14 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
-var errCrash = errors.New("injected crash")
-
-// crashOnce is a failpoint that fails its first call only: the original
-// request dies there; the recovery that follows passes through.
-func crashOnce() func(context.Context, string) error {
-	var calls atomic.Int32
-	return func(context.Context, string) error {
-		if calls.Add(1) == 1 {
-			return errCrash
-		}
-		return nil
-	}
-}
-
-// state returns the payment state and its count of transitions into to.
-func (e *env) state(paymentID string) payments.State {
-	e.T.Helper()
-	var s payments.State
-	if err := e.Pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE id = $1`, paymentID).Scan(&s); err != nil {
-		e.T.Fatal(err)
-	}
-	return s
-}
-
-// onlyPaymentID returns the id of the one payment in the database.
-func (e *env) onlyPaymentID() string {
-	e.T.Helper()
-	var id string
-	if err := e.Pool.QueryRow(context.Background(), `SELECT id FROM payments`).Scan(&id); err != nil {
-		e.T.Fatal(err)
-	}
-	return id
-}
-
-// assertChargedOnce checks that the payment ended SUCCEEDED with exactly one
-// charge that the provider was asked to create once, and one success event.
-func (e *env) assertChargedOnce(paymentID string) {
-	e.T.Helper()
-	if s := e.state(paymentID); s != payments.StateCompleted {
-		e.T.Errorf("payment %s, want COMPLETED", s)
-	}
-	charges := e.ChargesFor(paymentID)
-	if len(charges) != 1 || charges[0].RequestCount != 1 {
-		e.T.Errorf("provider charges %+v: want one, created by one request", charges)
-	}
-	if n := e.Count(`outbox_events WHERE aggregate_id = $1 AND event_type = 'PaymentSucceeded'`, paymentID); n != 1 {
-		e.T.Errorf("PaymentSucceeded events = %d, want 1", n)
-	}
-	if n := e.Count(`payment_transitions WHERE payment_id = $1 AND to_state = 'COMPLETED'`, paymentID); n != 1 {
-		e.T.Errorf("transitions to COMPLETED = %d, want 1", n)
-	}
-	if n := e.Count("payments"); n != 1 {
-		e.T.Errorf("payments = %d, want 1", n)
-	}
-}
-
 // A crash at every boundary of the state machine, resolved by a retry or by
 // the reconciler: one charge, and the right final answer.
 func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 	t.Parallel()
 	boundaries := map[string]func(h *payments.Hooks){
-		"after claim":           func(h *payments.Hooks) { h.AfterClaim = crashOnce() },
-		"after request sent":    func(h *payments.Hooks) { h.AfterRequestSent = crashOnce() },
-		"after provider answer": func(h *payments.Hooks) { h.AfterProviderAnswer = crashOnce() },
+		"after claim":           func(h *payments.Hooks) { h.AfterClaim = servicetest.CrashOnce() },
+		"after request sent":    func(h *payments.Hooks) { h.AfterRequestSent = servicetest.CrashOnce() },
+		"after provider answer": func(h *payments.Hooks) { h.AfterProviderAnswer = servicetest.CrashOnce() },
 	}
 	for name, install := range boundaries {
 		for _, resolver := range []string{"retry", "reconciler"} {
@@ -89,12 +32,12 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 				t.Parallel()
 				var hooks payments.Hooks
 				install(&hooks)
-				e := newEnv(t, servicetest.WithHooks(hooks))
+				e := servicetest.New(t, servicetest.WithHooks(hooks))
 
 				if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusInternalServerError {
 					t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 				}
-				id := e.onlyPaymentID()
+				id := e.OnlyPaymentID()
 				// The dead owner's lease still runs: a retry is told to wait.
 				if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusConflict {
 					t.Fatalf("retry within the lease: %d %s", r.Status, r.Body)
@@ -122,7 +65,7 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 				if !bytes.Equal(again.Body, final.Body) || again.Header.Get("Idempotent-Replayed") != "true" {
 					t.Errorf("final answer not replayed: %s", again.Body)
 				}
-				e.assertChargedOnce(id)
+				e.AssertChargedOnce(id)
 				// Every step is recorded, the claim's two included.
 				for _, move := range [][2]string{{"", "RECEIVED"}, {"RECEIVED", "PROVIDER_REQUEST_SENT"}} {
 					if n := e.Count(`payment_transitions WHERE payment_id = $1 AND COALESCE(from_state, '') = $2 AND to_state = $3`,
@@ -138,9 +81,9 @@ func TestCrashAtEveryBoundaryRecoversWithOneCharge(t *testing.T) {
 // Many retries find the same stale key at once: exactly one takes it over.
 func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: servicetest.CrashOnce()}))
 	e.Post("k-stale", servicetest.Body())
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	// The mechanism itself: concurrent TakeOver calls on the same seen token.
@@ -190,7 +133,7 @@ func TestConcurrentTakeoversExactlyOneWins(t *testing.T) {
 	if got := e.Metric("paymentsapi_idempotency_takeovers_total", nil); got != 1 {
 		t.Errorf("takeovers through the API = %v, want 1", got)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 // The original pauses after the provider answered; its lease runs out and a
@@ -200,17 +143,17 @@ func TestFencedOutOriginalCannotOverwriteTheNewOwner(t *testing.T) {
 	t.Parallel()
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
 		if calls.Add(1) == 1 {
 			close(paused)
 			<-resume
 		}
 		return nil
 	}}), servicetest.WithProviderTimeout(2*time.Second))
-	original := make(chan response, 1)
+	original := make(chan servicetest.Response, 1)
 	go func() { original <- e.Post("k-fence", servicetest.Body("paymentMethod", `"pm_card_chargeDeclined"`)) }()
 	<-paused
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 
 	e.Clock.Advance(e.Config.Lease + time.Second)
 	retry := e.Post("k-fence", servicetest.Body("paymentMethod", `"pm_card_chargeDeclined"`))
@@ -236,17 +179,17 @@ func TestFencedOutOriginalCannotOverwriteTheNewOwner(t *testing.T) {
 
 func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond))
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond))
 	first := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`))
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("got %d %s", first.Status, first.Body)
 	}
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
 	if err != nil || stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("reconciler: %v %v", stats, err)
 	}
-	g := e.Get(secretA, "/payments/"+id).JSON(t)
+	g := e.Get(servicetest.SecretA, "/payments/"+id).JSON(t)
 	if g["status"] != "SUCCEEDED" || g["providerReference"] == nil {
 		t.Errorf("after reconciliation: %v", g)
 	}
@@ -254,7 +197,7 @@ func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
 	if retry.Status != http.StatusCreated || retry.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("the reconciler's answer is not replayed: %d %s", retry.Status, retry.Body)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 	if e.Metric("paymentsapi_reconciler_outcomes_total", map[string]string{"outcome": "succeeded"}) != 1 {
 		t.Errorf("reconciler metric did not move")
 	}
@@ -262,10 +205,10 @@ func TestTimeoutAfterSuccessIsResolvedByTheReconciler(t *testing.T) {
 
 func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}),
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: servicetest.CrashOnce()}),
 		servicetest.WithRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Minute, Max: time.Hour}, MaxAttempts: 10}))
 	e.Post("k-flaky", servicetest.Body("paymentMethod", `"pm_sim_lookup_flaky"`)) // charged, answer lost
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	reconcile := func() idempotency.RecoveryStats {
@@ -283,7 +226,7 @@ func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 		if stats := reconcile(); len(stats) != 0 {
 			t.Fatalf("attempt %d: retried before its backoff: %v", attempt, stats)
 		}
-		if s := e.state(id); s != payments.StateUnknown {
+		if s := e.PaymentState(id); s != payments.StateUnknown {
 			t.Fatalf("state %s", s)
 		}
 		e.Clock.Advance(time.Duration(attempt) * time.Minute) // past the jittered backoff
@@ -291,7 +234,7 @@ func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 	if stats := reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("after backoff: %v", stats)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 	if c := e.ChargesFor(id); c[0].LookupCount != 3 {
 		t.Errorf("lookups %d, want 3", c[0].LookupCount)
 	}
@@ -302,10 +245,10 @@ func TestFlakyLookupsResolveAfterBackoff(t *testing.T) {
 // payment for a person, keeping it PROCESSING.
 func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: servicetest.CrashOnce()}),
 		servicetest.WithRecovery(idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: time.Second, Max: time.Second}, MaxAttempts: 3}))
 	e.Post("k-old", servicetest.Body())
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.ProviderKeyWindow + time.Hour)
 
 	outcomes := map[string]int{}
@@ -328,7 +271,7 @@ func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 	if n := e.Count(`idempotency_keys WHERE manual_review_at IS NOT NULL AND recovery_attempts = 3`); n != 1 {
 		t.Errorf("payment not marked for manual review")
 	}
-	if g := e.Get(secretA, "/payments/"+id).JSON(t); g["status"] != "PROCESSING" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+id).JSON(t); g["status"] != "PROCESSING" {
 		t.Errorf("status %v, want PROCESSING", g["status"])
 	}
 	// A client retry past the window may not create either.
@@ -350,9 +293,9 @@ func TestPastTheProviderKeyWindowOnlyLookUp(t *testing.T) {
 func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 	t.Parallel()
 	var crashed sync.Map // the original of every payment dies after the provider answered
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(_ context.Context, id string) error {
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(_ context.Context, id string) error {
 		if _, seen := crashed.LoadOrStore(id, true); !seen {
-			return errCrash
+			return servicetest.ErrCrash
 		}
 		return nil
 	}}))
@@ -413,20 +356,20 @@ func TestTwoReconcilersResolveEachPaymentOnce(t *testing.T) {
 // original finishes (LISTEN/NOTIFY), then gets its answer byte for byte.
 func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(time.Second))
+	e := servicetest.New(t, servicetest.WithSlowDelay(time.Second))
 	otherURL, _, otherReg := e.Instance()
 	slow := servicetest.Body("paymentMethod", `"pm_sim_slow"`)
-	original := make(chan response, 1)
+	original := make(chan servicetest.Response, 1)
 	go func() { original <- e.Post("k-wait", slow) }()
-	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	servicetest.WaitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 
-	other := &env{&servicetest.Env{T: t, URL: otherURL}}
+	other := &servicetest.Env{T: t, URL: otherURL}
 	noWait := other.Post("k-wait", slow)
 	if noWait.Status != http.StatusConflict {
 		t.Fatalf("without Prefer: %d %s", noWait.Status, noWait.Body)
 	}
 	waited := other.Do("POST", "/payments", []byte(slow), map[string]string{
-		"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-wait",
+		"Authorization": "Bearer " + servicetest.SecretA, "Idempotency-Key": "k-wait",
 		"Content-Type": "application/json", "Prefer": "wait=5",
 	})
 	first := <-original
@@ -448,14 +391,14 @@ func TestPreferWaitOnAnotherInstanceGetsTheOriginalsAnswer(t *testing.T) {
 // when its wait runs out.
 func TestPreferWaitRunsOut(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(3*time.Second))
+	e := servicetest.New(t, servicetest.WithSlowDelay(3*time.Second))
 	slow := servicetest.Body("paymentMethod", `"pm_sim_slow"`)
-	original := make(chan response, 1)
+	original := make(chan servicetest.Response, 1)
 	go func() { original <- e.Post("k-wait", slow) }()
 	defer func() { <-original }()
-	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	servicetest.WaitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 	r := e.Do("POST", "/payments", []byte(slow), map[string]string{
-		"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-wait",
+		"Authorization": "Bearer " + servicetest.SecretA, "Idempotency-Key": "k-wait",
 		"Content-Type": "application/json", "Prefer": "wait=1",
 	})
 	if r.Status != http.StatusConflict || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_IN_USE" {
@@ -471,36 +414,36 @@ func TestPreferWaitRunsOut(t *testing.T) {
 // left to the reconciler, never charged again.
 func TestTakeoverWhenTheProviderCannotSayAnswers202(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: crashOnce()}))
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: servicetest.CrashOnce()}))
 	flaky := servicetest.Body("paymentMethod", `"pm_sim_lookup_flaky"`)
 	e.Post("k-unsure", flaky)
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
 	r := e.Post("k-unsure", flaky)
 	if r.Status != http.StatusAccepted || r.JSON(t)["status"] != "PROCESSING" || r.Header.Get("Location") != "/payments/"+id {
 		t.Fatalf("got %d %v %s", r.Status, r.Header, r.Body)
 	}
-	if s := e.state(id); s != payments.StateUnknown {
+	if s := e.PaymentState(id); s != payments.StateUnknown {
 		t.Errorf("state %s, want UNKNOWN_REQUIRES_RECOVERY", s)
 	}
 	e.Post("k-unsure", flaky) // second failing lookup: 202 again
 	if final := e.Post("k-unsure", flaky); final.Status != http.StatusCreated {
 		t.Fatalf("third retry: %d %s", final.Status, final.Body)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 func TestStateGaugesMove(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(time.Second), servicetest.WithProviderTimeout(300*time.Millisecond))
+	e := servicetest.New(t, servicetest.WithSlowDelay(time.Second), servicetest.WithProviderTimeout(300*time.Millisecond))
 	gauge := func(name string) float64 { t.Helper(); return e.Metric(name, nil) }
 
-	slow := make(chan response, 1)
+	slow := make(chan servicetest.Response, 1)
 	go func() {
 		slow <- e.Post("k-slow", servicetest.Body("paymentMethod", `"pm_sim_slow"`, "merchantReference", `"slow"`))
 	}()
-	waitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+	servicetest.WaitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 	e.Clock.Advance(10 * time.Second)
 	if gauge("paymentsapi_idempotency_in_flight_keys") != 1 || gauge("paymentsapi_idempotency_unfinished_keys") != 1 ||
 		gauge("paymentsapi_idempotency_oldest_unfinished_key_age_seconds") != 10 {
@@ -529,7 +472,7 @@ func TestStateGaugesMove(t *testing.T) {
 // records how much lease its caller still holds when it charges.
 type slowLookupProvider struct {
 	provider.Provider
-	e         *env
+	e         *servicetest.Env
 	mu        sync.Mutex
 	remaining []time.Duration
 }
@@ -554,7 +497,7 @@ func (p *slowLookupProvider) Charge(ctx context.Context, req provider.ChargeRequ
 func TestOwnerRenewsItsLeaseBeforeCharging(t *testing.T) {
 	t.Parallel()
 	slow := &slowLookupProvider{}
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}),
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: servicetest.CrashOnce()}),
 		servicetest.WithProvider(func(p provider.Provider) provider.Provider { slow.Provider = p; return slow }))
 	slow.e = e
 	e.Post("k-renew", servicetest.Body()) // dies after PROVIDER_REQUEST_SENT, before the provider call
@@ -565,7 +508,7 @@ func TestOwnerRenewsItsLeaseBeforeCharging(t *testing.T) {
 	if len(slow.remaining) != 1 || slow.remaining[0] != e.Config.Lease {
 		t.Errorf("lease left when charging: %v, want a full %s", slow.remaining, e.Config.Lease)
 	}
-	e.assertChargedOnce(e.onlyPaymentID())
+	e.AssertChargedOnce(e.OnlyPaymentID())
 }
 
 // The fenced-out owner's late write arrives while the new owner is still in
@@ -575,7 +518,7 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 	pauseA, resumeA := make(chan struct{}), make(chan struct{})
 	pauseB, resumeB := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: func(context.Context, string) error {
 		switch calls.Add(1) {
 		case 1: // the original, after the provider charged
 			close(pauseA)
@@ -586,12 +529,12 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 		}
 		return nil
 	}}))
-	a := make(chan response, 1)
+	a := make(chan servicetest.Response, 1)
 	go func() { a <- e.Post("k-token", servicetest.Body()) }()
 	<-pauseA
-	id := e.onlyPaymentID()
+	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
-	b := make(chan response, 1)
+	b := make(chan servicetest.Response, 1)
 	go func() { b <- e.Post("k-token", servicetest.Body()) }()
 	<-pauseB // B owns the key (token 2); the payment is still PROVIDER_REQUEST_SENT
 
@@ -600,14 +543,14 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 	if late.Status != http.StatusConflict {
 		t.Errorf("the fenced-out owner answered %d %s: its write went through", late.Status, late.Body)
 	}
-	if s := e.state(id); s != payments.StateProviderRequestSent {
+	if s := e.PaymentState(id); s != payments.StateProviderRequestSent {
 		t.Errorf("the fenced-out owner moved the payment to %s", s)
 	}
 	close(resumeB)
 	if r := <-b; r.Status != http.StatusCreated {
 		t.Fatalf("the new owner: %d %s", r.Status, r.Body)
 	}
-	e.assertChargedOnce(id)
+	e.AssertChargedOnce(id)
 }
 
 // A retry of a key whose owner died is told, in whole seconds rounded up,
@@ -618,13 +561,13 @@ func TestLateWriteInTheSameStateIsRefusedByTheToken(t *testing.T) {
 func TestARetryOfADeadOwnersKeyIsToldWhenItsLeaseEnds(t *testing.T) {
 	t.Parallel()
 	// A lease of 30 s, PROVIDER_TIMEOUT 5 s, RETRY_AFTER 1 s.
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: crashOnce()}))
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: servicetest.CrashOnce()}))
 	if r := e.Post("k-dead", servicetest.Body()); r.Status != http.StatusInternalServerError {
 		t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 	}
 	retry := func(header ...string) string {
 		t.Helper()
-		h := createHeaders(secretA, "k-dead")
+		h := servicetest.CreateHeaders(servicetest.SecretA, "k-dead")
 		for i := 0; i+1 < len(header); i += 2 {
 			h[header[i]] = header[i+1]
 		}
