@@ -227,10 +227,10 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 // stays the creating key's.
 func TestAWebhooksMoveNamesTheProviderWebhook(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
-	id := e.unknownPayment("k-lost", "inv-1")
-	payload := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
-	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: webhookSecret, Timestamp: e.Clock.Now()}).Header
+	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks())
+	id := e.UnknownPayment("k-lost", "inv-1")
+	payload := servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
+	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: servicetest.StripeWebhookSecret, Timestamp: e.Clock.Now()}).Header
 	if r := e.Do("POST", "/webhooks/stripe", payload, map[string]string{
 		"Content-Type": "application/json", "Stripe-Signature": header, "X-Request-Id": "req-webhook",
 	}); r.Status != http.StatusOK {

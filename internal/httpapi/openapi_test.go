@@ -553,9 +553,9 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 		}},
 
-		{"stripe webhooks", []servicetest.Option{withStripeWebhooks(), servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
-			id := c.e.unknownPayment("k-lost", "inv-1")
-			event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
+		{"stripe webhooks", []servicetest.Option{servicetest.WithStripeWebhooks(), servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			id := c.e.UnknownPayment("k-lost", "inv-1")
+			event := servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
 			signedHeaders := func(payload []byte, secret string, at time.Time) map[string]string {
 				return map[string]string{"Content-Type": "application/json", "Stripe-Signature": webhook.GenerateTestSignedPayload(
 					&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header}
@@ -564,20 +564,20 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "400 bad signature", method: "POST", path: "/webhooks/stripe", body: string(event),
 				header: signedHeaders(event, "whsec_wrong", now), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
 			c.check(specExchange{name: "400 stale signature", method: "POST", path: "/webhooks/stripe", body: string(event),
-				header: signedHeaders(event, webhookSecret, now.Add(-time.Hour)), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
+				header: signedHeaders(event, servicetest.StripeWebhookSecret, now.Add(-time.Hour)), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
 			c.check(specExchange{name: "400 no signature", method: "POST", path: "/webhooks/stripe", body: string(event),
 				header: map[string]string{"Content-Type": "application/json"}, status: 400, code: "WEBHOOK_SIGNATURE_INVALID",
 				specRejects: "Stripe-Signature"})
 			notAnEvent := []byte(`{"object":"customer"}`)
 			c.check(specExchange{name: "400 signed, not an event", method: "POST", path: "/webhooks/stripe", body: string(notAnEvent),
-				header: signedHeaders(notAnEvent, webhookSecret, now), status: 400, code: "MALFORMED_JSON"})
+				header: signedHeaders(notAnEvent, servicetest.StripeWebhookSecret, now), status: 400, code: "MALFORMED_JSON"})
 			c.check(specExchange{name: "200 applied", method: "POST", path: "/webhooks/stripe", body: string(event),
-				header: signedHeaders(event, webhookSecret, now), status: 200})
+				header: signedHeaders(event, servicetest.StripeWebhookSecret, now), status: 200})
 			c.check(specExchange{name: "200 duplicate", method: "POST", path: "/webhooks/stripe", body: string(event),
-				header: signedHeaders(event, webhookSecret, now), status: 200})
-			other := stripeEvent("evt_2", "customer.created", `{"id":"cus_1","object":"customer"}`)
+				header: signedHeaders(event, servicetest.StripeWebhookSecret, now), status: 200})
+			other := servicetest.StripeEvent("evt_2", "customer.created", `{"id":"cus_1","object":"customer"}`)
 			c.check(specExchange{name: "200 ignored", method: "POST", path: "/webhooks/stripe", body: string(other),
-				header: signedHeaders(other, webhookSecret, now), status: 200})
+				header: signedHeaders(other, servicetest.StripeWebhookSecret, now), status: 200})
 		}},
 
 		{"database unavailable", nil, func(t *testing.T, c *conformance) {

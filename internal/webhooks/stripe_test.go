@@ -1,10 +1,11 @@
-package httpapi_test
+package webhooks_test
 
 import (
 	"bytes"
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,44 +15,20 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"github.com/paymentsapi/paymentsapi/internal/webhooks"
 )
 
-const webhookSecret = "whsec_test_paymentsapi"
-
-// withStripeWebhooks enables POST /webhooks/stripe with webhookSecret.
-func withStripeWebhooks() servicetest.Option {
-	return func(o *servicetest.Options) { o.Config.StripeWebhookSecret = webhookSecret }
-}
-
-// stripeEvent is a Stripe event of type typ about object (JSON).
-func stripeEvent(id, typ, object string) []byte {
-	return fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2023-10-16","created":1795000000,"livemode":false,`+
-		`"type":%q,"data":{"object":%s}}`, id, typ, object)
-}
-
-// intentOf is a PaymentIntent as our Stripe adapter creates it for
-// paymentID, saying status: what an event claims, never what is booked.
-func intentOf(paymentID, status string) string {
-	return fmt.Sprintf(`{"id":"pi_3Test","object":"payment_intent","amount":1000,"currency":"eur","status":%q,`+
-		`"metadata":{"idempotency_key":%q,"payment_id":%q}}`, status, payments.ProviderKey(paymentID), paymentID)
-}
-
-// webhook delivers payload as Stripe would, signed with secret at at.
-func (e *env) webhook(payload []byte, secret string, at time.Time) response {
-	e.T.Helper()
-	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header
-	return e.Do("POST", "/webhooks/stripe", payload, map[string]string{"Content-Type": "application/json", "Stripe-Signature": header})
-}
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // deliver delivers payload signed now with the right secret; it must
 // answer 200, and what it answers is returned.
-func (e *env) deliver(payload []byte) webhooks.Answer {
+func deliver(e *servicetest.Env, payload []byte) webhooks.Answer {
 	e.T.Helper()
-	r := e.webhook(payload, webhookSecret, e.Clock.Now())
+	r := e.Webhook(payload, servicetest.StripeWebhookSecret, e.Clock.Now())
 	if r.Status != http.StatusOK {
 		e.T.Fatalf("webhook answered %d %s", r.Status, r.Body)
 	}
@@ -63,23 +40,8 @@ func (e *env) deliver(payload []byte) webhooks.Answer {
 	return a
 }
 
-// unknownPayment creates a payment whose provider answer was lost after
-// the charge succeeded: 202, UNKNOWN_REQUIRES_RECOVERY, key released.
-func (e *env) unknownPayment(key, ref string) string {
-	e.T.Helper()
-	r := e.Post(key, servicetest.Body("merchantReference", `"`+ref+`"`, "paymentMethod", `"`+sim.MethodTimeoutAfterSuccess+`"`))
-	if r.Status != http.StatusAccepted {
-		e.T.Fatalf("lost answer: %d %s", r.Status, r.Body)
-	}
-	id := r.JSON(e.T)["paymentId"].(string)
-	if s := e.PaymentState(id); s != payments.StateUnknown {
-		e.T.Fatalf("payment %s", s)
-	}
-	return id
-}
-
 // keySnapshot is what any write about a payment's key or state changes.
-func (e *env) keySnapshot(paymentID string) string {
+func keySnapshot(e *servicetest.Env, paymentID string) string {
 	e.T.Helper()
 	var token int64
 	var state string
@@ -92,16 +54,7 @@ func (e *env) keySnapshot(paymentID string) string {
 	}
 	return fmt.Sprintf("token %d, %s since %s, %d transitions, %d events, %d lookups", token, state, updated,
 		e.Count(`payment_transitions WHERE payment_id = $1`, paymentID),
-		e.Count(`outbox_events WHERE aggregate_id = $1`, paymentID), e.lookups(paymentID))
-}
-
-// lookups is how many lookups reached the payment's charge at the simulator.
-func (e *env) lookups(paymentID string) int {
-	n := 0
-	for _, c := range e.ChargesFor(paymentID) {
-		n += c.LookupCount
-	}
-	return n
+		e.Count(`outbox_events WHERE aggregate_id = $1`, paymentID), e.Lookups(paymentID))
 }
 
 // A signed payment_intent.succeeded resolves a payment whose outcome was
@@ -109,18 +62,18 @@ func (e *env) lookups(paymentID string) int {
 // stored answer is what a retry of the client gets.
 func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
-	id := e.unknownPayment("k-lost", "inv-1")
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks())
+	id := e.UnknownPayment("k-lost", "inv-1")
 
-	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
+	got := deliver(e, servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded")))
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != payments.OutcomeSucceeded {
 		t.Fatalf("answer %+v", got)
 	}
 	e.AssertChargedOnce(id)
-	if n := e.lookups(id); n != 1 {
+	if n := e.Lookups(id); n != 1 {
 		t.Errorf("lookups %d, want 1: the provider, not the event, decides", n)
 	}
-	stored := e.Get(secretA, "/payments/"+id).JSON(t)
+	stored := e.Get(servicetest.SecretA, "/payments/"+id).JSON(t)
 	if stored["status"] != "SUCCEEDED" || stored["providerReference"] == nil {
 		t.Errorf("payment %v", stored)
 	}
@@ -140,14 +93,14 @@ func TestStripeWebhookResolvesAnUnknownPayment(t *testing.T) {
 // A refund event resolves an unknown refund the same way.
 func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks())
 	pay := e.Pay(sim.MethodRefundTimeoutAfterSuccess, "inv-1")
 	first := e.Refund(pay, "r-1", `{"amount":"4.00"}`)
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("lost answer: %d %s", first.Status, first.Body)
 	}
 	refundID := first.JSON(t)["refundId"].(string)
-	got := e.deliver(stripeEvent("evt_r1", "refund.updated",
+	got := deliver(e, servicetest.StripeEvent("evt_r1", "refund.updated",
 		fmt.Sprintf(`{"id":"re_3Test","object":"refund","status":"succeeded","metadata":{"refund_id":%q}}`, refundID)))
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != "succeeded" {
 		t.Fatalf("answer %+v", got)
@@ -159,7 +112,7 @@ func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 	if got := e.ProviderRefunds(e.ChargeOf(pay)); len(got) != 1 || got[0].RequestCount != 1 {
 		t.Errorf("provider refunds %+v: want one, created by one request", got)
 	}
-	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "4.00" {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
@@ -169,14 +122,14 @@ func TestStripeWebhookResolvesAnUnknownRefund(t *testing.T) {
 // whatever the event claims. The reconciler, which may send, completes it.
 func TestStripeWebhookNeverSends(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: servicetest.CrashOnce()}), withStripeWebhooks())
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterRequestSent: servicetest.CrashOnce()}), servicetest.WithStripeWebhooks())
 	if r := e.Post("k-crash", servicetest.Body()); r.Status != http.StatusInternalServerError {
 		t.Fatalf("the crashed request answered %d %s", r.Status, r.Body)
 	}
 	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
-	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
+	got := deliver(e, servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded")))
 	if got.Resolution != idempotency.OutcomeUnresolved {
 		t.Errorf("answer %+v", got)
 	}
@@ -197,13 +150,13 @@ func TestStripeWebhookNeverSends(t *testing.T) {
 // event is handled (200, recorded).
 func TestStripeWebhookOnARefusedPaymentOnlyLooks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withStripeWebhooks())
+	e := servicetest.New(t, servicetest.WithStripeWebhooks())
 	r := e.Post("k-refused", servicetest.Body("paymentMethod", `"`+sim.MethodUnavailable+`"`))
 	if r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("refused: %d %s", r.Status, r.Body)
 	}
 	id := e.OnlyPaymentID()
-	got := e.deliver(stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded")))
+	got := deliver(e, servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded")))
 	if got.Outcome != webhooks.OutcomeApplied || got.Resolution != idempotency.OutcomeUnresolved {
 		t.Errorf("answer %+v", got)
 	}
@@ -224,7 +177,7 @@ func TestStripeWebhookOnARefusedPaymentOnlyLooks(t *testing.T) {
 func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 	t.Parallel()
 	var failing atomic.Bool
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks(), servicetest.WithHooks(payments.Hooks{
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks(), servicetest.WithHooks(payments.Hooks{
 		AfterProviderAnswer: func(context.Context, string) error {
 			if failing.Load() {
 				return servicetest.ErrCrash
@@ -232,10 +185,10 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 			return nil
 		},
 	}))
-	id := e.unknownPayment("k-lost", "inv-1")
-	event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
+	id := e.UnknownPayment("k-lost", "inv-1")
+	event := servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
 	failing.Store(true)
-	if r := e.webhook(event, webhookSecret, e.Clock.Now()); r.Status != http.StatusInternalServerError || r.JSON(t)["code"] != "INTERNAL" {
+	if r := e.Webhook(event, servicetest.StripeWebhookSecret, e.Clock.Now()); r.Status != http.StatusInternalServerError || r.JSON(t)["code"] != "INTERNAL" {
 		t.Fatalf("failed handling: %d %s", r.Status, r.Body)
 	}
 	failing.Store(false)
@@ -243,7 +196,7 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 		t.Fatalf("a failed event was recorded (%d rows)", n)
 	}
 	e.Clock.Advance(e.Config.Lease + time.Second) // the dead owner's lease runs out
-	if got := e.deliver(event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != payments.OutcomeSucceeded {
+	if got := deliver(e, event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != payments.OutcomeSucceeded {
 		t.Errorf("redelivery: %+v", got)
 	}
 	e.AssertChargedOnce(id)
@@ -254,30 +207,30 @@ func TestStripeWebhookThatFailsIsDeliveredAgain(t *testing.T) {
 // lookups fail at first), so handling it again would look up again.
 func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: servicetest.CrashOnce()}), withStripeWebhooks())
+	e := servicetest.New(t, servicetest.WithHooks(payments.Hooks{AfterProviderAnswer: servicetest.CrashOnce()}), servicetest.WithStripeWebhooks())
 	e.Post("k-flaky", servicetest.Body("paymentMethod", `"`+sim.MethodLookupFlaky+`"`)) // charged, answer lost
 	id := e.OnlyPaymentID()
 	e.Clock.Advance(e.Config.Lease + time.Second)
 
-	event := stripeEvent("evt_dup", "payment_intent.succeeded", intentOf(id, "succeeded"))
-	if got := e.deliver(event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != idempotency.OutcomeUnresolved {
+	event := servicetest.StripeEvent("evt_dup", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
+	if got := deliver(e, event); got.Outcome != webhooks.OutcomeApplied || got.Resolution != idempotency.OutcomeUnresolved {
 		t.Fatalf("first delivery: %+v", got)
 	}
-	before := e.keySnapshot(id)
+	before := keySnapshot(e, id)
 	e.Clock.Advance(time.Minute) // Stripe delivers again later, signed afresh
-	if got := e.deliver(event); got.Outcome != webhooks.OutcomeDuplicate {
+	if got := deliver(e, event); got.Outcome != webhooks.OutcomeDuplicate {
 		t.Errorf("second delivery: %+v", got)
 	}
-	if after := e.keySnapshot(id); after != before {
+	if after := keySnapshot(e, id); after != before {
 		t.Errorf("a duplicate delivery changed the payment:\n before %s\n after  %s", before, after)
 	}
 	if n := e.Count(`inbox WHERE consumer = $1`, webhooks.Consumer); n != 1 {
 		t.Errorf("inbox rows %d, want 1", n)
 	}
 	// An ignored event is recorded once too.
-	other := stripeEvent("evt_other", "customer.created", `{"id":"cus_1","object":"customer"}`)
+	other := servicetest.StripeEvent("evt_other", "customer.created", `{"id":"cus_1","object":"customer"}`)
 	for i, want := range []string{webhooks.OutcomeIgnored, webhooks.OutcomeDuplicate} {
-		if got := e.deliver(other); got.Outcome != want {
+		if got := deliver(e, other); got.Outcome != want {
 			t.Errorf("delivery %d of an ignored event: %+v, want %s", i+1, got, want)
 		}
 	}
@@ -295,28 +248,28 @@ func TestStripeWebhookDuplicateDeliveryChangesNothing(t *testing.T) {
 // recorded as ignored, and ask the provider nothing.
 func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, withStripeWebhooks())
+	e := servicetest.New(t, servicetest.WithStripeWebhooks())
 	id := e.Pay("pm_card_visa", "inv-1") // final: nothing to do about it
-	before := e.keySnapshot(id)
+	before := keySnapshot(e, id)
 	for _, c := range []struct {
 		event      []byte
 		resolution string
 	}{
-		{stripeEvent("evt_unknown", "payment_intent.succeeded", intentOf("pay_unknown", "succeeded")), webhooks.ResolutionUnknownResource},
-		{stripeEvent("evt_final", "payment_intent.payment_failed", intentOf(id, "requires_payment_method")), idempotency.OutcomeFinal},
-		{stripeEvent("evt_foreign", "payment_intent.succeeded",
+		{servicetest.StripeEvent("evt_unknown", "payment_intent.succeeded", servicetest.IntentOf("pay_unknown", "succeeded")), webhooks.ResolutionUnknownResource},
+		{servicetest.StripeEvent("evt_final", "payment_intent.payment_failed", servicetest.IntentOf(id, "requires_payment_method")), idempotency.OutcomeFinal},
+		{servicetest.StripeEvent("evt_foreign", "payment_intent.succeeded",
 			`{"id":"pi_other","object":"payment_intent","metadata":{"order":"42"}}`), ""},
-		{stripeEvent("evt_refunded", "charge.refunded", `{"id":"ch_1","object":"charge","payment_intent":"pi_3Test"}`), ""},
-		{stripeEvent("evt_customer", "customer.created", `{"id":"cus_1","object":"customer"}`), ""},
+		{servicetest.StripeEvent("evt_refunded", "charge.refunded", `{"id":"ch_1","object":"charge","payment_intent":"pi_3Test"}`), ""},
+		{servicetest.StripeEvent("evt_customer", "customer.created", `{"id":"cus_1","object":"customer"}`), ""},
 	} {
-		if got := e.deliver(c.event); got.Outcome != webhooks.OutcomeIgnored || got.Resolution != c.resolution {
+		if got := deliver(e, c.event); got.Outcome != webhooks.OutcomeIgnored || got.Resolution != c.resolution {
 			t.Errorf("%s: %+v, want ignored (%q)", c.event, got, c.resolution)
 		}
 	}
 	if n := e.Count(`inbox WHERE consumer = $1 AND outcome = 'ignored'`, webhooks.Consumer); n != 5 {
 		t.Errorf("ignored inbox rows %d, want 5", n)
 	}
-	if after := e.keySnapshot(id); after != before {
+	if after := keySnapshot(e, id); after != before {
 		t.Errorf("an event changed a final payment:\n before %s\n after  %s", before, after)
 	}
 	if n := e.Count("payments"); n != 1 {
@@ -324,7 +277,7 @@ func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 	}
 	// A signed event of a type we act on whose object is not what it says
 	// is recorded as rejected, for a person, and answered 200.
-	if got := e.deliver(stripeEvent("evt_bad", "payment_intent.succeeded", `{"id":"ch_1","object":"charge"}`)); got.Outcome != webhooks.OutcomeRejected {
+	if got := deliver(e, servicetest.StripeEvent("evt_bad", "payment_intent.succeeded", `{"id":"ch_1","object":"charge"}`)); got.Outcome != webhooks.OutcomeRejected {
 		t.Errorf("unreadable object: %+v", got)
 	}
 	if n := e.Count(`inbox WHERE consumer = $1 AND outcome = 'rejected' AND error IS NOT NULL`, webhooks.Consumer); n != 1 {
@@ -338,23 +291,25 @@ func TestStripeWebhookIgnoresWhatIsNotOurs(t *testing.T) {
 // is accepted (measured on the service's clock).
 func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks())
-	id := e.unknownPayment("k-lost", "inv-1")
-	before := e.keySnapshot(id)
-	event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks())
+	id := e.UnknownPayment("k-lost", "inv-1")
+	before := keySnapshot(e, id)
+	event := servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
 	now := e.Clock.Now()
-	valid := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: event, Secret: webhookSecret, Timestamp: now}).Header
-	for name, send := range map[string]func() response{
-		"stale timestamp": func() response { return e.webhook(event, webhookSecret, now.Add(-webhooks.Tolerance-time.Second)) },
-		"another secret":  func() response { return e.webhook(event, "whsec_someone_else", now) },
-		"no signature": func() response {
+	valid := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: event, Secret: servicetest.StripeWebhookSecret, Timestamp: now}).Header
+	for name, send := range map[string]func() servicetest.Response{
+		"stale timestamp": func() servicetest.Response {
+			return e.Webhook(event, servicetest.StripeWebhookSecret, now.Add(-webhooks.Tolerance-time.Second))
+		},
+		"another secret": func() servicetest.Response { return e.Webhook(event, "whsec_someone_else", now) },
+		"no signature": func() servicetest.Response {
 			return e.Do("POST", "/webhooks/stripe", event, map[string]string{"Content-Type": "application/json"})
 		},
-		"tampered body": func() response {
+		"tampered body": func() servicetest.Response {
 			tampered := bytes.Replace(event, []byte(`"succeeded"`), []byte(`"succeeded" `), 1)
 			return e.Do("POST", "/webhooks/stripe", tampered, map[string]string{"Stripe-Signature": valid})
 		},
-		"garbled header": func() response {
+		"garbled header": func() servicetest.Response {
 			return e.Do("POST", "/webhooks/stripe", event, map[string]string{"Stripe-Signature": "t=now,v1=zz"})
 		},
 	} {
@@ -370,10 +325,10 @@ func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 	if n := e.Metric("paymentsapi_stripe_webhook_events_total", map[string]string{"outcome": "signature_invalid"}); n != 5 {
 		t.Errorf("refused deliveries counted %v, want 5", n)
 	}
-	if after := e.keySnapshot(id); after != before {
+	if after := keySnapshot(e, id); after != before {
 		t.Errorf("a refused delivery changed the payment:\n before %s\n after  %s", before, after)
 	}
-	if r := e.webhook(event, webhookSecret, now.Add(-webhooks.Tolerance+time.Second)); r.Status != http.StatusOK {
+	if r := e.Webhook(event, servicetest.StripeWebhookSecret, now.Add(-webhooks.Tolerance+time.Second)); r.Status != http.StatusOK {
 		t.Errorf("inside the tolerance: %d %s", r.Status, r.Body)
 	}
 	if s := e.PaymentState(id); s != payments.StateCompleted {
@@ -384,8 +339,8 @@ func TestStripeWebhookRefusesBadSignatures(t *testing.T) {
 // Without a secret the route does not exist.
 func TestStripeWebhooksNeedASecret(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r := e.webhook(stripeEvent("evt_1", "customer.created", `{"id":"cus_1","object":"customer"}`), webhookSecret, e.Clock.Now())
+	e := servicetest.New(t)
+	r := e.Webhook(servicetest.StripeEvent("evt_1", "customer.created", `{"id":"cus_1","object":"customer"}`), servicetest.StripeWebhookSecret, e.Clock.Now())
 	if r.Status != http.StatusNotFound {
 		t.Errorf("without STRIPE_WEBHOOK_SECRET: %d %s", r.Status, r.Body)
 	}
@@ -412,13 +367,13 @@ func (p *slowLookups) Lookup(ctx context.Context, l provider.ChargeLookup) (prov
 // its lease turns the latecomer away).
 func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), withStripeWebhooks(),
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks(),
 		servicetest.WithProvider(func(p provider.Provider) provider.Provider {
 			return &slowLookups{Provider: p, delay: 50 * time.Millisecond}
 		}))
 	wins := map[string]int{}
 	for i := range 15 {
-		id := e.unknownPayment(fmt.Sprint("k-", i), fmt.Sprint("inv-", i))
+		id := e.UnknownPayment(fmt.Sprint("k-", i), fmt.Sprint("inv-", i))
 		var (
 			wg      sync.WaitGroup
 			start   = make(chan struct{})
@@ -434,7 +389,7 @@ func TestStripeWebhookRacingTheReconciler(t *testing.T) {
 		}
 		wg.Go(func() {
 			late(1)
-			answer = e.deliver(stripeEvent(fmt.Sprint("evt_", i), "payment_intent.succeeded", intentOf(id, "succeeded")))
+			answer = deliver(e, servicetest.StripeEvent(fmt.Sprint("evt_", i), "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded")))
 		})
 		wg.Go(func() {
 			late(2)
