@@ -122,7 +122,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 			faults.loseCharges.Store(false)
 
 			// The reconciler finds it authorized.
-			e.reconcile()
+			e.Reconcile()
 			if st := e.PaymentState(id); st != payments.StateAuthorized {
 				t.Fatalf("after the reconciler's pass: %s, want AUTHORIZED", st)
 			}

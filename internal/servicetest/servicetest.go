@@ -383,6 +383,16 @@ func (e *Env) ChargeOf(paymentID string) string {
 	return e.Get(SecretA, "/payments/"+paymentID).JSON(e.T)["providerReference"].(string)
 }
 
+// Reconcile runs one reconciler pass and returns what it did.
+func (e *Env) Reconcile() idempotency.RecoveryStats {
+	e.T.Helper()
+	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return stats
+}
+
 // Count returns the number of rows of a table (or any FROM clause).
 func (e *Env) Count(from string, args ...any) int {
 	e.T.Helper()

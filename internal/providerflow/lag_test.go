@@ -1,4 +1,4 @@
-package httpapi_test
+package providerflow_test
 
 import (
 	"context"
@@ -86,7 +86,7 @@ func (l *laggingProvider) LookupRefund(ctx context.Context, req provider.RefundL
 // (scriptedProvider, outside the lag: "forward+refuse" creates the object,
 // then answers a refusal), and declares its lag (the script passes the
 // declaration on).
-func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...servicetest.Option) *env {
+func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...servicetest.Option) *servicetest.Env {
 	t.Helper()
 	lagging := &laggingProvider{lag: lag, created: map[string]time.Time{}}
 	opts = append(opts,
@@ -95,30 +95,20 @@ func lagEnv(t *testing.T, lag time.Duration, script *scriptedProvider, opts ...s
 			script.Provider = lagging
 			return script
 		}))
-	e := newEnv(t, opts...)
+	e := servicetest.New(t, opts...)
 	lagging.clock = e.Clock
 	return e
 }
 
 // refusedButCharged is a payment whose one send the provider processed and
 // answered with a refusal (503), on a provider whose lookups lag by lag.
-func refusedButCharged(t *testing.T, lag time.Duration) (*env, string) {
+func refusedButCharged(t *testing.T, lag time.Duration) (*servicetest.Env, string) {
 	t.Helper()
 	e := lagEnv(t, lag, &scriptedProvider{charges: []string{"forward+refuse"}})
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("send: %d %s", r.Status, r.Body)
 	}
 	return e, e.OnlyPaymentID()
-}
-
-// reconcile runs one reconciler pass and returns what it did.
-func (e *env) reconcile() idempotency.RecoveryStats {
-	e.T.Helper()
-	stats, err := e.Core.Reconciler.RunOnce(context.Background(), 10)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	return stats
 }
 
 // Defect 1: a payment refused, retried by its client just before its
@@ -143,7 +133,7 @@ func TestAbandonNeverCancelsAChargeTheLookupMisses(t *testing.T) {
 	// Past the abandon time, inside the lag, then past the lag.
 	for _, step := range []time.Duration{time.Minute, 2 * time.Minute, lag} {
 		e.Clock.Advance(step)
-		e.reconcile()
+		e.Reconcile()
 		if s := e.PaymentState(id); s == payments.StateCanceled {
 			t.Fatalf("at %s: a charged payment was canceled", e.Clock.Now())
 		}
@@ -167,7 +157,7 @@ func TestAWebhookNeverPostponesTheRefusalsRecheck(t *testing.T) {
 	got, err := e.Core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: payments.ResourceType, ID: id})
 	t.Logf("the webhook's look inside the lag: %q %v", got, err)
 	e.Clock.Advance(lag)
-	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
+	if stats := e.Reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("the re-check after the lag: %v, want the payment succeeded", stats)
 	}
 	e.AssertChargedOnce(id)
@@ -181,9 +171,9 @@ func TestTheRefusalsRecheckWaitsOutTheLookupLag(t *testing.T) {
 	t.Parallel()
 	e, id := refusedButCharged(t, 90*time.Second)
 	e.Clock.Advance(time.Minute)
-	e.reconcile()
+	e.Reconcile()
 	e.Clock.Advance(time.Minute)
-	if stats := e.reconcile(); stats[payments.OutcomeSucceeded] != 1 {
+	if stats := e.Reconcile(); stats[payments.OutcomeSucceeded] != 1 {
 		t.Fatalf("two minutes after the refusal: %v, want the payment succeeded", stats)
 	}
 	e.AssertChargedOnce(id)
@@ -196,14 +186,14 @@ func TestTheRefusalsRecheckWaitsOutTheLookupLag(t *testing.T) {
 // good. A certain answer is a resolved pass.
 func TestManyTrueRefusalsNeverHoldTheInvoiceForGood(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithRecovery(idempotency.RecoveryPolicy{MaxAttempts: 3}))
+	e := servicetest.New(t, servicetest.WithRecovery(idempotency.RecoveryPolicy{MaxAttempts: 3}))
 	refused := servicetest.Body("paymentMethod", `"`+sim.MethodUnavailable+`"`)
 	for i := range 6 {
 		if r := e.Post("k-1", refused); r.Status != http.StatusServiceUnavailable {
 			t.Fatalf("send %d: %d %s", i, r.Status, r.Body)
 		}
 		e.Clock.Advance(2 * time.Minute)
-		stats := e.reconcile()
+		stats := e.Reconcile()
 		if stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 			t.Fatalf("the look after refusal %d: %v, want one resolved pass", i, stats)
 		}
@@ -212,7 +202,7 @@ func TestManyTrueRefusalsNeverHoldTheInvoiceForGood(t *testing.T) {
 		t.Fatalf("%d keys marked for manual review", n)
 	}
 	e.Clock.Advance(e.Config.ReplayTTL)
-	if stats := e.reconcile(); stats[payments.OutcomeCanceled] != 1 {
+	if stats := e.Reconcile(); stats[payments.OutcomeCanceled] != 1 {
 		t.Fatalf("after the abandon time: %v, want the payment canceled", stats)
 	}
 	if r := e.Post("k-2", servicetest.Body()); r.Status != http.StatusCreated {
@@ -241,10 +231,10 @@ func TestARefusedButProcessedRefundIsFoundAfterTheLag(t *testing.T) {
 	got, err := e.Core.Reconciler.ResolveNow(context.Background(), idempotency.Resource{Type: refunds.ResourceType, ID: refundID})
 	t.Logf("the webhook's look inside the lag: %q %v", got, err)
 	e.Clock.Advance(time.Minute)
-	e.reconcile()
+	e.Reconcile()
 	e.Clock.Advance(time.Minute)
-	e.reconcile()
-	if g := e.Get(secretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
+	e.Reconcile()
+	if g := e.Get(servicetest.SecretA, "/payments/"+pay).JSON(t); g["refundedAmount"] != "10.00" {
 		t.Fatalf("payment after the lag: refundedAmount %v, want 10.00", g["refundedAmount"])
 	}
 	if r := e.Refund(pay, "r-2", `{"amount":"10.00"}`); r.Status != http.StatusConflict {
@@ -271,11 +261,11 @@ func TestARefundKeysAbandonTimeIsIgnored(t *testing.T) {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
 	e.Clock.Advance(2 * time.Minute)
-	if stats := e.reconcile(); stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
+	if stats := e.Reconcile(); stats[idempotency.OutcomeRescheduled] != 1 || len(stats) != 1 {
 		t.Errorf("the look after the refusal: %v, want one resolved pass", stats)
 	}
 	e.Clock.Advance(time.Hour)
-	if stats := e.reconcile(); len(stats) != 0 {
+	if stats := e.Reconcile(); len(stats) != 0 {
 		t.Errorf("the reconciler keeps looking at a refund waiting for its client: %v", stats)
 	}
 }

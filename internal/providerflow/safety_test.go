@@ -1,4 +1,4 @@
-package httpapi_test
+package providerflow_test
 
 import (
 	"context"
@@ -89,7 +89,7 @@ func withScript(s *scriptedProvider) servicetest.Option {
 func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"forward+refuse"}}
-	e := newEnv(t, withScript(script))
+	e := servicetest.New(t, withScript(script))
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
@@ -112,7 +112,7 @@ func TestARefusalThatHidAChargeIsFoundByTheReconciler(t *testing.T) {
 // nothing, and stops looking; the payment waits for its client.
 func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	if r := e.Post("k-1", servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
@@ -140,7 +140,7 @@ func TestATrueRefusalIsLookedUpOnceAndNeverSent(t *testing.T) {
 func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"ambiguous"}}
-	e := newEnv(t, withScript(script))
+	e := servicetest.New(t, withScript(script))
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusAccepted {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
@@ -151,7 +151,7 @@ func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 	if e.Metric("paymentsapi_payments_manual_review", nil) != 1 {
 		t.Error("the manual review gauge does not count it")
 	}
-	if g := e.Get(secretA, "/payments/"+e.OnlyPaymentID()).JSON(t); g["status"] != "PROCESSING" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+e.OnlyPaymentID()).JSON(t); g["status"] != "PROCESSING" {
 		t.Errorf("payment %v", g["status"])
 	}
 	e.Clock.Advance(time.Hour)
@@ -166,7 +166,7 @@ func TestAnAmbiguousLookupIsMarkedForReview(t *testing.T) {
 func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"refuse", "lost"}}
-	e := newEnv(t, withScript(script))
+	e := servicetest.New(t, withScript(script))
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("T0: %d %s", r.Status, r.Body)
 	}
@@ -188,7 +188,7 @@ func TestTheKeyWindowRunsFromTheFirstSend(t *testing.T) {
 func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 	t.Parallel()
 	script := &scriptedProvider{charges: []string{"lost"}, lookup: []string{"lost"}}
-	e := newEnv(t, withScript(script))
+	e := servicetest.New(t, withScript(script))
 	first := e.Post("k-1", servicetest.Body())
 	if first.Status != http.StatusAccepted {
 		t.Fatalf("got %d %s", first.Status, first.Body)
@@ -198,7 +198,7 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 	if again.Status != http.StatusAccepted {
 		t.Fatalf("retry: %d %s", again.Status, again.Body)
 	}
-	got := e.Get(secretA, "/payments/"+e.OnlyPaymentID()).JSON(t)["updatedAt"]
+	got := e.Get(servicetest.SecretA, "/payments/"+e.OnlyPaymentID()).JSON(t)["updatedAt"]
 	if again.JSON(t)["updatedAt"] != got || first.JSON(t)["updatedAt"] != got {
 		t.Errorf("updatedAt: first 202 %v, second 202 %v, database %v", first.JSON(t)["updatedAt"], again.JSON(t)["updatedAt"], got)
 	}
@@ -213,7 +213,7 @@ func TestA202ShowsTheUpdatedAtTheDatabaseHolds(t *testing.T) {
 // out; see TestCrashAtEveryBoundary...)
 func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	refused := servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)
 	if r := e.Post("k-gone", refused); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("the refused request answered %d %s", r.Status, r.Body)
@@ -248,7 +248,7 @@ func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 	if r := e.Post("k-new", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Errorf("new key, same invoice, after the cancellation: %d %s", r.Status, r.Body)
 	}
-	if g := e.Get(secretA, "/payments/"+gone).JSON(t); g["status"] != "CANCELED" {
+	if g := e.Get(servicetest.SecretA, "/payments/"+gone).JSON(t); g["status"] != "CANCELED" {
 		t.Errorf("GET the canceled payment: %v", g["status"])
 	}
 }
@@ -257,7 +257,7 @@ func TestAnAbandonedPaymentIsCanceledAndFreesItsInvoice(t *testing.T) {
 // confirms it never saw it.
 func TestAnAbandonedRefusedPaymentIsLookedUpThenCanceled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	if r := e.Post("k-1", servicetest.Body("paymentMethod", `"pm_sim_unavailable"`)); r.Status != http.StatusServiceUnavailable {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
