@@ -111,7 +111,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 
 			// Key A's create: the provider authorizes, its answer is lost.
 			faults.loseCharges.Store(true)
-			created := e.Do("POST", "/payments", []byte(manualBody("inv-actors", "pm_card_visa")), map[string]string{
+			created := e.Do("POST", "/payments", []byte(servicetest.ManualBody("inv-actors", "pm_card_visa")), map[string]string{
 				"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-actors", "Content-Type": "application/json",
 				"X-Request-Id": "req-create",
 			})

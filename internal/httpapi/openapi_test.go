@@ -158,7 +158,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 		}},
 
-		{"what the provider would refuse", []servicetest.Option{withSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
+		{"what the provider would refuse", []servicetest.Option{servicetest.WithSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
 			for _, x := range []specExchange{
 				{name: "400 amount not supported by the provider", header: servicetest.CreateHeaders(secretA, "k-bhd"),
 					body: servicetest.Body("amount", `"1.234"`, "currency", `"BHD"`), status: 400, code: "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"},
@@ -274,7 +274,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		{"manual capture", nil, func(t *testing.T, c *conformance) {
 			auth := c.check(specExchange{
 				name: "201 authorized", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-auth"),
-				body: manualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
+				body: servicetest.ManualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
 			})
 			if p := auth.JSON(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
 				t.Errorf("manual payment: %s, want REQUIRES_CAPTURE with capturableAmount and authorizationExpiresAt", auth.Body)
@@ -303,7 +303,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "200 get a captured payment", method: "GET", path: auth.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
 
 			// No body at all (and no Content-Type): the whole amount.
-			whole := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c2") + "/capture"
+			whole := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-c2") + "/capture"
 			noBody := servicetest.Bearer(secretA)
 			noBody["Idempotency-Key"] = "c-3"
 			r := c.check(specExchange{name: "200 capture without a body", method: "POST", path: whole, header: noBody,
@@ -312,7 +312,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				t.Errorf("capture without a body captured %v, want 10.00", got)
 			}
 
-			open := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c3") + "/capture"
+			open := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-c3") + "/capture"
 			textPlain := servicetest.CreateHeaders(secretA, "c-4")
 			textPlain["Content-Type"] = "text/plain"
 			noKey := servicetest.CreateHeaders(secretA, "")
@@ -340,7 +340,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: servicetest.CreateHeaders(secretA, "c-6"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 
-			declines := "/payments/" + c.e.manualPayment("pm_sim_capture_declined", "inv-c5") + "/capture"
+			declines := "/payments/" + c.e.ManualPayment("pm_sim_capture_declined", "inv-c5") + "/capture"
 			c.check(specExchange{name: "402 capture declined", method: "POST", path: declines, header: servicetest.CreateHeaders(secretA, "c-7"),
 				body: `{}`, status: 402, code: "CAPTURE_DECLINED"})
 			c.check(specExchange{name: "402 capture declined replayed", method: "POST", path: declines, header: servicetest.CreateHeaders(secretA, "c-7"),
@@ -350,7 +350,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"cancel", nil, func(t *testing.T, c *conformance) {
-			payment := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x1")
+			payment := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-x1")
 			canceled := c.check(specExchange{
 				name: "200 cancel", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location"},
@@ -368,7 +368,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 			c.check(specExchange{name: "200 get a canceled payment", method: "GET", path: payment, header: servicetest.Bearer(secretA), status: 200})
 
-			other := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x2") + "/cancel"
+			other := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-x2") + "/cancel"
 			noBody := servicetest.Bearer(secretA)
 			noBody["Idempotency-Key"] = "x-3"
 			noKey := servicetest.CreateHeaders(secretA, "")
@@ -405,7 +405,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"capture and cancel outcomes unknown or refused", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
-			lost := "/payments/" + c.e.manualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
+			lost := "/payments/" + c.e.ManualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
 			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
 			if got := r.JSON(t)["status"]; got != "PROCESSING" {
@@ -417,7 +417,7 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "409 capture in flight: not cancelable", method: "POST", path: lost + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 
-			voidLost := c.e.manualPayment("pm_card_visa", "inv-u2")
+			voidLost := c.e.ManualPayment("pm_card_visa", "inv-u2")
 			faults.loseVoid(voidLost)
 			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: servicetest.CreateHeaders(secretA, "x-2"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
@@ -425,14 +425,14 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
 
-			refused := c.e.manualPayment("pm_card_visa", "inv-u3")
+			refused := c.e.ManualPayment("pm_card_visa", "inv-u3")
 			faults.refuseCapture(refused)
 			c.check(specExchange{name: "503 capture refused by the provider", method: "POST", path: "/payments/" + refused + "/capture", header: servicetest.CreateHeaders(secretA, "c-3"),
 				body: `{}`, status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"}})
 		}},
 
 		{"capture in flight", []servicetest.Option{withActionFaults(held)}, func(t *testing.T, c *conformance) {
-			id := c.e.manualPayment("pm_card_visa", "inv-f1")
+			id := c.e.ManualPayment("pm_card_visa", "inv-f1")
 			release := held.holdCapture(id)
 			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: servicetest.CreateHeaders(secretA, "c-held"),
 				body: `{"amount":"5.00"}`, status: 200, headers: []string{"Location"}}
@@ -452,13 +452,13 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"capture and cancel keys past their replay window, authorization past its expiry", nil, func(t *testing.T, c *conformance) {
-			captured := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e1") + "/capture"
+			captured := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-e1") + "/capture"
 			c.check(specExchange{name: "200 capture", method: "POST", path: captured, header: servicetest.CreateHeaders(secretA, "c-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
-			canceled := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e2") + "/cancel"
+			canceled := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-e2") + "/cancel"
 			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: servicetest.CreateHeaders(secretA, "x-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
-			expiring := c.e.Post("k-e3", manualBody("inv-e3", "pm_card_visa"))
+			expiring := c.e.Post("k-e3", servicetest.ManualBody("inv-e3", "pm_card_visa"))
 			if expiring.Status != http.StatusCreated {
 				t.Fatalf("manual payment: %d %s", expiring.Status, expiring.Body)
 			}
@@ -830,23 +830,6 @@ func (c *conformance) verify(x specExchange, r response) {
 			fail("%s without errors", p.Code)
 		}
 	}
-}
-
-// manualBody is the body of a manual payment: authorized only.
-func manualBody(reference, method string) string {
-	return strings.TrimSuffix(servicetest.Body("merchantReference", `"`+reference+`"`, "paymentMethod", `"`+method+`"`), "}") +
-		`,"captureMethod":"manual"}`
-}
-
-// manualPayment creates a manual payment as tenant A and returns its id,
-// once the provider authorized it.
-func (e *env) manualPayment(method, reference string) string {
-	e.T.Helper()
-	r := e.Post("pay-"+reference, manualBody(reference, method))
-	if r.Status != http.StatusCreated || r.JSON(e.T)["status"] != "REQUIRES_CAPTURE" {
-		e.T.Fatalf("manual payment: %d %s", r.Status, r.Body)
-	}
-	return r.JSON(e.T)["paymentId"].(string)
 }
 
 // actionFaults is the provider with faults in the captures and voids of

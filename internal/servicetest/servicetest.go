@@ -43,6 +43,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 )
 
@@ -142,6 +143,15 @@ func WithPool(newPool func(testing.TB) *pgxpool.Pool) Option {
 // WithProvider wraps the simulator's client, to inject faults.
 func WithProvider(wrap func(provider.Provider) provider.Provider) Option {
 	return func(o *Options) { o.Provider = wrap }
+}
+
+// WithSimRules makes the simulator play rules, and its client read them,
+// with its test payment methods, as the server does (simclient.Dial).
+func WithSimRules(rules units.Rules) Option {
+	return func(o *Options) {
+		o.Sim.CurrencyRules = rules
+		o.DialSim = true
+	}
 }
 
 // NewSecretsBox is a box of webhook secrets under a new random key.
@@ -391,6 +401,23 @@ func (e *Env) Reconcile() idempotency.RecoveryStats {
 		e.T.Fatal(err)
 	}
 	return stats
+}
+
+// ManualBody is the body of a manual payment: authorized only.
+func ManualBody(reference, method string) string {
+	return strings.TrimSuffix(Body("merchantReference", `"`+reference+`"`, "paymentMethod", `"`+method+`"`), "}") +
+		`,"captureMethod":"manual"}`
+}
+
+// ManualPayment creates a manual payment as tenant A and returns its id,
+// once the provider authorized it.
+func (e *Env) ManualPayment(method, reference string) string {
+	e.T.Helper()
+	r := e.Post("pay-"+reference, ManualBody(reference, method))
+	if r.Status != http.StatusCreated || r.JSON(e.T)["status"] != "REQUIRES_CAPTURE" {
+		e.T.Fatalf("manual payment: %d %s", r.Status, r.Body)
+	}
+	return r.JSON(e.T)["paymentId"].(string)
 }
 
 // Count returns the number of rows of a table (or any FROM clause).

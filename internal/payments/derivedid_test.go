@@ -1,4 +1,4 @@
-package httpapi_test
+package payments_test
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func loseTail(t testing.TB, pool *pgxpool.Pool) {
 // asked with the same key, answers the original charge: one charge.
 func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	first := e.Post("k-tail", servicetest.Body())
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
@@ -38,11 +38,11 @@ func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 	// Another database (a promoted standby that never saw the payment),
 	// another engine, the same provider.
 	standby := pgtest.NewPool(t)
-	if _, err := apikeys.Add(context.Background(), standby, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, e.Clock.Now()); err != nil {
+	if _, err := apikeys.Add(context.Background(), standby, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: servicetest.SecretA}}, e.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	url, _, _ := servicetest.StartInstance(t, standby, e.Provider, e.Clock, e.Config, e.RateLimit)
-	promoted := &env{&servicetest.Env{T: t, URL: url, Pool: standby}}
+	promoted := &servicetest.Env{T: t, URL: url, Pool: standby}
 	retry := promoted.Post("k-tail", servicetest.Body())
 	if retry.Status != http.StatusCreated || retry.JSON(t)["paymentId"] != id || retry.JSON(t)["status"] != "SUCCEEDED" {
 		t.Fatalf("retry on the promoted database: %d %s, want 201 with %v", retry.Status, retry.Body, id)
@@ -68,7 +68,7 @@ func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 	if changed.Status != http.StatusCreated || changed.JSON(t)["paymentId"] == id {
 		t.Fatalf("the key with another command after the lost tail: %d %s", changed.Status, changed.Body)
 	}
-	tenantB := e.PostAs(secretB, "k-tail", servicetest.Body())
+	tenantB := e.PostAs(servicetest.SecretB, "k-tail", servicetest.Body())
 	if tenantB.Status != http.StatusCreated || tenantB.JSON(t)["paymentId"] == id {
 		t.Fatalf("another tenant's key: %d %s", tenantB.Status, tenantB.Body)
 	}
@@ -83,7 +83,7 @@ func TestLostTailRetryRecreatesThePaymentAndChargesOnce(t *testing.T) {
 // the database is asked to move money again.
 func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	paymentID := e.Pay("pm_card_visa", "inv-refund")
 	first := e.Refund(paymentID, "k-refund", `{"amount":"3.00"}`)
 	if first.Status != http.StatusCreated {
@@ -91,11 +91,11 @@ func TestDeletedKeyOfARefundOrCaptureAnswersExpired(t *testing.T) {
 	}
 	refundID := first.JSON(t)["refundId"]
 
-	manual := e.manualPayment("pm_card_visa", "inv-capture")
+	manual := e.ManualPayment("pm_card_visa", "inv-capture")
 	capturePath := "/payments/" + manual + "/capture"
-	capture := func() response {
+	capture := func() servicetest.Response {
 		return e.Do("POST", capturePath, []byte(`{}`), map[string]string{
-			"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-capture", "Content-Type": "application/json",
+			"Authorization": "Bearer " + servicetest.SecretA, "Idempotency-Key": "k-capture", "Content-Type": "application/json",
 		})
 	}
 	captured := capture()

@@ -1,4 +1,4 @@
-package httpapi_test
+package payments_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // another command.
 func TestExpiredKeyAnswers409WithThePaymentAndNeverCharges(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	first := e.Post("k-old", servicetest.Body())
 	id := first.JSON(t)["paymentId"]
 	janitor := cleanup.New(e.Pool, e.Clock, cleanup.Policy{

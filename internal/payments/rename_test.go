@@ -1,4 +1,4 @@
-package httpapi_test
+package payments_test
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	// The schema the second release ran on, while the first still served.
-	e := newEnv(t, servicetest.WithPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAtWithKeys(t, 27) }))
+	e := servicetest.New(t, servicetest.WithPool(func(t testing.TB) *pgxpool.Pool { return pgtest.NewPoolAtWithKeys(t, 27) }))
 	// This release's code stands in for the first's, which created a
 	// payment in RECEIVED and moved it on: this one creates it sent, which
 	// 00029 allows, and names the payment's created_at in its audit, a

@@ -1,4 +1,4 @@
-package httpapi_test
+package payments_test
 
 import (
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
@@ -18,7 +18,7 @@ import (
 // payment out of RECEIVED shows that none happens on the way.
 func TestANewPaymentIsCreatedSent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	for _, stmt := range []string{
 		`CREATE FUNCTION refuse_update_from_received() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'payment % updated out of RECEIVED', OLD.id; END $$`,

@@ -1,11 +1,10 @@
-package httpapi_test
+package payments_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
-	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
@@ -30,8 +29,8 @@ func (o otherAmount) Lookup(ctx context.Context, l provider.ChargeLookup) (provi
 // and its key is left for a person (the reconciler leaves it alone).
 func TestAPaymentTheProviderReportsForAnotherAmountIsLeftForAPerson(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProvider(func(p provider.Provider) provider.Provider { return otherAmount{p} }))
-	r := e.Do("POST", "/payments", []byte(servicetest.Body()), servicetest.CreateHeaders(secretA, "k-other"))
+	e := servicetest.New(t, servicetest.WithProvider(func(p provider.Provider) provider.Provider { return otherAmount{p} }))
+	r := e.Do("POST", "/payments", []byte(servicetest.Body()), servicetest.CreateHeaders(servicetest.SecretA, "k-other"))
 	got := r.JSON(t)
 	if r.Status != 202 || got["status"] != "PROCESSING" {
 		t.Fatalf("POST /payments: %d %s; want 202 PROCESSING", r.Status, r.Body)
@@ -43,16 +42,7 @@ func TestAPaymentTheProviderReportsForAnotherAmountIsLeftForAPerson(t *testing.T
 	if n := e.Count("idempotency_keys WHERE resource_id = $1 AND manual_review_at IS NOT NULL AND response_status IS NULL", id); n != 1 {
 		t.Errorf("the payment's key is not left for manual review")
 	}
-	if r := e.Do("GET", "/payments/"+id, nil, servicetest.Bearer(secretA)); r.JSON(t)["status"] != "PROCESSING" {
+	if r := e.Do("GET", "/payments/"+id, nil, servicetest.Bearer(servicetest.SecretA)); r.JSON(t)["status"] != "PROCESSING" {
 		t.Errorf("GET /payments/%s: %s, want PROCESSING", id, r.Body)
-	}
-}
-
-// withSimRules makes the simulator play rules, and its client read them,
-// with its test payment methods, as the server does (simclient.Dial).
-func withSimRules(rules units.Rules) servicetest.Option {
-	return func(o *servicetest.Options) {
-		o.Sim.CurrencyRules = rules
-		o.DialSim = true
 	}
 }

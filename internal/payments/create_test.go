@@ -1,4 +1,4 @@
-package httpapi_test
+package payments_test
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 
 func TestCreateAnswers201WithLocationAndStoresEverything(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	r := e.Post("k-1", servicetest.Body())
 	if r.Status != http.StatusCreated {
 		t.Fatalf("status %d: %s", r.Status, r.Body)
@@ -60,7 +60,7 @@ func TestCreateAnswers201WithLocationAndStoresEverything(t *testing.T) {
 		t.Errorf("outbox events = %d, want PaymentCreated and PaymentSucceeded", n)
 	}
 	// GET answers the current representation.
-	g := e.Get(secretA, "/payments/"+id)
+	g := e.Get(servicetest.SecretA, "/payments/"+id)
 	if g.Status != http.StatusOK || !bytes.Equal(bytes.TrimSpace(g.Body), r.Body) {
 		t.Errorf("GET: %d %s\nwant %s", g.Status, g.Body, r.Body)
 	}
@@ -76,7 +76,7 @@ func TestReplayIsByteIdenticalAndMarked(t *testing.T) {
 	t.Parallel()
 	for _, method := range []string{"pm_card_visa", "pm_card_chargeDeclined"} {
 		t.Run(method, func(t *testing.T) {
-			e := newEnv(t)
+			e := servicetest.New(t)
 			first := e.Post("k-replay", servicetest.Body("paymentMethod", `"`+method+`"`))
 			e.Clock.Advance(time.Hour) // a replay is not re-rendered: timestamps stay
 			second := e.Post("k-replay", servicetest.Body("paymentMethod", `"`+method+`"`))
@@ -106,7 +106,7 @@ func TestReplayIsByteIdenticalAndMarked(t *testing.T) {
 
 func TestDeclineIsA402ProblemStoredForReplay(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	r := e.Post("k-decline", servicetest.Body("paymentMethod", `"pm_card_insufficientFunds"`))
 	if r.Status != http.StatusPaymentRequired || r.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("got %d %s %s", r.Status, r.Header.Get("Content-Type"), r.Body)
@@ -115,7 +115,7 @@ func TestDeclineIsA402ProblemStoredForReplay(t *testing.T) {
 	if p["code"] != "PAYMENT_DECLINED" || p["declineCode"] != "insufficient_funds" || p["paymentId"] == nil {
 		t.Fatalf("problem %s", r.Body)
 	}
-	g := e.Get(secretA, "/payments/"+p["paymentId"].(string)).JSON(t)
+	g := e.Get(servicetest.SecretA, "/payments/"+p["paymentId"].(string)).JSON(t)
 	if g["status"] != "DECLINED" || g["declineCode"] != "insufficient_funds" {
 		t.Errorf("GET after decline: %v", g)
 	}
@@ -131,12 +131,12 @@ func TestDeclineIsA402ProblemStoredForReplay(t *testing.T) {
 // with Retry-After, or the replay if they arrive after the original finished.
 func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(time.Second))
+	e := servicetest.New(t, servicetest.WithSlowDelay(time.Second))
 	const n = 50
 	var (
 		wg        sync.WaitGroup
 		start     = make(chan struct{})
-		responses = make([]response, n)
+		responses = make([]servicetest.Response, n)
 	)
 	for i := range n {
 		wg.Add(1)
@@ -188,7 +188,7 @@ func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 
 func TestEquivalentBodiesReplay(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	original := e.Post("k-eq", servicetest.Body())
 	if original.Status != http.StatusCreated {
 		t.Fatalf("original: %d %s", original.Status, original.Body)
@@ -228,9 +228,9 @@ var differentBodies = map[string]string{
 
 func TestDifferentBodyWithSameKeyIs422InFlightAndAfter(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(2*time.Second))
+	e := servicetest.New(t, servicetest.WithSlowDelay(2*time.Second))
 	slow := servicetest.Body("paymentMethod", `"pm_sim_slow"`)
-	done := make(chan response, 1)
+	done := make(chan servicetest.Response, 1)
 	go func() { done <- e.Post("k-reuse", slow) }()
 	servicetest.WaitFor(t, func() bool { return e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 
@@ -258,9 +258,9 @@ func TestDifferentBodyWithSameKeyIs422InFlightAndAfter(t *testing.T) {
 
 func TestTenantsHaveSeparateKeysAndPayments(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	a := e.PostAs(secretA, "shared-key", servicetest.Body())
-	b := e.PostAs(secretB, "shared-key", servicetest.Body())
+	e := servicetest.New(t)
+	a := e.PostAs(servicetest.SecretA, "shared-key", servicetest.Body())
+	b := e.PostAs(servicetest.SecretB, "shared-key", servicetest.Body())
 	if a.Status != http.StatusCreated || b.Status != http.StatusCreated {
 		t.Fatalf("A %d %s, B %d %s", a.Status, a.Body, b.Status, b.Body)
 	}
@@ -271,22 +271,22 @@ func TestTenantsHaveSeparateKeysAndPayments(t *testing.T) {
 	if idA == idB {
 		t.Fatalf("same payment for both tenants")
 	}
-	if r := e.Get(secretB, "/payments/"+idA); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
+	if r := e.Get(servicetest.SecretB, "/payments/"+idA); r.Status != http.StatusNotFound || r.JSON(t)["code"] != "NOT_FOUND" {
 		t.Errorf("B reading A's payment: %d %s", r.Status, r.Body)
 	}
-	list := e.Get(secretB, "/payments").JSON(t)
+	list := e.Get(servicetest.SecretB, "/payments").JSON(t)
 	if items := list["items"].([]any); len(items) != 1 || items[0].(map[string]any)["paymentId"] != idB {
 		t.Errorf("B's list: %v", list)
 	}
 	// B's different command under A's key is B's business alone.
-	if r := e.PostAs(secretB, "shared-key", servicetest.Body("amount", `"99.00"`)); r.Status != http.StatusUnprocessableEntity {
+	if r := e.PostAs(servicetest.SecretB, "shared-key", servicetest.Body("amount", `"99.00"`)); r.Status != http.StatusUnprocessableEntity {
 		t.Errorf("B reusing its own key: %d", r.Status)
 	}
 }
 
 func TestRejectedRequestsWriteNothingAndLeaveTheKeyUsable(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	big := `{"accountId":"acc_1","amount":"10.00","currency":"EUR","merchantReference":"r","paymentMethod":"pm_card_visa","description":"` +
 		strings.Repeat("x", 17<<10) + `"}`
 	cases := []struct {
@@ -298,19 +298,19 @@ func TestRejectedRequestsWriteNothingAndLeaveTheKeyUsable(t *testing.T) {
 	}{
 		{"no auth", map[string]string{"Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body(), 401, "UNAUTHORIZED"},
 		{"unknown secret", map[string]string{"Authorization": "Bearer sk_nope", "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body(), 401, "UNAUTHORIZED"},
-		{"no key", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json"}, servicetest.Body(), 400, "IDEMPOTENCY_KEY_MISSING"},
-		{"long key", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": strings.Repeat("k", 256)}, servicetest.Body(), 400, "IDEMPOTENCY_KEY_INVALID"},
-		{"wrong media type", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "text/plain", "Idempotency-Key": "k"}, servicetest.Body(), 415, "UNSUPPORTED_MEDIA_TYPE"},
-		{"too large", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, big, 413, "PAYLOAD_TOO_LARGE"},
-		{"malformed", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, `{"accountId":`, 400, "MALFORMED_JSON"},
-		{"two objects", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body() + servicetest.Body(), 400, "MALFORMED_JSON"},
-		{"amount as number", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("amount", "10.00"), 400, "VALIDATION_FAILED"},
-		{"unknown field", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("extra", `"x"`), 400, "VALIDATION_FAILED"},
-		{"too many decimals", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("amount", `"10.001"`), 400, "VALIDATION_FAILED"},
-		{"JPY fraction", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("currency", `"JPY"`), 400, "VALIDATION_FAILED"},
-		{"zero", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("amount", `"0.00"`), 400, "VALIDATION_FAILED"},
-		{"missing fields", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, `{}`, 400, "VALIDATION_FAILED"},
-		{"bad channel", map[string]string{"Authorization": "Bearer " + secretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("channel", `"fax"`), 400, "VALIDATION_FAILED"},
+		{"no key", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json"}, servicetest.Body(), 400, "IDEMPOTENCY_KEY_MISSING"},
+		{"long key", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": strings.Repeat("k", 256)}, servicetest.Body(), 400, "IDEMPOTENCY_KEY_INVALID"},
+		{"wrong media type", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "text/plain", "Idempotency-Key": "k"}, servicetest.Body(), 415, "UNSUPPORTED_MEDIA_TYPE"},
+		{"too large", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, big, 413, "PAYLOAD_TOO_LARGE"},
+		{"malformed", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, `{"accountId":`, 400, "MALFORMED_JSON"},
+		{"two objects", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body() + servicetest.Body(), 400, "MALFORMED_JSON"},
+		{"amount as number", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("amount", "10.00"), 400, "VALIDATION_FAILED"},
+		{"unknown field", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("extra", `"x"`), 400, "VALIDATION_FAILED"},
+		{"too many decimals", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("amount", `"10.001"`), 400, "VALIDATION_FAILED"},
+		{"JPY fraction", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("currency", `"JPY"`), 400, "VALIDATION_FAILED"},
+		{"zero", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("amount", `"0.00"`), 400, "VALIDATION_FAILED"},
+		{"missing fields", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, `{}`, 400, "VALIDATION_FAILED"},
+		{"bad channel", map[string]string{"Authorization": "Bearer " + servicetest.SecretA, "Content-Type": "application/json", "Idempotency-Key": "k"}, servicetest.Body("channel", `"fax"`), 400, "VALIDATION_FAILED"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -336,7 +336,7 @@ func TestRejectedRequestsWriteNothingAndLeaveTheKeyUsable(t *testing.T) {
 
 func TestValidationNamesEveryField(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	r := e.Post("k", `{"amount":"-1","currency":"XYZ"}`)
 	p := r.JSON(t)
 	fields := map[string]bool{}
@@ -352,7 +352,7 @@ func TestValidationNamesEveryField(t *testing.T) {
 
 func TestDuplicateMerchantReferenceUnderANewKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	first := e.Post("k-1", servicetest.Body())
 	second := e.Post("k-2", servicetest.Body("amount", `"12.00"`))
 	if second.Status != http.StatusConflict {
@@ -394,7 +394,7 @@ func (f *flakyProvider) Charge(ctx context.Context, req provider.ChargeRequest) 
 func TestProviderUnavailableIs503AndTheRetryResumesTheSamePayment(t *testing.T) {
 	t.Parallel()
 	flaky := &flakyProvider{refuse: 1}
-	e := newEnv(t, servicetest.WithProvider(func(p provider.Provider) provider.Provider { flaky.Provider = p; return flaky }))
+	e := servicetest.New(t, servicetest.WithProvider(func(p provider.Provider) provider.Provider { flaky.Provider = p; return flaky }))
 	first := e.Post("k-503", servicetest.Body())
 	if first.Status != http.StatusServiceUnavailable || first.JSON(t)["code"] != "PROVIDER_UNAVAILABLE" || first.Header.Get("Retry-After") == "" {
 		t.Fatalf("got %d %v %s", first.Status, first.Header, first.Body)
@@ -424,12 +424,12 @@ func TestProviderUnavailableIs503AndTheRetryResumesTheSamePayment(t *testing.T) 
 
 func TestSimulatorUnavailableMethodIs503(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	r := e.Post("k", servicetest.Body("paymentMethod", `"pm_sim_unavailable"`))
 	if r.Status != http.StatusServiceUnavailable || r.JSON(t)["code"] != "PROVIDER_UNAVAILABLE" {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
-	g := e.Get(secretA, "/payments?accountId=acc_1").JSON(t)
+	g := e.Get(servicetest.SecretA, "/payments?accountId=acc_1").JSON(t)
 	if s := g["items"].([]any)[0].(map[string]any)["status"]; s != "FAILED" {
 		t.Errorf("status %v, want FAILED", s)
 	}
@@ -437,7 +437,7 @@ func TestSimulatorUnavailableMethodIs503(t *testing.T) {
 
 func TestLostProviderAnswerIs202ThenResolvedOnRetry(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond))
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond))
 	first := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`))
 	if first.Status != http.StatusAccepted || first.Header.Get("Retry-After") == "" || first.Header.Get("Location") == "" {
 		t.Fatalf("got %d %v %s", first.Status, first.Header, first.Body)
@@ -465,7 +465,7 @@ func TestLostProviderAnswerIs202ThenResolvedOnRetry(t *testing.T) {
 
 func TestListIsNewestFirstAndPaginated(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	var ids []string
 	for i := range 5 {
 		r := e.Post(fmt.Sprintf("k-%d", i), servicetest.Body("merchantReference", fmt.Sprintf(`"inv-%d"`, i)))
@@ -480,7 +480,7 @@ func TestListIsNewestFirstAndPaginated(t *testing.T) {
 		if cursor != "" {
 			path += "&cursor=" + cursor
 		}
-		r := e.Get(secretA, path)
+		r := e.Get(servicetest.SecretA, path)
 		if r.Status != http.StatusOK {
 			t.Fatalf("%d %s", r.Status, r.Body)
 		}
@@ -499,7 +499,7 @@ func TestListIsNewestFirstAndPaginated(t *testing.T) {
 		t.Errorf("pages gave %v, want %v", got, want)
 	}
 	for _, bad := range []string{"limit=0", "limit=101", "limit=x", "cursor=nope"} {
-		if r := e.Get(secretA, "/payments?"+bad); r.Status != http.StatusBadRequest || r.JSON(t)["code"] != "VALIDATION_FAILED" {
+		if r := e.Get(servicetest.SecretA, "/payments?"+bad); r.Status != http.StatusBadRequest || r.JSON(t)["code"] != "VALIDATION_FAILED" {
 			t.Errorf("%s: %d %s", bad, r.Status, r.Body)
 		}
 	}
@@ -509,7 +509,7 @@ func TestListIsNewestFirstAndPaginated(t *testing.T) {
 // outcome, whoever finished it; a replay is not a new result.
 func TestOperationResultsAreCountedOncePerKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	for range 2 {
 		if r := e.Post("k-count", servicetest.Body()); r.Status != http.StatusCreated {
 			t.Fatalf("%d %s", r.Status, r.Body)
