@@ -39,7 +39,7 @@ schema: ## regenerate migrations/schema.sql from a freshly migrated database (pg
 # inline committer (COMMIT_MODE=inline): the same tests hold for both.
 ENGINE_PKGS := ./internal/idempotency/ ./internal/providerflow/ ./internal/payments/ ./internal/refunds/ \
 	./internal/authorizations/ ./internal/endpoints/ ./internal/delivery/ ./internal/httpapi/... \
-	./internal/moneysim/ ./internal/app/ ./internal/webhooks/
+	./internal/moneysim/ ./internal/app/ ./internal/webhooks/ ./internal/audit/ ./internal/groupcommit/
 
 test: tools ## run every test, with the race detector, on real PostgreSQL; the engine's again with the inline committer
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...

@@ -54,7 +54,7 @@ func (e *env) auditEvents(secret, query string) (response, []map[string]any, str
 func TestTheAuditLogHoldsEndpointChangesForOperatorsOnly(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withOperators(t))
-	_, _, keyA := e.secondKey()
+	_, _, keyA := e.SecondKey()
 	send := func(method, path, key, requestID, body string) response {
 		t.Helper()
 		h := map[string]string{"Authorization": "Bearer " + secretA, "X-Request-Id": requestID}
@@ -211,7 +211,7 @@ func TestRequestLogsNameTheClientAndTheKey(t *testing.T) {
 			t.Parallel()
 			logs := &logBuffer{}
 			e := newEnv(t, withLogAndProxies(logs, c.proxies...))
-			_, _, keyA := e.secondKey()
+			_, _, keyA := e.SecondKey()
 			r := e.Do("GET", "/payments", nil, map[string]string{
 				"Authorization": "Bearer " + secretA, "User-Agent": "audit-test/1.0",
 				// A client's own claim, the client a proxy saw, then a

@@ -420,6 +420,57 @@ func (e *Env) ManualPayment(method, reference string) string {
 	return r.JSON(e.T)["paymentId"].(string)
 }
 
+// Transition is one audit record of a state machine: the state it moved
+// to, who moved it, under which request.
+type Transition struct {
+	To, Actor, RequestID string
+}
+
+// Transitions reads the audit records of row id in table (keyed by
+// column), oldest first.
+func (e *Env) Transitions(table, column, id string) []Transition {
+	e.T.Helper()
+	rows, err := e.Pool.Query(context.Background(), `SELECT to_state, coalesce(actor, ''), coalesce(request_id, '')
+		FROM `+table+` WHERE `+column+` = $1 ORDER BY id`, id)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	defer rows.Close()
+	var out []Transition
+	for rows.Next() {
+		var tr Transition
+		if err := rows.Scan(&tr.To, &tr.Actor, &tr.RequestID); err != nil {
+			e.T.Fatal(err)
+		}
+		out = append(out, tr)
+	}
+	if err := rows.Err(); err != nil {
+		e.T.Fatal(err)
+	}
+	return out
+}
+
+// SecondKey creates another key of tenant A and returns its secret, its id
+// and the id of the key of SecretA.
+func (e *Env) SecondKey() (secret, id, idA string) {
+	e.T.Helper()
+	ctx := context.Background()
+	k, secret, err := apikeys.Create(ctx, e.Pool, apikeys.Hasher{}, "tenant_a", true, time.Now())
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	keys, err := apikeys.List(ctx, e.Pool, "tenant_a")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	for _, o := range keys {
+		if o.ID != k.ID {
+			idA = o.ID
+		}
+	}
+	return secret, k.ID, idA
+}
+
 // Count returns the number of rows of a table (or any FROM clause).
 func (e *Env) Count(from string, args ...any) int {
 	e.T.Helper()

@@ -1,4 +1,4 @@
-package httpapi_test
+package audit_test
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/paymentsapi/paymentsapi/internal/actor"
-	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
@@ -44,57 +43,6 @@ func (l *lostAfterForwarding) Capture(ctx context.Context, req provider.CaptureR
 	return ch, err
 }
 
-// transition is one audit record of a state machine: the state it moved
-// to, who moved it, under which request.
-type transition struct {
-	To, Actor, RequestID string
-}
-
-// transitions reads the audit records of row id in table (keyed by
-// column), oldest first.
-func (e *env) transitions(table, column, id string) []transition {
-	e.T.Helper()
-	rows, err := e.Pool.Query(context.Background(), `SELECT to_state, coalesce(actor, ''), coalesce(request_id, '')
-		FROM `+table+` WHERE `+column+` = $1 ORDER BY id`, id)
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	defer rows.Close()
-	var out []transition
-	for rows.Next() {
-		var tr transition
-		if err := rows.Scan(&tr.To, &tr.Actor, &tr.RequestID); err != nil {
-			e.T.Fatal(err)
-		}
-		out = append(out, tr)
-	}
-	if err := rows.Err(); err != nil {
-		e.T.Fatal(err)
-	}
-	return out
-}
-
-// secondKey creates another key of tenant A and returns its secret, its id
-// and the id of the key of secretA.
-func (e *env) secondKey() (secret, id, idA string) {
-	e.T.Helper()
-	ctx := context.Background()
-	k, secret, err := apikeys.Create(ctx, e.Pool, apikeys.Hasher{}, "tenant_a", true, time.Now())
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	keys, err := apikeys.List(ctx, e.Pool, "tenant_a")
-	if err != nil {
-		e.T.Fatal(err)
-	}
-	for _, o := range keys {
-		if o.ID != k.ID {
-			idA = o.ID
-		}
-	}
-	return secret, k.ID, idA
-}
-
 // A payment created by key A, found authorized by the reconciler, captured
 // by key B and found captured by an operator's pass (`paymentsapi reconcile
 // -once`): each of its transitions names the one that made it, and the
@@ -105,14 +53,14 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			faults := &lostAfterForwarding{}
-			e := newEnv(t, servicetest.WithCommitMode(mode), servicetest.WithProvider(func(p provider.Provider) provider.Provider { faults.Provider = p; return faults }))
-			secretB, keyB, keyA := e.secondKey()
+			e := servicetest.New(t, servicetest.WithCommitMode(mode), servicetest.WithProvider(func(p provider.Provider) provider.Provider { faults.Provider = p; return faults }))
+			secretB, keyB, keyA := e.SecondKey()
 			ctx := context.Background()
 
 			// Key A's create: the provider authorizes, its answer is lost.
 			faults.loseCharges.Store(true)
 			created := e.Do("POST", "/payments", []byte(servicetest.ManualBody("inv-actors", "pm_card_visa")), map[string]string{
-				"Authorization": "Bearer " + secretA, "Idempotency-Key": "k-actors", "Content-Type": "application/json",
+				"Authorization": "Bearer " + servicetest.SecretA, "Idempotency-Key": "k-actors", "Content-Type": "application/json",
 				"X-Request-Id": "req-create",
 			})
 			if created.Status != http.StatusAccepted {
@@ -143,18 +91,18 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 			if _, err := e.Core.Reconciler.RunOnce(opCtx, 10); err != nil {
 				t.Fatalf("the operator's pass: %v", err)
 			}
-			if g := e.Get(secretA, "/payments/"+id).JSON(t); g["status"] != "SUCCEEDED" {
+			if g := e.Get(servicetest.SecretA, "/payments/"+id).JSON(t); g["status"] != "SUCCEEDED" {
 				t.Fatalf("payment %v", g)
 			}
 
-			got := e.transitions("payment_transitions", "payment_id", id)
-			reconciled := transition{To: "AUTHORIZED", Actor: actor.Reconciler}
+			got := e.Transitions("payment_transitions", "payment_id", id)
+			reconciled := servicetest.Transition{To: "AUTHORIZED", Actor: actor.Reconciler}
 			for _, tr := range got {
 				if tr.To == "AUTHORIZED" {
 					reconciled.RequestID = tr.RequestID
 				}
 			}
-			want := []transition{
+			want := []servicetest.Transition{
 				{To: "RECEIVED", Actor: actor.API(keyA), RequestID: "req-create"},
 				{To: "PROVIDER_REQUEST_SENT", Actor: actor.API(keyA), RequestID: "req-create"},
 				{To: "UNKNOWN_REQUIRES_RECOVERY", Actor: actor.API(keyA), RequestID: "req-create"},
@@ -173,7 +121,7 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 			if err := e.Pool.QueryRow(ctx, `SELECT id FROM payment_actions WHERE payment_id = $1 AND kind = 'capture'`, id).Scan(&actionID); err != nil {
 				t.Fatal(err)
 			}
-			for _, tr := range e.transitions("payment_action_transitions", "payment_action_id", actionID) {
+			for _, tr := range e.Transitions("payment_action_transitions", "payment_action_id", actionID) {
 				if tr.To == "RECEIVED" && (tr.Actor != actor.API(keyB) || tr.RequestID != "req-capture") {
 					t.Errorf("the capture's creation: %+v, want key B's request", tr)
 				}
@@ -187,13 +135,13 @@ func TestEveryTransitionNamesItsActorAndRequest(t *testing.T) {
 // payment's transitions still name its own key and request.
 func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(300*time.Millisecond), servicetest.WithCommitMode(idempotency.CommitGroup))
-	secretB, keyB, keyA := e.secondKey()
+	e := servicetest.New(t, servicetest.WithSlowDelay(300*time.Millisecond), servicetest.WithCommitMode(idempotency.CommitGroup))
+	secretB, keyB, keyA := e.SecondKey()
 	const n = 16
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	answers := make([]response, n)
-	secrets, keyIDs := []string{secretA, secretB}, []string{keyA, keyB}
+	answers := make([]servicetest.Response, n)
+	secrets, keyIDs := []string{servicetest.SecretA, secretB}, []string{keyA, keyB}
 	for i := range n {
 		wg.Go(func() {
 			<-start
@@ -208,7 +156,7 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 		if r.Status != http.StatusCreated {
 			t.Fatalf("payment %d: %d %s", i, r.Status, r.Body)
 		}
-		for _, tr := range e.transitions("payment_transitions", "payment_id", r.JSON(t)["paymentId"].(string)) {
+		for _, tr := range e.Transitions("payment_transitions", "payment_id", r.JSON(t)["paymentId"].(string)) {
 			if tr.Actor != actor.API(keyIDs[i%2]) || tr.RequestID != fmt.Sprintf("req-merged-%d", i) {
 				t.Errorf("payment %d's move to %s names %s under %s, want %s under req-merged-%d",
 					i, tr.To, tr.Actor, tr.RequestID, actor.API(keyIDs[i%2]), i)
@@ -227,7 +175,7 @@ func TestMergedMovesKeepEachRequestsActor(t *testing.T) {
 // stays the creating key's.
 func TestAWebhooksMoveNamesTheProviderWebhook(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks())
+	e := servicetest.New(t, servicetest.WithProviderTimeout(300*time.Millisecond), servicetest.WithStripeWebhooks())
 	id := e.UnknownPayment("k-lost", "inv-1")
 	payload := servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
 	header := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: servicetest.StripeWebhookSecret, Timestamp: e.Clock.Now()}).Header
@@ -236,7 +184,7 @@ func TestAWebhooksMoveNamesTheProviderWebhook(t *testing.T) {
 	}); r.Status != http.StatusOK {
 		t.Fatalf("webhook: %d %s", r.Status, r.Body)
 	}
-	got := e.transitions("payment_transitions", "payment_id", id)
+	got := e.Transitions("payment_transitions", "payment_id", id)
 	last := got[len(got)-1]
 	if last.To != "COMPLETED" || last.Actor != actor.ProviderWebhook || last.RequestID != "req-webhook" {
 		t.Errorf("the webhook's move: %+v, want COMPLETED by %s under req-webhook", last, actor.ProviderWebhook)

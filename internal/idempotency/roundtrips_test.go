@@ -1,4 +1,4 @@
-package httpapi_test
+package idempotency_test
 
 import (
 	"context"
@@ -126,7 +126,7 @@ func (c *countingConn) Write(p []byte) (int, error) {
 // again.
 func TestEachStepIsOneRoundTrip(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	trips, writes := &roundTrips{}, &flushes{}
 	cfg := e.Pool.Config()
 	cfg.MaxConns = 1

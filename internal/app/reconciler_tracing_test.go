@@ -1,4 +1,4 @@
-package httpapi_test
+package app_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 // that its publish and its webhook deliveries continue it.
 func TestTheReconcilersEventsAreTraced(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	if r := e.Post("k-lost", servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`)); r.Status != http.StatusAccepted {
 		t.Fatalf("the lost answer: %d %s", r.Status, r.Body)
 	}

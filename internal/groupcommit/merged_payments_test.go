@@ -1,4 +1,4 @@
-package httpapi_test
+package groupcommit_test
 
 import (
 	"fmt"
@@ -20,13 +20,13 @@ import (
 // provider lines the settles up as the claims were.
 func TestPaymentsCreatedTogetherAreWrittenByMergedStatements(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithSlowDelay(300*time.Millisecond), servicetest.WithCommitMode(idempotency.CommitGroup))
+	e := servicetest.New(t, servicetest.WithSlowDelay(300*time.Millisecond), servicetest.WithCommitMode(idempotency.CommitGroup))
 	const n, retries = 24, 6
 	var (
 		wg       sync.WaitGroup
 		start    = make(chan struct{})
-		firsts   = make([]response, n)
-		repeated = make([]response, retries)
+		firsts   = make([]servicetest.Response, n)
+		repeated = make([]servicetest.Response, retries)
 	)
 	payment := func(i int) string {
 		method := `"pm_sim_slow"`

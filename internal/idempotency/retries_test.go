@@ -1,4 +1,4 @@
-package httpapi_test
+package idempotency_test
 
 import (
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
@@ -16,7 +16,7 @@ import (
 // request left it.
 func TestRetriesWriteNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	tables := []string{"payments", "payment_transitions", "refunds", "refund_transitions", "outbox_events", "idempotency_keys"}
 	counts := func() map[string]int {
 		c := map[string]int{}

@@ -1,4 +1,4 @@
-package httpapi_test
+package app_test
 
 import (
 	"bytes"
@@ -138,7 +138,7 @@ func (c *restartClient) post(url, key string, body []byte, prefer string) (int, 
 	if err != nil {
 		return 0, nil, nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+secretA)
+	req.Header.Set("Authorization", "Bearer "+servicetest.SecretA)
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
 	if prefer != "" {
@@ -166,7 +166,7 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cluster, pool := privateCluster(t)
-	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}}, time.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: servicetest.SecretA}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: time.Second, HangFor: 3 * time.Second})
