@@ -184,11 +184,11 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
 		}},
 
-		{"the audit log", []servicetest.Option{withOperators(t)}, func(t *testing.T, c *conformance) {
+		{"the audit log", []servicetest.Option{servicetest.WithOperators(t)}, func(t *testing.T, c *conformance) {
 			if r := c.e.Do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), servicetest.CreateHeaders(secretA, "k-ep")); r.Status != 201 {
 				t.Fatalf("create an endpoint: %d %s", r.Status, r.Body)
 			}
-			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: servicetest.Bearer(operatorSecret), status: 200})
+			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: servicetest.Bearer(servicetest.OperatorSecret), status: 200})
 			c.check(specExchange{name: "403 audit events to a tenant's key", method: "GET", path: "/audit-events", header: servicetest.Bearer(secretA),
 				status: 403, code: "OPERATORS_ONLY"})
 			c.check(specExchange{name: "401 audit events without a key", method: "GET", path: "/audit-events", header: nil,

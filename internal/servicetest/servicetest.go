@@ -37,6 +37,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
+	"github.com/paymentsapi/paymentsapi/internal/operators"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
@@ -152,6 +153,19 @@ func WithSimRules(rules units.Rules) Option {
 		o.Sim.CurrencyRules = rules
 		o.DialSim = true
 	}
+}
+
+// OperatorSecret is the key of the operator WithOperators makes.
+const OperatorSecret = "sk_operator_alice_0123456789abcdef"
+
+// WithOperators makes alice an operator (OPERATOR_KEYS), and lets
+// webhook endpoints point at loopback over http.
+func WithOperators(t testing.TB) Option {
+	ops, err := operators.Parse("alice:" + OperatorSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithDeps(func(d *httpapi.Deps) { d.Operators = ops })
 }
 
 // NewSecretsBox is a box of webhook secrets under a new random key.

@@ -1,4 +1,4 @@
-package httpapi_test
+package payments_test
 
 import (
 	"fmt"
@@ -12,7 +12,7 @@ import (
 // authentication, the claim transaction, PROVIDER_REQUEST_SENT, the provider
 // call over loopback, and the result transaction.
 func BenchmarkCreatePayment(b *testing.B) {
-	e := newEnv(b)
+	e := servicetest.New(b)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		r := e.Post(fmt.Sprintf("bench-%d", i), servicetest.Body("merchantReference", fmt.Sprintf(`"bench-%d"`, i)))
@@ -24,7 +24,7 @@ func BenchmarkCreatePayment(b *testing.B) {
 
 // BenchmarkReplay measures a retry answered from the stored response.
 func BenchmarkReplay(b *testing.B) {
-	e := newEnv(b)
+	e := servicetest.New(b)
 	if r := e.Post("bench-replay", servicetest.Body()); r.Status != http.StatusCreated {
 		b.Fatalf("%d %s", r.Status, r.Body)
 	}
@@ -39,7 +39,7 @@ func BenchmarkReplay(b *testing.B) {
 // BenchmarkCreatePaymentParallel measures throughput with concurrent
 // clients, each with its own keys.
 func BenchmarkCreatePaymentParallel(b *testing.B) {
-	e := newEnv(b)
+	e := servicetest.New(b)
 	b.ReportAllocs()
 	var n int64
 	b.RunParallel(func(pb *testing.PB) {
