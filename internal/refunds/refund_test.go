@@ -245,3 +245,16 @@ func TestUnknownRefundIsResolvedByTheReconciler(t *testing.T) {
 		t.Errorf("refundedAmount %v", g["refundedAmount"])
 	}
 }
+
+// A refund keeps the contract every operation keeps (servicetest.Contract).
+func TestRefundsKeepTheOperationContract(t *testing.T) {
+	t.Parallel()
+	servicetest.Contract(t, servicetest.Operation{
+		Path: func(e *servicetest.Env, method string) string {
+			return "/payments/" + e.Pay(method, "inv-contract") + "/refunds"
+		},
+		Body:      func(string) string { return `{"amount":"3.00"}` },
+		OtherBody: func(string) string { return `{"amount":"4.00"}` },
+		Method:    sim.MethodVisa, LostMethod: sim.MethodRefundTimeoutAfterSuccess,
+	})
+}
