@@ -109,20 +109,26 @@ func TestFiltersReadThroughAnIndex(t *testing.T) {
 			for _, tc := range []struct {
 				lq      ListQuery
 				indexes []string // the plan reads through each of these
+				reads   float64  // and reads at most this many rows (pgtest.Plan.RowsRead)
 			}{
-				{ListQuery{}, []string{tenantListing}},
-				{ListQuery{AccountID: "acc_3", Cursor: cursor}, []string{accountListing}},
-				{ListQuery{Statuses: []Status{StatusSucceeded}}, []string{tenantListing}},
-				{ListQuery{Statuses: []Status{StatusProcessing, StatusFailed}, Cursor: cursor}, []string{tenantListing}},
-				{ListQuery{Statuses: []Status{StatusDeclined}}, []string{freedListing}},
-				{ListQuery{Statuses: []Status{StatusCanceled, StatusDeclined}, Cursor: cursor}, []string{freedListing}},
-				{ListQuery{CreatedFrom: at(1), CreatedTo: at(2)}, []string{tenantListing}},
-				{ListQuery{AccountID: "acc_3", CreatedFrom: at(1), Statuses: []Status{StatusSucceeded}}, []string{accountListing}},
-				{ListQuery{MerchantReference: "inv-4242"}, []string{holder, freedReference}},
-				{ListQuery{MerchantReference: "inv-4242", AccountID: "acc_2"}, []string{"reference"}},
-				{ListQuery{MerchantReference: "inv-4242", Statuses: []Status{StatusDeclined}}, []string{freedReference}},
-				{ListQuery{MerchantReference: "inv-4242", Statuses: []Status{StatusSucceeded, StatusProcessing}}, []string{holder}},
-				{ListQuery{MerchantReference: "inv-4242", Statuses: []Status{StatusSucceeded, StatusCanceled}, CreatedTo: at(5)}, []string{holder, freedReference}},
+				{ListQuery{}, []string{tenantListing}, 21},
+				{ListQuery{AccountID: "acc_3", Cursor: cursor}, []string{accountListing}, 21},
+				{ListQuery{Statuses: []Status{StatusSucceeded}}, []string{tenantListing}, 40},
+				// A rare status that keeps the reference reads back until it
+				// has a page: one payment in forty is in flight or failed.
+				{ListQuery{Statuses: []Status{StatusProcessing, StatusFailed}, Cursor: cursor}, []string{tenantListing}, 2000},
+				{ListQuery{Statuses: []Status{StatusDeclined}}, []string{freedListing}, 40},
+				{ListQuery{Statuses: []Status{StatusCanceled, StatusDeclined}, Cursor: cursor}, []string{freedListing}, 21},
+				{ListQuery{CreatedFrom: at(1), CreatedTo: at(2)}, []string{tenantListing}, 21},
+				// (Half of acc_3's payments are declined in this seed.)
+				{ListQuery{AccountID: "acc_3", CreatedFrom: at(1), Statuses: []Status{StatusSucceeded}}, []string{accountListing}, 50},
+				// A reference: its few payments, found by the index and
+				// read (each counted at the index and at the table).
+				{ListQuery{MerchantReference: "inv-4242"}, []string{holder, freedReference}, 10},
+				{ListQuery{MerchantReference: "inv-4242", AccountID: "acc_2"}, []string{"reference"}, 10},
+				{ListQuery{MerchantReference: "inv-4242", Statuses: []Status{StatusDeclined}}, []string{freedReference}, 10},
+				{ListQuery{MerchantReference: "inv-4242", Statuses: []Status{StatusSucceeded, StatusProcessing}}, []string{holder}, 10},
+				{ListQuery{MerchantReference: "inv-4242", Statuses: []Status{StatusSucceeded, StatusCanceled}, CreatedTo: at(5)}, []string{holder, freedReference}, 10},
 			} {
 				tc.lq.Limit = 20
 				t.Run(fmt.Sprintf("%+v", tc.lq), func(t *testing.T) {
@@ -132,7 +138,14 @@ func TestFiltersReadThroughAnIndex(t *testing.T) {
 					}
 					types, texts := explainArgs(args)
 					for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-						plan := pgtest.Explain(t, db, mode, types, sql, texts...).String()
+						explained := pgtest.Explain(t, db, mode, types, sql, texts...)
+						plan := explained.String()
+						if explained.RowsRead() > tc.reads {
+							t.Errorf("%s: read %v rows, at most %v expected:\n%s", mode, explained.RowsRead(), tc.reads, plan)
+						}
+						if tc.lq.MerchantReference != "" && explained.Blocks() > 20 {
+							t.Errorf("%s: a reference's payments found in %v pages:\n%s", mode, explained.Blocks(), plan)
+						}
 						if strings.Contains(plan, "Seq Scan payments") {
 							t.Errorf("%s: a sequential scan of payments:\n%s", mode, plan)
 						}
