@@ -41,6 +41,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/sqlcond"
 )
 
 // Log is the event log of the registered operations' events.
@@ -406,35 +407,28 @@ func (l *Log) subject(member string) (Subject, bool) {
 // the tenant's events until it finds a page, or to the time a subject's
 // resource was created (q.since).
 func (l *Log) listQuery(tenant string, q Query) (string, []any, error) {
-	where, args := []string{"tenant_id = $1"}, []any{tenant}
-	add := func(cond string, vals ...any) {
-		refs := make([]any, len(vals))
-		for i, v := range vals {
-			args = append(args, v)
-			refs[i] = len(args)
-		}
-		where = append(where, fmt.Sprintf(cond, refs...))
-	}
+	var where sqlcond.Where
+	where.Add("tenant_id = $%d", tenant)
 	for _, t := range q.Types {
 		if !slices.Contains(l.names, t) {
 			return "", nil, ErrUnknownType
 		}
 	}
 	if len(q.Types) > 0 {
-		add("type = ANY($%d::text[])", q.Types)
+		where.Add("type = ANY($%d::text[])", q.Types)
 	}
 	for _, about := range q.About {
 		if _, ok := l.subject(about.Member); !ok {
 			return "", nil, fmt.Errorf("%w: %s", ErrUnknownFilter, about.Member)
 		}
-		add("data->>"+literal(about.Member)+" = $%d", about.ID)
+		where.Add("data->>"+literal(about.Member)+" = $%d", about.ID)
 	}
 	for _, bound := range []struct {
 		op string
 		at time.Time
 	}{{">", q.After}, {">=", q.CreatedFrom}, {">=", q.since}, {"<", q.CreatedTo}} {
 		if !bound.at.IsZero() {
-			add("occurred_at "+bound.op+" $%d", bound.at)
+			where.Add("occurred_at "+bound.op+" $%d", bound.at)
 		}
 	}
 	if q.Cursor != "" {
@@ -442,17 +436,17 @@ func (l *Log) listQuery(tenant string, q Query) (string, []any, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		add("(occurred_at, id) < ($%d, $%d::uuid)", at, id)
+		where.Add("(occurred_at, id) < ($%d, $%d::uuid)", at, id)
 	}
-	args = append(args, q.Limit+1)
+	limit := where.Arg(q.Limit + 1)
 	page := `
-		WHERE ` + strings.Join(where, " AND ") + `
-		ORDER BY occurred_at DESC, id DESC LIMIT $` + fmt.Sprint(len(args))
+		WHERE ` + where.String() + `
+		ORDER BY occurred_at DESC, id DESC LIMIT $` + fmt.Sprint(limit)
 	return `SELECT id::text, type, occurred_at, data FROM (
 		(SELECT * FROM (` + l.outbox + `) b` + page + `)
 		UNION ALL
 		(SELECT * FROM (` + copyBranch + `) b` + page + `)
-	) ev` + page[strings.Index(page, "ORDER BY")-3:], args, nil
+	) ev` + page[strings.Index(page, "ORDER BY")-3:], where.Args(), nil
 }
 
 // Get returns the tenant's event id, or ErrNotFound.

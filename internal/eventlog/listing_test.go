@@ -76,25 +76,13 @@ func TestAListingPageReadsOnlyItsPage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var types, texts []string
-			for _, a := range args {
-				switch a := a.(type) {
-				case string:
-					types, texts = append(types, "text"), append(texts, a)
-				case []string:
-					types, texts = append(types, "text[]"), append(texts, "{"+strings.Join(a, ",")+"}")
-				case time.Time:
-					types, texts = append(types, "timestamptz"), append(texts, a.Format(time.RFC3339Nano))
-				case int:
-					types, texts = append(types, "int"), append(texts, fmt.Sprint(a))
-				}
-			}
+			params, texts := pgtest.Params(args)
 			// Each branch reads its page and one more, a filtered type up
 			// to three times as many (one event in three has it), the
 			// copy's rows each look for their outbox twin.
-			pgtest.ReadsAtMost(t, db, float64(10*(q.Limit+1)), strings.Join(types, ", "), sql, texts...)
+			pgtest.ReadsAtMost(t, db, float64(10*(q.Limit+1)), params, sql, texts...)
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-				if plan := pgtest.Explain(t, db, mode, strings.Join(types, ", "), sql, texts...).String(); strings.Contains(plan, "Seq Scan outbox_events") || strings.Contains(plan, "Seq Scan events ") ||
+				if plan := pgtest.Explain(t, db, mode, params, sql, texts...).String(); strings.Contains(plan, "Seq Scan outbox_events") || strings.Contains(plan, "Seq Scan events ") ||
 					!strings.Contains(plan, "outbox_events_tenant_idx") {
 					t.Errorf("%s: the page is not a merge of index scans:\n%s", mode, plan)
 				}

@@ -56,19 +56,10 @@ func TestAListingPageReadsOnlyItsPage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			types := []string{"text"}
-			texts := []string{args[0].(string)}
-			if lq.AccountID != "" {
-				types, texts = append(types, "text"), append(texts, lq.AccountID)
-			}
-			if lq.Cursor != "" {
-				at, id, _ := decodeCursor(lq.Cursor)
-				types, texts = append(types, "timestamptz", "text"), append(texts, at.Format(time.RFC3339Nano), id)
-			}
-			types, texts = append(types, "int"), append(texts, fmt.Sprint(lq.Limit+1))
-			pgtest.ReadsAtMost(t, db, float64(lq.Limit+1), strings.Join(types, ", "), sql, texts...)
+			types, texts := pgtest.Params(args)
+			pgtest.ReadsAtMost(t, db, float64(lq.Limit+1), types, sql, texts...)
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-				if plan := pgtest.Explain(t, db, mode, strings.Join(types, ", "), sql, texts...).String(); strings.Contains(plan, "Sort") ||
+				if plan := pgtest.Explain(t, db, mode, types, sql, texts...).String(); strings.Contains(plan, "Sort") ||
 					!strings.Contains(plan, "_listing_idx") {
 					t.Errorf("%s: the page is not one scan of a listing index:\n%s", mode, plan)
 				}
@@ -136,7 +127,7 @@ func TestFiltersReadThroughAnIndex(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					types, texts := explainArgs(args)
+					types, texts := pgtest.Params(args)
 					for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 						explained := pgtest.Explain(t, db, mode, types, sql, texts...)
 						plan := explained.String()
@@ -187,25 +178,4 @@ func seedLargeTable(t *testing.T, db *pgxpool.Pool) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-}
-
-// explainArgs are the parameter types and literals of args, as
-// pgtest.Explain takes them.
-func explainArgs(args []any) (string, []string) {
-	var types, texts []string
-	for _, a := range args {
-		switch a := a.(type) {
-		case string:
-			types, texts = append(types, "text"), append(texts, a)
-		case []string:
-			types, texts = append(types, "text[]"), append(texts, "{"+strings.Join(a, ",")+"}")
-		case time.Time:
-			types, texts = append(types, "timestamptz"), append(texts, a.Format(time.RFC3339Nano))
-		case int:
-			types, texts = append(types, "int"), append(texts, fmt.Sprint(a))
-		default:
-			panic(fmt.Sprintf("explainArgs: a %T", a))
-		}
-	}
-	return strings.Join(types, ", "), texts
 }

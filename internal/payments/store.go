@@ -14,6 +14,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/cursor"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/rowset"
+	"github.com/paymentsapi/paymentsapi/internal/sqlcond"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
@@ -198,47 +199,37 @@ type Page struct {
 // 00045). docs/INDEXES.md says what each costs; TestFiltersReadThroughAnIndex
 // holds the plans to it.
 func listQuery(tenant string, lq ListQuery) (string, []any, error) {
-	var (
-		where = []string{"tenant_id = $1"}
-		args  = []any{tenant}
-	)
-	add := func(cond string, vals ...any) {
-		refs := make([]any, len(vals))
-		for i, v := range vals {
-			args = append(args, v)
-			refs[i] = len(args)
-		}
-		where = append(where, fmt.Sprintf(cond, refs...))
-	}
+	var where sqlcond.Where
+	where.Add("tenant_id = $%d", tenant)
 	if lq.AccountID != "" {
-		add("account_id = $%d", lq.AccountID)
+		where.Add("account_id = $%d", lq.AccountID)
 	}
 	if lq.MerchantReference != "" {
-		add("merchant_reference = $%d", lq.MerchantReference)
+		where.Add("merchant_reference = $%d", lq.MerchantReference)
 	}
 	if len(lq.Statuses) > 0 {
-		add("state = ANY($%d::text[])", stateNames(lq.Statuses))
+		where.Add("state = ANY($%d::text[])", stateNames(lq.Statuses))
 	}
 	if cond := heldCondition(lq); cond != "" {
-		where = append(where, cond)
+		where.Add(cond)
 	}
 	if !lq.CreatedFrom.IsZero() {
-		add("created_at >= $%d", lq.CreatedFrom)
+		where.Add("created_at >= $%d", lq.CreatedFrom)
 	}
 	if !lq.CreatedTo.IsZero() {
-		add("created_at < $%d", lq.CreatedTo)
+		where.Add("created_at < $%d", lq.CreatedTo)
 	}
 	if lq.Cursor != "" {
 		at, id, err := decodeCursor(lq.Cursor)
 		if err != nil {
 			return "", nil, err
 		}
-		add("(created_at, id) < ($%d, $%d)", at, id)
+		where.Add("(created_at, id) < ($%d, $%d)", at, id)
 	}
-	args = append(args, lq.Limit+1)
+	limit := where.Arg(lq.Limit + 1)
 	return `SELECT ` + paymentColumns + ` FROM payments
-		WHERE ` + strings.Join(where, " AND ") + `
-		ORDER BY created_at DESC, id DESC LIMIT $` + fmt.Sprint(len(args)), args, nil
+		WHERE ` + where.String() + `
+		ORDER BY created_at DESC, id DESC LIMIT $` + fmt.Sprint(limit), where.Args(), nil
 }
 
 // heldCondition is the condition on holds_reference that a listing adds so

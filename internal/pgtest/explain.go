@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -108,6 +109,27 @@ func ExplainUnder(t testing.TB, pool *pgxpool.Pool, settings []string, mode, par
 		t.Fatal(err)
 	}
 	return out[0].Plan
+}
+
+// Params are the parameter types and literals of a statement's args, as
+// Explain takes them: text, text[], timestamptz and int arguments.
+func Params(args []any) (paramTypes string, literals []string) {
+	var types []string
+	for _, a := range args {
+		switch a := a.(type) {
+		case string:
+			types, literals = append(types, "text"), append(literals, a)
+		case []string:
+			types, literals = append(types, "text[]"), append(literals, "{"+strings.Join(a, ",")+"}")
+		case time.Time:
+			types, literals = append(types, "timestamptz"), append(literals, a.Format(time.RFC3339Nano))
+		case int:
+			types, literals = append(types, "int"), append(literals, fmt.Sprint(a))
+		default:
+			panic(fmt.Sprintf("pgtest.Params: an argument of type %T", a))
+		}
+	}
+	return strings.Join(types, ", "), literals
 }
 
 // ReadsAtMost runs query as Explain does under both plans a prepared
