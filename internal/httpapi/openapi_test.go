@@ -121,6 +121,30 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 				status: 400, code: "VALIDATION_FAILED",
 			})
 			c.check(specExchange{
+				name: "200 list, every filter", method: "GET", header: servicetest.Bearer(secretA), status: 200,
+				path: "/payments?accountId=acc_1&merchantReference=invoice-7781&status=SUCCEEDED,DECLINED&createdFrom=2026-01-01T00:00:00Z&createdTo=2099-01-01T00:00:00%2B01:00",
+			})
+			c.check(specExchange{
+				name: "400 list, an unknown status", method: "GET", path: "/payments?status=SUCCEEDED,EXPLODED", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "status"`,
+			})
+			c.check(specExchange{
+				name: "400 list, a time that is not one", method: "GET", path: "/payments?createdFrom=yesterday", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "createdFrom"`,
+			})
+			c.check(specExchange{
+				name: "400 list, an unknown parameter", method: "GET", path: "/payments?state=FAILED", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
+				name: "400 a payment, any parameter", method: "GET", path: location + "?expand=refunds", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
+				name: "400 create, a query parameter", method: "POST", path: "/payments?dryRun=true", header: servicetest.CreateHeaders(secretA, "k-q"), body: servicetest.Body(),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
 				name: "401 list without credentials", method: "GET", path: "/payments", status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed",
 			})
 			c.check(specExchange{name: "200 healthz", method: "GET", path: "/healthz", status: 200})
@@ -226,6 +250,13 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			c.check(specExchange{name: "200 events, next page", method: "GET", path: "/events?limit=2&cursor=" + list.NextCursor, header: servicetest.Bearer(secretA), status: 200})
 			c.check(specExchange{name: "200 events of a type", method: "GET", path: "/events?type=refund.succeeded", header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 events of a payment, of two types, in a range", method: "GET",
+				path:   "/events?paymentId=" + refunded + "&type=refund.succeeded,payment.succeeded&createdFrom=2026-01-01T00:00:00Z&createdTo=2099-01-01T00:00:00%2B01:00&after=2026-01-01T00:00:00Z",
+				header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "400 events, an unknown parameter", method: "GET", path: "/events?payment=" + refunded, header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED"})
+			c.check(specExchange{name: "400 an event, any parameter", method: "GET", path: "/events/" + list.Items[0].EventID + "?expand=data",
+				header: servicetest.Bearer(secretA), status: 400, code: "VALIDATION_FAILED"})
 			c.check(specExchange{name: "200 an event", method: "GET", path: "/events/" + list.Items[0].EventID, header: servicetest.Bearer(secretA), status: 200})
 			c.check(specExchange{name: "404 another tenant's event", method: "GET", path: "/events/" + list.Items[0].EventID, header: servicetest.Bearer(secretB),
 				status: 404, code: "NOT_FOUND"})

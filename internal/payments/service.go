@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -286,4 +287,15 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Payment, error) {
 // List returns a page of the tenant's payments, newest first.
 func (s *Service) List(ctx context.Context, tenant string, q ListQuery) (Page, error) {
 	return listPayments(ctx, s.d.DB, tenant, q)
+}
+
+// Created answers when the tenant's payment id was created, or found false
+// if the tenant has no such payment: how far back the event log reads for
+// a payment's events (eventlog.Subject).
+func (s *Service) Created(ctx context.Context, tenant, id string) (at time.Time, found bool, err error) {
+	p, err := s.Get(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return time.Time{}, false, nil
+	}
+	return p.CreatedAt, err == nil, err
 }

@@ -1,6 +1,10 @@
 package payments
 
-import "github.com/paymentsapi/paymentsapi/internal/statemachine"
+import (
+	"slices"
+
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
+)
 
 // State is where a payment stands in its life. The allowed moves are the
 // table in machine, which the database enforces too (state_machine_moves,
@@ -149,6 +153,30 @@ func (s State) Status() Status {
 
 // Status is the client-facing status of a payment.
 type Status string
+
+// Statuses lists every status a client may see, in the order of the life
+// of a payment: those of States (State.Status is the one map between the
+// two).
+func Statuses() []Status {
+	var all []Status
+	for _, s := range States() {
+		if !slices.Contains(all, s.Status()) {
+			all = append(all, s.Status())
+		}
+	}
+	return all
+}
+
+// States lists the states a client sees as s, in the order of States.
+func (s Status) States() []State {
+	var states []State
+	for _, st := range States() {
+		if st.Status() == s {
+			states = append(states, st)
+		}
+	}
+	return states
+}
 
 // The statuses a client sees.
 const (
