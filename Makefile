@@ -39,21 +39,21 @@ schema: ## regenerate migrations/schema.sql from a freshly migrated database (pg
 # inline committer (COMMIT_MODE=inline): the same tests hold for both.
 ENGINE_PKGS := ./internal/idempotency/ ./internal/providerflow/ ./internal/payments/ ./internal/refunds/ \
 	./internal/authorizations/ ./internal/endpoints/ ./internal/delivery/ ./internal/httpapi/... \
-	./internal/moneysim/ ./internal/app/
+	./internal/moneysim/ ./internal/app/ ./internal/webhooks/ ./internal/audit/ ./internal/groupcommit/
 
 test: tools ## run every test, with the race detector, on real PostgreSQL; the engine's again with the inline committer
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...
 	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 20m $(ENGINE_PKGS)
 	TEST_COMMIT_MODE=inline $(GO) test -race -count=1 -timeout 10m -run 'Killed|TwoAPIProcesses|EndToEnd' ./cmd/paymentsapi/
 
-# The database failover tests (cmd/paymentsapi/failover_e2e_test.go): a
-# PostgreSQL primary and standby, two API processes, the primary crashed or
-# frozen and the standby promoted. About a minute on two cores, hence the
-# build tag that keeps them out of `make test`; .ci/run runs them.
+# The database failover tests (tools/failover): a PostgreSQL primary and
+# standby, two API processes, the primary crashed or frozen and the standby
+# promoted. About a minute on two cores, hence the build tag that keeps them
+# out of `make test`; .ci/run runs them.
 test-failover: ## the database failover tests (primary + standby, crash, freeze, lost tail), with the race detector, with each outbox reader, and the lost tail with the answer cache
-	$(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
-	OUTBOX_RELAY=poll $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./cmd/paymentsapi/
-	REPLAY_CACHE=memory $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailoverToAsynchronousStandbyLosesTheTail' ./cmd/paymentsapi/
+	$(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./tools/failover/
+	OUTBOX_RELAY=poll $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailover' ./tools/failover/
+	REPLAY_CACHE=memory $(GO) test -race -count=1 -timeout 10m -tags failover -run 'TestFailoverToAsynchronousStandbyLosesTheTail' ./tools/failover/
 
 test-short: ## the tests without the race detector (faster while editing)
 	$(GO) test -count=1 ./...
@@ -89,11 +89,11 @@ fuzz: ## run each fuzz target for FUZZTIME (default 5000x, executions); a failin
 	done
 
 bench: build ## the API against pgbench and the Go floor on its own PostgreSQL, fsync on (docs/BENCHMARKS.md; ARGS='-duration 30s')
-	$(GO) build -o $(BIN)/ ./bench/floorapi
-	$(GO) run ./cmd/paymentsbench -api-bin $(BIN)/paymentsapi -floor-bin $(BIN)/floorapi $(ARGS)
+	$(GO) build -o $(BIN)/ ./tools/bench/floorapi
+	$(GO) run ./tools/paymentsbench -api-bin $(BIN)/paymentsapi -floor-bin $(BIN)/floorapi $(ARGS)
 
-bench-wal: ## WAL, records and HOT updates per new payment, on its own PostgreSQL (bench/walflow; ARGS='-version 13 -waldump')
-	$(GO) run ./bench/walflow $(ARGS)
+bench-wal: ## WAL, records and HOT updates per new payment, on its own PostgreSQL (tools/bench/walflow; ARGS='-version 13 -waldump')
+	$(GO) run ./tools/bench/walflow $(ARGS)
 
 bench-micro: ## the Go micro-benchmarks (speed and memory are measured here, never asserted in tests)
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/client/internal/apigen"
@@ -150,35 +151,48 @@ const (
 )
 
 // ListPaymentsParams filters and pages GET /payments; zero fields are left
-// out.
+// out. A page holds the payments that meet every filter given.
 type ListPaymentsParams struct {
 	// AccountID keeps the payments of one account.
 	AccountID string
+	// MerchantReference keeps the payments with this reference (every
+	// attempt at it: the one that holds it and those declined or canceled).
+	MerchantReference string
+	// Statuses keeps the payments in any of these statuses.
+	Statuses []PaymentStatus
+	// CreatedFrom keeps the payments created at or after it.
+	CreatedFrom time.Time
+	// CreatedTo keeps the payments created before it.
+	CreatedTo time.Time
 	// Limit is the page size, 1 to 100 (the server's default is 20).
 	Limit int
-	// Cursor is the NextCursor of the previous page.
+	// Cursor is the NextCursor of the previous page: a position in the
+	// listing, which with the same filters pages through them.
 	Cursor string
 }
 
 // generated returns p as the generated call takes it.
 func (p ListPaymentsParams) generated() *apigen.ListPaymentsParams {
-	var g apigen.ListPaymentsParams
-	if p.AccountID != "" {
-		g.AccountID = &p.AccountID
+	return &apigen.ListPaymentsParams{
+		AccountID: optional(p.AccountID), MerchantReference: optional(p.MerchantReference),
+		Status: optionalList(p.Statuses), CreatedFrom: optional(p.CreatedFrom), CreatedTo: optional(p.CreatedTo),
+		Limit: optional(p.Limit), Cursor: optional(p.Cursor),
 	}
-	if p.Limit != 0 {
-		g.Limit = &p.Limit
-	}
-	if p.Cursor != "" {
-		g.Cursor = &p.Cursor
-	}
-	return &g
 }
 
 // ListEventsParams filters and pages GET /events; zero fields are left out.
+// A page holds the events that meet every filter given.
 type ListEventsParams struct {
-	// Type keeps the events of one type.
+	// Type keeps the events of one type; with Types, those of any of them.
 	Type EventType
+	// Types keeps the events of any of these types.
+	Types []EventType
+	// PaymentID keeps the events of one payment: its own and its refunds'.
+	PaymentID string
+	// CreatedFrom keeps the events that happened at or after it.
+	CreatedFrom time.Time
+	// CreatedTo keeps the events that happened before it.
+	CreatedTo time.Time
 	// After keeps the events that happened after this time.
 	After time.Time
 	// Limit is the page size, 1 to 100 (the server's default is 20).
@@ -189,18 +203,31 @@ type ListEventsParams struct {
 
 // generated returns p as the generated call takes it.
 func (p ListEventsParams) generated() *apigen.ListEventsParams {
-	var g apigen.ListEventsParams
-	if p.Type != "" {
-		g.Type = &p.Type
+	types := p.Types
+	if p.Type != "" && !slices.Contains(types, p.Type) {
+		types = append([]EventType{p.Type}, types...)
 	}
-	if !p.After.IsZero() {
-		g.After = &p.After
+	return &apigen.ListEventsParams{
+		Type: optionalList(types), PaymentID: optional(p.PaymentID), CreatedFrom: optional(p.CreatedFrom),
+		CreatedTo: optional(p.CreatedTo), After: optional(p.After), Limit: optional(p.Limit), Cursor: optional(p.Cursor),
 	}
-	if p.Limit != 0 {
-		g.Limit = &p.Limit
+}
+
+// optional is v as the generated calls take an optional parameter: nil
+// when v is its type's zero value (left out of the query).
+func optional[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
 	}
-	if p.Cursor != "" {
-		g.Cursor = &p.Cursor
+	return &v
+}
+
+// optionalList is a list parameter as the generated calls take it: nil
+// when empty.
+func optionalList[T any](v []T) *[]T {
+	if len(v) == 0 {
+		return nil
 	}
-	return &g
+	return &v
 }

@@ -699,7 +699,16 @@ CREATE INDEX payment_transitions_earlier_idx ON public.payment_transitions USING
 CREATE INDEX payments_account_listing_idx ON public.payments USING btree (tenant_id, account_id, created_at, id);
 
 
+CREATE INDEX payments_freed_listing_idx ON public.payments USING btree (tenant_id, created_at, id) WHERE (NOT holds_reference);
+
+
+CREATE INDEX payments_freed_reference_idx ON public.payments USING btree (tenant_id, merchant_reference) WHERE (NOT holds_reference);
+
+
 CREATE UNIQUE INDEX payments_held_reference_key ON public.payments USING btree (tenant_id, account_id, merchant_reference) WHERE holds_reference;
+
+
+CREATE UNIQUE INDEX payments_reference_holder_key ON public.payments USING btree (tenant_id, merchant_reference, account_id) WHERE holds_reference;
 
 
 CREATE INDEX payments_tenant_listing_idx ON public.payments USING btree (tenant_id, created_at, id);
@@ -733,6 +742,9 @@ CREATE INDEX webhook_messages_pending_idx ON public.webhook_messages USING btree
 
 
 CREATE INDEX webhook_resends_event_idx ON public.webhook_resends USING btree (event_id);
+
+
+CREATE STATISTICS public.payments_holds_reference_by_state (dependencies) ON state, holds_reference FROM public.payments;
 
 
 CREATE TRIGGER api_keys_follow_revocations BEFORE INSERT OR UPDATE ON public.api_keys FOR EACH ROW EXECUTE FUNCTION public.api_keys_follow_revocations();

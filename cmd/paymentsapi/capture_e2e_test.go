@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // The API process is killed (kill -9) while the provider holds a capture
@@ -16,10 +18,10 @@ import (
 // the provider, and answers the captured payment: one capture, made by one
 // request.
 func TestKilledAPIMidCaptureThenRetryCapturesOnce(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	simURL, db, env := recStartBackends(t, simBin, nil,
 		"PROVIDER_TIMEOUT=3s", "LEASE_DURATION=4s", "RECONCILE_INTERVAL=1h")
-	apiA, urlA := startProcess(t, apiBin, env)
+	apiA, urlA := proctest.Start(t, apiBin, env)
 
 	pay, err := recPost(urlA, "pay-1", `{"accountId":"acc_kill","amount":"42.00","currency":"EUR",`+
 		`"merchantReference":"order-kill-c","paymentMethod":"pm_sim_capture_timeout_after_success","captureMethod":"manual"}`, nil)
@@ -56,7 +58,7 @@ func TestKilledAPIMidCaptureThenRetryCapturesOnce(t *testing.T) {
 		t.Logf("the original request ended without an answer, as expected: %v", err)
 	}
 
-	_, urlB := startProcess(t, apiBin, env)
+	_, urlB := proctest.Start(t, apiBin, env)
 	final, conflicts := recRetryWhileInUse(t, urlB+captureURL, key, body, http.StatusOK)
 	if conflicts == 0 {
 		t.Error("no retry was refused while the dead owner's lease ran")
@@ -85,11 +87,11 @@ func TestKilledAPIMidCaptureThenRetryCapturesOnce(t *testing.T) {
 // at once. Exactly one wins (200); the others are refused (409); the
 // provider shows one capture or one void, never both.
 func TestTwoAPIProcessesCaptureOrCancelOnce(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	simURL, db, env := recStartBackends(t, simBin, nil,
 		"PROVIDER_TIMEOUT=5s", "LEASE_DURATION=30s", "RECONCILE_INTERVAL=1h")
-	_, urlA := startProcess(t, apiBin, env)
-	_, urlB := startProcess(t, apiBin, env)
+	_, urlA := proctest.Start(t, apiBin, env)
+	_, urlB := proctest.Start(t, apiBin, env)
 	targets := []string{urlA, urlB}
 
 	pay, err := recPost(urlA, "pay-race", `{"accountId":"acc_race","amount":"50.00","currency":"EUR",`+

@@ -26,7 +26,7 @@ func TestAPIListenerDoesNotServeTheProfiler(t *testing.T) {
 		"DEBUG_ADDR": "127.0.0.1:0",
 	}
 	base, stderr := startServer(t, env)
-	debugURL, _ := stderr.await(t, profilerRE, 10*time.Second)
+	debugURL, _ := stderr.Await(t, profilerRE, 10*time.Second)
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	get := func(u, secret string) (int, http.Header, string) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
@@ -52,7 +53,7 @@ func TestTheServiceRunsUnderTheDocumentedGrants(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer receiver.Close()
-	stdout, stderr := newLineWatcher(), &testio.SyncBuffer{}
+	stdout, stderr := proctest.NewLineWatcher(), &testio.SyncBuffer{}
 	published := &testio.SyncBuffer{}
 	env := map[string]string{
 		"DATABASE_URL": appURL, "MIGRATE": "false", "HTTP_ADDR": "127.0.0.1:0", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
@@ -66,7 +67,7 @@ func TestTheServiceRunsUnderTheDocumentedGrants(t *testing.T) {
 	go func() {
 		done <- run(runCtx, nil, func(k string) string { return env[k] }, nil, io.MultiWriter(stdout, published), stderr)
 	}()
-	base, _ := stdout.await(t, listeningRE, 60*time.Second)
+	base, _ := stdout.Await(t, proctest.ListeningRE, 60*time.Second)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if r := call(t, "GET", base+path, "", "", ""); r.status != http.StatusOK {
 			t.Fatalf("GET %s as the application role: %d %s", path, r.status, r.body)

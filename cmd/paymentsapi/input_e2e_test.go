@@ -19,23 +19,24 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // transcript keeps everything a server wrote, and lets a test wait for a
 // line of it.
 type transcript struct {
-	*lineWatcher
+	*proctest.LineWatcher
 	mu  sync.Mutex
 	all bytes.Buffer
 }
 
-func newTranscript() *transcript { return &transcript{lineWatcher: newLineWatcher()} }
+func newTranscript() *transcript { return &transcript{LineWatcher: proctest.NewLineWatcher()} }
 
 func (t *transcript) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	t.all.Write(p)
 	t.mu.Unlock()
-	return t.lineWatcher.Write(p)
+	return t.LineWatcher.Write(p)
 }
 
 func (t *transcript) String() string {
@@ -61,7 +62,7 @@ func startRecorded(t *testing.T, env map[string]string) (base string, stdout, st
 			t.Errorf("run: %v", err)
 		}
 	})
-	base, _ = stdout.await(t, listeningRE, 90*time.Second)
+	base, _ = stdout.Await(t, proctest.ListeningRE, 90*time.Second)
 	return base, stdout, stderr
 }
 
@@ -112,7 +113,7 @@ func TestCardDataIsNeverKept(t *testing.T) {
 		json.Unmarshal(paid.body, &p) != nil || json.Unmarshal(held.body, &h) != nil {
 		t.Fatalf("the kept requests: %d %s / %d %s / %d %s", paid.status, paid.body, held.status, held.body, hook.status, hook.body)
 	}
-	stdout.await(t, regexp.MustCompile(`inv-held-7781`), 30*time.Second) // both payments' events are published
+	stdout.Await(t, regexp.MustCompile(`inv-held-7781`), 30*time.Second) // both payments' events are published
 
 	texts := []string{
 		"4000056655665556",
@@ -281,8 +282,8 @@ func TestMetricsMoveToTheOperationsListener(t *testing.T) {
 		go func() {
 			done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, nil, stdout, stderr)
 		}()
-		base, _ := stdout.await(t, listeningRE, 90*time.Second)
-		ops, _ := stderr.await(t, regexp.MustCompile(`"msg":"operations listening".*"url":"(http://[^"]+)"`), 10*time.Second)
+		base, _ := stdout.Await(t, proctest.ListeningRE, 90*time.Second)
+		ops, _ := stderr.Await(t, regexp.MustCompile(`"msg":"operations listening".*"url":"(http://[^"]+)"`), 10*time.Second)
 		if s := get(ops + "/metrics"); s != http.StatusOK {
 			t.Errorf("GET /metrics on the operations listener: %d", s)
 		}

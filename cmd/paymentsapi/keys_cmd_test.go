@@ -15,13 +15,14 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // startServer runs the server in-process on env until the test ends, and
 // returns its base URL and what it logged.
-func startServer(t *testing.T, env map[string]string) (string, *lineWatcher) {
+func startServer(t *testing.T, env map[string]string) (string, *proctest.LineWatcher) {
 	t.Helper()
-	stdout, stderr := newLineWatcher(), newLineWatcher()
+	stdout, stderr := proctest.NewLineWatcher(), proctest.NewLineWatcher()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -33,7 +34,7 @@ func startServer(t *testing.T, env map[string]string) (string, *lineWatcher) {
 			t.Errorf("run: %v", err)
 		}
 	})
-	base, _ := stdout.await(t, listeningRE, 90*time.Second)
+	base, _ := stdout.Await(t, proctest.ListeningRE, 90*time.Second)
 	return base, stderr
 }
 
@@ -117,7 +118,7 @@ func TestKeysAreCreatedListedAndRevokedForGood(t *testing.T) {
 	if s := status(created[0].Secret); s != http.StatusUnauthorized {
 		t.Errorf("the revoked key on an instance started with it in API_KEYS: %d, want 401", s)
 	}
-	line, _ := logged.await(t, regexp.MustCompile(`.*short secret.*`), 10*time.Second)
+	line, _ := logged.Await(t, regexp.MustCompile(`.*short secret.*`), 10*time.Second)
 	if !strings.Contains(line, `"tenant":"acme"`) || strings.Contains(line, "sk_short") {
 		t.Errorf("the short secret's warning: %s", line)
 	}

@@ -12,13 +12,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // e2eSecretsKey is the SECRETS_KEY of the servers the tests start outside
@@ -27,53 +27,7 @@ const e2eSecretsKey = "cGF5bWVudHNhcGktZTJlLXRlc3Qtc2VjcmV0cy1rZXk="
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// lineWatcher collects a process's output and finds the first line that
-// matches a pattern, so tests wait for readiness instead of sleeping.
-type lineWatcher struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	lines chan string
-}
-
-func newLineWatcher() *lineWatcher { return &lineWatcher{lines: make(chan string, 1024)} }
-
-func (w *lineWatcher) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	for {
-		i := bytes.IndexByte(w.buf.Bytes(), '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		line := string(w.buf.Next(i + 1))
-		select {
-		case w.lines <- strings.TrimRight(line, "\n"):
-		default:
-		}
-	}
-}
-
-// await returns the first submatch of re in a line written within timeout.
-func (w *lineWatcher) await(t *testing.T, re *regexp.Regexp, timeout time.Duration) (string, []string) {
-	t.Helper()
-	deadline := time.After(timeout)
-	var seen []string
-	for {
-		select {
-		case line := <-w.lines:
-			seen = append(seen, line)
-			if m := re.FindStringSubmatch(line); m != nil {
-				return m[len(m)-1], seen
-			}
-		case <-deadline:
-			t.Fatalf("no line matching %s within %s; saw:\n%s", re, timeout, strings.Join(seen, "\n"))
-		}
-	}
-}
-
 var (
-	listeningRE  = regexp.MustCompile(`listening on (http://\S+)`)
 	simChargesRE = regexp.MustCompile(`(http://\S+/_sim/charges)`)
 	dashboardRE  = regexp.MustCompile(`^dashboard: (http://\S+/dashboard/) \(the login form is filled in with the demo key\)`)
 )
@@ -98,14 +52,14 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 	dataDir := filepath.Join(tempDir(t), ".data")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stdout, stderr := newLineWatcher(), newLineWatcher()
+	stdout, stderr := proctest.NewLineWatcher(), proctest.NewLineWatcher()
 	env := map[string]string{} // nothing set: dev mode
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0", "-data-dir", dataDir},
 			getenv(env), nil, stdout, stderr)
 	}()
-	base, _ := stdout.await(t, listeningRE, 90*time.Second)
+	base, _ := stdout.Await(t, proctest.ListeningRE, 90*time.Second)
 
 	for _, path := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
 		resp, err := http.Get(base + path)
@@ -122,7 +76,7 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 	deadline := time.After(5 * time.Second)
 	for len(banner) == 0 || strings.HasSuffix(banner[len(banner)-1], `\`) {
 		select {
-		case line := <-stdout.lines:
+		case line := <-stdout.Lines():
 			if m := simChargesRE.FindStringSubmatch(line); m != nil {
 				simChargesURL = m[1]
 			}
@@ -255,42 +209,6 @@ func TestRunRefusesAServerWithoutANamedProvider(t *testing.T) {
 	}
 }
 
-// buildBinaries compiles the real commands once per test.
-func buildBinaries(t *testing.T) (api, providersim string) {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/paymentsapi/paymentsapi/cmd/paymentsapi", "github.com/paymentsapi/paymentsapi/cmd/providersim")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
-	}
-	return filepath.Join(dir, "paymentsapi"), filepath.Join(dir, "providersim")
-}
-
-// startProcess starts a binary and returns the URL it reports as listening.
-func startProcess(t *testing.T, path string, env []string, args ...string) (*exec.Cmd, string) {
-	t.Helper()
-	stdout, stderr := newLineWatcher(), newLineWatcher()
-	cmd := exec.Command(path, args...)
-	cmd.Env = os.Environ()
-	if mode := pgtest.CommitMode(); mode != "" {
-		cmd.Env = append(cmd.Env, "COMMIT_MODE="+mode) // before env: a test's own choice wins
-	}
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	url, _ := stdout.await(t, listeningRE, 60*time.Second)
-	return cmd, url
-}
-
 type httpResult struct {
 	status int
 	header http.Header
@@ -324,9 +242,9 @@ func call(t *testing.T, method, url, secret, key, body string) httpResult {
 // The real binaries, as separate processes, driven over HTTP: the API on a
 // real database, the provider simulator in its own process.
 func TestEndToEndWithRealBinaries(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "200ms")
-	api, apiURL := startProcess(t, apiBin, []string{
+	apiBin, simBin := proctest.Binaries(t)
+	_, simURL := proctest.Start(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "200ms")
+	api, apiURL := proctest.Start(t, apiBin, []string{
 		"DATABASE_URL=" + pgtest.NewURL(t), "PROVIDER=sim", "PROVIDER_URL=" + simURL,
 		"API_KEYS=e2e:sk_e2e", "HTTP_ADDR=127.0.0.1:0",
 	})
@@ -383,9 +301,9 @@ func TestEndToEndWithRealBinaries(t *testing.T) {
 	}
 }
 
-// The banner says which provider the service calls, and in dev mode where
-// its database is (issue 21: it said "in-process provider simulator" under
-// PROVIDER_URL and Stripe too, and printed no database URL).
+// The banner says which provider the service calls (the in-process
+// simulator, the simulator at PROVIDER_URL, or Stripe), and in dev mode
+// where its database is.
 func TestBannerNamesTheProviderAndTheDevDatabase(t *testing.T) {
 	for _, c := range []struct {
 		cfg    config.Config

@@ -13,9 +13,9 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
-// Issue 9, item 5: `paymentsapi reconcile` with only DATABASE_URL would
-// start a simulator that knows nothing and "resolve" every unknown payment
-// by sending it to it. It refuses, and so does every operator command
+// `paymentsapi reconcile` with only DATABASE_URL would start a simulator
+// that knows nothing and "resolve" every unknown payment by sending it to
+// it. It refuses, and so does every operator command
 // without DATABASE_URL; none migrates a database behind the operator's
 // back.
 func TestOperatorCommandsRefuseWhatWouldBeUnsafe(t *testing.T) {

@@ -14,16 +14,17 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/pgembed"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 var relayChosenRE = regexp.MustCompile(`outbox relay chosen.*"reader":"(\w+)"`)
 
 // serveUntilCancel runs the service with env until the test ends, and
 // returns its base URL and its stdout and stderr.
-func serveUntilCancel(t *testing.T, env map[string]string) (base string, stdout, stderr *lineWatcher) {
+func serveUntilCancel(t *testing.T, env map[string]string) (base string, stdout, stderr *proctest.LineWatcher) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr = newLineWatcher(), newLineWatcher()
+	stdout, stderr = proctest.NewLineWatcher(), proctest.NewLineWatcher()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, getenv(env), nil, stdout, stderr) }()
 	t.Cleanup(func() {
@@ -37,7 +38,7 @@ func serveUntilCancel(t *testing.T, env map[string]string) (base string, stdout,
 			t.Error("run did not return after cancel")
 		}
 	})
-	base, _ = stdout.await(t, listeningRE, 90*time.Second)
+	base, _ = stdout.Await(t, proctest.ListeningRE, 90*time.Second)
 	return base, stdout, stderr
 }
 
@@ -49,7 +50,7 @@ func TestAutoPollsWhereTheRoleMayNotReplicate(t *testing.T) {
 	_, _, stderr := serveUntilCancel(t, map[string]string{
 		"DATABASE_URL": asRole, "HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "t1:sk_test_poll_role_0123456789abcdef", "OUTBOX_RELAY": "auto", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 	})
-	reader, seen := stderr.await(t, relayChosenRE, 30*time.Second)
+	reader, seen := stderr.Await(t, relayChosenRE, 30*time.Second)
 	if line := seen[len(seen)-1]; reader != "poll" || !strings.Contains(line, "REPLICATION") {
 		t.Fatalf("chose %s: %s; want poll, naming REPLICATION", reader, line)
 	}
@@ -88,7 +89,7 @@ func TestTheServicePublishesThroughThePollerOnAStockServer(t *testing.T) {
 	base, stdout, stderr := serveUntilCancel(t, map[string]string{
 		"DATABASE_URL": u.String(), "HTTP_ADDR": "127.0.0.1:0", "API_KEYS": "t1:" + secret, "OUTBOX_RELAY": "auto", "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 	})
-	reader, seen := stderr.await(t, relayChosenRE, 30*time.Second)
+	reader, seen := stderr.Await(t, relayChosenRE, 30*time.Second)
 	if line := seen[len(seen)-1]; reader != "poll" || !strings.Contains(line, "wal_level=replica") {
 		t.Fatalf("chose %s: %s; want poll, naming wal_level=replica", reader, line)
 	}
@@ -97,8 +98,8 @@ func TestTheServicePublishesThroughThePollerOnAStockServer(t *testing.T) {
 	if res.status != http.StatusCreated {
 		t.Fatalf("POST /payments: %d %s", res.status, res.body)
 	}
-	created, _ := stdout.await(t, regexp.MustCompile(`"type":"(PaymentCreated)"`), 30*time.Second)
-	succeeded, _ := stdout.await(t, regexp.MustCompile(`"type":"(PaymentSucceeded)"`), 30*time.Second)
+	created, _ := stdout.Await(t, regexp.MustCompile(`"type":"(PaymentCreated)"`), 30*time.Second)
+	succeeded, _ := stdout.Await(t, regexp.MustCompile(`"type":"(PaymentSucceeded)"`), 30*time.Second)
 	if created == "" || succeeded == "" {
 		t.Fatal("the payment's events were not published")
 	}

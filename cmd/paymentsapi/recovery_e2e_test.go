@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 const (
@@ -49,7 +50,7 @@ func recAPIEnv(dbURL, simURL string, extra ...string) []string {
 // the environment of an API process on both, with extra added.
 func recStartBackends(t *testing.T, simBin string, simArgs []string, extra ...string) (simURL string, db *pgxpool.Pool, env []string) {
 	t.Helper()
-	_, simURL = startProcess(t, simBin, nil, append([]string{"-addr", "127.0.0.1:0"}, simArgs...)...)
+	_, simURL = proctest.Start(t, simBin, nil, append([]string{"-addr", "127.0.0.1:0"}, simArgs...)...)
 	dbURL := pgtest.NewURL(t)
 	return simURL, recPool(t, dbURL), recAPIEnv(dbURL, simURL, extra...)
 }
@@ -351,7 +352,7 @@ func recMetric(t *testing.T, apiURL, sample string) bool {
 //     lease is live (409), then stops; the reconciler alone must take the key
 //     over and store the answer, which the next retry gets as a replay.
 func TestKilledAPIMidFlightThenRetryChargesOnce(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	for _, v := range []struct {
 		name     string
 		interval string
@@ -369,7 +370,7 @@ func TestKilledAPIMidFlightThenRetryChargesOnce(t *testing.T) {
 func testKilledMidFlight(t *testing.T, apiBin, simBin, reconcileInterval string, byRetry bool) {
 	simURL, db, env := recStartBackends(t, simBin, []string{"-slow", "2s"},
 		"PROVIDER_TIMEOUT=3s", "LEASE_DURATION=4s", "RECONCILE_INTERVAL="+reconcileInterval)
-	apiA, urlA := startProcess(t, apiBin, env)
+	apiA, urlA := proctest.Start(t, apiBin, env)
 
 	const key = "kill-mid-flight-1"
 	body := `{"accountId":"acc_kill","amount":"42.00","currency":"EUR","merchantReference":"order-kill-1","paymentMethod":"pm_sim_slow"}`
@@ -424,7 +425,7 @@ func testKilledMidFlight(t *testing.T, apiBin, simBin, reconcileInterval string,
 	t.Logf("API killed mid-flight; payment %s, the dead owner's lease runs until %s (in %s)",
 		paymentID, leaseExpires.Format(time.RFC3339Nano), time.Until(leaseExpires).Round(time.Millisecond))
 
-	_, urlB := startProcess(t, apiBin, env)
+	_, urlB := proctest.Start(t, apiBin, env)
 
 	// Retry while the dead owner's lease runs: every answer is 409.
 	deadline := time.Now().Add(25 * time.Second)
@@ -560,11 +561,11 @@ func testKilledMidFlight(t *testing.T, apiBin, simBin, reconcileInterval string,
 // duplicate sent to the other instance with Prefer: wait gets the original's
 // answer, which only LISTEN/NOTIFY across processes can tell it about.
 func TestTwoAPIProcessesOneDatabaseChargeOnce(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	simURL, db, env := recStartBackends(t, simBin, []string{"-slow", "1s"},
 		"PROVIDER_TIMEOUT=5s", "LEASE_DURATION=30s", "RECONCILE_INTERVAL=5s")
-	_, urlA := startProcess(t, apiBin, env)
-	_, urlB := startProcess(t, apiBin, env)
+	_, urlA := proctest.Start(t, apiBin, env)
+	_, urlB := proctest.Start(t, apiBin, env)
 	targets := []string{urlA, urlB}
 
 	const n = 30
@@ -706,12 +707,12 @@ func TestTwoAPIProcessesOneDatabaseChargeOnce(t *testing.T) {
 // run as its own process while the API is down: it asks the provider, never
 // charges again, and stores the answer that later retries replay.
 func TestReconcileOnceCommand(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	// RECONCILE_INTERVAL=1h: the API's own reconciler runs once at start-up,
 	// before the payment exists, so only the command can resolve it.
 	simURL, db, env := recStartBackends(t, simBin, []string{"-hang", "60s"},
 		"PROVIDER_TIMEOUT=500ms", "LEASE_DURATION=2s", "RECONCILE_INTERVAL=1h")
-	api, apiURL := startProcess(t, apiBin, env)
+	api, apiURL := proctest.Start(t, apiBin, env)
 
 	// A settled payment, which the reconciler must leave alone.
 	settled := call(t, "POST", apiURL+"/payments", recSecret, "reconcile-settled",
@@ -786,7 +787,7 @@ func TestReconcileOnceCommand(t *testing.T) {
 
 	// The restarted API serves the resolved payment, and a retry replays the
 	// answer the reconciler stored.
-	_, apiURL = startProcess(t, apiBin, env)
+	_, apiURL = proctest.Start(t, apiBin, env)
 	g := call(t, "GET", apiURL+"/payments/"+p.PaymentID, recSecret, "", "")
 	got := recDecodePayment(t, g.body)
 	if g.status != http.StatusOK || got.Status != "SUCCEEDED" || got.ProviderReference != charge.ID {

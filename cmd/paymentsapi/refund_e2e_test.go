@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // recSimRefund is a refund as the simulator lists it.
@@ -36,10 +38,10 @@ func recSimRefunds(simURL string) ([]recSimRefund, error) {
 // waits out the dead owner's lease, takes the key over, asks the provider,
 // and answers the refund: one refund at the provider, created by one request.
 func TestKilledAPIMidRefundThenRetryRefundsOnce(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	simURL, db, env := recStartBackends(t, simBin, nil,
 		"PROVIDER_TIMEOUT=3s", "LEASE_DURATION=4s", "RECONCILE_INTERVAL=1h")
-	apiA, urlA := startProcess(t, apiBin, env)
+	apiA, urlA := proctest.Start(t, apiBin, env)
 
 	pay, err := recPost(urlA, "pay-1", `{"accountId":"acc_kill","amount":"42.00","currency":"EUR",`+
 		`"merchantReference":"order-kill-r","paymentMethod":"pm_sim_refund_timeout_after_success"}`, nil)
@@ -77,7 +79,7 @@ func TestKilledAPIMidRefundThenRetryRefundsOnce(t *testing.T) {
 		t.Logf("the original request ended without an answer, as expected: %v", err)
 	}
 
-	_, urlB := startProcess(t, apiBin, env)
+	_, urlB := proctest.Start(t, apiBin, env)
 	final, conflicts := recRetryWhileInUse(t, urlB+refundsURL, key, body, http.StatusCreated)
 	if conflicts == 0 {
 		t.Error("no retry was refused while the dead owner's lease ran")

@@ -51,6 +51,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/internal/provider/stripeprovider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 	"github.com/paymentsapi/paymentsapi/internal/tracing"
 )
@@ -178,9 +179,8 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		}
 	} else {
 		// Before migrating: with OUTBOX_RELAY=stream, a server the stream
-		// cannot read is refused before this release changes its schema
-		// (migration 00033 retired the previous release's relay); auto
-		// falls back to polling there, which any server allows.
+		// cannot read is refused before this release changes its schema;
+		// auto falls back to polling there, which any server allows.
 		reader, why, err := relay.Choose(ctx, a.pool, relay.Mode(cfg.OutboxRelay))
 		if err != nil {
 			return nil, err
@@ -650,14 +650,18 @@ func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp 
 	switch cfg.Provider {
 	case "sim":
 		if cfg.ProviderURL != "" {
-			return simclient.New(cfg.ProviderURL, hc), "", func() {}, nil
+			return dialSim(ctx, cfg.ProviderURL, hc, log), "", func() {}, nil
 		}
-		srv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{Logger: log.With("component", "providersim")})
+		rules, err := units.Named(cfg.ProviderSimCurrencyRules)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("PROVIDER_SIM_CURRENCY_RULES: %w", err)
+		}
+		srv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{Logger: log.With("component", "providersim"), CurrencyRules: rules})
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("start in-process provider simulator: %w", err)
 		}
-		log.Info("in-process provider simulator started", "url", srv.URL())
-		return simclient.New(srv.URL(), hc), srv.URL(), func() { _ = srv.Close() }, nil
+		log.Info("in-process provider simulator started", "url", srv.URL(), "currency_rules", rules.Name())
+		return dialSim(ctx, srv.URL(), hc, log), srv.URL(), func() { _ = srv.Close() }, nil
 	case "stripe":
 		p, err := stripeprovider.New(stripeprovider.Config{
 			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, HTTPClient: hc,
@@ -670,6 +674,34 @@ func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp 
 	default:
 		return nil, "", nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
 	}
+}
+
+// simDialTimeout bounds how long start-up waits for the provider
+// simulator to say what it takes (a simulator started beside the service
+// may still be starting).
+const simDialTimeout = 10 * time.Second
+
+// dialSim returns the client of the simulator at url, which has read what
+// the simulator takes (simclient.Dial): its test payment methods, checked
+// before anything is stored, and its currency rules. A simulator that
+// cannot say within simDialTimeout gets a client that checks nothing and
+// converts nothing, and a warning.
+func dialSim(ctx context.Context, url string, hc *http.Client, log *slog.Logger) *simclient.Client {
+	ctx, cancel := context.WithTimeout(ctx, simDialTimeout)
+	defer cancel()
+	c, err := simclient.Dial(ctx, url, hc)
+	if err != nil {
+		log.Warn("the provider simulator did not say what it takes: no test payment method is checked, amounts are ISO 4217 minor units",
+			"url", url, "error", err)
+		return simclient.New(url, hc)
+	}
+	if c.Methods() == nil {
+		log.Info("the provider at PROVIDER_URL does not list its test payment methods: none is checked", "url", url)
+		return c
+	}
+	log.Info("the provider simulator's test payment methods are checked before anything is stored", "url", url,
+		"methods", len(c.Methods()), "currency_rules", c.Rules().Name())
+	return c
 }
 
 func displayAddr(a net.Addr) string {

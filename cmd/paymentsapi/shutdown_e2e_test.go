@@ -8,16 +8,17 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // SIGTERM while a payment waits for a slow provider: the server stops taking
 // requests but lets the one in flight finish, within SHUTDOWN_TIMEOUT, and
 // exits cleanly; nothing is left for recovery.
 func TestGracefulShutdownLetsInFlightRequestsFinish(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "2s")
+	apiBin, simBin := proctest.Binaries(t)
+	_, simURL := proctest.Start(t, simBin, nil, "-addr", "127.0.0.1:0", "-slow", "2s")
 	dbURL := pgtest.NewURL(t)
-	api, apiURL := startProcess(t, apiBin, recAPIEnv(dbURL, simURL, "SHUTDOWN_TIMEOUT=20s"))
+	api, apiURL := proctest.Start(t, apiBin, recAPIEnv(dbURL, simURL, "SHUTDOWN_TIMEOUT=20s"))
 	db := recPool(t, dbURL)
 
 	answer := make(chan httpResult, 1)

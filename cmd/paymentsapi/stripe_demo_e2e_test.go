@@ -15,25 +15,26 @@ import (
 	"github.com/stripe/stripe-go/v76/webhook"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // The offline Stripe demo (make stripe-demo, dev/stripe-demo.sh): the
 // Stripe adapter against stripe-mock with the project's fixtures answers a
 // pm_card_visa payment 201 SUCCEEDED and a refund of it 201 SUCCEEDED (with
 // stripe-mock's own fixtures every payment is declined), and a webhook
-// signed as Stripe signs is accepted (issue 21).
+// signed as Stripe signs is accepted.
 func TestStripeDemoWithTheProjectsFixtures(t *testing.T) {
 	mock := stripeMockBin(t)
 	root, _ := filepath.Abs("../..")
 	cmd := exec.Command(mock, "-http-addr", "127.0.0.1:0", "-https-addr", "127.0.0.1:0",
 		"-fixtures", filepath.Join(root, "dev", "stripe-mock", "fixtures.json"))
-	out := newLineWatcher()
+	out := proctest.NewLineWatcher()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	mockAddr, _ := out.await(t, regexp.MustCompile(`Listening for HTTP at address: (\S+)`), 30*time.Second)
+	mockAddr, _ := out.Await(t, regexp.MustCompile(`Listening for HTTP at address: (\S+)`), 30*time.Second)
 
 	const secret = "whsec_stripe_demo_test"
 	env := map[string]string{
@@ -42,13 +43,13 @@ func TestStripeDemoWithTheProjectsFixtures(t *testing.T) {
 		"STRIPE_WEBHOOK_SECRET": secret, "LOG_LEVEL": "warn",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := newLineWatcher(), newLineWatcher()
+	stdout, stderr := proctest.NewLineWatcher(), proctest.NewLineWatcher()
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, getenv(env), nil, stdout, stderr)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	base, _ := stdout.await(t, listeningRE, 60*time.Second)
+	base, _ := stdout.Await(t, proctest.ListeningRE, 60*time.Second)
 
 	paid := call(t, "POST", base+"/payments", "sk_demo", "demo-1",
 		`{"accountId":"acc_1","amount":"25.00","currency":"EUR","merchantReference":"inv-1","paymentMethod":"pm_card_visa"}`)
@@ -93,11 +94,11 @@ func stripeMockBin(t *testing.T) string {
 }
 
 // drain returns the lines w holds now.
-func drain(w *lineWatcher) string {
+func drain(w *proctest.LineWatcher) string {
 	var lines []string
 	for {
 		select {
-		case l := <-w.lines:
+		case l := <-w.Lines():
 			lines = append(lines, l)
 		default:
 			return strings.Join(lines, "\n")

@@ -22,6 +22,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/config"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // The trace a client starts (its traceparent) and the span it calls from.
@@ -66,12 +67,12 @@ func TestTracingOfOnePayment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr := newLineWatcher(), newLineWatcher()
+	stdout, stderr := proctest.NewLineWatcher(), proctest.NewLineWatcher()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, cfg, logging.New(stderr, "info"), stdout, tp) }()
-	base, _ := stdout.await(t, listeningRE, 60*time.Second)
+	base, _ := stdout.Await(t, proctest.ListeningRE, 60*time.Second)
 
 	postTracedPayment(t, base, "traced-1")
 
@@ -163,14 +164,14 @@ func TestTracesExportedOverOTLP(t *testing.T) {
 		"DATABASE_URL": pgtest.NewURL(t), "API_KEYS": config.DevAPIKeys, "PROVIDER": "sim", "PROVIDER_SIM_IN_PROCESS": "true",
 		"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL,
 	}
-	stdout, stderr := newLineWatcher(), newLineWatcher()
+	stdout, stderr := proctest.NewLineWatcher(), proctest.NewLineWatcher()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, getenv(env), nil, stdout, stderr)
 	}()
-	base, _ := stdout.await(t, listeningRE, 60*time.Second)
+	base, _ := stdout.Await(t, proctest.ListeningRE, 60*time.Second)
 	postTracedPayment(t, base, "exported-1")
 	cancel() // shutting down flushes the spans
 	if err := <-done; err != nil {
@@ -289,11 +290,11 @@ func hasAttr(s tracetest.SpanStub, key, value string) bool {
 }
 
 // stderrText is what was logged so far, one JSON record a line.
-func stderrText(w *lineWatcher) string {
+func stderrText(w *proctest.LineWatcher) string {
 	var lines []string
 	for {
 		select {
-		case l := <-w.lines:
+		case l := <-w.Lines():
 			if json.Valid([]byte(l)) {
 				lines = append(lines, l)
 			}

@@ -19,10 +19,11 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
-// Rolling upgrades (issue 17, docs/operations.md, "Migrations"): while new instances
+// Rolling upgrades (docs/operations.md, "Migrations"): while new instances
 // migrate the database and start, the previous release keeps serving on
 // the migrated schema, so every migration must leave it working: it may
 // add, never drop or rename what the previous release reads or writes
@@ -38,14 +39,8 @@ import (
 // (byte for byte), a reference held by the other version. No answer may be
 // a 5xx. Then the old one stops, and the current one replays everything.
 //
-// This release's migration is 00029 (a payment or refund may be created
-// already sent: the previous release, which creates in RECEIVED and moves
-// on, runs on it unchanged), so the previous release is the commit before
-// 00029, which ran 00028, the scope rename's contract step. The releases
-// before 00028 are two releases back or more: unsupported, since a rolling
-// upgrade skips no release (the one before 00026 claims keys under the
-// payments' old scope name, 'payments.create', which nobody would find
-// after 00028: why the rename took three releases, docs/operations.md).
+// Only that release is tested: a rolling upgrade skips no release, so an
+// older one never serves beside this one (docs/operations.md).
 //
 // It needs the repository's history (a clone, not an export or a shallow
 // clone): without it the test fails and says so.
@@ -233,7 +228,7 @@ func (b *syncBuffer) tail(n int) string {
 func startAPI(t *testing.T, name, bin, dbURL, simURL string) (*apiProcess, <-chan struct{}) {
 	t.Helper()
 	p := &apiProcess{name: name, log: &syncBuffer{}}
-	stdout := newLineWatcher()
+	stdout := proctest.NewLineWatcher()
 	p.cmd = exec.Command(bin)
 	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PROVIDER=sim", "PROVIDER_URL="+simURL,
 		"API_KEYS="+upgradeTenant+":"+upgradeSecret, "HTTP_ADDR=127.0.0.1:0", "LOG_LEVEL=warn")
@@ -256,8 +251,8 @@ func startAPI(t *testing.T, name, bin, dbURL, simURL string) (*apiProcess, <-cha
 		deadline := time.After(2 * time.Minute)
 		for {
 			select {
-			case line := <-stdout.lines:
-				if m := listeningRE.FindStringSubmatch(line); m != nil {
+			case line := <-stdout.Lines():
+				if m := proctest.ListeningRE.FindStringSubmatch(line); m != nil {
 					p.url = m[1]
 					return
 				}
@@ -414,7 +409,7 @@ func (l *ledger) snapshot(by string) ([]made, []string) {
 // one built as newBin, with the provider simulator simBin.
 func rollingUpgrade(t *testing.T, oldBin, newBin, simBin string) {
 	dbURL := pgtest.NewEmptyURL(t)
-	_, simURL := startProcess(t, simBin, nil, "-addr", "127.0.0.1:0")
+	_, simURL := proctest.Start(t, simBin, nil, "-addr", "127.0.0.1:0")
 	l := &ledger{payments: map[string][]string{}}
 
 	// The previous release alone, on the schema it migrated itself.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/paymentsapi/paymentsapi/internal/proctest"
 )
 
 // The API process is killed (kill -9) while it sends a webhook; another API
@@ -19,7 +21,7 @@ import (
 // ran out: every event of a payment reaches the merchant's endpoint at
 // least once, each delivery verified with the Standard Webhooks library.
 func TestKilledAPIMidWebhookThenAnotherDelivers(t *testing.T) {
-	apiBin, simBin := buildBinaries(t)
+	apiBin, simBin := proctest.Binaries(t)
 	var (
 		mu       sync.Mutex
 		secret   string
@@ -54,7 +56,7 @@ func TestKilledAPIMidWebhookThenAnotherDelivers(t *testing.T) {
 
 	_, db, env := recStartBackends(t, simBin, nil, "WEBHOOK_TIMEOUT=5s", "WEBHOOK_ALLOW_HTTP=true", "WEBHOOK_ALLOW_PRIVATE=true",
 		"SECRETS_KEY="+e2eSecretsKey)
-	apiA, urlA := startProcess(t, apiBin, env)
+	apiA, urlA := proctest.Start(t, apiBin, env)
 	reg := call(t, "POST", urlA+"/webhook-endpoints", recSecret, "hook-1", `{"url":"`+receiver.URL+`/hook"}`)
 	var ep struct{ Secret string }
 	if reg.status != http.StatusCreated || json.Unmarshal(reg.body, &ep) != nil {
@@ -78,7 +80,7 @@ func TestKilledAPIMidWebhookThenAnotherDelivers(t *testing.T) {
 	}
 	_ = apiA.Wait()
 
-	startProcess(t, apiBin, env)
+	proctest.Start(t, apiBin, env)
 	// The payment's two events are in the log (the outbox: the second one
 	// perhaps written by the second process's reconciler).
 	var events []string

@@ -7,7 +7,8 @@
 //	    -reference INV -method pm_card_visa [-capture automatic|manual] \
 //	    [-idempotency-key K] [-description TEXT]
 //	paymentsctl get PAYMENT_ID
-//	paymentsctl list [-account ID] [-limit N]
+//	paymentsctl list [-account ID] [-reference REF] [-status S,...] [-from T] [-to T] \
+//	    [-limit N] [-cursor C | -all]
 //	paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
 //	paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
 //	paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
@@ -82,7 +83,8 @@ const usage = `usage:
       -reference INV -method pm_card_visa [-capture automatic|manual] \
       [-idempotency-key K] [-description TEXT]
   paymentsctl get PAYMENT_ID
-  paymentsctl list [-account ID] [-limit N]
+  paymentsctl list [-account ID] [-reference REF] [-status S,...] [-from T] [-to T] \
+      [-limit N] [-cursor C] [-all]
   paymentsctl refund PAYMENT_ID -amount 3.00 [-reason R] [-idempotency-key K]
   paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
   paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
@@ -91,7 +93,13 @@ const usage = `usage:
   paymentsctl stripe-webhook PAYMENT_OR_REFUND_ID [-type T] [-secret S] [-object ID]
 
 pay -capture manual only authorizes the payment (REQUIRES_CAPTURE): capture
-takes all of it (or -amount of it), cancel voids it. Refund reasons:
+takes all of it (or -amount of it), cancel voids it.
+
+list prints one page of the payments that meet every filter given, newest
+first: -status takes PROCESSING, REQUIRES_CAPTURE, SUCCEEDED, DECLINED,
+FAILED or CANCELED, several comma-separated; -from (included) and -to
+(excluded) an RFC 3339 time or a date. Pass a page's nextCursor as -cursor
+for the next one, or -all to print every page as one list. Refund reasons:
 requested_by_customer, duplicate, fraudulent; cancel reasons: those and
 abandoned. Without -idempotency-key a command generates one key and prints
 it on stderr: run the same command with it to retry.

@@ -272,3 +272,65 @@ func TestRefund(t *testing.T) {
 		t.Errorf("body %s, want no reason", last.body)
 	}
 }
+
+// list takes the listing's filters as flags (statuses in any case, times
+// as RFC 3339 or dates), one page from -cursor, or with -all every page
+// as one list; a filter the server refuses is its problem on stderr.
+func TestListFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	s := apitest.Start(t, apitest.Options{})
+	ctx := context.Background()
+	var ids []string
+	for i, method := range []string{"pm_card_visa", "pm_card_chargeDeclined", "pm_card_visa", "pm_card_visa", "pm_card_chargeDeclined"} {
+		r := ctl(ctx, nil, flags(s, payArgs(fmt.Sprintf("inv-%d", i), method, "-idempotency-key", fmt.Sprintf("k-%d", i))...)...)
+		if r.code != 0 && r.code != 2 {
+			r.want(t, 0)
+		}
+		page := ctl(ctx, nil, flags(s, "list", "-reference", fmt.Sprintf("inv-%d", i))...)
+		page.want(t, 0)
+		items, _ := page.json(t)["items"].([]any)
+		if len(items) != 1 {
+			t.Fatalf("list -reference inv-%d: %v", i, items)
+		}
+		ids = append([]string{items[0].(map[string]any)["paymentId"].(string)}, ids...) // newest first
+	}
+	listed := func(args ...string) ([]string, string) {
+		t.Helper()
+		r := ctl(ctx, nil, flags(s, append([]string{"list"}, args...)...)...)
+		r.want(t, 0)
+		page := r.json(t)
+		var got []string
+		items, _ := page["items"].([]any)
+		for _, it := range items {
+			got = append(got, it.(map[string]any)["paymentId"].(string))
+		}
+		next, _ := page["nextCursor"].(string)
+		return got, next
+	}
+	if got, _ := listed("-status", "declined"); fmt.Sprint(got) != fmt.Sprint([]string{ids[0], ids[3]}) {
+		t.Errorf("-status declined: %v, want %v", got, []string{ids[0], ids[3]})
+	}
+	if got, _ := listed("-status", "SUCCEEDED,DECLINED", "-from", "2000-01-01", "-to", "2999-01-01T00:00:00Z"); len(got) != 5 {
+		t.Errorf("every status, every time: %v", got)
+	}
+	if got, _ := listed("-from", "2999-01-01"); len(got) != 0 {
+		t.Errorf("-from the future: %v", got)
+	}
+	first, next := listed("-limit", "2")
+	if len(first) != 2 || next == "" {
+		t.Fatalf("-limit 2: %v %q", first, next)
+	}
+	if second, _ := listed("-limit", "2", "-cursor", next); fmt.Sprint(second) != fmt.Sprint(ids[2:4]) {
+		t.Errorf("-cursor: %v, want %v", second, ids[2:4])
+	}
+	if all, next := listed("-limit", "2", "-all"); fmt.Sprint(all) != fmt.Sprint(ids) || next != "" {
+		t.Errorf("-all: %v %q, want %v and no cursor", all, next, ids)
+	}
+
+	bad := ctl(ctx, nil, flags(s, "list", "-status", "EXPLODED")...)
+	bad.want(t, 1)
+	if !strings.Contains(bad.stderr, "VALIDATION_FAILED") || !strings.Contains(bad.stderr, "status: must be one of") {
+		t.Errorf("an unknown status: %q", bad.stderr)
+	}
+	ctl(ctx, nil, flags(s, "list", "-from", "yesterday")...).want(t, 1)
+}

@@ -15,7 +15,7 @@ import (
 // stripe-webhook sends an event Stripe's own library verifies with the
 // secret, about the resource named, as the Stripe adapter's objects name
 // it (metadata and key); a wrong secret is the server's 400 and exit 1
-// (issue 21: a documented way to send a signed Stripe webhook locally).
+// (the documented way to send a signed Stripe webhook locally).
 func TestStripeWebhookSendsASignedEvent(t *testing.T) {
 	t.Parallel()
 	const secret = "whsec_test_paymentsctl"

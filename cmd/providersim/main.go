@@ -5,11 +5,19 @@
 // Usage:
 //
 //	providersim [-addr 127.0.0.1:8081] [-slow 2s] [-key-ttl 24h] [-flaky-lookups 2] [-hang 60s]
+//	            [-currency-rules iso|stripe]
 //	providersim -methods
 //
 // Each flag's default can also be set by an environment variable:
 // PROVIDERSIM_ADDR, PROVIDERSIM_SLOW, PROVIDERSIM_KEY_TTL,
-// PROVIDERSIM_FLAKY_LOOKUPS, PROVIDERSIM_HANG. A flag wins over its variable.
+// PROVIDERSIM_FLAKY_LOOKUPS, PROVIDERSIM_HANG, PROVIDERSIM_CURRENCY_RULES.
+// A flag wins over its variable.
+//
+// -currency-rules stripe plays Stripe's currency rules (package units):
+// amounts in Stripe's unit (ISK with two decimals, whole kronur only) and
+// Stripe's refusals (BHD, JOD, KWD, OMR and TND amounts that do not end in
+// 0). The default, iso, counts ISO 4217 minor units and takes any amount.
+// The service's client learns which from GET /_sim/methods.
 //
 // Once listening it prints one line on stdout,
 //
@@ -38,6 +46,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 )
 
 // shutdownTimeout bounds the graceful shutdown.
@@ -72,7 +81,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// A zero flag means "none"; in sim.Options zero means "default" and a
 	// negative value means "none".
-	opts := sim.Options{SlowDelay: cfg.slow, KeyTTL: cfg.keyTTL, FlakyLookups: cfg.flakyLookups, HangFor: cfg.hang, Logger: log}
+	opts := sim.Options{SlowDelay: cfg.slow, KeyTTL: cfg.keyTTL, FlakyLookups: cfg.flakyLookups, HangFor: cfg.hang, Logger: log,
+		CurrencyRules: cfg.rules}
 	if opts.SlowDelay == 0 {
 		opts.SlowDelay = -1
 	}
@@ -87,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("providersim started", "url", srv.URL(), "slow", cfg.slow.String(), "keyTTL", cfg.keyTTL.String(),
-		"flakyLookups", cfg.flakyLookups, "hang", cfg.hang.String())
+		"flakyLookups", cfg.flakyLookups, "hang", cfg.hang.String(), "currencyRules", cfg.rules.Name())
 	if _, err := fmt.Fprintf(stdout, "providersim listening on %s\n", srv.URL()); err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("writing the listening address: %w", err)
@@ -110,6 +120,7 @@ type config struct {
 	keyTTL       time.Duration
 	flakyLookups int
 	hang         time.Duration
+	rules        units.Rules
 	methods      bool
 }
 
@@ -124,6 +135,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if v := getenv("PROVIDERSIM_ADDR"); v != "" {
 		cfg.addr = v
 	}
+	rules := getenv("PROVIDERSIM_CURRENCY_RULES")
 	var err error
 	envDuration := func(name string, dst *time.Duration) {
 		if v := getenv(name); v != "" && err == nil {
@@ -155,9 +167,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&cfg.keyTTL, "key-ttl", cfg.keyTTL, "how long idempotency keys are remembered for creates [PROVIDERSIM_KEY_TTL]")
 	fs.IntVar(&cfg.flakyLookups, "flaky-lookups", cfg.flakyLookups, "how many lookups of a charge with flaky lookups answer 503 [PROVIDERSIM_FLAKY_LOOKUPS]")
 	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long a charge, capture or refund whose answer is lost holds the request before dropping it [PROVIDERSIM_HANG]")
+	fs.StringVar(&rules, "currency-rules", rules, "currency rules the simulator plays: iso (ISO 4217 minor units, any amount) or stripe (Stripe's units and refusals) [PROVIDERSIM_CURRENCY_RULES]")
 	fs.BoolVar(&cfg.methods, "methods", false, "print the payment methods and what their charges, captures and refunds do, as Markdown, and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if cfg.rules, err = units.Named(rules); err != nil {
+		return cfg, fmt.Errorf("-currency-rules: %w", err)
 	}
 	switch {
 	case fs.NArg() > 0:

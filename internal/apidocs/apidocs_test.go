@@ -187,7 +187,7 @@ func pageHash(t *testing.T) string {
 
 // The README's screenshot of /docs (docs/api-reference.png) shows the page as it now is: a change
 // to the spec or to the page leaves it stale until `make docs-screenshot`
-// takes it again (issue 21).
+// takes it again.
 func TestTheScreenshotShowsTheCurrentPage(t *testing.T) {
 	t.Parallel()
 	recorded, err := os.ReadFile("../../docs/api-reference.png.sha256")

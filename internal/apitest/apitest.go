@@ -1,43 +1,25 @@
 // Package apitest starts the real payments API in-process for the tests of
-// its clients (package client, cmd/paymentsctl): a fresh PostgreSQL
-// database, an API key, the provider simulator on a loopback port, the
-// payments service and the HTTP server, as cmd/paymentsapi wires them.
-//
-// All the wiring of the core is in this one file, so that a change of the
-// core's constructors is adapted here once. A test package that uses it
+// its clients (package client, cmd/paymentsctl): the service of
+// internal/servicetest on the system clock, with production's webhook
+// policy unless a test asks for dev mode's. A test package that uses it
 // runs its tests through pgtest:
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 package apitest
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/paymentsapi/paymentsapi/api"
-	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/database"
-	"github.com/paymentsapi/paymentsapi/internal/endpoints"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
-	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
-	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
-	"github.com/paymentsapi/paymentsapi/internal/secretbox"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
-// Secret is the API key of the one tenant of a Server.
-const Secret = "sk_test_apitest"
+// Secret is the API key of the tenant a Server's tests use.
+const Secret = servicetest.SecretA
 
 // Options change the server's timing; zero fields take the defaults.
 type Options struct {
@@ -79,48 +61,16 @@ func Start(t testing.TB, opts Options) *Server {
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = time.Second
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pool := pgtest.NewPool(t)
-	clk := clock.System{}
-	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "apitest", Secret: Secret}}, clk.Now()); err != nil {
-		t.Fatalf("apitest: %v", err)
-	}
-	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: opts.SlowDelay, HangFor: opts.ProviderTimeout + time.Second})
-	if err != nil {
-		t.Fatalf("apitest: start the provider simulator: %v", err)
-	}
-	secretsKey, err := secretbox.NewKey()
-	if err != nil {
-		t.Fatalf("apitest: %v", err)
-	}
-	secrets, err := secretbox.FromKey(secretsKey)
-	if err != nil {
-		t.Fatalf("apitest: %v", err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	keys := idempotency.NewListener(pool.Config().ConnConfig.Copy(), log)
-	done := make(chan struct{})
-	go func() { defer close(done); keys.Run(ctx) }()
-	core := app.New(app.Deps{
-		DB: pool, Provider: simclient.New(simSrv.URL(), nil), Clock: clk, Log: log, Metrics: m, Waiter: keys,
-	}, app.Config{
-		ReplayTTL: 24 * time.Hour, Lease: opts.ProviderTimeout + 30*time.Second, ProviderTimeout: opts.ProviderTimeout,
-		ProviderKeyWindow: 24 * time.Hour, RetryAfter: opts.RetryAfter,
-		Webhooks: endpoints.Options{Policy: opts.Webhooks, Secrets: secrets},
-	})
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
-		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
-		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) },
-	})))
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		<-done
-		_ = simSrv.Close()
-	})
-	return &Server{URL: srv.URL, Secret: Secret, Sim: simSrv.Simulator()}
+	e := servicetest.New(t, servicetest.WithClock(clock.System{}), func(o *servicetest.Options) {
+		o.Sim.SlowDelay = opts.SlowDelay
+		o.Sim.HangFor = opts.ProviderTimeout + time.Second
+	}, servicetest.WithConfig(func(c *app.Config) {
+		c.Lease = opts.ProviderTimeout + 30*time.Second
+		c.ProviderTimeout = opts.ProviderTimeout
+		c.RetryAfter = opts.RetryAfter
+		c.Webhooks.Policy = opts.Webhooks
+	}))
+	return &Server{URL: e.URL, Secret: Secret, Sim: e.Sim}
 }
 
 // Charges returns the simulator's charges for a payment: the ones whose

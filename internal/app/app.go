@@ -165,9 +165,6 @@ func New(d Deps, cfg Config) *Core {
 		Modules:     mods,
 		Operations:  ops,
 		Reconciler:  idempotency.NewReconciler(engine, cfg.Recovery, engineOps...),
-		// Each event the log records is fanned out to the webhook endpoints
-		// in the same statement.
-		EventLog: eventlog.New(d.DB, d.Clock, d.Log.With("component", "event-log"), mods, eventlog.WithFanOut(delivery.FanOut)),
 	}
 	for _, op := range ops {
 		switch op := op.(type) {
@@ -177,6 +174,11 @@ func New(d Deps, cfg Config) *Core {
 			c.Refunds = op
 		}
 	}
+	// Each event the log records is fanned out to the webhook endpoints in
+	// the same statement. Its listing filters by payment: the events whose
+	// data names it, its refunds' too.
+	c.EventLog = eventlog.New(d.DB, d.Clock, d.Log.With("component", "event-log"), mods, eventlog.WithFanOut(delivery.FanOut),
+		eventlog.WithSubject(eventlog.Subject{Member: payments.IDField, Created: c.Payments.Created}))
 	if cfg.StripeWebhookSecret != "" {
 		c.StripeWebhooks = webhooks.Stripe(webhooks.Deps{
 			DB: d.DB, Reconciler: c.Reconciler, Modules: mods, Clock: d.Clock, Log: d.Log.With("component", "stripe-webhooks"),

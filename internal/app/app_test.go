@@ -44,10 +44,9 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]map[string]*dto.M
 	return out
 }
 
-// TestUnfinishedKeyAgesAreSummarised (issue 9, item 9; seed 003's pending
-// key age): the ages of the keys without a final answer are exported as a
-// summary with the median, p95 and p99, read at scrape time; finished keys
-// do not count.
+// TestUnfinishedKeyAgesAreSummarised: the ages of the keys without a final
+// answer are exported as a summary with the median, p95 and p99, read at
+// scrape time; finished keys do not count.
 func TestUnfinishedKeyAgesAreSummarised(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
@@ -95,9 +94,9 @@ func TestUnfinishedKeyAgesAreSummarised(t *testing.T) {
 	}
 }
 
-// TestTableSizesFollowTheTables (issue 9, item 9; seed 003's table size):
-// the sizes on disk of the key, outbox and inbox tables, and their
-// estimated rows once analyzed, are exported and grow with the tables.
+// TestTableSizesFollowTheTables: the sizes on disk of the key, outbox and
+// inbox tables, and their estimated rows once analyzed, are exported and grow
+// with the tables.
 func TestTableSizesFollowTheTables(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
@@ -141,7 +140,7 @@ func TestTableSizesFollowTheTables(t *testing.T) {
 
 // The manual-review gauge exists for every registered operation from the
 // start, at 0: an alert on it must not wait for a first key (an absent
-// series is not a zero; issue 21).
+// series is not a zero).
 func TestManualReviewGaugeIsZeroNotAbsent(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()

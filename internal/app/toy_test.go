@@ -230,12 +230,12 @@ func (e *toyEnv) lostWidget(key string) string {
 	return id
 }
 
-// TestToyOperationFromOneRegistration (issue 16, item 8: "the recipe is
-// code"): create_widget, an operation the service has never heard of with
-// a provider port of its own, is registered only through
-// app.Config.ExtraModules; through the real HTTP server and the database
-// it gets routes, idempotency, recovery, events and the ledger, rendering,
-// errors and the provider's webhooks from that one registration.
+// TestToyOperationFromOneRegistration: the recipe for an operation is code.
+// create_widget, an operation the service has never heard of with a provider
+// port of its own, is registered only through app.Config.ExtraModules;
+// through the real HTTP server and the database it gets routes, idempotency,
+// recovery, events and the ledger, rendering, errors and the provider's
+// webhooks from that one registration.
 func TestToyOperationFromOneRegistration(t *testing.T) {
 	t.Parallel()
 	e := newToyEnv(t)

@@ -83,7 +83,7 @@ func (p *refusesFirstVoid) Void(ctx context.Context, req provider.VoidRequest) (
 // cancel the provider refused, whose client never comes back): it waits
 // for that action to end instead of ending itself, so that when the cancel
 // is abandoned and hands the authorization back after the expiry, the
-// authorization is still voided (found by the money simulation, issue 18).
+// authorization is still voided (the money simulation found this case).
 // (A refused capture no longer holds it past the expiry: it is declined
 // there, TestACaptureIsNeverSentPastTheExpiry.)
 func TestExpiryWaitsForAnActionThatHoldsTheAuthorization(t *testing.T) {
@@ -116,7 +116,7 @@ func TestExpiryWaitsForAnActionThatHoldsTheAuthorization(t *testing.T) {
 // A void that finds the charge captured at the provider (from its
 // dashboard, or by a request of ours processed after all) settles the
 // payment as captured, for what the provider took, with its event for the
-// ledger: never back to REQUIRES_CAPTURE (found by review, issue 18).
+// ledger: never back to REQUIRES_CAPTURE.
 func TestAVoidThatFindsTheChargeCapturedSettlesIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})

@@ -69,10 +69,10 @@ func withFaults(f *faults) envOptions {
 // A cancel whose claim found a payment that moved no money (refused), and
 // which later finds it authorized after all, never holds the authorization
 // if another cancel took it first: it waits for that one's end, and its own
-// end (abandoned, or answered) never hands the other's hold back. Before
-// the payment named its holder (held_by), the first cancel's abandonment
-// moved VOID_REQUESTED back to AUTHORIZED while the second cancel's void
-// was at the provider, and a capture could then begin beside it (issue 18).
+// end (abandoned, or answered) never hands the other's hold back. If the
+// payment did not name its holder (held_by), the first cancel's abandonment
+// would move VOID_REQUESTED back to AUTHORIZED while the second cancel's
+// void was at the provider, and a capture could then begin beside it.
 func TestACancelNeverReleasesAnotherActionsHold(t *testing.T) {
 	t.Parallel()
 	f := &faults{}
@@ -118,8 +118,8 @@ func TestACancelNeverReleasesAnotherActionsHold(t *testing.T) {
 // it: refused then retried by its client, or lost then looked up by the
 // reconciler, it ends 402 CAPTURE_DECLINED (authorization_expired) once the
 // provider surely never saw it, and the service's void ends the
-// authorization. Before, the claim alone checked the expiry, and the retry
-// was sent (issue 18).
+// authorization. If the claim alone checked the expiry, the retry would be
+// sent.
 func TestACaptureIsNeverSentPastTheExpiry(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -170,7 +170,7 @@ func TestACaptureIsNeverSentPastTheExpiry(t *testing.T) {
 // The void the service schedules for itself at an authorization's expiry
 // runs under a key no client can send (idempotency.ServiceKey): a client
 // that sent that key first would have taken it, and no expiry would have
-// been scheduled (issue 18).
+// been scheduled.
 func TestTheExpirysKeyCannotBeSentByAClient(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
@@ -205,9 +205,9 @@ func (p *declinesBehindARefusal) Capture(ctx context.Context, req provider.Captu
 
 // A capture the provider declined behind a 503, retried by its client after
 // the provider forgot its key, is found declined by its lookup (the
-// capture's own record) and answered 402: never sent again. Before, the
-// lookup read the charge, still authorized, as "not found", and the retry
-// made a second capture at the provider (issue 18; make sim seed 500916).
+// capture's own record) and answered 402: never sent again. A lookup of
+// the charge, still authorized, would read as "not found", and the retry
+// would make a second capture at the provider (make sim seed 500916).
 func TestADeclinedCaptureBehindARefusalIsNeverSentAgain(t *testing.T) {
 	t.Parallel()
 	p := &declinesBehindARefusal{}
@@ -250,7 +250,7 @@ func TestAnUnnamedHoldIsEndedByItsAction(t *testing.T) {
 // The release before 00023 neither clears held_by when it ends a hold nor
 // sets it when it takes one: the database keeps the name true whoever
 // writes, so a stale name can never make a later hold look like another
-// action's (which would leave that hold's payment stuck). Found by review.
+// action's (which would leave that hold's payment stuck).
 func TestTheDatabaseKeepsTheHoldersNameTrue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})

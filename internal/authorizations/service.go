@@ -73,7 +73,7 @@ func newService(k kind, d Deps, pay payments.Actions, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow, Timeout: cfg.ProviderTimeout,
 		Metrics: d.Metrics, SendOp: k.sendOp, LookupOp: k.lookupOp,
-		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter, Log: d.Log,
 	}}
 }
 
@@ -123,6 +123,16 @@ func (s *Service) prepare(ctx context.Context, tenant, paymentID string, validat
 // one transaction, then takes the action through the provider; retries are
 // answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	// A capture's amount the provider's currency rules refuse is refused
+	// before the claim of a new key: nothing is stored. A void moves no
+	// amount.
+	scope := idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key}
+	if s.k.action == payments.ActionCapture {
+		unsendable := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency})
+		if err := s.d.Engine.RefuseNew(ctx, s, scope, unsendable); err != nil {
+			return idempotency.Reply{}, err
+		}
+	}
 	now := s.d.Clock.Now()
 	fingerprint := cmd.fingerprint(s.k.operation)
 	a := Action{
@@ -131,7 +141,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		State: machine.Initial(), CreatedAt: now, UpdatedAt: now,
 	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: tenant, Operation: s.k.operation, Key: key},
+		Scope:       scope,
 		Fingerprint: fingerprint,
 		Resource:    idempotency.Resource{Type: s.k.resource, ID: a.ID},
 		Create: func(b *claim.Batch) {
@@ -266,8 +276,12 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		}
 		op = issued{inflow, reason}
 	}
+	var amount int64 // what a capture must have captured; a void moves none
+	if a.Kind == payments.ActionCapture {
+		amount = a.AmountMinor
+	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt,
+		ID: a.ID, State: a.State, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, AmountMinor: amount,
 		FirstSentAt: a.FirstSentAt, LastSentAt: a.LastSentAt, Scheduled: scheduled, Expires: expires, Op: op,
 	})
 }

@@ -126,9 +126,9 @@ func TestACancelWaitingOnAnotherActionIsNeverLeftForAPersonForIt(t *testing.T) {
 
 // A void that waits on the action holding the authorization is left for a
 // person only when that holder is: never because another void, waiting as
-// it does, is. Before, any unended action on the payment counted, so two
-// waiters left for a person with a holder could each keep the other there
-// after the holder had ended (found by review).
+// it does, is. If any unended action on the payment counted, two waiters
+// left for a person with a holder could each keep the other there after
+// the holder had ended.
 func TestAWaiterIsLeftForAPersonOnlyWithTheHolder(t *testing.T) {
 	t.Parallel()
 	f := &faults{}

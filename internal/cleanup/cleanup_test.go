@@ -211,10 +211,10 @@ func seedInbox(t *testing.T, db *pgxpool.Pool, consumer, outcome string, n int, 
 	}
 }
 
-// TestInboxRowsPastRetentionAreDeletedInBatches (issue 9, item 9): inbox
-// rows received more than InboxRetention ago are deleted, in batches,
-// whatever their consumer; recent rows stay, and so do rejected rows however
-// old (a person must look at them). A zero retention deletes nothing.
+// TestInboxRowsPastRetentionAreDeletedInBatches: inbox rows received more
+// than InboxRetention ago are deleted, in batches, whatever their consumer;
+// recent rows stay, and so do rejected rows however old (a person must look
+// at them). A zero retention deletes nothing.
 func TestInboxRowsPastRetentionAreDeletedInBatches(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)

@@ -42,10 +42,10 @@ func TestDeletingOutboxEventsReadsNoBacklog(t *testing.T) {
 	}
 }
 
-// TestErasingBodiesReadsNoErasedKeys (issue 9, item 7): the step that erases
-// expired response bodies finds them through an index of the keys that still
-// have one: with 20,000 retained keys whose bodies are already erased, it
-// reads next to nothing.
+// TestErasingBodiesReadsNoErasedKeys: the step that erases expired response
+// bodies finds them through an index of the keys that still have one: with
+// 20,000 retained keys whose bodies are already erased, it reads next to
+// nothing.
 func TestErasingBodiesReadsNoErasedKeys(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
@@ -65,10 +65,10 @@ func TestErasingBodiesReadsNoErasedKeys(t *testing.T) {
 		now.Add(-policy.ReplayTTL).Format(time.RFC3339Nano), fmt.Sprint(policy.BatchSize))
 }
 
-// TestDeletingOldInboxRowsReadsNoRecentOnes (issue 9, item 9): the step
-// that deletes old inbox rows finds them by age through an index that
-// leaves rejected rows out: with 20,000 recent rows and old rejected ones
-// (kept for a person), it reads next to nothing.
+// TestDeletingOldInboxRowsReadsNoRecentOnes: the step that deletes old inbox
+// rows finds them by age through an index that leaves rejected rows out: with
+// 20,000 recent rows and old rejected ones (kept for a person), it reads next
+// to nothing.
 func TestDeletingOldInboxRowsReadsNoRecentOnes(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
@@ -55,9 +56,13 @@ type Config struct {
 	// ProviderSimInProcess lets a server outside dev mode run the provider
 	// simulator in its own process (PROVIDER_SIM_IN_PROCESS).
 	ProviderSimInProcess bool
-	ProviderURL          string
-	ProviderTimeout      time.Duration
-	ProviderKeyTTL       time.Duration
+	// ProviderSimCurrencyRules are the currency rules the in-process
+	// simulator plays (PROVIDER_SIM_CURRENCY_RULES): iso, or stripe to
+	// see Stripe's units and refusals without Stripe (package units).
+	ProviderSimCurrencyRules string
+	ProviderURL              string
+	ProviderTimeout          time.Duration
+	ProviderKeyTTL           time.Duration
 	// ProviderLookupLag is how long after a create the provider's lookup
 	// may still miss it, as the operator knows it (PROVIDER_LOOKUP_LAG);
 	// the service uses the longer of it and the provider's own declaration.
@@ -191,6 +196,8 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	var simInProcess string
 	fs.StringVar(&simInProcess, "provider-sim-in-process", env("PROVIDER_SIM_IN_PROCESS", ""),
 		"outside dev mode, allow PROVIDER=sim without PROVIDER_URL to run the simulator in-process: true or false (PROVIDER_SIM_IN_PROCESS)")
+	fs.StringVar(&c.ProviderSimCurrencyRules, "provider-sim-currency-rules", env("PROVIDER_SIM_CURRENCY_RULES", "iso"),
+		"currency rules the in-process simulator plays: iso or stripe (PROVIDER_SIM_CURRENCY_RULES)")
 	fs.StringVar(&c.ProviderURL, "provider-url", env("PROVIDER_URL", ""), "base URL of a running providersim; empty runs it in-process (PROVIDER_URL)")
 	dur(&c.ProviderTimeout, "provider-timeout", "PROVIDER_TIMEOUT", "5s", "bound of one provider call")
 	dur(&c.ProviderKeyTTL, "provider-key-ttl", "PROVIDER_KEY_TTL", "24h", "how long the provider remembers its idempotency keys")
@@ -407,6 +414,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.Provider != "sim" && c.Provider != "stripe" {
 		errs = append(errs, fmt.Errorf("PROVIDER must be sim or stripe, not %q", c.Provider))
+	}
+	if _, err := units.Named(c.ProviderSimCurrencyRules); err != nil {
+		errs = append(errs, fmt.Errorf("PROVIDER_SIM_CURRENCY_RULES: %w", err))
 	}
 	if c.Provider == "stripe" && c.StripeAPIKey == "" {
 		errs = append(errs, errors.New("PROVIDER=stripe needs STRIPE_API_KEY"))

@@ -92,7 +92,7 @@ func TestPaymentsAndAPaymentsPage(t *testing.T) {
 	e.clock.Advance(time.Minute)
 	held := e.pay(secretA, "k-2", payment("acc_2", "inv-2", "25.50", "pm_card_visa", "manual"))
 	e.clock.Advance(time.Minute)
-	e.pay(secretA, "k-3", payment("acc_1", "inv-3", "7.00", "pm_card_chargeDeclined", "automatic"))
+	declined := e.pay(secretA, "k-3", payment("acc_1", "inv-3", "7.00", "pm_card_chargeDeclined", "automatic"))
 	e.pay(secretB, "k-1", payment("acc_1", "inv-b", "99.00", "pm_card_visa", "automatic"))
 
 	b := e.browser()
@@ -102,6 +102,28 @@ func TestPaymentsAndAPaymentsPage(t *testing.T) {
 	golden(t, "payments", p)
 	if p = b.get("/dashboard/payments?accountId=acc_2"); strings.Contains(p.body, paid) || !strings.Contains(p.body, held) {
 		t.Errorf("filtered by acc_2, the list shows:\n%s", p.body)
+	}
+	// The form's other filters reach the service's query as the API's do.
+	for query, want := range map[string]string{
+		"status=DECLINED": declined, "merchantReference=inv-1": paid, "status=REQUIRES_CAPTURE": held,
+	} {
+		p = b.get("/dashboard/payments?" + query)
+		for _, id := range []string{paid, held, declined} {
+			if strings.Contains(p.body, id) != (id == want) {
+				t.Errorf("filtered by %s, the list shows:\n%s", query, p.body)
+				break
+			}
+		}
+	}
+	day := e.clock.Now().UTC().Format(time.DateOnly)
+	if p = b.get("/dashboard/payments?createdFrom=" + day + "&createdTo=" + day); !strings.Contains(p.body, paid) {
+		t.Errorf("filtered by today, the list shows:\n%s", p.body)
+	}
+	if p = b.get("/dashboard/payments?createdTo=2000-01-01"); strings.Contains(p.body, paid) {
+		t.Errorf("filtered to before 2000, the list shows:\n%s", p.body)
+	}
+	if p = b.get("/dashboard/payments?status=EXPLODED"); p.status != http.StatusBadRequest {
+		t.Errorf("an unknown status: %d", p.status)
 	}
 	golden(t, "payment-succeeded", b.get("/dashboard/payments/"+paid))
 	golden(t, "payment-authorized", b.get("/dashboard/payments/"+held))

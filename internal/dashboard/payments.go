@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -41,13 +42,38 @@ func filterOf(r *http.Request) filter {
 }
 
 // listQuery is where the filter form meets the service's query, the one
-// the API's GET /payments sends: the account and the page reach it. The
-// status, the creation dates and the merchant reference are read from the
-// form and passed here, and take effect once ListQuery carries them, by a
-// line each in this function. (A payment id is a lookup: the page goes
-// straight to the payment.)
-func (f filter) listQuery() payments.ListQuery {
-	return payments.ListQuery{AccountID: f.AccountID, Cursor: f.Cursor, Limit: pageSize}
+// the API's GET /payments sends. The dates are whole days: from the start
+// of the first to the end of the last, in UTC. (A payment id is a lookup:
+// the page goes straight to the payment.) It says which field it cannot
+// read.
+func (f filter) listQuery() (payments.ListQuery, string) {
+	lq := payments.ListQuery{AccountID: f.AccountID, MerchantReference: f.MerchantReference, Cursor: f.Cursor, Limit: pageSize}
+	if f.Status != "" {
+		st := payments.Status(f.Status)
+		if !slices.Contains(payments.Statuses(), st) {
+			return lq, "The status must be one of the list's."
+		}
+		lq.Statuses = []payments.Status{st}
+	}
+	for _, d := range []struct {
+		typed string
+		set   *time.Time
+		after time.Duration
+		name  string
+	}{{f.CreatedFrom, &lq.CreatedFrom, 0, "from"}, {f.CreatedTo, &lq.CreatedTo, 24 * time.Hour, "to"}} {
+		if d.typed == "" {
+			continue
+		}
+		day, err := time.Parse(time.DateOnly, d.typed)
+		if err != nil {
+			return lq, "The date " + d.name + " must be a date such as 2026-11-22."
+		}
+		*d.set = day.Add(d.after)
+	}
+	if !lq.CreatedFrom.IsZero() && !lq.CreatedTo.IsZero() && !lq.CreatedTo.After(lq.CreatedFrom) {
+		return lq, "The date to must not come before the date from."
+	}
+	return lq, ""
 }
 
 // query is f as the page's URL query, without its cursor.
@@ -103,7 +129,13 @@ func (s *server) paymentList(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusBadRequest, "payments.html", v)
 		return
 	}
-	page, err := s.Payments.List(r.Context(), tenant, f.listQuery())
+	lq, invalid := f.listQuery()
+	if invalid != "" {
+		lv.Invalid = invalid
+		s.render(w, r, http.StatusBadRequest, "payments.html", v)
+		return
+	}
+	page, err := s.Payments.List(r.Context(), tenant, lq)
 	if errors.Is(err, payments.ErrInvalidCursor) {
 		lv.Invalid = "That page link is not one of this list's: start again from the first page."
 		s.render(w, r, http.StatusBadRequest, "payments.html", v)

@@ -20,7 +20,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 )
 
-// A session is a row of dashboard_sessions (migration 00048), found by a
+// A session is a row of dashboard_sessions (migration 00046), found by a
 // hash of a random token that only the browser's cookie holds. It keeps the
 // secret its holder logged in with, sealed under a key derived from the
 // token: the table alone opens no session and reveals no secret, and each

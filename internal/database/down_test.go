@@ -14,19 +14,18 @@ import (
 	"github.com/paymentsapi/paymentsapi/migrations"
 )
 
-// schemaVersionBeforeIssue8 is the last migration before the schema work of
-// issue 8 (00015, write amplification): the migrations after it must go
-// down to it.
-const schemaVersionBeforeIssue8 = 13
+// downFloor is the oldest version the migrations go down to: every
+// migration after it has a Down that undoes it whole.
+const downFloor = 13
 
-// The migrations since issue 8 go down and up again: down, the schema is
+// The migrations after downFloor go down and up again: down, the schema is
 // what it was before them, column for column, index for index (a Down that
 // forgets an index or a trigger fails here); up again, it is what a new
 // database gets.
-func TestMigrationsSinceIssue8GoDownAndUpAgain(t *testing.T) {
+func TestMigrationsGoDownAndUpAgain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := pgtest.NewPoolAt(t, schemaVersionBeforeIssue8)
+	pool := pgtest.NewPoolAt(t, downFloor)
 	before := schema(t, pool)
 	fresh := schema(t, pgtest.NewPool(t))
 
@@ -40,7 +39,7 @@ func TestMigrationsSinceIssue8GoDownAndUpAgain(t *testing.T) {
 		t.Fatalf("up: %v", err)
 	}
 	if up := schema(t, pool); !slices.Equal(up, fresh) {
-		t.Fatalf("up from %d differs from a new database:\n%s", schemaVersionBeforeIssue8, diff(fresh, up))
+		t.Fatalf("up from %d differs from a new database:\n%s", downFloor, diff(fresh, up))
 	}
 	// One migration at a time, each compared with a database migrated up
 	// to the version it lands on: a later Down that drops what an earlier
@@ -56,13 +55,13 @@ func TestMigrationsSinceIssue8GoDownAndUpAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := before
-		if at != schemaVersionBeforeIssue8 {
+		if at != downFloor {
 			want = schema(t, pgtest.NewPoolAt(t, at))
 		}
 		if down := schema(t, pool); !slices.Equal(down, want) {
 			t.Fatalf("down from %d differs from the schema at %d:\n%s", res.Source.Version, at, diff(want, down))
 		}
-		if at == schemaVersionBeforeIssue8 {
+		if at == downFloor {
 			break
 		}
 	}

@@ -87,7 +87,7 @@ func TestBookkeepingUpdatesAreHOT(t *testing.T) {
 // No BEFORE UPDATE row trigger on the tables the hot path updates most:
 // PostgreSQL locks each row before updating it when a table has one
 // (whatever its columns and WHEN condition), a WAL record per update
-// (issue 8, migration 00015). payments has one, its state machine's.
+// (migration 00015, part 3). payments has one, its state machine's.
 func TestNoBeforeUpdateTriggerOnTheOutboxOrTheKeys(t *testing.T) {
 	t.Parallel()
 	rows, err := pgtest.NewPool(t).Query(context.Background(), `

@@ -14,7 +14,7 @@ import (
 // TestUnavailable: errors that mean "the database is away right now" (a
 // 503) are told from the others (a 500). A connection the server cut in the
 // middle of a statement reaches the service as a bare io.ErrUnexpectedEOF
-// (issue 9, item 10: seen when PostgreSQL restarts under load).
+// (as when PostgreSQL restarts under load).
 func TestUnavailable(t *testing.T) {
 	for _, tc := range []struct {
 		err  error

@@ -205,7 +205,7 @@ var neverDue = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Val
 // (insertPayment at the parent of the commit that added 00015, verbatim)
 // had to find the unique index its ON CONFLICT names. 00015 dropped it when
 // first released, and every POST /payments of that release failed with
-// 42P10 (issue 17); 00015 was mended to keep it, and the contract step
+// 42P10; 00015 was mended to keep it, and the contract step
 // 00019 drops it in the release after 00017's, when the release before
 // 00015 can no longer run beside the current one. So: the statement works
 // on every schema up to 00018, and 00019 is the drop.

@@ -41,6 +41,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/ids"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
+	"github.com/paymentsapi/paymentsapi/internal/sqlcond"
 )
 
 // Log is the event log of the registered operations' events.
@@ -49,7 +50,10 @@ type Log struct {
 	clock clock.Clock
 	log   *slog.Logger
 	kinds map[string]kind // by outbox type, the events with a Name
-	names map[string]bool // the names, for the type filter
+	names []string        // the names, sorted, for the type filter
+	// subjects are the resources the log's listing filters by
+	// (WithSubject).
+	subjects []Subject
 	// relation is the log as SQL (Relation), outbox its first branch;
 	// fanOut, the statement of each publish (WithFanOut); built once.
 	relation, outbox, fanOut string
@@ -73,12 +77,39 @@ type Option func(*Log)
 // (ON CONFLICT DO NOTHING on the event's id).
 func WithFanOut(stmt string) Option { return func(l *Log) { l.fanOut = stmt } }
 
+// A Subject is a resource that the listing (GET /events) filters by: the
+// events whose data names its id in the member Member. For a payment
+// (paymentId) those are its own events and its refunds', which name their
+// payment too.
+//
+// Created answers when the tenant's resource id was created, or found
+// false if the tenant has none. No event names a resource before it
+// exists, so the listing reads the log back only as far as that (less
+// maxClockSkew), however old the resource; and, for an id the tenant does
+// not have, not at all. The log is ordered by time only: without that
+// bound, a filter that matches a handful of events reads every event the
+// tenant has to find them.
+type Subject struct {
+	Member  string
+	Created func(ctx context.Context, tenant, id string) (at time.Time, found bool, err error)
+}
+
+// WithSubject makes the listing filter by s (its Member is the query
+// parameter).
+func WithSubject(s Subject) Option { return func(l *Log) { l.subjects = append(l.subjects, s) } }
+
+// maxClockSkew is how much earlier than its resource's creation an event
+// may be stamped: an event is stamped by the clock of the instance that
+// writes it, and a resource's creation by another's.
+const maxClockSkew = time.Minute
+
 // New returns the log of mods' named events.
 func New(db *pgxpool.Pool, clk clock.Clock, log *slog.Logger, mods []operation.Module, opts ...Option) *Log {
-	l := &Log{db: db, clock: clk, log: log, kinds: kinds(mods), names: map[string]bool{}}
+	l := &Log{db: db, clock: clk, log: log, kinds: kinds(mods)}
 	for _, k := range l.kinds {
-		l.names[k.name] = true
+		l.names = append(l.names, k.name)
 	}
+	slices.Sort(l.names)
 	for _, o := range opts {
 		o(l)
 	}
@@ -284,13 +315,24 @@ func (p *publisher) PublishBatch(ctx context.Context, events []outbox.Event) []e
 	return errs
 }
 
-// Query selects a page of a tenant's events, newest first.
+// Query selects a page of a tenant's events, newest first: those that meet
+// every filter it gives.
 type Query struct {
-	Type   string    // optional: one name (payment.succeeded)
-	After  time.Time // optional: only events that happened after it
-	Limit  int
-	Cursor string // from a previous Page
+	Types       []string    // optional: any of these names (payment.succeeded)
+	About       []SubjectID // optional: those whose data names each of these resources
+	CreatedFrom time.Time   // optional: those that happened at or after it
+	CreatedTo   time.Time   // optional: those that happened before it
+	After       time.Time   // optional: those that happened after it (the older, exclusive form of CreatedFrom)
+	Limit       int
+	// Cursor is from a previous Page: a position in the log's order, which
+	// with other filters means the events that meet them after it.
+	Cursor string
+	// since is the earliest time an event of About may have (List).
+	since time.Time
 }
+
+// SubjectID names one resource of a Subject: the id in its Member.
+type SubjectID struct{ Member, ID string }
 
 // Page is one page of a listing.
 type Page struct {
@@ -303,10 +345,27 @@ var (
 	ErrNotFound      = errors.New("event not found")
 	ErrInvalidCursor = errors.New("invalid cursor")
 	ErrUnknownType   = errors.New("unknown event type")
+	ErrUnknownFilter = errors.New("unknown event filter")
 )
 
 // List returns a page of the tenant's events, newest first.
 func (l *Log) List(ctx context.Context, tenant string, q Query) (Page, error) {
+	for _, about := range q.About {
+		s, ok := l.subject(about.Member)
+		if !ok {
+			return Page{}, fmt.Errorf("%w: %s", ErrUnknownFilter, about.Member)
+		}
+		created, found, err := s.Created(ctx, tenant, about.ID)
+		if err != nil {
+			return Page{}, fmt.Errorf("list events: when %s %s was created: %w", about.Member, about.ID, err)
+		}
+		if !found {
+			return Page{Items: []Entry{}}, nil // no event names what the tenant does not have
+		}
+		if since := created.Add(-maxClockSkew); since.After(q.since) {
+			q.since = since
+		}
+	}
 	sql, args, err := l.listQuery(tenant, q)
 	if err != nil {
 		return Page{}, err
@@ -331,41 +390,63 @@ func (l *Log) List(ctx context.Context, tenant string, q Query) (Page, error) {
 	return page, nil
 }
 
+func (l *Log) subject(member string) (Subject, bool) {
+	i := slices.IndexFunc(l.subjects, func(s Subject) bool { return s.Member == member })
+	if i < 0 {
+		return Subject{}, false
+	}
+	return l.subjects[i], true
+}
+
 // listQuery is List's statement: a page and one more event, newest first,
 // from each branch of the log (a backward scan of the outbox's tenant
 // index, and of the copy's), then the newest of the two. Each branch has
 // its own ORDER BY and LIMIT: over the relation as a whole, PostgreSQL
-// would read each branch in full and sort it.
+// would read each branch in full and sort it. The filters other than time
+// are applied to the events the scan reads: a rare type reads back through
+// the tenant's events until it finds a page, or to the time a subject's
+// resource was created (q.since).
 func (l *Log) listQuery(tenant string, q Query) (string, []any, error) {
-	where, args := []string{"tenant_id = $1"}, []any{tenant}
-	if q.Type != "" {
-		if !l.names[q.Type] {
+	var where sqlcond.Where
+	where.Add("tenant_id = $%d", tenant)
+	for _, t := range q.Types {
+		if !slices.Contains(l.names, t) {
 			return "", nil, ErrUnknownType
 		}
-		args = append(args, q.Type)
-		where = append(where, fmt.Sprintf("type = $%d", len(args)))
 	}
-	if !q.After.IsZero() {
-		args = append(args, q.After)
-		where = append(where, fmt.Sprintf("occurred_at > $%d", len(args)))
+	if len(q.Types) > 0 {
+		where.Add("type = ANY($%d::text[])", q.Types)
+	}
+	for _, about := range q.About {
+		if _, ok := l.subject(about.Member); !ok {
+			return "", nil, fmt.Errorf("%w: %s", ErrUnknownFilter, about.Member)
+		}
+		where.Add("data->>"+literal(about.Member)+" = $%d", about.ID)
+	}
+	for _, bound := range []struct {
+		op string
+		at time.Time
+	}{{">", q.After}, {">=", q.CreatedFrom}, {">=", q.since}, {"<", q.CreatedTo}} {
+		if !bound.at.IsZero() {
+			where.Add("occurred_at "+bound.op+" $%d", bound.at)
+		}
 	}
 	if q.Cursor != "" {
 		at, id, err := decodeCursor(q.Cursor)
 		if err != nil {
 			return "", nil, err
 		}
-		args = append(args, at, id)
-		where = append(where, fmt.Sprintf("(occurred_at, id) < ($%d, $%d::uuid)", len(args)-1, len(args)))
+		where.Add("(occurred_at, id) < ($%d, $%d::uuid)", at, id)
 	}
-	args = append(args, q.Limit+1)
+	limit := where.Arg(q.Limit + 1)
 	page := `
-		WHERE ` + strings.Join(where, " AND ") + `
-		ORDER BY occurred_at DESC, id DESC LIMIT $` + fmt.Sprint(len(args))
+		WHERE ` + where.String() + `
+		ORDER BY occurred_at DESC, id DESC LIMIT $` + fmt.Sprint(limit)
 	return `SELECT id::text, type, occurred_at, data FROM (
 		(SELECT * FROM (` + l.outbox + `) b` + page + `)
 		UNION ALL
 		(SELECT * FROM (` + copyBranch + `) b` + page + `)
-	) ev` + page[strings.Index(page, "ORDER BY")-3:], args, nil
+	) ev` + page[strings.Index(page, "ORDER BY")-3:], where.Args(), nil
 }
 
 // Get returns the tenant's event id, or ErrNotFound.

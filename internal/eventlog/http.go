@@ -3,49 +3,22 @@ package eventlog
 import (
 	"errors"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/query"
 )
 
 // Routes adds GET /events and GET /events/{eventId}, the tenant's own only.
 func (l *Log) Routes(r chi.Router, api operation.HTTP) {
-	r.Get("/events", func(w http.ResponseWriter, r *http.Request) {
-		v := r.URL.Query()
-		q := Query{Type: v.Get("type"), Cursor: v.Get("cursor"), Limit: 20}
-		if s := v.Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > 100 {
-				api.InvalidParameter(w, "limit", "must be an integer from 1 to 100")
-				return
-			}
-			q.Limit = n
-		}
-		if s := v.Get("after"); s != "" {
-			at, err := time.Parse(time.RFC3339Nano, s)
-			if err != nil {
-				api.InvalidParameter(w, "after", "must be an RFC 3339 date-time")
-				return
-			}
-			q.After = at
-		}
-		page, err := l.List(r.Context(), api.Tenant(r), q)
-		switch {
-		case errors.Is(err, ErrUnknownType):
-			api.InvalidParameter(w, "type", "must be an event type such as payment.succeeded")
-		case errors.Is(err, ErrInvalidCursor):
-			api.InvalidParameter(w, "cursor", "is not a cursor from this API")
-		case err != nil:
-			api.Error(w, r, err)
-		default:
-			api.JSON(w, http.StatusOK, page)
-		}
-	})
+	params := []string{"type", "createdFrom", "createdTo", "after", "limit", "cursor"}
+	for _, s := range l.subjects {
+		params = append(params, s.Member)
+	}
+	r.Method(http.MethodGet, "/events", query.Declare(l.list(api), params...))
 	r.Get("/events/{eventId}", func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "eventId")
 		logging.Add(r.Context(), "event_id", id)
@@ -59,4 +32,33 @@ func (l *Log) Routes(r chi.Router, api operation.HTTP) {
 			api.JSON(w, http.StatusOK, e)
 		}
 	})
+}
+
+// list handles GET /events: types as a comma-separated list, a creation
+// range (from included, to excluded; after, the older form of from, is
+// excluded), and each subject's id.
+func (l *Log) list(api operation.HTTP) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v := query.Read(r)
+		q := Query{Types: v.List("type", l.names), After: v.Time("after"), Limit: v.Limit(), Cursor: v.Cursor()}
+		q.CreatedFrom, q.CreatedTo = v.Range("createdFrom", "createdTo")
+		for _, s := range l.subjects {
+			if id := v.Text(s.Member); id != "" {
+				q.About = append(q.About, SubjectID{Member: s.Member, ID: id})
+			}
+		}
+		if err := v.Err(); err != nil {
+			api.Error(w, r, err)
+			return
+		}
+		page, err := l.List(r.Context(), api.Tenant(r), q)
+		switch {
+		case errors.Is(err, ErrInvalidCursor):
+			api.InvalidParameter(w, "cursor", "is not a cursor from this API")
+		case err != nil:
+			api.Error(w, r, err)
+		default:
+			api.JSON(w, http.StatusOK, page)
+		}
+	}
 }

@@ -14,10 +14,11 @@ import (
 )
 
 // TestAListingPageReadsOnlyItsPage: a page of GET /events, first or later,
-// filtered by a type or not, reads about its page from each branch of the
-// log (the outbox, by a backward scan of its tenant index, and the copy
-// an earlier release kept), whatever the two tables hold, and sorts
-// nothing.
+// filtered by types, a time range or a payment or not, reads about its
+// page from each branch of the log (the outbox, by a backward scan of its
+// tenant index, and the copy an earlier release kept), whatever the two
+// tables hold, and sorts nothing. A payment's events are read back only to
+// the payment's creation.
 func TestAListingPageReadsOnlyItsPage(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
@@ -56,38 +57,32 @@ func TestAListingPageReadsOnlyItsPage(t *testing.T) {
 	mods := []operation.Module{{Name: "things", Resource: operation.Resource{Type: "thing", IDField: "paymentId"}, Events: []operation.Event{
 		{Type: "Created", Name: "thing.created"}, {Type: "Succeeded", Name: "thing.succeeded", Hidden: []string{"secret"}}, {Type: "Unnamed"},
 	}}}
-	l := New(nil, clock.System{}, slog.New(slog.DiscardHandler), mods)
+	l := New(nil, clock.System{}, slog.New(slog.DiscardHandler), mods, WithSubject(Subject{Member: "paymentId"}))
 	cursor := encodeCursor(t0.Add(3*time.Hour), "01900000-0000-7000-8000-000000000000")
+	// A payment's events, read back to its creation (List sets since).
+	thing := Query{Limit: 20, About: []SubjectID{{Member: "paymentId", ID: "pay_19991"}}, since: t0.Add(19991*time.Second - maxClockSkew)}
 	for _, q := range []Query{
 		{Limit: 20},
 		{Limit: 20, Cursor: cursor},
-		{Limit: 20, Type: "thing.succeeded"},
-		{Limit: 20, Type: "thing.created", Cursor: cursor},
+		{Limit: 20, Types: []string{"thing.succeeded"}},
+		{Limit: 20, Types: []string{"thing.created"}, Cursor: cursor},
+		{Limit: 20, Types: []string{"thing.created", "thing.succeeded"}, CreatedFrom: t0.Add(time.Hour), CreatedTo: t0.Add(2 * time.Hour)},
 		{Limit: 100, After: t0.Add(-time.Hour)},
-		{Limit: 20, Type: "thing.succeeded", Cursor: encodeCursor(t0.Add(time.Minute), "01900000-0000-7000-8000-000000000000")},
+		{Limit: 20, Types: []string{"thing.succeeded"}, Cursor: encodeCursor(t0.Add(time.Minute), "01900000-0000-7000-8000-000000000000")},
+		thing,
 	} {
-		t.Run(fmt.Sprintf("type=%q,cursor=%v,limit=%d", q.Type, q.Cursor != "", q.Limit), func(t *testing.T) {
+		t.Run(fmt.Sprintf("types=%q,about=%v,cursor=%v,limit=%d", q.Types, q.About, q.Cursor != "", q.Limit), func(t *testing.T) {
 			sql, args, err := l.listQuery("tenant_1", q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var types, texts []string
-			for _, a := range args {
-				switch a := a.(type) {
-				case string:
-					types, texts = append(types, "text"), append(texts, a)
-				case time.Time:
-					types, texts = append(types, "timestamptz"), append(texts, a.Format(time.RFC3339Nano))
-				case int:
-					types, texts = append(types, "int"), append(texts, fmt.Sprint(a))
-				}
-			}
+			params, texts := pgtest.Params(args)
 			// Each branch reads its page and one more, a filtered type up
 			// to three times as many (one event in three has it), the
 			// copy's rows each look for their outbox twin.
-			pgtest.ReadsAtMost(t, db, float64(10*(q.Limit+1)), strings.Join(types, ", "), sql, texts...)
+			pgtest.ReadsAtMost(t, db, float64(10*(q.Limit+1)), params, sql, texts...)
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
-				if plan := pgtest.Explain(t, db, mode, strings.Join(types, ", "), sql, texts...).String(); strings.Contains(plan, "Seq Scan outbox_events") || strings.Contains(plan, "Seq Scan events ") ||
+				if plan := pgtest.Explain(t, db, mode, params, sql, texts...).String(); strings.Contains(plan, "Seq Scan outbox_events") || strings.Contains(plan, "Seq Scan events ") ||
 					!strings.Contains(plan, "outbox_events_tenant_idx") {
 					t.Errorf("%s: the page is not a merge of index scans:\n%s", mode, plan)
 				}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/base64"
 	"encoding/json"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"net"
 	"net/http"
 	"net/url"
@@ -35,16 +36,16 @@ type badInput struct {
 func TestBadInputCorpus(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	paid := e.pay("pm_card_visa", "inv-bad")
+	paid := e.Pay("pm_card_visa", "inv-bad")
 	refunds := "/payments/" + paid + "/refunds"
 
 	var corpus []badInput
 	add := func(cases ...badInput) { corpus = append(corpus, cases...) }
 	create := func(name, body string, status int, code string) badInput {
-		return badInput{name: name, method: "POST", path: "/payments", header: createHeaders(secretA, "k-bad"), body: body, status: status, code: code}
+		return badInput{name: name, method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-bad"), body: body, status: status, code: code}
 	}
 	refund := func(name, body string, status int, code string) badInput {
-		return badInput{name: "refund: " + name, method: "POST", path: refunds, header: createHeaders(secretA, "k-bad"), body: body, status: status, code: code}
+		return badInput{name: "refund: " + name, method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "k-bad"), body: body, status: status, code: code}
 	}
 	invalid := func(c badInput, field string) badInput { c.field = field; return c }
 	saying := func(c badInput, detail string) badInput { c.detail = detail; return c }
@@ -54,11 +55,11 @@ func TestBadInputCorpus(t *testing.T) {
 		`{}`, `[]`, `["10.00"]`, `{"value":"10.00"}`}
 	for _, field := range []string{"accountId", "amount", "currency", "merchantReference", "paymentMethod", "channel", "description"} {
 		for _, v := range wrongTypes {
-			add(invalid(create(field+" = "+v, body(field, v), 400, "VALIDATION_FAILED"), field))
+			add(invalid(create(field+" = "+v, servicetest.Body(field, v), 400, "VALIDATION_FAILED"), field))
 		}
 	}
 	for _, field := range []string{"accountId", "amount", "currency", "merchantReference", "paymentMethod"} {
-		add(invalid(create(field+" = null", body(field, `null`), 400, "VALIDATION_FAILED"), field))
+		add(invalid(create(field+" = null", servicetest.Body(field, `null`), 400, "VALIDATION_FAILED"), field))
 	}
 	for _, field := range []string{"amount", "reason"} {
 		for _, v := range wrongTypes {
@@ -69,34 +70,34 @@ func TestBadInputCorpus(t *testing.T) {
 	// An amount in minor units, as a number: told to send "10.00", not
 	// "1000", which would be a hundred times as much.
 	add(
-		invalid(saying(create("amount as a number", body("amount", `1000`), 400, "VALIDATION_FAILED"), `amount must be a decimal string in the currency's major unit, e.g. "10.00"`), "amount"),
+		invalid(saying(create("amount as a number", servicetest.Body("amount", `1000`), 400, "VALIDATION_FAILED"), `amount must be a decimal string in the currency's major unit, e.g. "10.00"`), "amount"),
 		invalid(saying(refund("amount as a number", `{"amount":1000}`, 400, "VALIDATION_FAILED"), `amount must be a decimal string in the currency's major unit, e.g. "10.00"`), "amount"),
 	)
 
 	// Numbers and strings out of range.
 	add(
-		invalid(create("huge amount", body("amount", `"`+strings.Repeat("9", 400)+`.99"`), 400, "VALIDATION_FAILED"), "amount"),
-		invalid(create("amount past the maximum", body("amount", `"10000000000.00"`), 400, "VALIDATION_FAILED"), "amount"),
-		invalid(create("amount with exponent", body("amount", `"1e3"`), 400, "VALIDATION_FAILED"), "amount"),
-		invalid(create("negative amount", body("amount", `"-10.00"`), 400, "VALIDATION_FAILED"), "amount"),
-		invalid(create("overlong accountId", body("accountId", `"`+strings.Repeat("a", 129)+`"`), 400, "VALIDATION_FAILED"), "accountId"),
-		invalid(create("overlong merchantReference", body("merchantReference", `"`+strings.Repeat("r", 10_000)+`"`), 400, "VALIDATION_FAILED"), "merchantReference"),
-		invalid(create("overlong description", body("description", `"`+strings.Repeat("é", 1025)+`"`), 400, "VALIDATION_FAILED"), "description"),
+		invalid(create("huge amount", servicetest.Body("amount", `"`+strings.Repeat("9", 400)+`.99"`), 400, "VALIDATION_FAILED"), "amount"),
+		invalid(create("amount past the maximum", servicetest.Body("amount", `"10000000000.00"`), 400, "VALIDATION_FAILED"), "amount"),
+		invalid(create("amount with exponent", servicetest.Body("amount", `"1e3"`), 400, "VALIDATION_FAILED"), "amount"),
+		invalid(create("negative amount", servicetest.Body("amount", `"-10.00"`), 400, "VALIDATION_FAILED"), "amount"),
+		invalid(create("overlong accountId", servicetest.Body("accountId", `"`+strings.Repeat("a", 129)+`"`), 400, "VALIDATION_FAILED"), "accountId"),
+		invalid(create("overlong merchantReference", servicetest.Body("merchantReference", `"`+strings.Repeat("r", 10_000)+`"`), 400, "VALIDATION_FAILED"), "merchantReference"),
+		invalid(create("overlong description", servicetest.Body("description", `"`+strings.Repeat("é", 1025)+`"`), 400, "VALIDATION_FAILED"), "description"),
 		invalid(refund("huge amount", `{"amount":"`+strings.Repeat("9", 5000)+`"}`, 400, "VALIDATION_FAILED"), "amount"),
 	)
 
 	// Invalid UTF-8 and NUL in the body.
 	add(
-		saying(create("invalid UTF-8 in a value", body("accountId", "\"acc_\xff\""), 400, "MALFORMED_JSON"), "UTF-8"),
-		create("invalid UTF-8 in the description", body("description", "\"caf\xe9\""), 400, "MALFORMED_JSON"),
+		saying(create("invalid UTF-8 in a value", servicetest.Body("accountId", "\"acc_\xff\""), 400, "MALFORMED_JSON"), "UTF-8"),
+		create("invalid UTF-8 in the description", servicetest.Body("description", "\"caf\xe9\""), 400, "MALFORMED_JSON"),
 		create("invalid UTF-8 in a key", `{"amount\xc0":"1.00"}`, 400, "MALFORMED_JSON"),
-		create("invalid UTF-8 between tokens", body()+"\xff", 400, "MALFORMED_JSON"),
+		create("invalid UTF-8 between tokens", servicetest.Body()+"\xff", 400, "MALFORMED_JSON"),
 		create("UTF-16", "\xff\xfe{\x00}\x00", 400, "MALFORMED_JSON"),
-		create("byte order mark", "\xef\xbb\xbf"+body(), 400, "MALFORMED_JSON"),
-		create("raw NUL in a string", body("accountId", "\"acc\x00\""), 400, "MALFORMED_JSON"),
+		create("byte order mark", "\xef\xbb\xbf"+servicetest.Body(), 400, "MALFORMED_JSON"),
+		create("raw NUL in a string", servicetest.Body("accountId", "\"acc\x00\""), 400, "MALFORMED_JSON"),
 		create("raw NUL between tokens", "{\x00}", 400, "MALFORMED_JSON"),
-		invalid(create("escaped NUL in accountId", body("accountId", `"acc\u0000"`), 400, "VALIDATION_FAILED"), "accountId"),
-		invalid(create("escaped NUL in the description", body("description", `"a\u0000b"`), 400, "VALIDATION_FAILED"), "description"),
+		invalid(create("escaped NUL in accountId", servicetest.Body("accountId", `"acc\u0000"`), 400, "VALIDATION_FAILED"), "accountId"),
+		invalid(create("escaped NUL in the description", servicetest.Body("description", `"a\u0000b"`), 400, "VALIDATION_FAILED"), "description"),
 		invalid(refund("escaped NUL in the reason", `{"amount":"1.00","reason":"duplicate\u0000"}`, 400, "VALIDATION_FAILED"), "reason"),
 		refund("invalid UTF-8", "{\"amount\":\"1.00\",\"reason\":\"\xff\"}", 400, "MALFORMED_JSON"),
 	)
@@ -105,17 +106,17 @@ func TestBadInputCorpus(t *testing.T) {
 	add(
 		saying(create("duplicated amount", `{"amount":"1.00","amount":"9.00","accountId":"acc_1","currency":"EUR","merchantReference":"r","paymentMethod":"pm_card_visa"}`, 400, "MALFORMED_JSON"),
 			`"amount" more than once`),
-		create("duplicated with the same value", body()[:len(body())-1]+`,"currency":"EUR"}`, 400, "MALFORMED_JSON"),
-		saying(create("duplicated in another case", body()[:len(body())-1]+`,"AMOUNT":"9.00"}`, 400, "MALFORMED_JSON"), `"AMOUNT" more than once`),
-		create("duplicated optional field", body("channel", `"web"`)[:len(body("channel", `"web"`))-1]+`,"channel":"pos"}`, 400, "MALFORMED_JSON"),
-		create("duplicated inside a nested object", body("extra", `{"a":1,"a":2}`), 400, "MALFORMED_JSON"),
+		create("duplicated with the same value", servicetest.Body()[:len(servicetest.Body())-1]+`,"currency":"EUR"}`, 400, "MALFORMED_JSON"),
+		saying(create("duplicated in another case", servicetest.Body()[:len(servicetest.Body())-1]+`,"AMOUNT":"9.00"}`, 400, "MALFORMED_JSON"), `"AMOUNT" more than once`),
+		create("duplicated optional field", servicetest.Body("channel", `"web"`)[:len(servicetest.Body("channel", `"web"`))-1]+`,"channel":"pos"}`, 400, "MALFORMED_JSON"),
+		create("duplicated inside a nested object", servicetest.Body("extra", `{"a":1,"a":2}`), 400, "MALFORMED_JSON"),
 		saying(refund("duplicated amount", `{"amount":"1.00","amount":"9.00"}`, 400, "MALFORMED_JSON"), `"amount" more than once`),
 	)
 
 	// Deep nesting, odd shapes and sizes.
 	add(
-		invalid(create("deeply nested array value", body("amount", strings.Repeat("[", 5000)+strings.Repeat("]", 5000)), 400, "VALIDATION_FAILED"), "amount"),
-		invalid(create("deeply nested unknown member", body("extra", strings.Repeat(`{"a":`, 2000)+"1"+strings.Repeat("}", 2000)), 400, "VALIDATION_FAILED"), "extra"),
+		invalid(create("deeply nested array value", servicetest.Body("amount", strings.Repeat("[", 5000)+strings.Repeat("]", 5000)), 400, "VALIDATION_FAILED"), "amount"),
+		invalid(create("deeply nested unknown member", servicetest.Body("extra", strings.Repeat(`{"a":`, 2000)+"1"+strings.Repeat("}", 2000)), 400, "VALIDATION_FAILED"), "extra"),
 		create("deeply nested, unbalanced", strings.Repeat("[", 16_000), 400, "MALFORMED_JSON"),
 		create("deeply nested, balanced", strings.Repeat("[", 8000)+strings.Repeat("]", 8000), 400, "MALFORMED_JSON"),
 		invalid(create("empty body", "", 400, "VALIDATION_FAILED"), "accountId"),
@@ -123,9 +124,9 @@ func TestBadInputCorpus(t *testing.T) {
 		invalid(refund("empty body", "", 400, "VALIDATION_FAILED"), "amount"),
 		create("JSON null", "null", 400, "VALIDATION_FAILED"),
 		create("a string", `"payment"`, 400, "MALFORMED_JSON"),
-		create("an array of the object", "["+body()+"]", 400, "MALFORMED_JSON"),
-		create("trailing garbage", body()+"x", 400, "MALFORMED_JSON"),
-		create("1 MB of valid JSON", body("description", `"`+strings.Repeat("x", 1<<20)+`"`), 413, "PAYLOAD_TOO_LARGE"),
+		create("an array of the object", "["+servicetest.Body()+"]", 400, "MALFORMED_JSON"),
+		create("trailing garbage", servicetest.Body()+"x", 400, "MALFORMED_JSON"),
+		create("1 MB of valid JSON", servicetest.Body("description", `"`+strings.Repeat("x", 1<<20)+`"`), 413, "PAYLOAD_TOO_LARGE"),
 		create("1 MB of brackets", strings.Repeat("[", 1<<20), 413, "PAYLOAD_TOO_LARGE"),
 		create("1 MB of NULs", strings.Repeat("\x00", 1<<20), 413, "PAYLOAD_TOO_LARGE"),
 		refund("1 MB body", `{"amount":"1.00","reason":"`+strings.Repeat("x", 1<<20)+`"}`, 413, "PAYLOAD_TOO_LARGE"),
@@ -146,11 +147,11 @@ func TestBadInputCorpus(t *testing.T) {
 		return c
 	}
 	add(
-		withHeader(create("key with invalid UTF-8", body(), 400, "IDEMPOTENCY_KEY_INVALID"), "Idempotency-Key", "k\xff"),
-		withHeader(create("key of 8 KiB", body(), 400, "IDEMPOTENCY_KEY_INVALID"), "Idempotency-Key", strings.Repeat("k", 8<<10)),
-		withHeader(create("key, bad quoting", body(), 400, "IDEMPOTENCY_KEY_INVALID"), "Idempotency-Key", `"k\x"`),
-		withHeader(create("content type with invalid UTF-8", body(), 415, "UNSUPPORTED_MEDIA_TYPE"), "Content-Type", "application/json\xff"),
-		withHeader(create("content type with junk parameters", body(), 415, "UNSUPPORTED_MEDIA_TYPE"), "Content-Type", "application/json; ;;=="),
+		withHeader(create("key with invalid UTF-8", servicetest.Body(), 400, "IDEMPOTENCY_KEY_INVALID"), "Idempotency-Key", "k\xff"),
+		withHeader(create("key of 8 KiB", servicetest.Body(), 400, "IDEMPOTENCY_KEY_INVALID"), "Idempotency-Key", strings.Repeat("k", 8<<10)),
+		withHeader(create("key, bad quoting", servicetest.Body(), 400, "IDEMPOTENCY_KEY_INVALID"), "Idempotency-Key", `"k\x"`),
+		withHeader(create("content type with invalid UTF-8", servicetest.Body(), 415, "UNSUPPORTED_MEDIA_TYPE"), "Content-Type", "application/json\xff"),
+		withHeader(create("content type with junk parameters", servicetest.Body(), 415, "UNSUPPORTED_MEDIA_TYPE"), "Content-Type", "application/json; ;;=="),
 	)
 	for name, auth := range map[string]string{
 		"no Authorization":     "",
@@ -164,18 +165,18 @@ func TestBadInputCorpus(t *testing.T) {
 		"a secret of 64 KiB":   "Bearer " + strings.Repeat("s", 64<<10),
 		"a secret with quotes": `Bearer "` + secretA + `"`,
 	} {
-		add(withHeader(badInput{name: "Authorization: " + name, method: "GET", path: "/payments", header: bearer(secretA), status: 401, code: "UNAUTHORIZED"}, "Authorization", auth),
-			withHeader(create("Authorization: "+name, body(), 401, "UNAUTHORIZED"), "Authorization", auth))
+		add(withHeader(badInput{name: "Authorization: " + name, method: "GET", path: "/payments", header: servicetest.Bearer(secretA), status: 401, code: "UNAUTHORIZED"}, "Authorization", auth),
+			withHeader(create("Authorization: "+name, servicetest.Body(), 401, "UNAUTHORIZED"), "Authorization", auth))
 	}
 	// Junk ids in paths, and junk query parameters.
 	cursor := func(raw string) string { return url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(raw))) }
 	for _, id := range []string{"%00", "%FF", "%C0%AF", "pay_%00", "pay_%ED%A0%80", strings.Repeat("x", 4096), "..%2F..%2Fhealthz", "%20", "pay_'%3B--"} {
 		add(
-			badInput{name: "get payment " + id, method: "GET", path: "/payments/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
-			badInput{name: "list refunds of " + id, method: "GET", path: "/payments/" + id + "/refunds", header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
-			badInput{name: "get refund of " + id, method: "GET", path: "/payments/" + id + "/refunds/re_x", header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-			badInput{name: "get refund " + id, method: "GET", path: refunds + "/" + id, header: bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such refund."},
-			badInput{name: "refund " + id, method: "POST", path: "/payments/" + id + "/refunds", header: createHeaders(secretA, "k-bad"), body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "get payment " + id, method: "GET", path: "/payments/" + id, header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "list refunds of " + id, method: "GET", path: "/payments/" + id + "/refunds", header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such payment."},
+			badInput{name: "get refund of " + id, method: "GET", path: "/payments/" + id + "/refunds/re_x", header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND"},
+			badInput{name: "get refund " + id, method: "GET", path: refunds + "/" + id, header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND", detail: "No such refund."},
+			badInput{name: "refund " + id, method: "POST", path: "/payments/" + id + "/refunds", header: servicetest.CreateHeaders(secretA, "k-bad"), body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND", detail: "No such payment."},
 		)
 	}
 	for _, q := range []string{
@@ -184,11 +185,11 @@ func TestBadInputCorpus(t *testing.T) {
 		"cursor=" + cursor("2026-01-01T00:00:00Z|pay_\xff"), "cursor=" + cursor("99999-01-01T00:00:00Z|pay_1"), "cursor=" + cursor("|pay_"),
 		"accountId=%00", "accountId=acc%FF", "accountId=acc%ED%A0%80",
 	} {
-		add(badInput{name: "list ?" + q, method: "GET", path: "/payments?" + q, header: bearer(secretA), status: 400, code: "VALIDATION_FAILED"})
+		add(badInput{name: "list ?" + q, method: "GET", path: "/payments?" + q, header: servicetest.Bearer(secretA), status: 400, code: "VALIDATION_FAILED"})
 	}
 	add(
-		badInput{name: "unknown route", method: "GET", path: "/payments/x/y/z/w", header: bearer(secretA), status: 404, code: "NOT_FOUND"},
-		badInput{name: "unknown method", method: "DELETE", path: "/payments", header: bearer(secretA), status: 405, code: "METHOD_NOT_ALLOWED"},
+		badInput{name: "unknown route", method: "GET", path: "/payments/x/y/z/w", header: servicetest.Bearer(secretA), status: 404, code: "NOT_FOUND"},
+		badInput{name: "unknown method", method: "DELETE", path: "/payments", header: servicetest.Bearer(secretA), status: 405, code: "METHOD_NOT_ALLOWED"},
 	)
 
 	for _, c := range corpus {
@@ -196,8 +197,8 @@ func TestBadInputCorpus(t *testing.T) {
 			// Cases 4 s apart: the corpus's many failed authentications,
 			// from one address, never make 20 within a minute, which would
 			// refuse the address (429 TOO_MANY_FAILED_AUTHENTICATIONS).
-			e.clock.Advance(4 * time.Second)
-			r := e.do(c.method, c.path, []byte(c.body), c.header)
+			e.Clock.Advance(4 * time.Second)
+			r := e.Do(c.method, c.path, []byte(c.body), c.header)
 			ct := r.Header.Get("Content-Type")
 			if r.Status >= 500 || ct != "application/problem+json" {
 				t.Fatalf("%s %.80s: got %d %s %.300s", c.method, c.path, r.Status, ct, r.Body)
@@ -233,24 +234,24 @@ func TestBadInputCorpus(t *testing.T) {
 		"CR in a header":         "Authorization: Bearer " + secretA + "\r\nX-Junk: a\rb\r\n",
 		"NUL in a header name":   "X-J\x00unk: 1\r\n",
 	} {
-		if status := rawRequest(t, e.url, "POST /payments HTTP/1.1\r\nHost: x\r\n"+raw+"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"); status != 400 {
+		if status := rawRequest(t, e.URL, "POST /payments HTTP/1.1\r\nHost: x\r\n"+raw+"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"); status != 400 {
 			t.Errorf("%s: net/http answered %d, want 400", name, status)
 		}
 	}
 
 	// Nothing was written, and the server still serves normal requests.
 	for _, table := range []string{"payments", "idempotency_keys", "refunds"} {
-		if n := e.count(table); n != map[string]int{"payments": 1, "idempotency_keys": 1, "refunds": 0}[table] {
+		if n := e.Count(table); n != map[string]int{"payments": 1, "idempotency_keys": 1, "refunds": 0}[table] {
 			t.Errorf("%s has %d rows after the bad input", table, n)
 		}
 	}
-	if r := e.post("k-bad", body("merchantReference", `"inv-after"`)); r.Status != http.StatusCreated {
+	if r := e.Post("k-bad", servicetest.Body("merchantReference", `"inv-after"`)); r.Status != http.StatusCreated {
 		t.Errorf("a normal payment after the bad input: %d %s", r.Status, r.Body)
 	}
-	if r := e.refund(paid, "k-bad", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
+	if r := e.Refund(paid, "k-bad", `{"amount":"1.00"}`); r.Status != http.StatusCreated {
 		t.Errorf("a normal refund after the bad input: %d %s", r.Status, r.Body)
 	}
-	if r := e.do("GET", "/healthz", nil, nil); r.Status != http.StatusOK {
+	if r := e.Do("GET", "/healthz", nil, nil); r.Status != http.StatusOK {
 		t.Errorf("healthz after the bad input: %d", r.Status)
 	}
 }
@@ -288,14 +289,14 @@ func rawRequest(t *testing.T, base, raw string) int {
 }
 
 // A body with unknown members is answered with all there is to fix at
-// once: every unknown member, and the invalid known fields beside them
-// (issue 21: an unknown field hid the other errors).
+// once: every unknown member, and the invalid known fields beside them (an
+// unknown field must not hide the other errors).
 func TestUnknownMembersAndInvalidFieldsAreReportedTogether(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	b := body("amount", `"-1.00"`, "extra", `1`)
-	r := e.post("k-all-errors", b[:len(b)-1]+`,"Other":"x"}`)
-	if r.Status != http.StatusBadRequest || r.json(t)["code"] != "VALIDATION_FAILED" {
+	b := servicetest.Body("amount", `"-1.00"`, "extra", `1`)
+	r := e.Post("k-all-errors", b[:len(b)-1]+`,"Other":"x"}`)
+	if r.Status != http.StatusBadRequest || r.JSON(t)["code"] != "VALIDATION_FAILED" {
 		t.Fatalf("got %d %s", r.Status, r.Body)
 	}
 	var p struct {
@@ -312,30 +313,29 @@ func TestUnknownMembersAndInvalidFieldsAreReportedTogether(t *testing.T) {
 	if !slices.Equal(fields, []string{"Other", "amount", "extra"}) {
 		t.Fatalf("fields %v, want Other, amount and extra: %s", fields, r.Body)
 	}
-	if n := e.count("payments"); n != 0 {
+	if n := e.Count("payments"); n != 0 {
 		t.Fatalf("%d payments made", n)
 	}
 }
 
 // What the spec says of the payments' identifiers holds: GET /payments
 // refuses an accountId that POST /payments would (empty, over-long, not
-// printable), and a 128-character limit counts characters, not bytes
-// (issue 21).
+// printable), and a 128-character limit counts characters, not bytes.
 func TestIdentifierLimitsCountCharacters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, q := range []string{"accountId=", "accountId=" + strings.Repeat("a", 129), "accountId=acc%091", "accountId=acc%00", "accountId=%ff"} {
-		if r := e.get(secretA, "/payments?"+q); r.Status != http.StatusBadRequest || r.json(t)["code"] != "VALIDATION_FAILED" {
+		if r := e.Get(secretA, "/payments?"+q); r.Status != http.StatusBadRequest || r.JSON(t)["code"] != "VALIDATION_FAILED" {
 			t.Errorf("GET /payments?%.20s...: %d %s, want 400", q, r.Status, r.Body)
 		}
 	}
-	if r := e.get(secretA, "/payments?accountId="+url.QueryEscape(strings.Repeat("é", 128))); r.Status != http.StatusOK {
+	if r := e.Get(secretA, "/payments?accountId="+url.QueryEscape(strings.Repeat("é", 128))); r.Status != http.StatusOK {
 		t.Errorf("128 é: %d %s, want 200", r.Status, r.Body)
 	}
-	if r := e.post("k-chars", body("accountId", `"`+strings.Repeat("é", 100)+`"`)); r.Status != http.StatusCreated {
+	if r := e.Post("k-chars", servicetest.Body("accountId", `"`+strings.Repeat("é", 100)+`"`)); r.Status != http.StatusCreated {
 		t.Errorf("an accountId of 100 é (200 bytes): %d %s, want 201", r.Status, r.Body)
 	}
-	if r := e.post("k-chars-2", body("accountId", `"`+strings.Repeat("é", 129)+`"`)); r.Status != http.StatusBadRequest {
+	if r := e.Post("k-chars-2", servicetest.Body("accountId", `"`+strings.Repeat("é", 129)+`"`)); r.Status != http.StatusBadRequest {
 		t.Errorf("an accountId of 129 é: %d %s, want 400", r.Status, r.Body)
 	}
 }

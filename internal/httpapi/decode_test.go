@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // A member encoding/json does not match to a field is refused as the
@@ -268,8 +269,8 @@ func TestAnAmountSentAsANumberIsToldToBeADecimalStringInTheMajorUnit(t *testing.
 		body string
 		dst  any
 	}{
-		"payment":          {body("amount", "1000"), &payments.CreateRequest{}},
-		"payment, a float": {body("amount", "10.5"), &payments.CreateRequest{}},
+		"payment":          {servicetest.Body("amount", "1000"), &payments.CreateRequest{}},
+		"payment, a float": {servicetest.Body("amount", "10.5"), &payments.CreateRequest{}},
 		"refund":           {`{"amount":300}`, &refunds.CreateRequest{}},
 		"capture":          {`{"amount":800}`, &authorizations.CaptureRequest{}},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
@@ -41,6 +42,7 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		expired  *idempotency.KeyExpiredError
 		invalid  *validate.Error
 		cardData *validate.CardDataError
+		refused  *provider.Refusal
 	)
 	switch {
 	case r.Context().Err() != nil && errors.Is(err, context.Canceled):
@@ -67,6 +69,9 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		p := problem.New(http.StatusBadRequest, problem.ValidationFailed, "One or more fields are invalid.")
 		p.Errors = invalid.Fields
 		p.Write(w)
+	case errors.As(err, &refused):
+		// Found before the claim: nothing of the request was stored.
+		problem.New(http.StatusBadRequest, refusalCode(refused.Reason), refused.Detail).Write(w)
 	case errors.Is(err, providerflow.ErrUnavailable):
 		p := problem.New(http.StatusServiceUnavailable, problem.ProviderUnavailable, err.Error()).WithRetryAfter()
 		var on *idempotency.ResourceError
@@ -89,6 +94,14 @@ func (ew errorWriter) write(w http.ResponseWriter, r *http.Request, err error) {
 		logFrom(r).ErrorContext(r.Context(), "request failed", "error", err)
 		problem.New(http.StatusInternalServerError, problem.Internal, "An unexpected error occurred.").Write(w)
 	}
+}
+
+// refusalCode is the problem code of a provider's refusal.
+func refusalCode(reason provider.RefusalReason) problem.Code {
+	if reason == provider.RefusedPaymentMethod {
+		return problem.UnknownTestPaymentMethod
+	}
+	return problem.AmountNotSupportedByProvider
 }
 
 // problem writes p, with the service's Retry-After when p asks for it.

@@ -25,6 +25,8 @@ import (
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // TestResponsesConformToTheOpenAPISpec drives the whole API through real
@@ -49,52 +51,52 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 
 	groups := []struct {
 		name string
-		opts []envOption
+		opts []servicetest.Option
 		run  func(t *testing.T, c *conformance)
 	}{
 		{"create, replay, decline, conflicts, reads", nil, func(t *testing.T, c *conformance) {
 			created := c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				name: "201 created", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			replay := c.check(specExchange{
-				name: "201 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				name: "201 replayed", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 			if !bytes.Equal(replay.Body, created.Body) {
 				t.Errorf("the replay is not the original body byte for byte:\n%s\n%s", created.Body, replay.Body)
 			}
-			declineBody := body("merchantReference", `"invoice-7782"`, "paymentMethod", `"pm_card_insufficientFunds"`)
+			declineBody := servicetest.Body("merchantReference", `"invoice-7782"`, "paymentMethod", `"pm_card_insufficientFunds"`)
 			c.check(specExchange{
-				name: "402 declined", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
+				name: "402 declined", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-2"), body: declineBody,
 				status: 402, code: "PAYMENT_DECLINED",
 			})
 			c.check(specExchange{
-				name: "402 replayed", method: "POST", path: "/payments", header: createHeaders(secretA, "k-2"), body: declineBody,
+				name: "402 replayed", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-2"), body: declineBody,
 				status: 402, code: "PAYMENT_DECLINED", headers: []string{"Idempotent-Replayed"}, replayed: true,
 			})
 			c.check(specExchange{
-				name: "422 key reused for another command", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"),
-				body: body("amount", `"11.00"`), status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+				name: "422 key reused for another command", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"),
+				body: servicetest.Body("amount", `"11.00"`), status: 422, code: "IDEMPOTENCY_KEY_REUSED",
 			})
 			c.check(specExchange{
-				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: createHeaders(secretA, "k-3"), body: body(),
+				name: "409 duplicate merchant reference", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-3"), body: servicetest.Body(),
 				status: 409, code: "DUPLICATE_MERCHANT_REFERENCE",
 			})
 
 			location := created.Header.Get("Location")
-			c.check(specExchange{name: "200 get one payment", method: "GET", path: location, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get one payment", method: "GET", path: location, header: servicetest.Bearer(secretA), status: 200})
 			c.check(specExchange{
-				name: "404 unknown payment", method: "GET", path: "/payments/pay_doesnotexist", header: bearer(secretA),
+				name: "404 unknown payment", method: "GET", path: "/payments/pay_doesnotexist", header: servicetest.Bearer(secretA),
 				status: 404, code: "NOT_FOUND",
 			})
 			c.check(specExchange{
-				name: "404 another tenant's payment", method: "GET", path: location, header: bearer(secretB),
+				name: "404 another tenant's payment", method: "GET", path: location, header: servicetest.Bearer(secretB),
 				status: 404, code: "NOT_FOUND",
 			})
 
 			first := c.check(specExchange{
-				name: "200 list, first page", method: "GET", path: "/payments?accountId=acc_1&limit=1", header: bearer(secretA), status: 200,
+				name: "200 list, first page", method: "GET", path: "/payments?accountId=acc_1&limit=1", header: servicetest.Bearer(secretA), status: 200,
 			})
 			var page struct {
 				Items      []json.RawMessage `json:"items"`
@@ -105,17 +107,41 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			}
 			last := c.check(specExchange{
 				name: "200 list, last page", method: "GET", path: "/payments?accountId=acc_1&limit=1&cursor=" + url.QueryEscape(page.NextCursor),
-				header: bearer(secretA), status: 200,
+				header: servicetest.Bearer(secretA), status: 200,
 			})
 			if bytes.Contains(last.Body, []byte(`"nextCursor"`)) {
 				t.Errorf("the last page has a nextCursor: %s", last.Body)
 			}
 			c.check(specExchange{
-				name: "400 list limit out of range", method: "GET", path: "/payments?limit=0", header: bearer(secretA),
+				name: "400 list limit out of range", method: "GET", path: "/payments?limit=0", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "limit"`,
 			})
 			c.check(specExchange{
-				name: "400 list cursor not issued", method: "GET", path: "/payments?cursor=nope", header: bearer(secretA),
+				name: "400 list cursor not issued", method: "GET", path: "/payments?cursor=nope", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
+				name: "200 list, every filter", method: "GET", header: servicetest.Bearer(secretA), status: 200,
+				path: "/payments?accountId=acc_1&merchantReference=invoice-7781&status=SUCCEEDED,DECLINED&createdFrom=2026-01-01T00:00:00Z&createdTo=2099-01-01T00:00:00%2B01:00",
+			})
+			c.check(specExchange{
+				name: "400 list, an unknown status", method: "GET", path: "/payments?status=SUCCEEDED,EXPLODED", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "status"`,
+			})
+			c.check(specExchange{
+				name: "400 list, a time that is not one", method: "GET", path: "/payments?createdFrom=yesterday", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "createdFrom"`,
+			})
+			c.check(specExchange{
+				name: "400 list, an unknown parameter", method: "GET", path: "/payments?state=FAILED", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
+				name: "400 a payment, any parameter", method: "GET", path: location + "?expand=refunds", header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED",
+			})
+			c.check(specExchange{
+				name: "400 create, a query parameter", method: "POST", path: "/payments?dryRun=true", header: servicetest.CreateHeaders(secretA, "k-q"), body: servicetest.Body(),
 				status: 400, code: "VALIDATION_FAILED",
 			})
 			c.check(specExchange{
@@ -127,63 +153,78 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"rejected create requests", nil, func(t *testing.T, c *conformance) {
-			noKey := createHeaders(secretA, "")
+			noKey := servicetest.CreateHeaders(secretA, "")
 			delete(noKey, "Idempotency-Key")
-			noAuth := createHeaders("", "k")
+			noAuth := servicetest.CreateHeaders("", "k")
 			delete(noAuth, "Authorization")
-			textPlain := createHeaders(secretA, "k")
+			textPlain := servicetest.CreateHeaders(secretA, "k")
 			textPlain["Content-Type"] = "text/plain"
 			// Valid JSON and a valid command, padded past 16 KiB: only the
 			// size is wrong, which no schema keyword can say.
-			tooLarge := body() + strings.Repeat(" ", 17<<10)
+			tooLarge := servicetest.Body() + strings.Repeat(" ", 17<<10)
 			for _, x := range []specExchange{
-				{name: "401 no credentials", header: noAuth, body: body(), status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
-				{name: "401 unknown secret", header: createHeaders("sk_test_unknown", "k"), body: body(), status: 401, code: "UNAUTHORIZED"},
-				{name: "400 key missing", header: noKey, body: body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
-				{name: "400 malformed JSON", header: createHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
-				{name: "400 unknown field", header: createHeaders(secretA, "k"), body: body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
-				{name: "400 amount not a string", header: createHeaders(secretA, "k"), body: body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
-				{name: "400 too many fraction digits", header: createHeaders(secretA, "k"), body: body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
-				{name: "413 body too large", header: createHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
-				{name: "415 wrong content type", header: textPlain, body: body(), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
+				{name: "401 no credentials", header: noAuth, body: servicetest.Body(), status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
+				{name: "401 unknown secret", header: servicetest.CreateHeaders("sk_test_unknown", "k"), body: servicetest.Body(), status: 401, code: "UNAUTHORIZED"},
+				{name: "400 key missing", header: noKey, body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
+				{name: "400 key too long", header: servicetest.CreateHeaders(secretA, strings.Repeat("k", 256)), body: servicetest.Body(), status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "400 malformed JSON", header: servicetest.CreateHeaders(secretA, "k"), body: `{"accountId":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "400 unknown field", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body("extra", `"x"`), status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
+				{name: "400 amount not a string", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body("amount", `10`), status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 too many fraction digits", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body("amount", `"10.001"`), status: 400, code: "VALIDATION_FAILED"},
+				{name: "413 body too large", header: servicetest.CreateHeaders(secretA, "k"), body: tooLarge, status: 413, code: "PAYLOAD_TOO_LARGE"},
+				{name: "415 wrong content type", header: textPlain, body: servicetest.Body(), status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
 			} {
 				x.method, x.path = "POST", "/payments"
 				c.check(x)
 			}
-			if n := c.e.count("payments"); n != 0 {
+			if n := c.e.Count("payments"); n != 0 {
 				t.Errorf("rejected requests wrote %d payments", n)
 			}
 		}},
 
-		{"outcome unknown", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
-			r := c.check(specExchange{
-				name: "202 provider timed out", method: "POST", path: "/payments", header: createHeaders(secretA, "k-lost"),
-				body: body("paymentMethod", `"pm_sim_timeout_after_success"`), status: 202, headers: []string{"Location", "Retry-After"},
-			})
-			if got := r.json(t)["status"]; got != "PROCESSING" {
-				t.Errorf("202 with status %v, want PROCESSING", got)
+		{"what the provider would refuse", []servicetest.Option{servicetest.WithSimRules(units.Stripe())}, func(t *testing.T, c *conformance) {
+			for _, x := range []specExchange{
+				{name: "400 amount not supported by the provider", header: servicetest.CreateHeaders(secretA, "k-bhd"),
+					body: servicetest.Body("amount", `"1.234"`, "currency", `"BHD"`), status: 400, code: "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"},
+				{name: "400 unknown test payment method", header: servicetest.CreateHeaders(secretA, "k-typo"),
+					body: servicetest.Body("paymentMethod", `"pm_card_vsia"`), status: 400, code: "UNKNOWN_TEST_PAYMENT_METHOD"},
+			} {
+				x.method, x.path = "POST", "/payments"
+				c.check(x)
 			}
-			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: bearer(secretA), status: 200})
+			if n := c.e.Count("payments"); n != 0 {
+				t.Errorf("refused requests wrote %d payments", n)
+			}
 		}},
 
-		{"the audit log", []envOption{withOperators(t)}, func(t *testing.T, c *conformance) {
-			if r := c.e.do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), createHeaders(secretA, "k-ep")); r.Status != 201 {
+		{"outcome unknown", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			r := c.check(specExchange{
+				name: "202 provider timed out", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-lost"),
+				body: servicetest.Body("paymentMethod", `"pm_sim_timeout_after_success"`), status: 202, headers: []string{"Location", "Retry-After"},
+			})
+			if got := r.JSON(t)["status"]; got != "PROCESSING" {
+				t.Errorf("202 with status %v, want PROCESSING", got)
+			}
+			c.check(specExchange{name: "200 get a payment in doubt", method: "GET", path: r.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
+		}},
+
+		{"the audit log", []servicetest.Option{servicetest.WithOperators(t)}, func(t *testing.T, c *conformance) {
+			if r := c.e.Do("POST", "/webhook-endpoints", []byte(`{"url":"http://127.0.0.1:9/hook"}`), servicetest.CreateHeaders(secretA, "k-ep")); r.Status != 201 {
 				t.Fatalf("create an endpoint: %d %s", r.Status, r.Body)
 			}
-			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: bearer(operatorSecret), status: 200})
-			c.check(specExchange{name: "403 audit events to a tenant's key", method: "GET", path: "/audit-events", header: bearer(secretA),
+			c.check(specExchange{name: "200 audit events", method: "GET", path: "/audit-events?limit=10", header: servicetest.Bearer(servicetest.OperatorSecret), status: 200})
+			c.check(specExchange{name: "403 audit events to a tenant's key", method: "GET", path: "/audit-events", header: servicetest.Bearer(secretA),
 				status: 403, code: "OPERATORS_ONLY"})
 			c.check(specExchange{name: "401 audit events without a key", method: "GET", path: "/audit-events", header: nil,
 				status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"})
 		}},
 		{"the event log", nil, func(t *testing.T, c *conformance) {
-			c.e.pay("pm_card_visa", "inv-ev")
-			refunded := c.e.pay("pm_card_visa", "inv-ev2")
-			if r := c.e.refundAs(secretA, refunded, "ev-r", `{"amount":"1.00"}`); r.Status != 201 {
+			c.e.Pay("pm_card_visa", "inv-ev")
+			refunded := c.e.Pay("pm_card_visa", "inv-ev2")
+			if r := c.e.RefundAs(secretA, refunded, "ev-r", `{"amount":"1.00"}`); r.Status != 201 {
 				t.Fatalf("refund: %d %s", r.Status, r.Body)
 			}
-			rows, err := c.e.pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload FROM outbox_events`)
+			rows, err := c.e.Pool.Query(t.Context(), `SELECT id::text, event_type, aggregate_type, aggregate_id, created_at, payload FROM outbox_events`)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,10 +235,10 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.e.core.EventLog.FanOut(t.Context(), events); err != nil { // as the relay does
+			if err := c.e.Core.EventLog.FanOut(t.Context(), events); err != nil { // as the relay does
 				t.Fatal(err)
 			}
-			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: bearer(secretA), status: 200})
+			page := c.check(specExchange{name: "200 events", method: "GET", path: "/events?limit=2", header: servicetest.Bearer(secretA), status: 200})
 			var list struct {
 				Items []struct {
 					EventID string `json:"eventId"`
@@ -207,223 +248,230 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 			if err := json.Unmarshal(page.Body, &list); err != nil || len(list.Items) != 2 || list.NextCursor == "" {
 				t.Fatalf("a page of events: %s", page.Body)
 			}
-			c.check(specExchange{name: "200 events, next page", method: "GET", path: "/events?limit=2&cursor=" + list.NextCursor, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 events of a type", method: "GET", path: "/events?type=refund.succeeded", header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 an event", method: "GET", path: "/events/" + list.Items[0].EventID, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "404 another tenant's event", method: "GET", path: "/events/" + list.Items[0].EventID, header: bearer(secretB),
+			c.check(specExchange{name: "200 events, next page", method: "GET", path: "/events?limit=2&cursor=" + list.NextCursor, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 events of a type", method: "GET", path: "/events?type=refund.succeeded", header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 events of a payment, of two types, in a range", method: "GET",
+				path:   "/events?paymentId=" + refunded + "&type=refund.succeeded,payment.succeeded&createdFrom=2026-01-01T00:00:00Z&createdTo=2099-01-01T00:00:00%2B01:00&after=2026-01-01T00:00:00Z",
+				header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "400 events, an unknown parameter", method: "GET", path: "/events?payment=" + refunded, header: servicetest.Bearer(secretA),
+				status: 400, code: "VALIDATION_FAILED"})
+			c.check(specExchange{name: "400 an event, any parameter", method: "GET", path: "/events/" + list.Items[0].EventID + "?expand=data",
+				header: servicetest.Bearer(secretA), status: 400, code: "VALIDATION_FAILED"})
+			c.check(specExchange{name: "200 an event", method: "GET", path: "/events/" + list.Items[0].EventID, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "404 another tenant's event", method: "GET", path: "/events/" + list.Items[0].EventID, header: servicetest.Bearer(secretB),
 				status: 404, code: "NOT_FOUND"})
-			c.check(specExchange{name: "400 events of an unknown type", method: "GET", path: "/events?type=payment.exploded", header: bearer(secretA),
+			c.check(specExchange{name: "400 events of an unknown type", method: "GET", path: "/events?type=payment.exploded", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED", specRejects: `parameter "type"`})
-			c.check(specExchange{name: "400 events, a cursor not issued", method: "GET", path: "/events?cursor=nope", header: bearer(secretA),
+			c.check(specExchange{name: "400 events, a cursor not issued", method: "GET", path: "/events?cursor=nope", header: servicetest.Bearer(secretA),
 				status: 400, code: "VALIDATION_FAILED"})
 			c.check(specExchange{name: "401 events", method: "GET", path: "/events", status: 401, code: "UNAUTHORIZED",
 				specRejects: "security requirements failed"})
 		}},
 
-		{"refunds", []envOption{withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
-			pay := c.e.pay("pm_card_visa", "inv-r")
+		{"refunds", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			pay := c.e.Pay("pm_card_visa", "inv-r")
 			refunds := "/payments/" + pay + "/refunds"
 			created := c.check(specExchange{
-				name: "201 refund", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				name: "201 refund", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-1"),
 				body: `{"amount":"3.00","reason":"requested_by_customer"}`, status: 201, headers: []string{"Location"},
 			})
 			c.check(specExchange{
-				name: "201 refund replayed", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+				name: "201 refund replayed", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-1"),
 				body: `{"amount":"3.00","reason":"requested_by_customer"}`, status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
-			c.check(specExchange{name: "422 refund key reused", method: "POST", path: refunds, header: createHeaders(secretA, "r-1"),
+			c.check(specExchange{name: "422 refund key reused", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-1"),
 				body: `{"amount":"4.00"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
-			c.check(specExchange{name: "409 refund exceeds", method: "POST", path: refunds, header: createHeaders(secretA, "r-2"),
+			c.check(specExchange{name: "409 refund exceeds", method: "POST", path: refunds, header: servicetest.CreateHeaders(secretA, "r-2"),
 				body: `{"amount":"7.01"}`, status: 409, code: "REFUND_EXCEEDS_REFUNDABLE"})
-			c.check(specExchange{name: "404 refund of an unknown payment", method: "POST", path: "/payments/pay_none/refunds", header: createHeaders(secretA, "r-3"),
+			c.check(specExchange{name: "404 refund of an unknown payment", method: "POST", path: "/payments/pay_none/refunds", header: servicetest.CreateHeaders(secretA, "r-3"),
 				body: `{"amount":"1.00"}`, status: 404, code: "NOT_FOUND"})
-			c.check(specExchange{name: "400 refund without a key", method: "POST", path: refunds, header: bearer(secretA),
+			c.check(specExchange{name: "400 refund without a key", method: "POST", path: refunds, header: servicetest.Bearer(secretA),
 				body: `{"amount":"1.00"}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: "Idempotency-Key"})
-			c.check(specExchange{name: "200 list refunds", method: "GET", path: refunds, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 get a refund", method: "GET", path: created.Header.Get("Location"), header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "200 payment with refundedAmount", method: "GET", path: "/payments/" + pay, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 list refunds", method: "GET", path: refunds, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a refund", method: "GET", path: created.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 payment with refundedAmount", method: "GET", path: "/payments/" + pay, header: servicetest.Bearer(secretA), status: 200})
 
-			declined := c.e.pay("pm_sim_refund_declined", "inv-rd")
-			c.check(specExchange{name: "402 refund declined", method: "POST", path: "/payments/" + declined + "/refunds", header: createHeaders(secretA, "r-4"),
+			declined := c.e.Pay("pm_sim_refund_declined", "inv-rd")
+			c.check(specExchange{name: "402 refund declined", method: "POST", path: "/payments/" + declined + "/refunds", header: servicetest.CreateHeaders(secretA, "r-4"),
 				body: `{"amount":"1.00"}`, status: 402, code: "REFUND_DECLINED"})
-			lost := c.e.pay("pm_sim_refund_timeout_after_success", "inv-rl")
-			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: createHeaders(secretA, "r-5"),
+			lost := c.e.Pay("pm_sim_refund_timeout_after_success", "inv-rl")
+			c.check(specExchange{name: "202 refund outcome unknown", method: "POST", path: "/payments/" + lost + "/refunds", header: servicetest.CreateHeaders(secretA, "r-5"),
 				body: `{"amount":"1.00"}`, status: 202})
-			notPaid := c.e.post("k-np", body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).json(t)["paymentId"].(string)
-			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: createHeaders(secretA, "r-6"),
+			notPaid := c.e.Post("k-np", servicetest.Body("merchantReference", `"inv-np"`, "paymentMethod", `"pm_card_chargeDeclined"`)).JSON(t)["paymentId"].(string)
+			c.check(specExchange{name: "409 payment not refundable", method: "POST", path: "/payments/" + notPaid + "/refunds", header: servicetest.CreateHeaders(secretA, "r-6"),
 				body: `{"amount":"1.00"}`, status: 409, code: "PAYMENT_NOT_REFUNDABLE"})
 		}},
 
 		{"manual capture", nil, func(t *testing.T, c *conformance) {
 			auth := c.check(specExchange{
-				name: "201 authorized", method: "POST", path: "/payments", header: createHeaders(secretA, "k-auth"),
-				body: manualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
+				name: "201 authorized", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-auth"),
+				body: servicetest.ManualBody("inv-c1", "pm_card_visa"), status: 201, headers: []string{"Location"},
 			})
-			if p := auth.json(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
+			if p := auth.JSON(t); p["status"] != "REQUIRES_CAPTURE" || p["capturableAmount"] != "10.00" || p["authorizationExpiresAt"] == nil {
 				t.Errorf("manual payment: %s, want REQUIRES_CAPTURE with capturableAmount and authorizationExpiresAt", auth.Body)
 			}
 			capture := auth.Header.Get("Location") + "/capture"
 			captured := c.check(specExchange{
-				name: "200 partial capture", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				name: "200 partial capture", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location"},
 			})
-			if p := captured.json(t); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "8.00" {
+			if p := captured.JSON(t); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "8.00" {
 				t.Errorf("capture: %s, want SUCCEEDED with capturedAmount 8.00", captured.Body)
 			}
 			replay := c.check(specExchange{
-				name: "200 capture replayed", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+				name: "200 capture replayed", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{"amount":"8.00"}`, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 			if !bytes.Equal(replay.Body, captured.Body) {
 				t.Errorf("the replay is not the original body byte for byte:\n%s\n%s", captured.Body, replay.Body)
 			}
-			c.check(specExchange{name: "422 capture key reused", method: "POST", path: capture, header: createHeaders(secretA, "c-1"),
+			c.check(specExchange{name: "422 capture key reused", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{"amount":"7.00"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
-			c.check(specExchange{name: "409 captured payment not capturable", method: "POST", path: capture, header: createHeaders(secretA, "c-2"),
+			c.check(specExchange{name: "409 captured payment not capturable", method: "POST", path: capture, header: servicetest.CreateHeaders(secretA, "c-2"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 			c.check(specExchange{name: "409 captured payment not cancelable", method: "POST", path: auth.Header.Get("Location") + "/cancel",
-				header: createHeaders(secretA, "x-1"), body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
-			c.check(specExchange{name: "200 get a captured payment", method: "GET", path: auth.Header.Get("Location"), header: bearer(secretA), status: 200})
+				header: servicetest.CreateHeaders(secretA, "x-1"), body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
+			c.check(specExchange{name: "200 get a captured payment", method: "GET", path: auth.Header.Get("Location"), header: servicetest.Bearer(secretA), status: 200})
 
 			// No body at all (and no Content-Type): the whole amount.
-			whole := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c2") + "/capture"
-			noBody := bearer(secretA)
+			whole := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-c2") + "/capture"
+			noBody := servicetest.Bearer(secretA)
 			noBody["Idempotency-Key"] = "c-3"
 			r := c.check(specExchange{name: "200 capture without a body", method: "POST", path: whole, header: noBody,
 				status: 200, headers: []string{"Location"}})
-			if got := r.json(t)["capturedAmount"]; got != "10.00" {
+			if got := r.JSON(t)["capturedAmount"]; got != "10.00" {
 				t.Errorf("capture without a body captured %v, want 10.00", got)
 			}
 
-			open := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-c3") + "/capture"
-			textPlain := createHeaders(secretA, "c-4")
+			open := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-c3") + "/capture"
+			textPlain := servicetest.CreateHeaders(secretA, "c-4")
 			textPlain["Content-Type"] = "text/plain"
-			noKey := createHeaders(secretA, "")
+			noKey := servicetest.CreateHeaders(secretA, "")
 			delete(noKey, "Idempotency-Key")
 			for _, x := range []specExchange{
-				{name: "409 capture exceeds", header: createHeaders(secretA, "c-4"), body: `{"amount":"10.01"}`, status: 409, code: "CAPTURE_EXCEEDS_CAPTURABLE"},
-				{name: "400 capture amount invalid", header: createHeaders(secretA, "c-4"), body: `{"amount":"1.001"}`, status: 400, code: "VALIDATION_FAILED"},
-				{name: "400 capture amount not a string", header: createHeaders(secretA, "c-4"), body: `{"amount":8}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
-				{name: "400 capture unknown field", header: createHeaders(secretA, "c-4"), body: `{"extra":"x"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
-				{name: "400 capture malformed JSON", header: createHeaders(secretA, "c-4"), body: `{"amount":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "409 capture exceeds", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":"10.01"}`, status: 409, code: "CAPTURE_EXCEEDS_CAPTURABLE"},
+				{name: "400 capture amount invalid", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":"1.001"}`, status: 400, code: "VALIDATION_FAILED"},
+				{name: "400 capture amount not a string", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":8}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/amount"},
+				{name: "400 capture unknown field", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"extra":"x"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "extra"},
+				{name: "400 capture malformed JSON", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{"amount":`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
 				{name: "400 capture key missing", header: noKey, body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 capture key too long", header: createHeaders(secretA, strings.Repeat("k", 256)), body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
-				{name: "413 capture body too large", header: createHeaders(secretA, "c-4"), body: `{}` + strings.Repeat(" ", 17<<10), status: 413, code: "PAYLOAD_TOO_LARGE"},
+				{name: "400 capture key too long", header: servicetest.CreateHeaders(secretA, strings.Repeat("k", 256)), body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_INVALID"},
+				{name: "413 capture body too large", header: servicetest.CreateHeaders(secretA, "c-4"), body: `{}` + strings.Repeat(" ", 17<<10), status: 413, code: "PAYLOAD_TOO_LARGE"},
 				{name: "415 capture wrong content type", header: textPlain, body: `{}`, status: 415, code: "UNSUPPORTED_MEDIA_TYPE", specRejects: `Content-Type has unexpected value "text/plain"`},
 				{name: "401 capture without credentials", header: map[string]string{"Idempotency-Key": "c-4", "Content-Type": "application/json"}, body: `{}`, status: 401, code: "UNAUTHORIZED", specRejects: "security requirements failed"},
 			} {
 				x.method, x.path = "POST", open
 				c.check(x)
 			}
-			c.check(specExchange{name: "404 capture of an unknown payment", method: "POST", path: "/payments/pay_none/capture", header: createHeaders(secretA, "c-5"),
+			c.check(specExchange{name: "404 capture of an unknown payment", method: "POST", path: "/payments/pay_none/capture", header: servicetest.CreateHeaders(secretA, "c-5"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
-			c.check(specExchange{name: "404 capture of another tenant's payment", method: "POST", path: open, header: createHeaders(secretB, "c-5"),
+			c.check(specExchange{name: "404 capture of another tenant's payment", method: "POST", path: open, header: servicetest.CreateHeaders(secretB, "c-5"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
-			automatic := "/payments/" + c.e.pay("pm_card_visa", "inv-c4") + "/capture"
-			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: createHeaders(secretA, "c-6"),
+			automatic := "/payments/" + c.e.Pay("pm_card_visa", "inv-c4") + "/capture"
+			c.check(specExchange{name: "409 automatic payment not capturable", method: "POST", path: automatic, header: servicetest.CreateHeaders(secretA, "c-6"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
 
-			declines := "/payments/" + c.e.manualPayment("pm_sim_capture_declined", "inv-c5") + "/capture"
-			c.check(specExchange{name: "402 capture declined", method: "POST", path: declines, header: createHeaders(secretA, "c-7"),
+			declines := "/payments/" + c.e.ManualPayment("pm_sim_capture_declined", "inv-c5") + "/capture"
+			c.check(specExchange{name: "402 capture declined", method: "POST", path: declines, header: servicetest.CreateHeaders(secretA, "c-7"),
 				body: `{}`, status: 402, code: "CAPTURE_DECLINED"})
-			c.check(specExchange{name: "402 capture declined replayed", method: "POST", path: declines, header: createHeaders(secretA, "c-7"),
+			c.check(specExchange{name: "402 capture declined replayed", method: "POST", path: declines, header: servicetest.CreateHeaders(secretA, "c-7"),
 				body: `{}`, status: 402, code: "CAPTURE_DECLINED", headers: []string{"Idempotent-Replayed"}, replayed: true})
 			c.check(specExchange{name: "200 get a payment whose capture was declined", method: "GET", path: strings.TrimSuffix(declines, "/capture"),
-				header: bearer(secretA), status: 200})
+				header: servicetest.Bearer(secretA), status: 200})
 		}},
 
 		{"cancel", nil, func(t *testing.T, c *conformance) {
-			payment := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x1")
+			payment := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-x1")
 			canceled := c.check(specExchange{
-				name: "200 cancel", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+				name: "200 cancel", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location"},
 			})
-			if got := canceled.json(t)["status"]; got != "CANCELED" {
+			if got := canceled.JSON(t)["status"]; got != "CANCELED" {
 				t.Errorf("cancel: status %v, want CANCELED", got)
 			}
-			c.check(specExchange{name: "200 cancel replayed", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+			c.check(specExchange{name: "200 cancel replayed", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"requested_by_customer"}`, status: 200, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true})
-			c.check(specExchange{name: "422 cancel key reused", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-1"),
+			c.check(specExchange{name: "422 cancel key reused", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{"reason":"duplicate"}`, status: 422, code: "IDEMPOTENCY_KEY_REUSED"})
-			c.check(specExchange{name: "409 canceled payment not cancelable", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-2"),
+			c.check(specExchange{name: "409 canceled payment not cancelable", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-2"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
-			c.check(specExchange{name: "409 canceled payment not capturable", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-1"),
+			c.check(specExchange{name: "409 canceled payment not capturable", method: "POST", path: payment + "/capture", header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
-			c.check(specExchange{name: "200 get a canceled payment", method: "GET", path: payment, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a canceled payment", method: "GET", path: payment, header: servicetest.Bearer(secretA), status: 200})
 
-			other := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-x2") + "/cancel"
-			noBody := bearer(secretA)
+			other := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-x2") + "/cancel"
+			noBody := servicetest.Bearer(secretA)
 			noBody["Idempotency-Key"] = "x-3"
-			noKey := createHeaders(secretA, "")
+			noKey := servicetest.CreateHeaders(secretA, "")
 			delete(noKey, "Idempotency-Key")
 			for _, x := range []specExchange{
-				{name: "400 cancel reason invalid", header: createHeaders(secretA, "x-3"), body: `{"reason":"because"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/reason"},
+				{name: "400 cancel reason invalid", header: servicetest.CreateHeaders(secretA, "x-3"), body: `{"reason":"because"}`, status: 400, code: "VALIDATION_FAILED", specRejects: "/reason"},
 				{name: "400 cancel key missing", header: noKey, body: `{}`, status: 400, code: "IDEMPOTENCY_KEY_MISSING", specRejects: `"Idempotency-Key" in header`},
-				{name: "400 cancel malformed JSON", header: createHeaders(secretA, "x-3"), body: `{`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
+				{name: "400 cancel malformed JSON", header: servicetest.CreateHeaders(secretA, "x-3"), body: `{`, status: 400, code: "MALFORMED_JSON", specRejects: "failed to decode request body"},
 				{name: "200 cancel without a body", header: noBody, status: 200, headers: []string{"Location"}},
 			} {
 				x.method, x.path = "POST", other
 				c.check(x)
 			}
-			c.check(specExchange{name: "404 cancel of an unknown payment", method: "POST", path: "/payments/pay_none/cancel", header: createHeaders(secretA, "x-4"),
+			c.check(specExchange{name: "404 cancel of an unknown payment", method: "POST", path: "/payments/pay_none/cancel", header: servicetest.CreateHeaders(secretA, "x-4"),
 				body: `{}`, status: 404, code: "NOT_FOUND"})
-			automatic := "/payments/" + c.e.pay("pm_card_visa", "inv-x3") + "/cancel"
-			c.check(specExchange{name: "409 succeeded payment not cancelable", method: "POST", path: automatic, header: createHeaders(secretA, "x-5"),
+			automatic := "/payments/" + c.e.Pay("pm_card_visa", "inv-x3") + "/cancel"
+			c.check(specExchange{name: "409 succeeded payment not cancelable", method: "POST", path: automatic, header: servicetest.CreateHeaders(secretA, "x-5"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 			// A canceled payment frees its merchant reference.
-			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: createHeaders(secretA, "k-again"),
-				body: body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
+			c.check(specExchange{name: "201 the canceled payment's reference again", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-again"),
+				body: servicetest.Body("merchantReference", `"inv-x1"`), status: 201, headers: []string{"Location"}})
 			// A payment refused before processing moved no money: canceled.
-			if r := c.e.post("pay-refused", body("merchantReference", `"inv-x4"`, "paymentMethod", `"pm_sim_unavailable"`)); r.Status != 503 {
+			if r := c.e.Post("pay-refused", servicetest.Body("merchantReference", `"inv-x4"`, "paymentMethod", `"pm_sim_unavailable"`)); r.Status != 503 {
 				t.Fatalf("refused payment: %d %s", r.Status, r.Body)
 			}
 			var refused string
-			if err := c.e.pool.QueryRow(t.Context(), `SELECT id FROM payments WHERE merchant_reference = 'inv-x4'`).Scan(&refused); err != nil {
+			if err := c.e.Pool.QueryRow(t.Context(), `SELECT id FROM payments WHERE merchant_reference = 'inv-x4'`).Scan(&refused); err != nil {
 				t.Fatal(err)
 			}
 			if got := c.check(specExchange{name: "200 cancel of a payment that moved no money", method: "POST", path: "/payments/" + refused + "/cancel",
-				header: createHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.json(t)["status"] != "CANCELED" {
+				header: servicetest.CreateHeaders(secretA, "x-6"), body: `{}`, status: 200, headers: []string{"Location"}}); got.JSON(t)["status"] != "CANCELED" {
 				t.Errorf("cancel of a refused payment: %s", got.Body)
 			}
 		}},
 
-		{"capture and cancel outcomes unknown or refused", []envOption{withProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
-			lost := "/payments/" + c.e.manualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
-			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-1"),
+		{"capture and cancel outcomes unknown or refused", []servicetest.Option{servicetest.WithProviderTimeout(300 * time.Millisecond), withActionFaults(faults)}, func(t *testing.T, c *conformance) {
+			lost := "/payments/" + c.e.ManualPayment("pm_sim_capture_timeout_after_success", "inv-u1")
+			r := c.check(specExchange{name: "202 capture outcome unknown", method: "POST", path: lost + "/capture", header: servicetest.CreateHeaders(secretA, "c-1"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
-			if got := r.json(t)["status"]; got != "PROCESSING" {
+			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
-			c.check(specExchange{name: "200 get a payment whose capture is in doubt", method: "GET", path: lost, header: bearer(secretA), status: 200})
-			c.check(specExchange{name: "409 capture in flight: not capturable", method: "POST", path: lost + "/capture", header: createHeaders(secretA, "c-2"),
+			c.check(specExchange{name: "200 get a payment whose capture is in doubt", method: "GET", path: lost, header: servicetest.Bearer(secretA), status: 200})
+			c.check(specExchange{name: "409 capture in flight: not capturable", method: "POST", path: lost + "/capture", header: servicetest.CreateHeaders(secretA, "c-2"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CAPTURABLE"})
-			c.check(specExchange{name: "409 capture in flight: not cancelable", method: "POST", path: lost + "/cancel", header: createHeaders(secretA, "x-1"),
+			c.check(specExchange{name: "409 capture in flight: not cancelable", method: "POST", path: lost + "/cancel", header: servicetest.CreateHeaders(secretA, "x-1"),
 				body: `{}`, status: 409, code: "PAYMENT_NOT_CANCELABLE"})
 
-			voidLost := c.e.manualPayment("pm_card_visa", "inv-u2")
+			voidLost := c.e.ManualPayment("pm_card_visa", "inv-u2")
 			faults.loseVoid(voidLost)
-			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: createHeaders(secretA, "x-2"),
+			r = c.check(specExchange{name: "202 cancel outcome unknown", method: "POST", path: "/payments/" + voidLost + "/cancel", header: servicetest.CreateHeaders(secretA, "x-2"),
 				body: `{}`, status: 202, headers: []string{"Location", "Retry-After"}})
-			if got := r.json(t)["status"]; got != "PROCESSING" {
+			if got := r.JSON(t)["status"]; got != "PROCESSING" {
 				t.Errorf("202 with status %v, want PROCESSING", got)
 			}
 
-			refused := c.e.manualPayment("pm_card_visa", "inv-u3")
+			refused := c.e.ManualPayment("pm_card_visa", "inv-u3")
 			faults.refuseCapture(refused)
-			c.check(specExchange{name: "503 capture refused by the provider", method: "POST", path: "/payments/" + refused + "/capture", header: createHeaders(secretA, "c-3"),
+			c.check(specExchange{name: "503 capture refused by the provider", method: "POST", path: "/payments/" + refused + "/capture", header: servicetest.CreateHeaders(secretA, "c-3"),
 				body: `{}`, status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"}})
 		}},
 
-		{"capture in flight", []envOption{withActionFaults(held)}, func(t *testing.T, c *conformance) {
-			id := c.e.manualPayment("pm_card_visa", "inv-f1")
+		{"capture in flight", []servicetest.Option{withActionFaults(held)}, func(t *testing.T, c *conformance) {
+			id := c.e.ManualPayment("pm_card_visa", "inv-f1")
 			release := held.holdCapture(id)
-			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: createHeaders(secretA, "c-held"),
+			original := specExchange{name: "200 held capture", method: "POST", path: "/payments/" + id + "/capture", header: servicetest.CreateHeaders(secretA, "c-held"),
 				body: `{"amount":"5.00"}`, status: 200, headers: []string{"Location"}}
 			var answer response
 			done := make(chan struct{})
 			go func() { defer close(done); answer = c.send(original) }()
 			defer func() { release(); <-done }() // never leave the original running past the test
-			waitFor(t, func() bool { return c.e.count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			servicetest.WaitFor(t, func() bool { return c.e.Count("payment_actions WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 			inUse := original
 			inUse.name, inUse.status, inUse.code, inUse.headers = "409 capture key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
 			c.check(inUse)
@@ -435,152 +483,152 @@ func TestResponsesConformToTheOpenAPISpec(t *testing.T) {
 		}},
 
 		{"capture and cancel keys past their replay window, authorization past its expiry", nil, func(t *testing.T, c *conformance) {
-			captured := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e1") + "/capture"
-			c.check(specExchange{name: "200 capture", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
+			captured := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-e1") + "/capture"
+			c.check(specExchange{name: "200 capture", method: "POST", path: captured, header: servicetest.CreateHeaders(secretA, "c-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
-			canceled := "/payments/" + c.e.manualPayment("pm_card_visa", "inv-e2") + "/cancel"
-			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
+			canceled := "/payments/" + c.e.ManualPayment("pm_card_visa", "inv-e2") + "/cancel"
+			c.check(specExchange{name: "200 cancel", method: "POST", path: canceled, header: servicetest.CreateHeaders(secretA, "x-old"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
-			expiring := c.e.post("k-e3", manualBody("inv-e3", "pm_card_visa"))
+			expiring := c.e.Post("k-e3", servicetest.ManualBody("inv-e3", "pm_card_visa"))
 			if expiring.Status != http.StatusCreated {
 				t.Fatalf("manual payment: %d %s", expiring.Status, expiring.Body)
 			}
-			c.e.clock.Advance(c.e.cfg.ReplayTTL)
-			c.check(specExchange{name: "409 capture key expired", method: "POST", path: captured, header: createHeaders(secretA, "c-old"),
+			c.e.Clock.Advance(c.e.Config.ReplayTTL)
+			c.check(specExchange{name: "409 capture key expired", method: "POST", path: captured, header: servicetest.CreateHeaders(secretA, "c-old"),
 				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
-			c.check(specExchange{name: "409 cancel key expired", method: "POST", path: canceled, header: createHeaders(secretA, "x-old"),
+			c.check(specExchange{name: "409 cancel key expired", method: "POST", path: canceled, header: servicetest.CreateHeaders(secretA, "x-old"),
 				body: `{}`, status: 409, code: "IDEMPOTENCY_KEY_EXPIRED"})
 
-			expiresAt, err := time.Parse(time.RFC3339Nano, expiring.json(t)["authorizationExpiresAt"].(string))
+			expiresAt, err := time.Parse(time.RFC3339Nano, expiring.JSON(t)["authorizationExpiresAt"].(string))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.e.clock.Advance(expiresAt.Sub(c.e.clock.Now()) + time.Second)
+			c.e.Clock.Advance(expiresAt.Sub(c.e.Clock.Now()) + time.Second)
 			payment := expiring.Header.Get("Location")
-			c.check(specExchange{name: "409 capture after the authorization expired", method: "POST", path: payment + "/capture", header: createHeaders(secretA, "c-late"),
+			c.check(specExchange{name: "409 capture after the authorization expired", method: "POST", path: payment + "/capture", header: servicetest.CreateHeaders(secretA, "c-late"),
 				body: `{}`, status: 409, code: "AUTHORIZATION_EXPIRED"})
 			// A cancel still voids it (the service would have, at the expiry).
-			c.check(specExchange{name: "200 cancel after the authorization expired", method: "POST", path: payment + "/cancel", header: createHeaders(secretA, "x-late"),
+			c.check(specExchange{name: "200 cancel after the authorization expired", method: "POST", path: payment + "/cancel", header: servicetest.CreateHeaders(secretA, "x-late"),
 				body: `{}`, status: 200, headers: []string{"Location"}})
 		}},
 
-		{"original in flight", []envOption{withSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
+		{"original in flight", []servicetest.Option{servicetest.WithSlowDelay(time.Second)}, func(t *testing.T, c *conformance) {
 			slow := specExchange{
-				name: "201 slow original", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
-				body: body("paymentMethod", `"pm_sim_slow"`), status: 201, headers: []string{"Location"},
+				name: "201 slow original", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-slow"),
+				body: servicetest.Body("paymentMethod", `"pm_sim_slow"`), status: 201, headers: []string{"Location"},
 			}
 			var original response
 			done := make(chan struct{})
 			go func() { defer close(done); original = c.send(slow) }()
 			defer func() { <-done }() // never leave the original running past the test
-			waitFor(t, func() bool { return c.e.count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
+			servicetest.WaitFor(t, func() bool { return c.e.Count("payments WHERE state = 'PROVIDER_REQUEST_SENT'") == 1 })
 			inUse := slow
 			inUse.name, inUse.status, inUse.code, inUse.headers = "409 key in use", 409, "IDEMPOTENCY_KEY_IN_USE", []string{"Retry-After"}
 			c.check(inUse)
 			<-done
 			c.verify(slow, original)
 			c.check(specExchange{
-				name: "201 replayed after the original finished", method: "POST", path: "/payments", header: createHeaders(secretA, "k-slow"),
+				name: "201 replayed after the original finished", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-slow"),
 				body: slow.body, status: 201, headers: []string{"Location", "Idempotent-Replayed"}, replayed: true,
 			})
 		}},
 
 		{"provider unavailable", nil, func(t *testing.T, c *conformance) {
 			r := c.check(specExchange{
-				name: "503 provider refused", method: "POST", path: "/payments", header: createHeaders(secretA, "k-down"),
-				body: body("paymentMethod", `"pm_sim_unavailable"`), status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"},
+				name: "503 provider refused", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-down"),
+				body: servicetest.Body("paymentMethod", `"pm_sim_unavailable"`), status: 503, code: "PROVIDER_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			if r.Status != 503 {
 				return
 			}
-			got := c.check(specExchange{name: "200 get a failed payment", method: "GET", path: "/payments/" + c.e.onlyPaymentID(), header: bearer(secretA), status: 200})
-			if s := got.json(t)["status"]; s != "FAILED" {
+			got := c.check(specExchange{name: "200 get a failed payment", method: "GET", path: "/payments/" + c.e.OnlyPaymentID(), header: servicetest.Bearer(secretA), status: 200})
+			if s := got.JSON(t)["status"]; s != "FAILED" {
 				t.Errorf("payment after 503 PROVIDER_UNAVAILABLE: status %v, want FAILED", s)
 			}
 		}},
 
 		{"key past its replay window", nil, func(t *testing.T, c *conformance) {
 			c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: body(),
+				name: "201 created", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-old"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
-			c.e.clock.Advance(c.e.cfg.ReplayTTL)
+			c.e.Clock.Advance(c.e.Config.ReplayTTL)
 			c.check(specExchange{
-				name: "409 key expired", method: "POST", path: "/payments", header: createHeaders(secretA, "k-old"), body: body(),
+				name: "409 key expired", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-old"), body: servicetest.Body(),
 				status: 409, code: "IDEMPOTENCY_KEY_EXPIRED",
 			})
 		}},
 
-		{"rate limited", []envOption{withRateLimit(1, 2)}, func(t *testing.T, c *conformance) {
+		{"rate limited", []servicetest.Option{servicetest.WithRateLimit(1, 2)}, func(t *testing.T, c *conformance) {
 			created := c.check(specExchange{
-				name: "201 created", method: "POST", path: "/payments", header: createHeaders(secretA, "k-1"), body: body(),
+				name: "201 created", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k-1"), body: servicetest.Body(),
 				status: 201, headers: []string{"Location"},
 			})
 			payment := created.Header.Get("Location")
-			c.check(specExchange{name: "200 get a payment", method: "GET", path: payment, header: bearer(secretA), status: 200})
+			c.check(specExchange{name: "200 get a payment", method: "GET", path: payment, header: servicetest.Bearer(secretA), status: 200})
 			limited := func(name, method, path, body string, header map[string]string) specExchange {
 				return specExchange{name: name, method: method, path: path, header: header, body: body,
 					status: 429, code: "RATE_LIMITED", headers: []string{"Retry-After"}}
 			}
 			for _, x := range []specExchange{
-				limited("429 create", "POST", "/payments", body("merchantReference", `"inv-2"`), createHeaders(secretA, "k-2")),
-				limited("429 list", "GET", "/payments", "", bearer(secretA)),
-				limited("429 get", "GET", payment, "", bearer(secretA)),
-				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, createHeaders(secretA, "r-1")),
-				limited("429 list refunds", "GET", payment+"/refunds", "", bearer(secretA)),
-				limited("429 get a refund", "GET", payment+"/refunds/re_x", "", bearer(secretA)),
-				limited("429 capture", "POST", payment+"/capture", `{}`, createHeaders(secretA, "c-1")),
-				limited("429 cancel", "POST", payment+"/cancel", `{}`, createHeaders(secretA, "x-1")),
+				limited("429 create", "POST", "/payments", servicetest.Body("merchantReference", `"inv-2"`), servicetest.CreateHeaders(secretA, "k-2")),
+				limited("429 list", "GET", "/payments", "", servicetest.Bearer(secretA)),
+				limited("429 get", "GET", payment, "", servicetest.Bearer(secretA)),
+				limited("429 refund", "POST", payment+"/refunds", `{"amount":"1.00"}`, servicetest.CreateHeaders(secretA, "r-1")),
+				limited("429 list refunds", "GET", payment+"/refunds", "", servicetest.Bearer(secretA)),
+				limited("429 get a refund", "GET", payment+"/refunds/re_x", "", servicetest.Bearer(secretA)),
+				limited("429 capture", "POST", payment+"/capture", `{}`, servicetest.CreateHeaders(secretA, "c-1")),
+				limited("429 cancel", "POST", payment+"/cancel", `{}`, servicetest.CreateHeaders(secretA, "x-1")),
 			} {
 				c.check(x)
 			}
 		}},
 
-		{"stripe webhooks", []envOption{withStripeWebhooks(), withProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
-			id := c.e.unknownPayment("k-lost", "inv-1")
-			event := stripeEvent("evt_1", "payment_intent.succeeded", intentOf(id, "succeeded"))
+		{"stripe webhooks", []servicetest.Option{servicetest.WithStripeWebhooks(), servicetest.WithProviderTimeout(300 * time.Millisecond)}, func(t *testing.T, c *conformance) {
+			id := c.e.UnknownPayment("k-lost", "inv-1")
+			event := servicetest.StripeEvent("evt_1", "payment_intent.succeeded", servicetest.IntentOf(id, "succeeded"))
 			signedHeaders := func(payload []byte, secret string, at time.Time) map[string]string {
 				return map[string]string{"Content-Type": "application/json", "Stripe-Signature": webhook.GenerateTestSignedPayload(
 					&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header}
 			}
-			now := c.e.clock.Now()
+			now := c.e.Clock.Now()
 			c.check(specExchange{name: "400 bad signature", method: "POST", path: "/webhooks/stripe", body: string(event),
 				header: signedHeaders(event, "whsec_wrong", now), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
 			c.check(specExchange{name: "400 stale signature", method: "POST", path: "/webhooks/stripe", body: string(event),
-				header: signedHeaders(event, webhookSecret, now.Add(-time.Hour)), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
+				header: signedHeaders(event, servicetest.StripeWebhookSecret, now.Add(-time.Hour)), status: 400, code: "WEBHOOK_SIGNATURE_INVALID"})
 			c.check(specExchange{name: "400 no signature", method: "POST", path: "/webhooks/stripe", body: string(event),
 				header: map[string]string{"Content-Type": "application/json"}, status: 400, code: "WEBHOOK_SIGNATURE_INVALID",
 				specRejects: "Stripe-Signature"})
 			notAnEvent := []byte(`{"object":"customer"}`)
 			c.check(specExchange{name: "400 signed, not an event", method: "POST", path: "/webhooks/stripe", body: string(notAnEvent),
-				header: signedHeaders(notAnEvent, webhookSecret, now), status: 400, code: "MALFORMED_JSON"})
+				header: signedHeaders(notAnEvent, servicetest.StripeWebhookSecret, now), status: 400, code: "MALFORMED_JSON"})
 			c.check(specExchange{name: "200 applied", method: "POST", path: "/webhooks/stripe", body: string(event),
-				header: signedHeaders(event, webhookSecret, now), status: 200})
+				header: signedHeaders(event, servicetest.StripeWebhookSecret, now), status: 200})
 			c.check(specExchange{name: "200 duplicate", method: "POST", path: "/webhooks/stripe", body: string(event),
-				header: signedHeaders(event, webhookSecret, now), status: 200})
-			other := stripeEvent("evt_2", "customer.created", `{"id":"cus_1","object":"customer"}`)
+				header: signedHeaders(event, servicetest.StripeWebhookSecret, now), status: 200})
+			other := servicetest.StripeEvent("evt_2", "customer.created", `{"id":"cus_1","object":"customer"}`)
 			c.check(specExchange{name: "200 ignored", method: "POST", path: "/webhooks/stripe", body: string(other),
-				header: signedHeaders(other, webhookSecret, now), status: 200})
+				header: signedHeaders(other, servicetest.StripeWebhookSecret, now), status: 200})
 		}},
 
 		{"database unavailable", nil, func(t *testing.T, c *conformance) {
 			// The same wiring as TestDatabaseDownIs503: authentication works,
 			// the payments store and readiness check see a dead database.
-			c.e.url = c.e.deadStoreURL(false)
+			c.e.URL = c.e.DeadStoreURL(false)
 			c.check(specExchange{
-				name: "503 create", method: "POST", path: "/payments", header: createHeaders(secretA, "k"), body: body(),
+				name: "503 create", method: "POST", path: "/payments", header: servicetest.CreateHeaders(secretA, "k"), body: servicetest.Body(),
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
-				name: "503 list", method: "GET", path: "/payments", header: bearer(secretA),
+				name: "503 list", method: "GET", path: "/payments", header: servicetest.Bearer(secretA),
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
-				name: "503 capture", method: "POST", path: "/payments/pay_x/capture", header: createHeaders(secretA, "c"), body: `{}`,
+				name: "503 capture", method: "POST", path: "/payments/pay_x/capture", header: servicetest.CreateHeaders(secretA, "c"), body: `{}`,
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{
-				name: "503 cancel", method: "POST", path: "/payments/pay_x/cancel", header: createHeaders(secretA, "x"), body: `{}`,
+				name: "503 cancel", method: "POST", path: "/payments/pay_x/cancel", header: servicetest.CreateHeaders(secretA, "x"), body: `{}`,
 				status: 503, code: "SERVICE_UNAVAILABLE", headers: []string{"Retry-After"},
 			})
 			c.check(specExchange{name: "503 readyz", method: "GET", path: "/readyz", status: 503, code: "SERVICE_UNAVAILABLE"})
@@ -611,14 +659,6 @@ type specExchange struct {
 	// validating it against the spec must fail, with an error that contains
 	// this text (it names the rule). Other requests must pass.
 	specRejects string
-}
-
-func bearer(secret string) map[string]string {
-	return map[string]string{"Authorization": "Bearer " + secret}
-}
-
-func createHeaders(secret, key string) map[string]string {
-	return map[string]string{"Authorization": "Bearer " + secret, "Idempotency-Key": key, "Content-Type": "application/json"}
 }
 
 // openAPISpec is the router of the parsed OpenAPI document: the operation
@@ -682,7 +722,7 @@ func (c *conformance) check(x specExchange) response {
 
 // send only sends x: it may run on another goroutine.
 func (c *conformance) send(x specExchange) response {
-	return c.e.do(x.method, x.path, []byte(x.body), x.header)
+	return c.e.Do(x.method, x.path, []byte(x.body), x.header)
 }
 
 // verify checks the request and the answer of x against the spec, and the
@@ -696,7 +736,7 @@ func (c *conformance) verify(x specExchange, r response) {
 		t.Errorf("%s: %s %s: %s\nanswer: %d %v\n%.2000s", x.name, x.method, x.path, fmt.Sprintf(format, args...), r.Status, r.Header, r.Body)
 	}
 
-	req, err := http.NewRequest(x.method, c.e.url+x.path, bytes.NewReader([]byte(x.body)))
+	req, err := http.NewRequest(x.method, c.e.URL+x.path, bytes.NewReader([]byte(x.body)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -712,12 +752,12 @@ func (c *conformance) verify(x specExchange, r response) {
 		Request: req, PathParams: pathParams, Route: route,
 		Options: &openapi3filter.Options{
 			MultiError: true,
-			// The spec can say a bearer secret is required, not which
+			// The spec can say a servicetest.Bearer secret is required, not which
 			// secrets exist: check that one is sent, as a client would.
 			AuthenticationFunc: func(_ context.Context, in *openapi3filter.AuthenticationInput) error {
 				scheme, secret, _ := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
 				if in.SecurityScheme.Type != "http" || !strings.EqualFold(scheme, in.SecurityScheme.Scheme) || secret == "" {
-					return errors.New("no bearer secret")
+					return errors.New("no servicetest.Bearer secret")
 				}
 				return nil
 			},
@@ -823,23 +863,6 @@ func (c *conformance) verify(x specExchange, r response) {
 	}
 }
 
-// manualBody is the body of a manual payment: authorized only.
-func manualBody(reference, method string) string {
-	return strings.TrimSuffix(body("merchantReference", `"`+reference+`"`, "paymentMethod", `"`+method+`"`), "}") +
-		`,"captureMethod":"manual"}`
-}
-
-// manualPayment creates a manual payment as tenant A and returns its id,
-// once the provider authorized it.
-func (e *env) manualPayment(method, reference string) string {
-	e.t.Helper()
-	r := e.post("pay-"+reference, manualBody(reference, method))
-	if r.Status != http.StatusCreated || r.json(e.t)["status"] != "REQUIRES_CAPTURE" {
-		e.t.Fatalf("manual payment: %d %s", r.Status, r.Body)
-	}
-	return r.json(e.t)["paymentId"].(string)
-}
-
 // actionFaults is the provider with faults in the captures and voids of
 // the payments it is told: a void whose answer is lost after the provider
 // voided, a capture the provider refuses before processing, a capture held
@@ -853,8 +876,8 @@ type actionFaults struct {
 }
 
 // withActionFaults puts f between the service and the simulator.
-func withActionFaults(f *actionFaults) envOption {
-	return withProvider(func(p provider.Provider) provider.Provider { f.Provider = p; return f })
+func withActionFaults(f *actionFaults) servicetest.Option {
+	return servicetest.WithProvider(func(p provider.Provider) provider.Provider { f.Provider = p; return f })
 }
 
 func (f *actionFaults) loseVoid(paymentID string) {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -14,7 +13,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/operators"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
-	"github.com/paymentsapi/paymentsapi/internal/validate"
+	"github.com/paymentsapi/paymentsapi/internal/query"
 )
 
 // authenticateOperator admits requests whose bearer secret is an
@@ -51,29 +50,13 @@ func authenticateOperator(ops operators.Keys, keys *apikeys.Authenticator, throt
 
 // handleAuditEvents answers GET /audit-events: the audit log, newest first,
 // every tenant's, paged like the other listings.
-func handleAuditEvents(db *pgxpool.Pool, api api) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		v := r.URL.Query()
-		for name := range v {
-			if name != "limit" && name != "cursor" && name != "tenantId" && name != "action" {
-				api.InvalidParameter(w, name, "is not a parameter of this listing (limit, cursor, tenantId, action)")
-				return
-			}
-		}
-		q := audit.Query{Tenant: v.Get("tenantId"), Action: v.Get("action"), Cursor: v.Get("cursor"), Limit: 20}
-		for name, value := range map[string]string{"tenantId": q.Tenant, "action": q.Action} {
-			if !validate.StorableText(value) {
-				api.InvalidParameter(w, name, "must be text without NUL characters, in UTF-8")
-				return
-			}
-		}
-		if s := v.Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > 100 {
-				api.InvalidParameter(w, "limit", "must be an integer from 1 to 100")
-				return
-			}
-			q.Limit = n
+func handleAuditEvents(db *pgxpool.Pool, api api) http.Handler {
+	return query.Declare(func(w http.ResponseWriter, r *http.Request) {
+		v := query.Read(r)
+		q := audit.Query{Tenant: v.Text("tenantId"), Action: v.Text("action"), Cursor: v.Cursor(), Limit: v.Limit()}
+		if err := v.Err(); err != nil {
+			api.Error(w, r, err)
+			return
 		}
 		page, err := audit.List(r.Context(), db, q)
 		switch {
@@ -84,5 +67,5 @@ func handleAuditEvents(db *pgxpool.Pool, api api) http.HandlerFunc {
 		default:
 			api.JSON(w, http.StatusOK, page)
 		}
-	}
+	}, "tenantId", "action", "limit", "cursor")
 }

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,21 +12,21 @@ func TestDatabaseDownIs503(t *testing.T) {
 	e := newEnv(t)
 	// The payments store is down (authentication still works): the create
 	// itself cannot be claimed.
-	e.url = e.deadStoreURL(false)
-	r := e.post("k-down", body())
-	if r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "SERVICE_UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
+	e.URL = e.DeadStoreURL(false)
+	r := e.Post("k-down", servicetest.Body())
+	if r.Status != http.StatusServiceUnavailable || r.JSON(t)["code"] != "SERVICE_UNAVAILABLE" || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("create with the database down: %d %v %s", r.Status, r.Header, r.Body)
 	}
-	if r := e.get(secretA, "/readyz"); r.Status != http.StatusServiceUnavailable {
+	if r := e.Get(secretA, "/readyz"); r.Status != http.StatusServiceUnavailable {
 		t.Errorf("readyz with the database down: %d", r.Status)
 	}
 
 	// Everything is down: even authentication answers 503, not 401 or 500.
-	e.url = e.deadStoreURL(true)
-	if r := e.post("k-down", body()); r.Status != http.StatusServiceUnavailable || r.json(t)["code"] != "SERVICE_UNAVAILABLE" {
+	e.URL = e.DeadStoreURL(true)
+	if r := e.Post("k-down", servicetest.Body()); r.Status != http.StatusServiceUnavailable || r.JSON(t)["code"] != "SERVICE_UNAVAILABLE" {
 		t.Fatalf("auth with the database down: %d %s", r.Status, r.Body)
 	}
-	if n := len(e.sim.Charges()); n != 0 {
+	if n := len(e.Sim.Charges()); n != 0 {
 		t.Errorf("the provider was called: %d charges", n)
 	}
 }
@@ -33,32 +34,32 @@ func TestDatabaseDownIs503(t *testing.T) {
 func TestOperationsEndpoints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.post("k-1", body())
-	e.post("k-1", body())
+	e.Post("k-1", servicetest.Body())
+	e.Post("k-1", servicetest.Body())
 	for path, want := range map[string]string{
 		"/healthz":      `"ok"`,
 		"/readyz":       `"ok"`,
 		"/openapi.yaml": "openapi: 3.1.0",
 		"/metrics":      "paymentsapi_idempotency_replays_total 1",
 	} {
-		r := e.do("GET", path, nil, nil)
+		r := e.Do("GET", path, nil, nil)
 		if r.Status != http.StatusOK || !strings.Contains(string(r.Body), want) {
 			t.Errorf("GET %s: %d, want %q in %.300s", path, r.Status, want, r.Body)
 		}
 	}
 	// Requests are measured by route pattern, never by payment id.
-	r := e.do("GET", "/metrics", nil, nil)
+	r := e.Do("GET", "/metrics", nil, nil)
 	if !strings.Contains(string(r.Body), `route="/payments"`) || strings.Contains(string(r.Body), "pay_") {
 		t.Errorf("HTTP metrics are not labelled by route pattern")
 	}
-	if r := e.do("GET", "/nope", nil, nil); r.Status != http.StatusNotFound || r.Header.Get("Content-Type") != "application/problem+json" {
+	if r := e.Do("GET", "/nope", nil, nil); r.Status != http.StatusNotFound || r.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("unknown route: %d %s", r.Status, r.Header.Get("Content-Type"))
 	}
-	if r := e.do("DELETE", "/payments", nil, map[string]string{"Authorization": "Bearer " + secretA}); r.Status != http.StatusMethodNotAllowed {
+	if r := e.Do("DELETE", "/payments", nil, map[string]string{"Authorization": "Bearer " + secretA}); r.Status != http.StatusMethodNotAllowed {
 		t.Errorf("DELETE /payments: %d", r.Status)
 	}
 	// Every answer carries a request id; a sane one from the client is kept.
-	r = e.do("GET", "/healthz", nil, map[string]string{"X-Request-Id": "trace-42"})
+	r = e.Do("GET", "/healthz", nil, map[string]string{"X-Request-Id": "trace-42"})
 	if r.Header.Get("X-Request-Id") != "trace-42" {
 		t.Errorf("request id not echoed: %q", r.Header.Get("X-Request-Id"))
 	}

@@ -14,7 +14,7 @@ import (
 
 // api/requests.http, the request collection for editors, holds a request
 // for every operation of the spec: a route added to the spec without one
-// fails here (issue 21).
+// fails here.
 func TestTheRequestCollectionCoversEveryOperation(t *testing.T) {
 	t.Parallel()
 	doc, err := openapi3.NewLoader().LoadFromData(api.OpenAPI)

@@ -35,12 +35,12 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Mount(DashboardPath, d.Dashboard(Gate{keys: keys, operators: d.Operators, throttle: throttle, metrics: d.Metrics, addrs: addrs}))
 	}
 	r.Group(func(r chi.Router) { // operators only, across tenants
-		r.Use(authenticateOperator(d.Operators, keys, throttle, d.Metrics, errs))
-		r.Get("/audit-events", handleAuditEvents(d.DB, api{errs: errs}))
+		r.Use(authenticateOperator(d.Operators, keys, throttle, d.Metrics, errs), refuseUnknownParameters(errs))
+		r.Method(http.MethodGet, "/audit-events", handleAuditEvents(d.DB, api{errs: errs}))
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(authenticate(keys, throttle, d.Metrics, errs), limitRate(newLimiter(d.RateLimit, d.clock())),
-			rejectUnstorableIDs(errs))
+			rejectUnstorableIDs(errs), refuseUnknownParameters(errs))
 		for _, op := range d.Operations {
 			op.Routes(r, api{errs: errs})
 		}

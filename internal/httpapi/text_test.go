@@ -15,6 +15,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // answer sends body into dst as a command, and checks it as its handler
@@ -64,7 +65,7 @@ var cardTexts = []string{
 // an invalid value of its field, which a client fixes by trying another.)
 func TestCardDataIsRefusedInEveryStringOfEveryCommand(t *testing.T) {
 	t.Parallel()
-	payment := func(field, v string) string { return body(field, v) }
+	payment := func(field, v string) string { return servicetest.Body(field, v) }
 	for _, tc := range []struct {
 		command string
 		fields  []string
@@ -110,10 +111,10 @@ func TestCardDataIsRefusedInEveryStringOfEveryCommand(t *testing.T) {
 	// said of the body.
 	for _, tc := range []struct{ body, field string }{
 		{`{"url":"https://example.com/hook","eventTypes":["payment.succeeded","4000056655665556"]}`, "eventTypes[1]"},
-		{body("extra", `{"note":"4000 0566 5566 5556"}`), "extra.note"},
-		{body("extra", `{"4000056655665556":"x"}`), "extra.*"},
+		{servicetest.Body("extra", `{"note":"4000 0566 5566 5556"}`), "extra.note"},
+		{servicetest.Body("extra", `{"4000056655665556":"x"}`), "extra.*"},
 		{`{"4000056655665556":"x"}`, "*"},
-		{body("amount", `4000056655665556`), "amount"},
+		{servicetest.Body("amount", `4000056655665556`), "amount"},
 	} {
 		p, refused := answer(t, tc.body, &endpoints.CreateRequest{})
 		if !refused || p.Code != problem.CardDataRefused || !slices.Equal(fieldsOf(p), []string{tc.field}) {
@@ -128,19 +129,19 @@ func TestAPaymentMethodMustBeAToken(t *testing.T) {
 	t.Parallel()
 	for _, method := range []string{"4000 0566 5566 5556 03/30", "visa 4000 0566 5566 555", "card", "pm_card visa",
 		"pm_" + strings.Repeat("a", 126), "PM_CARD_VISA"} {
-		b := body("paymentMethod", `"`+method+`"`)
+		b := servicetest.Body("paymentMethod", `"`+method+`"`)
 		p, refused := answer(t, b, &payments.CreateRequest{})
 		if !refused || p.Code != problem.CardDataRefused || !slices.Equal(fieldsOf(p), []string{"paymentMethod"}) {
 			t.Errorf("paymentMethod %q: refused %v with %s naming %q; want CARD_DATA_REFUSED naming paymentMethod", method, refused, p.Code, fieldsOf(p))
 		}
 		// Beside an unknown member, card data still comes first.
-		b = body("paymentMethod", `"`+method+`"`, "extra", "1")
+		b = servicetest.Body("paymentMethod", `"`+method+`"`, "extra", "1")
 		if p, _ := answer(t, b, &payments.CreateRequest{}); p.Code != problem.CardDataRefused {
 			t.Errorf("paymentMethod %q beside an unknown member: %s, want CARD_DATA_REFUSED", method, p.Code)
 		}
 	}
 	for _, method := range []string{"pm_card_visa", "tok_visa", "card_1MvoiELkdIwHu7ixOeFh0ZzP", "src_1", "pm_" + strings.Repeat("a", 125)} {
-		if p, refused := answer(t, body("paymentMethod", `"`+method+`"`), &payments.CreateRequest{}); refused {
+		if p, refused := answer(t, servicetest.Body("paymentMethod", `"`+method+`"`), &payments.CreateRequest{}); refused {
 			t.Errorf("paymentMethod %q: refused with %s %v", method, p.Code, p.Errors)
 		}
 	}
@@ -156,7 +157,7 @@ func TestControlAndFormatCharactersAreRefused(t *testing.T) {
 	t.Parallel()
 	for _, c := range []string{"\u202e", `\u202e`, "\u200b", `\u200b`, `\u2066`, "\ufeff", `\u00ad`, `\n`, `\t`, "\u0085", `\u007f`} {
 		for _, field := range []string{"accountId", "merchantReference", "description"} {
-			b := body(field, `"inv`+c+`-7781"`)
+			b := servicetest.Body(field, `"inv`+c+`-7781"`)
 			p, refused := answer(t, b, &payments.CreateRequest{})
 			if !refused || p.Code != problem.ValidationFailed || !slices.Equal(fieldsOf(p), []string{field}) {
 				t.Errorf("%s with %q: refused %v with %s naming %q; want VALIDATION_FAILED naming %s", field, c, refused, p.Code, fieldsOf(p), field)
@@ -167,18 +168,18 @@ func TestControlAndFormatCharactersAreRefused(t *testing.T) {
 			t.Errorf("an endpoint's description with %q: %s naming %q", c, p.Code, fieldsOf(p))
 		}
 	}
-	p, _ := answer(t, body("merchantReference", `"inv\u202e1877"`, "amount", `"ten"`), &payments.CreateRequest{})
+	p, _ := answer(t, servicetest.Body("merchantReference", `"inv\u202e1877"`, "amount", `"ten"`), &payments.CreateRequest{})
 	if got := fieldsOf(p); p.Code != problem.ValidationFailed || !slices.Equal(got, []string{"merchantReference", "amount"}) {
 		t.Errorf("a bidi override beside a bad amount: %s naming %q, want both", p.Code, got)
 	}
-	p, _ = answer(t, body("merchantReference", `"inv\u200b"`, "extra", "1"), &payments.CreateRequest{})
+	p, _ = answer(t, servicetest.Body("merchantReference", `"inv\u200b"`, "extra", "1"), &payments.CreateRequest{})
 	if got := fieldsOf(p); p.Code != problem.ValidationFailed || !slices.Equal(got, []string{"extra", "merchantReference"}) {
 		t.Errorf("a zero-width space beside an unknown member: %s naming %q, want both", p.Code, got)
 	}
 	// Letters of every script, accents, emoji and escapes of plain
 	// characters stay accepted.
 	for _, text := range []string{"Café Ünïcødé", "注文 7781", "قسيمة", "🙂", `caf\u00e9`, `a\/b`, "inv-2026-000123-7"} {
-		if p, refused := answer(t, body("description", `"`+text+`"`), &payments.CreateRequest{}); refused {
+		if p, refused := answer(t, servicetest.Body("description", `"`+text+`"`), &payments.CreateRequest{}); refused {
 			t.Errorf("description %q: refused with %s %v", text, p.Code, p.Errors)
 		}
 	}
@@ -194,21 +195,21 @@ func TestMerchantReferencesAreComparedComposed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	composed, decomposed := `"caf\u00e9-7781"`, `"cafe\u0301-7781"`
-	first := e.post("k-nfc", body("merchantReference", decomposed))
+	first := e.Post("k-nfc", servicetest.Body("merchantReference", decomposed))
 	if first.Status != http.StatusCreated {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
-	again := e.post("k-nfc", body("merchantReference", composed))
+	again := e.Post("k-nfc", servicetest.Body("merchantReference", composed))
 	if again.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" ||
-		again.json(t)["paymentId"] != first.json(t)["paymentId"] {
+		again.JSON(t)["paymentId"] != first.JSON(t)["paymentId"] {
 		t.Errorf("the same key with the composed spelling: %d replayed=%q %s, want the first payment replayed",
 			again.Status, again.Header.Get("Idempotent-Replayed"), again.Body)
 	}
-	other := e.post("k-nfc-2", body("merchantReference", composed))
-	if other.Status != http.StatusConflict || other.json(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
+	other := e.Post("k-nfc-2", servicetest.Body("merchantReference", composed))
+	if other.Status != http.StatusConflict || other.JSON(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
 		t.Errorf("another key with the composed spelling: %d %s, want 409 DUPLICATE_MERCHANT_REFERENCE", other.Status, other.Body)
 	}
-	if n := e.count("payments WHERE merchant_reference = $1", "caf\u00e9-7781"); n != 1 || e.count("payments") != 1 {
-		t.Errorf("%d payments with the composed reference, %d in all; want the one, stored composed", n, e.count("payments"))
+	if n := e.Count("payments WHERE merchant_reference = $1", "caf\u00e9-7781"); n != 1 || e.Count("payments") != 1 {
+		t.Errorf("%d payments with the composed reference, %d in all; want the one, stored composed", n, e.Count("payments"))
 	}
 }

@@ -258,6 +258,27 @@ func (e *Engine) Do(ctx context.Context, op Operation, req Request) (Reply, erro
 	}
 }
 
+// RefuseNew returns refusal (an operation's refusal of its command as it
+// stands: what the provider would refuse) only when scope's key is new. A
+// key already recorded is answered by Do from its record (its replay, a
+// 409, a 422), whatever the refusal says now: the answer it remembers was
+// given under the rules of its day, and a retry must get it. The record is
+// read only when there is a refusal, so a request that passes costs
+// nothing more.
+func (e *Engine) RefuseNew(ctx context.Context, op Operation, scope Scope, refusal error) error {
+	if refusal == nil {
+		return nil
+	}
+	rec, err := e.look(ctx, scope, names(op))
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		return nil
+	}
+	return refusal
+}
+
 // answerIfLikelyTaken answers req as a retry, from its key's record read
 // first and alone, if the committer saw the key taken lately (the group
 // committer's hints; never the inline one's): answered is false when it

@@ -238,9 +238,9 @@ func (o failingOp) Resume(context.Context, *Owner) (Result, error) {
 	return nil, o.err
 }
 
-// Issue 9, item 6: an owner whose work fails half-way (not a crash) hands
-// the key back at once, so a retry need not wait out the lease; a crash
-// (ErrCrashed) keeps it, as a dead process would.
+// An owner whose work fails half-way (not a crash) hands the key back at
+// once, so a retry need not wait out the lease; a crash (ErrCrashed) keeps
+// it, as a dead process would.
 func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
 	t.Parallel()
 	e, pool, _ := testEngine(t)
@@ -269,10 +269,10 @@ func TestAFailedOwnerHandsTheKeyBack(t *testing.T) {
 	}
 }
 
-// Issue 8: an owner notifies only when a request waits for its key. A
-// finish nobody waits for sends nothing: a sentinel sent after it is the
-// first notification a listener gets (delivery follows commit order); with
-// a waiter counted, the finish's notification comes first.
+// An owner notifies only when a request waits for its key. A finish nobody
+// waits for sends nothing: a sentinel sent after it is the first notification
+// a listener gets (delivery follows commit order); with a waiter counted, the
+// finish's notification comes first.
 func TestOnlyAWatchedKeyNotifies(t *testing.T) {
 	t.Parallel()
 	e, pool, clk := testEngine(t)
@@ -835,7 +835,7 @@ func (o laterOp) Resume(ctx context.Context, own *Owner) (Result, error) {
 
 // An answer that is not final, whose owner decided nothing can be known
 // before a look it booked, tells the client to come back then, not after
-// the engine's usual second (issue 21: the time to the next look).
+// the engine's usual second.
 func TestANotYetAnswerComesBackAtTheBookedLook(t *testing.T) {
 	t.Parallel()
 	e, _, clk := testEngine(t)

@@ -27,7 +27,7 @@ func (o renamedOp) Aliases() []string { return []string{o.alias} }
 // (the stored answer, replayed), and claims racing under both names create
 // one resource. Without the rename's unique index, the two names would
 // claim one key twice; without the aliases, a retry under the other name
-// would find no key (issue 16). The payments' rename ('payments.create' to
+// would find no key. The payments' rename ('payments.create' to
 // 'create_payment', migrations 00027 and 00028) was the first to use it;
 // the toy names here keep the mechanism proven for the next one.
 func TestARenamedScopeIsOneScopeUnderBothNames(t *testing.T) {

@@ -177,11 +177,10 @@ func TestApplyIsIdempotentByEventAndByPayment(t *testing.T) {
 	e.wantOutcomes(map[string]float64{"applied": 1, "duplicate_event": 2, "duplicate_entry": 1, "ignored": 1, "rejected": 1})
 }
 
-// TestRedeliveryAfterInboxRetentionBooksNothing (issue 9, item 9): once
-// clean-up has deleted an event's inbox row (INBOX_RETENTION after it was
-// received), a copy of the event arriving even later books nothing: the
-// entry's natural key refuses it. The inbox is the first line, not the only
-// one.
+// TestRedeliveryAfterInboxRetentionBooksNothing: once clean-up has deleted an
+// event's inbox row (INBOX_RETENTION after it was received), a copy of the
+// event arriving even later books nothing: the entry's natural key refuses
+// it. The inbox is the first line, not the only one.
 func TestRedeliveryAfterInboxRetentionBooksNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -87,7 +87,15 @@ func Parse(amount, currency string) (int64, error) {
 // Format renders minor units of currency as a decimal string with exactly the
 // currency's number of fraction digits: Format(1000, "EUR") == "10.00".
 func Format(minor int64, currency string) string {
-	exp := minorUnits[currency]
+	return FormatDecimals(minor, minorUnits[currency])
+}
+
+// FormatDecimals renders an integer amount of a unit with exp decimals as
+// a decimal string with exactly exp fraction digits:
+// FormatDecimals(1000, 2) == "10.00". Format is it with the currency's ISO
+// 4217 exponent; a provider that counts a currency in another unit formats
+// its amounts with its own.
+func FormatDecimals(minor int64, exp int) string {
 	s := strconv.FormatInt(minor, 10)
 	if exp == 0 {
 		return s

@@ -198,16 +198,29 @@
 //
 // # What it found
 //
-// On the code before issue 17's fixes (560b9cc), seeds 1-300 and
-// 1000-1199: defect 1 (a charged payment canceled: seed 113; the invoice
-// charged twice: 1097, 1128, 1192), defect 2 (seed 14), defect 3 (seed
-// 104; with money: 1065), defect 6 (seed 8; refunded twice: 133) and
-// defect 7 (seeds 26, 40); and two more of their kind: a refusal that hid
-// a processed request reset the provider's key window, so that a retry a
-// day later made a second object (seeds 133, 165), and a refund declined
-// behind a refusal stayed FAILED (seed 71). All of those seeds pass now.
+// On the code of 560b9cc, seeds 1-300 and 1000-1199 found these defects,
+// each behind a provider whose lookups lag its creates:
+//   - a charged payment canceled, because a lagging lookup said "not
+//     found" after a refusal that hid a processed request (seed 113; the
+//     invoice then charged twice: 1097, 1128, 1192);
+//   - a webhook's lookup that replaced the refusal's booked re-check with
+//     one a day later, leaving a charged payment FAILED (seed 14);
+//   - twenty certain "nothing here" answers counted as failures, sending
+//     the key to manual review and holding its invoice for good (seed 104;
+//     with money: 1065);
+//   - a refund refused but processed that was never looked at again: it
+//     stayed FAILED while the provider held it (seed 8), and a second
+//     refund paid the customer twice (seed 133);
+//   - a lookup that lagged just past the refusal's re-check left a
+//     charged payment FAILED for a day (seeds 26, 40);
+//   - a refusal that hid a processed request reset the provider's key
+//     window, so that a retry a day later made a second object (seeds
+//     133, 165);
+//   - a refund declined behind a refusal stayed FAILED (seed 71).
 //
-// With manual capture (the code of eb2d756), seeds 1-300, 100000-100299
+// All of those seeds pass now.
+//
+// With manual capture, on the code of eb2d756, seeds 1-300, 100000-100299
 // and 500000-500999 (97 of 1,600 fail):
 //   - authorized-after-expiry (96 seeds): the void the service scheduled
 //     for a payment's expiry ends without a call ("nothing to void") when,

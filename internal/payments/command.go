@@ -92,10 +92,7 @@ func (r CreateRequest) Validate() (Command, error) {
 	var errs validate.Collector
 	add := errs.Add
 
-	// Merchant references are compared, and so stored and fingerprinted,
-	// in Unicode's composed form (NFC): "é" typed as one code point or as
-	// "e" and a combining accent is one reference, as it reads.
-	reference := norm.NFC.String(r.MerchantReference)
+	reference := normalReference(r.MerchantReference)
 	for _, id := range []struct{ field, v string }{
 		{"accountId", r.AccountID}, {"merchantReference", reference}, {"paymentMethod", r.PaymentMethod},
 	} {
@@ -194,6 +191,12 @@ func (c Command) canonical() []byte {
 	}
 	return jsontext.Array(parts...)
 }
+
+// normalReference is a merchant reference as it is compared, and so stored,
+// fingerprinted and looked for (GET /payments?merchantReference=): in
+// Unicode's composed form (NFC), so that "é" typed as one code point or as
+// "e" and a combining accent is one reference, as it reads.
+func normalReference(s string) string { return norm.NFC.String(s) }
 
 // idProblem is what is wrong with v as an identifier a client gives
 // (accountId, merchantReference, paymentMethod), in a body or in a query

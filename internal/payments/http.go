@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/go-chi/chi/v5"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/logging"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
+	"github.com/paymentsapi/paymentsapi/internal/query"
 )
 
 // This file is the payments' HTTP surface: routes, the answers a payment's
@@ -46,22 +46,27 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 		logging.Add(r.Context(), "payment_id", reply.Resource.ID)
 		api.Reply(w, r, reply)
 	})
-	r.Get("/payments", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		lq := ListQuery{AccountID: q.Get("accountId"), Cursor: q.Get("cursor"), Limit: 20}
-		if q.Has("accountId") {
-			if msg := idProblem(lq.AccountID); msg != "" {
-				api.InvalidParameter(w, "accountId", msg)
-				return
-			}
+	r.Method(http.MethodGet, "/payments", query.Declare(s.list(api),
+		"accountId", "merchantReference", "status", "createdFrom", "createdTo", "limit", "cursor"))
+	r.Get("/payments/{paymentId}", func(w http.ResponseWriter, r *http.Request) {
+		id := chi.URLParam(r, "paymentId")
+		logging.Add(r.Context(), "payment_id", id)
+		p, err := s.Get(r.Context(), api.Tenant(r), id)
+		if err != nil {
+			api.Error(w, r, err)
+			return
 		}
-		if v := q.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 100 {
-				api.InvalidParameter(w, "limit", "must be an integer from 1 to 100")
-				return
-			}
-			lq.Limit = n
+		api.JSON(w, http.StatusOK, p.View())
+	})
+}
+
+// list handles GET /payments.
+func (s *Service) list(api operation.HTTP) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		lq, err := readListQuery(query.Read(r))
+		if err != nil {
+			api.Error(w, r, err)
+			return
 		}
 		page, err := s.List(r.Context(), api.Tenant(r), lq)
 		if err != nil {
@@ -76,17 +81,37 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 			resp.Items = append(resp.Items, p.View())
 		}
 		api.JSON(w, http.StatusOK, resp)
-	})
-	r.Get("/payments/{paymentId}", func(w http.ResponseWriter, r *http.Request) {
-		id := chi.URLParam(r, "paymentId")
-		logging.Add(r.Context(), "payment_id", id)
-		p, err := s.Get(r.Context(), api.Tenant(r), id)
-		if err != nil {
-			api.Error(w, r, err)
-			return
+	}
+}
+
+// readListQuery reads the filters and the page of GET /payments: an
+// account and a reference under the rules of a payment's own (the
+// reference normalised as it is stored), statuses as a comma-separated
+// list, and a creation range, from included, to excluded.
+func readListQuery(q *query.Reader) (ListQuery, error) {
+	lq := ListQuery{
+		AccountID: q.Text("accountId"), MerchantReference: normalReference(q.Text("merchantReference")),
+		Limit: q.Limit(), Cursor: q.Cursor(),
+	}
+	for _, id := range []struct{ name, v string }{{"accountId", lq.AccountID}, {"merchantReference", lq.MerchantReference}} {
+		if msg := idProblem(id.v); id.v != "" && msg != "" {
+			q.Add(id.name, msg)
 		}
-		api.JSON(w, http.StatusOK, p.View())
-	})
+	}
+	for _, st := range q.List("status", statusNames()) {
+		lq.Statuses = append(lq.Statuses, Status(st))
+	}
+	lq.CreatedFrom, lq.CreatedTo = q.Range("createdFrom", "createdTo")
+	return lq, q.Err()
+}
+
+// statusNames are the statuses a client may filter by.
+func statusNames() []string {
+	var names []string
+	for _, s := range Statuses() {
+		names = append(names, string(s))
+	}
+	return names
 }
 
 // Render answers a payment: 201 with the payment when it succeeded (or, for

@@ -23,6 +23,10 @@ const (
 	EventCanceled = "PaymentCanceled"
 )
 
+// IDField is the member that holds a payment's id in its body and in its
+// events' data (and in its refunds': they name their payment).
+const IDField = "paymentId"
+
 // EntrySucceeded is the ledger's entry of a payment that succeeded.
 const EntrySucceeded = "PAYMENT_SUCCEEDED"
 
@@ -32,7 +36,7 @@ func Module(hooks Hooks) operation.Module {
 	return operation.Module{
 		Name: OperationCreate,
 		Resource: operation.Resource{
-			Type: ResourceType, IDField: "paymentId", ProviderKey: ProviderKey, ProviderObject: provider.ObjectCharge,
+			Type: ResourceType, IDField: IDField, ProviderKey: ProviderKey, ProviderObject: provider.ObjectCharge,
 		},
 		Events: []operation.Event{
 			{Type: EventCreated, Name: "payment.created"},

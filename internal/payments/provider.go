@@ -56,9 +56,10 @@ func (f inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
 // answer is what the provider said of p's charge, as the flow reads it: for
 // a manual payment, an authorization is its success (the manual flow's
 // Succeeded is StateAuthorized), and an authorization the provider voided
-// before we knew of it moved no money: a decline.
+// before we knew of it moved no money: a decline. Its amount is the
+// charge's, which the flow holds to the payment's.
 func answer(p Payment, c provider.Charge) providerflow.Answer {
-	a := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode}
+	a := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode, AmountMinor: c.AmountMinor}
 	if p.Command.CaptureMethod == CaptureManual {
 		switch c.Status {
 		case provider.StatusAuthorized:

@@ -63,10 +63,10 @@ func TestHoldsReferenceFollowsTheState(t *testing.T) {
 
 // A payment's moves that keep its merchant reference (its whole happy path)
 // change no indexed column, so they are HOT updates: no index entry is
-// written for them (issue 8). That holds since the contract step of 00015
-// (00019) dropped payments_merchant_reference_key, whose predicate was on
-// state. The counts are those of the test's own transaction
-// (pg_stat_get_xact_*), which is alone on its page.
+// written for them. That holds since the contract step of 00015 (00019)
+// dropped payments_merchant_reference_key, whose predicate was on state. The
+// counts are those of the test's own transaction (pg_stat_get_xact_*), which
+// is alone on its page.
 func TestMovesThatKeepTheReferenceAreHOTUpdates(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -121,11 +121,10 @@ func happyPathMoves(t *testing.T, pool *pgxpool.Pool) (updated, hot int) {
 
 // Two inserts of one merchant reference by different claims, at the same
 // moment: one payment, and the other statement refuses
-// (refuseReferenceHeld), never with a unique violation. While the release before
-// 00015 may still run, payments has two unique indexes on the reference
-// (00015, docs/operations.md, "Migrations"); an insert whose ON CONFLICT named only one
-// of them got a unique violation (a 500) from the other in about one race
-// in ten (issue 17). Each batch is what the claim sends: one implicit
+// (refuseReferenceHeld), never with a unique violation. An insert whose ON
+// CONFLICT named one unique index on the reference would get a unique
+// violation (a 500) from another in about one race in ten, whenever the
+// schema has two (as during a rolling upgrade past 00015). Each batch is what the claim sends: one implicit
 // transaction, with the claim's setting on.
 func TestSimultaneousInsertsOfOneReference(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -103,6 +104,7 @@ func NewService(d Deps, cfg Config) *Service {
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
 		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, AbandonAfter: cfg.AbandonAfter,
 		Hooks: providerflow.Hooks{AfterSent: cfg.Hooks.AfterRequestSent, AfterAnswer: cfg.Hooks.AfterProviderAnswer},
+		Log:   d.Log,
 	}
 	manual := *s.flow
 	manual.States.Succeeded = StateAuthorized
@@ -130,6 +132,15 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 	if cmd.CaptureMethod == "" {
 		cmd.CaptureMethod = CaptureAutomatic // a Command built in Go rather than by Validate
 	}
+	// What the provider would refuse as it stands (an amount its currency
+	// rules refuse, a payment method it does not have) is refused before
+	// the claim of a new key, as an invalid field is: nothing is stored.
+	scope := idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}
+	if err := s.d.Engine.RefuseNew(ctx, s, scope, provider.Check(s.d.Provider, provider.Proposal{
+		AmountMinor: cmd.AmountMinor, Currency: cmd.Currency, PaymentMethod: cmd.PaymentMethod,
+	})); err != nil {
+		return idempotency.Reply{}, err
+	}
 	fp := cmd.Fingerprint()
 	// The holder of the merchant reference may be declined (freeing it)
 	// between the conflict and the look: then the claim, undone, is tried
@@ -151,7 +162,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 			return idempotency.Reply{}, err
 		}
 		reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
-			Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+			Scope:       scope,
 			Fingerprint: fp,
 			Resource:    p.Resource(),
 			Create: func(b *claim.Batch) {
@@ -195,7 +206,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 			"state", p.State, "fencing_token", own.Token, "reconciler", own.Recovering)
 	}
 	return s.flowOf(p).Resume(ctx, own, providerflow.Subject[State]{
-		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+		ID: p.ID, State: p.State, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt, AmountMinor: p.Command.AmountMinor,
 		FirstSentAt: p.FirstSentAt, LastSentAt: p.LastSentAt, Op: inFlow{s, p},
 	})
 }
@@ -275,5 +286,18 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Payment, error) {
 
 // List returns a page of the tenant's payments, newest first.
 func (s *Service) List(ctx context.Context, tenant string, q ListQuery) (Page, error) {
+	// A reference is compared as it is stored, whoever typed it.
+	q.MerchantReference = normalReference(q.MerchantReference)
 	return listPayments(ctx, s.d.DB, tenant, q)
+}
+
+// Created answers when the tenant's payment id was created, or found false
+// if the tenant has no such payment: how far back the event log reads for
+// a payment's events (eventlog.Subject).
+func (s *Service) Created(ctx context.Context, tenant, id string) (at time.Time, found bool, err error) {
+	p, err := s.Get(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return time.Time{}, false, nil
+	}
+	return p.CreatedAt, err == nil, err
 }

@@ -1,6 +1,10 @@
 package payments
 
-import "github.com/paymentsapi/paymentsapi/internal/statemachine"
+import (
+	"slices"
+
+	"github.com/paymentsapi/paymentsapi/internal/statemachine"
+)
 
 // State is where a payment stands in its life. The allowed moves are the
 // table in machine, which the database enforces too (state_machine_moves,
@@ -47,16 +51,21 @@ const (
 	StateCancelRequested State = "CANCEL_REQUESTED"
 )
 
-// AuditSQL reads payment $1's audit trail, oldest first: each record's
-// id, from_state (NULL for its creation), to_state, reason, occurred_at,
-// actor and request_id (who moved it under which request, package actor;
-// NULL in records written before migration 00044 and by the release
-// before it).
-// A record names its payment's created_at (the machine's
-// Table.CreatedAt), and is found by it, in the index that takes a new
-// payment's records at its right edge (keyed by the creation time alone,
-// migration 00037), the payment's id tested on what it finds; one written before
-// migration 00036 names none, and is found by the payment's id alone.
+// AuditSQL reads payment $1's audit trail, oldest first. Each record gives
+// its id, from_state (NULL for the creation), to_state, reason,
+// occurred_at, actor and request_id (who moved the payment, under which
+// request: package actor). Records written before migration 00044, or by
+// the release before it, have no actor and no request_id.
+//
+// Each record repeats its payment's created_at (the machine's
+// Table.CreatedAt), so the first branch finds the records through the
+// index on that column alone (migration 00037), where a new payment's
+// records go to the right edge. The index also finds the records of any
+// payment created in the same microsecond, so the branch tests the
+// payment's id too. Records written before migration 00036 have no
+// created_at: the second branch finds them by the payment's id. It stays
+// until a migration fills their created_at in.
+//
 // Operators read it too (docs/operations.md, "A payment's audit trail").
 const AuditSQL = `
 	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at, t.actor, t.request_id
@@ -144,6 +153,30 @@ func (s State) Status() Status {
 
 // Status is the client-facing status of a payment.
 type Status string
+
+// Statuses lists every status a client may see, in the order of the life
+// of a payment: those of States (State.Status is the one map between the
+// two).
+func Statuses() []Status {
+	var all []Status
+	for _, s := range States() {
+		if !slices.Contains(all, s.Status()) {
+			all = append(all, s.Status())
+		}
+	}
+	return all
+}
+
+// States lists the states a client sees as s, in the order of States.
+func (s Status) States() []State {
+	var states []State
+	for _, st := range States() {
+		if st.Status() == s {
+			states = append(states, st)
+		}
+	}
+	return states
+}
 
 // The statuses a client sees.
 const (

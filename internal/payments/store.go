@@ -14,6 +14,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/cursor"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
 	"github.com/paymentsapi/paymentsapi/internal/rowset"
+	"github.com/paymentsapi/paymentsapi/internal/sqlcond"
 	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
@@ -41,15 +42,12 @@ const refuseReferenceHeld refuse.Code = "PA101"
 // sees it. Queued after a claim, it neither inserts nor refuses unless the
 // claim took its key (a claim.Statement).
 //
-// ON CONFLICT names no index: every unique index of payments is an arbiter.
-// While the release before 00015 could run beside this one, the schema had
-// two unique indexes on the reference (payments_merchant_reference_key,
-// which that release named, dropped by 00019, and
-// payments_held_reference_key): naming one would have left the other to
-// raise a unique violation (a 500) when two claims of one reference insert
-// at the same moment. The only other unique index is the primary key, on a
-// random id: a conflict there is as good as impossible, and would be tried
-// again like a holder that went away.
+// ON CONFLICT names no index, so every unique index of payments is an
+// arbiter. A statement that named one index would get a unique violation
+// (a 500) from any other unique index on the reference when two claims of
+// one reference insert at the same moment. The only other unique index is
+// the primary key: a conflict there is as good as impossible, and would be
+// tried again like a holder that went away.
 func queueInsertPayment(b *claim.Batch, p Payment) {
 	c := p.Command
 	if c.CaptureMethod == "" {
@@ -169,11 +167,20 @@ func countRecoveryStates(ctx context.Context, q Querier) (unknown, review int64,
 	return unknown, review, err
 }
 
-// ListQuery selects a page of a tenant's payments, newest first.
+// ListQuery selects a page of a tenant's payments, newest first: those that
+// meet every filter it gives.
 type ListQuery struct {
-	AccountID string // optional filter
-	Limit     int
-	Cursor    string // opaque, from a previous Page; empty for the first page
+	AccountID         string    // optional: the account's payments
+	MerchantReference string    // optional: those with this reference (normalised, as stored)
+	Statuses          []Status  // optional: those in any of these statuses
+	CreatedFrom       time.Time // optional: those created at or after it
+	CreatedTo         time.Time // optional: those created before it
+	Limit             int
+	// Cursor is opaque, from a previous Page; empty for the first page. It
+	// is a position in the order of the listing, not a copy of its
+	// filters: with other filters it means the payments that meet them
+	// and come after that position.
+	Cursor string
 }
 
 // Page is one page of a listing.
@@ -182,29 +189,85 @@ type Page struct {
 	NextCursor string // empty on the last page
 }
 
-// listQuery is the statement of one page of a listing, newest first: one
-// backward scan of a listing index (migration 00026), bounded by the page.
+// listQuery is the statement of one page of a listing, newest first: a
+// backward scan of an index ordered by creation, bounded by the page and
+// any creation range, with the other filters applied to the rows it finds.
+// The tenant's (or the account's) listing index (migration 00026) serves
+// every filter; a reference is looked up through the two reference indexes
+// instead, and a status that frees the reference (DECLINED, CANCELED: rare,
+// and final) through the listing index of those payments alone (migration
+// 00045). docs/INDEXES.md says what each costs; TestFiltersReadThroughAnIndex
+// holds the plans to it.
 func listQuery(tenant string, lq ListQuery) (string, []any, error) {
-	var (
-		where = []string{"tenant_id = $1"}
-		args  = []any{tenant}
-	)
+	var where sqlcond.Where
+	where.Add("tenant_id = $%d", tenant)
 	if lq.AccountID != "" {
-		args = append(args, lq.AccountID)
-		where = append(where, fmt.Sprintf("account_id = $%d", len(args)))
+		where.Add("account_id = $%d", lq.AccountID)
+	}
+	if lq.MerchantReference != "" {
+		where.Add("merchant_reference = $%d", lq.MerchantReference)
+	}
+	if len(lq.Statuses) > 0 {
+		where.Add("state = ANY($%d::text[])", stateNames(lq.Statuses))
+	}
+	if cond := heldCondition(lq); cond != "" {
+		where.Add(cond)
+	}
+	if !lq.CreatedFrom.IsZero() {
+		where.Add("created_at >= $%d", lq.CreatedFrom)
+	}
+	if !lq.CreatedTo.IsZero() {
+		where.Add("created_at < $%d", lq.CreatedTo)
 	}
 	if lq.Cursor != "" {
 		at, id, err := decodeCursor(lq.Cursor)
 		if err != nil {
 			return "", nil, err
 		}
-		args = append(args, at, id)
-		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
+		where.Add("(created_at, id) < ($%d, $%d)", at, id)
 	}
-	args = append(args, lq.Limit+1)
+	limit := where.Arg(lq.Limit + 1)
 	return `SELECT ` + paymentColumns + ` FROM payments
-		WHERE ` + strings.Join(where, " AND ") + `
-		ORDER BY created_at DESC, id DESC LIMIT $` + fmt.Sprint(len(args)), args, nil
+		WHERE ` + where.String() + `
+		ORDER BY created_at DESC, id DESC LIMIT $` + fmt.Sprint(limit), where.Args(), nil
+}
+
+// heldCondition is the condition on holds_reference that a listing adds so
+// that PostgreSQL may read through the partial indexes, whose predicates
+// are on that column (it uses a partial index only for a query that
+// implies its predicate): "NOT holds_reference" when every status asked
+// for frees the reference; for a reference, whichever half of the payments
+// the statuses asked for fall in, or both halves spelled out, each read
+// through its own reference index and the two combined (a BitmapOr).
+// The condition follows from the others, so it changes no answer.
+func heldCondition(lq ListQuery) string {
+	holding, freeing := false, false
+	for _, st := range lq.Statuses {
+		for _, s := range st.States() {
+			holding = holding || s.HoldsReference()
+			freeing = freeing || !s.HoldsReference()
+		}
+	}
+	switch {
+	case freeing && !holding:
+		return "NOT " + holdsReference
+	case lq.MerchantReference == "":
+		return ""
+	case holding && !freeing:
+		return holdsReference
+	}
+	return "(" + holdsReference + " OR NOT " + holdsReference + ")"
+}
+
+// stateNames are the states of statuses, as the column holds them.
+func stateNames(statuses []Status) []string {
+	var names []string
+	for _, st := range statuses {
+		for _, s := range st.States() {
+			names = append(names, string(s))
+		}
+	}
+	return names
 }
 
 func listPayments(ctx context.Context, q Querier, tenant string, lq ListQuery) (Page, error) {

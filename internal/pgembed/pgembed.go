@@ -313,7 +313,7 @@ func (c *Cluster) spawn(port int, opts Options) (*process, error) {
 		// The first change of a page after a checkpoint writes the whole
 		// page to the WAL (full_page_writes, which protects against torn
 		// pages): up to a third of the WAL of a new payment, more as the
-		// tables grow (issue 8, docs/BENCHMARKS.md). Compressing those
+		// tables grow (docs/BENCHMARKS.md). Compressing those
 		// images costs a little CPU, weakens nothing, and cuts the WAL
 		// they take by half or more.
 		args = append(args, "-c", "wal_compression="+walCompression(c.binDir))

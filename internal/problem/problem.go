@@ -52,6 +52,13 @@ const (
 	// OperatorsOnly: a tenant's API key asked for what only an operator
 	// (OPERATOR_KEYS) may read, such as the audit log.
 	OperatorsOnly Code = "OPERATORS_ONLY"
+	// AmountNotSupportedByProvider: the provider's currency rules refuse
+	// the amount (BHD amounts must end in 0 at Stripe); nothing was
+	// stored or sent.
+	AmountNotSupportedByProvider Code = "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"
+	// UnknownTestPaymentMethod: the provider simulator has no such test
+	// payment method; nothing was stored or sent.
+	UnknownTestPaymentMethod Code = "UNKNOWN_TEST_PAYMENT_METHOD"
 )
 
 // title is the one short, human title of each shared code.
@@ -89,6 +96,10 @@ func title(code Code) string {
 		return "Too many failed authentications"
 	case OperatorsOnly:
 		return "Operators only"
+	case AmountNotSupportedByProvider:
+		return "Amount not supported by the payment provider"
+	case UnknownTestPaymentMethod:
+		return "Unknown test payment method"
 	case NotFound:
 		return "Not found"
 	case MethodNotAllowed:

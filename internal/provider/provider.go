@@ -12,8 +12,17 @@
 //   - ErrNotFound (Lookup only): the provider holds nothing for the key. That
 //     is certain of every request that reached it at least LookupLag before
 //     the lookup (see "Lookup lag" below).
-//   - ErrAmbiguous (Lookup only): the provider holds more than one object for
-//     the key. Money may have moved twice; only a person can sort it out.
+//   - ErrAmbiguous: the provider's answer cannot be read as one outcome. A
+//     lookup found more than one object for the key (money may have moved
+//     twice), or an answer holds an amount that is no whole number of the
+//     currency's minor units (see package units). Only a person can sort it
+//     out.
+//
+// An adapter may also tell, before anything is stored or sent, that its
+// provider would refuse a request as it stands (Checker): an amount its
+// currency rules refuse, a payment method it does not have. Such a refusal
+// is a *Refusal, and neither sentinel: nothing moved, and the same request
+// would be refused again.
 //
 // Refunds follow the same rules as charges: a key derived from the refund,
 // the same errors, and LookupRefund to resolve an unknown outcome.
@@ -48,8 +57,62 @@ var (
 	ErrUnavailable    = errors.New("provider unavailable: request not processed")
 	ErrUnknownOutcome = errors.New("provider outcome unknown")
 	ErrNotFound       = errors.New("provider has no charge for this key")
-	ErrAmbiguous      = errors.New("provider holds more than one object for this key")
+	ErrAmbiguous      = errors.New("provider answer is ambiguous: only a person can tell what moved")
 )
+
+// Refusal is a request the provider would refuse as it stands, found by its
+// adapter before anything was sent (Checker.Check, or a create that checks
+// the same before it sends): no money moved, and the same request would be
+// refused again. Detail says, for a person, what the provider would take.
+type Refusal struct {
+	Reason RefusalReason
+	Detail string
+}
+
+// RefusalReason is what a Refusal refuses.
+type RefusalReason string
+
+// The reasons of a Refusal.
+const (
+	// RefusedAmount: an amount the provider's currency rules refuse
+	// (package units).
+	RefusedAmount RefusalReason = "amount"
+	// RefusedPaymentMethod: a payment method the provider does not have
+	// (the simulator's test payment methods).
+	RefusedPaymentMethod RefusalReason = "payment_method"
+)
+
+func (r *Refusal) Error() string { return "the provider would refuse the request: " + r.Detail }
+
+// Proposal is what a request would ask of the provider, as far as its
+// adapter can check it before anything is stored: an amount in the
+// service's unit (ISO 4217 minor units) and, for a charge, its payment
+// method ("" for a capture or a refund: their charge was checked when it
+// was made).
+type Proposal struct {
+	AmountMinor   int64
+	Currency      string
+	PaymentMethod string
+}
+
+// Checker is what an adapter implements when it can tell that its provider
+// would refuse a request before the request is sent. The operations ask it
+// before they claim a key (Check), so that such a request stores nothing:
+// no resource, no key, no event.
+type Checker interface {
+	// Check returns nil when the provider would take p, else a *Refusal.
+	Check(p Proposal) error
+}
+
+// Check returns a's refusal of p (a *Refusal), or nil when a would take
+// it or checks nothing (it is no Checker).
+func Check(a Adapter, p Proposal) error {
+	c, ok := a.(Checker)
+	if !ok {
+		return nil
+	}
+	return c.Check(p)
+}
 
 // Status is the provider's verdict on a charge.
 type Status string

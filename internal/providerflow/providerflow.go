@@ -23,7 +23,11 @@
 //     unknown to the provider) ends, if its operation has such an end
 //     (States.Canceled), once nobody finished it for Flow.AbandonAfter;
 //   - anything else (timeout, lost answer, a pending answer, a provider that
-//     cannot say) is an unknown outcome, for a retry or the reconciler.
+//     cannot say) is an unknown outcome, for a retry or the reconciler;
+//   - a success for another amount than the resource's (Subject.AmountMinor,
+//     Answer.AmountMinor, both in the service's unit) is never a success:
+//     the resource stays unknown and its key is left for a person, as when
+//     the provider holds two objects for one key.
 //
 // The resource's provider history lives on its own row (Columns): when a
 // request for it first left (the provider's key window runs from there;
@@ -40,6 +44,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,8 +106,10 @@ type Answer struct {
 	ID          string
 	Status      provider.Status
 	DeclineCode string
-	// AmountMinor is what the provider's object says moved, when the
-	// operation reads it (a capture's captured amount); 0 otherwise.
+	// AmountMinor is the amount the provider's object is for, in the
+	// service's unit (ISO 4217 minor units), when the operation reads it: a
+	// charge's amount, a refund's, a capture's captured amount; 0 when it
+	// does not.
 	AmountMinor int64
 }
 
@@ -141,6 +148,9 @@ type Flow[S State] struct {
 	Metrics          *metrics.Metrics
 	SendOp, LookupOp string
 	Hooks            Hooks
+	// Log receives what a person must know (a success for another amount
+	// than asked); nil: slog.Default().
+	Log *slog.Logger
 }
 
 // Subject is one resource in the flow: its row, as its operation read it,
@@ -154,6 +164,11 @@ type Subject[S State] struct {
 	// FirstSentAt and LastSentAt are its provider history, as its row says
 	// (Columns).
 	FirstSentAt, LastSentAt *time.Time
+	// AmountMinor is the amount the resource asks the provider to move, in
+	// the service's unit: a success whose answer is for another amount
+	// (Answer.AmountMinor) is left for a person. 0: the operation reads
+	// no amount (a void).
+	AmountMinor int64
 	// Scheduled: the service issued the command itself
 	// (idempotency.Engine.QueueScheduled), so the reconciler is its client:
 	// it sends it (and sends a refused one again) where it would otherwise
@@ -578,6 +593,9 @@ func (f *Flow[S]) settleFrom(ctx context.Context, own *idempotency.Owner, s Subj
 // settle commits what the provider said in one transaction: the move, the
 // operation's writes, and the stored answer (final) or the released key.
 func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[S], a Answer, callErr error) (idempotency.Result, error) {
+	if callErr == nil && a.Status == provider.StatusSucceeded && s.AmountMinor != 0 && a.AmountMinor != s.AmountMinor {
+		return f.otherAmount(ctx, own, s, a)
+	}
 	var (
 		to        S
 		reason    string
@@ -601,6 +619,30 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 	}
 	if resultErr != nil {
 		return nil, resultErr
+	}
+	return res, nil
+}
+
+// otherAmount leaves for a person a resource the provider says succeeded
+// for another amount than the resource's: money moved, but not what was
+// asked (a unit mistake, or an object someone changed at the provider).
+// It is neither a success nor a failure: the resource stays unknown, and
+// its key is marked for review, so the reconciler leaves it alone.
+func (f *Flow[S]) otherAmount(ctx context.Context, own *idempotency.Owner, s Subject[S], a Answer) (idempotency.Result, error) {
+	name := f.Machine.Name()
+	reason := fmt.Sprintf("the provider reports %s %s for %d minor units, but it is for %d", name, a.ID, a.AmountMinor, s.AmountMinor)
+	log := f.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.ErrorContext(ctx, "the provider reports another amount than the "+name+"'s: left for a person",
+		name+"_id", s.ID, "provider_reference", a.ID, "amount_minor", s.AmountMinor, "provider_amount_minor", a.AmountMinor)
+	res, err := f.commit(ctx, own, s, f.States.Unknown, "left for a person: "+reason, Answer{})
+	if err != nil {
+		return nil, err
+	}
+	if err := own.MarkForReview(ctx, reason); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

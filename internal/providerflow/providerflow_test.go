@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 	smt "github.com/paymentsapi/paymentsapi/internal/statemachine/statemachinetest"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -55,19 +57,25 @@ var (
 type behaviour int
 
 const (
-	succeeds         behaviour = iota + 1 // charges and says so
-	declines                              // declines and says so
-	refuses                               // refuses before processing (503): holds nothing
-	refusesProcessed                      // answers 503, but processed the request: it holds a charge
-	loses                                 // charges, and the answer is lost (timeout)
-	losesUnsent                           // the request never reached it, and the caller cannot tell (timeout)
-	pends                                 // accepts, has not decided
+	succeeds            behaviour = iota + 1 // charges and says so
+	declines                                 // declines and says so
+	refuses                                  // refuses before processing (503): holds nothing
+	refusesProcessed                         // answers 503, but processed the request: it holds a charge
+	loses                                    // charges, and the answer is lost (timeout)
+	losesUnsent                              // the request never reached it, and the caller cannot tell (timeout)
+	pends                                    // accepts, has not decided
+	succeedsOtherAmount                      // charges another amount than the widget's, and says so
 )
 
 func (b behaviour) String() string {
 	return [...]string{"", "succeeds", "declines", "refuses", "refuses but processed", "loses the answer",
-		"loses the request", "pends"}[b]
+		"loses the request", "pends", "succeeds for another amount"}[b]
 }
+
+// widgetAmount is what the widget asks the provider to move
+// (Subject.AmountMinor); the fake's successes are for it, but for
+// succeedsOtherAmount's.
+const widgetAmount = 1000
 
 // fakeProvider holds at most one object, for the widget's one key: a send
 // with the key it already holds replays it, as a provider's idempotency
@@ -105,16 +113,18 @@ func (p *fakeProvider) Send(context.Context) (providerflow.Answer, error) {
 	}
 	switch b {
 	case succeeds:
-		return hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded}), nil
+		return hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded, AmountMinor: widgetAmount}), nil
+	case succeedsOtherAmount:
+		return hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded, AmountMinor: 100 * widgetAmount}), nil
 	case declines:
 		return hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusDeclined, DeclineCode: "insufficient_funds"}), nil
 	case refuses:
 		return providerflow.Answer{}, fmt.Errorf("%w: 503", provider.ErrUnavailable)
 	case refusesProcessed:
-		hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded})
+		hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded, AmountMinor: widgetAmount})
 		return providerflow.Answer{}, fmt.Errorf("%w: 503", provider.ErrUnavailable)
 	case loses:
-		hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded})
+		hold(providerflow.Answer{ID: "ch_1", Status: provider.StatusSucceeded, AmountMinor: widgetAmount})
 		return providerflow.Answer{}, fmt.Errorf("%w: timeout", provider.ErrUnknownOutcome)
 	case losesUnsent:
 		return providerflow.Answer{}, fmt.Errorf("%w: timeout", provider.ErrUnknownOutcome)
@@ -183,8 +193,9 @@ func (w *widgets) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		return nil, fmt.Errorf("%w: %w", idempotency.ErrCrashed, errCrash)
 	}
 	s := providerflow.Subject[smt.WidgetState]{
-		ID: own.Resource.ID,
-		Op: widget{w.provider},
+		ID:          own.Resource.ID,
+		AmountMinor: widgetAmount,
+		Op:          widget{w.provider},
 	}
 	err := w.db.QueryRow(ctx, `SELECT state, created_at, updated_at, first_sent_at, last_sent_at FROM widgets WHERE id = $1`, s.ID).
 		Scan(&s.State, &s.CreatedAt, &s.UpdatedAt, &s.FirstSentAt, &s.LastSentAt)
@@ -582,6 +593,20 @@ func TestMoneyFlow(t *testing.T) {
 				{at: 3 * time.Minute, owner: reconciler, lookupErr: provider.ErrAmbiguous, outcome: idempotency.OutcomeManualReview},
 			},
 			state: smt.WidgetUnknown, lookups: 1, next: backedOff(), tries: 1, review: true,
+		},
+		{
+			name:  "first request: a success for another amount is no success: unknown, left for manual review",
+			steps: []stepT{{at: 0, owner: first, sends: []behaviour{succeedsOtherAmount}}},
+			state: smt.WidgetUnknown, sends: 1, moves: []smt.WidgetState{smt.WidgetSent, smt.WidgetUnknown},
+			next: at(0), review: true,
+		},
+		{
+			name: "reconciler: a lookup finds a success for another amount: left for manual review",
+			steps: []stepT{
+				{at: 0, owner: first, sends: []behaviour{succeedsOtherAmount}, crash: afterAnswer, err: idempotency.ErrCrashed},
+				{at: lease + lag, owner: reconciler, outcome: idempotency.OutcomeManualReview},
+			},
+			state: smt.WidgetUnknown, lookups: 1, moves: []smt.WidgetState{smt.WidgetUnknown}, next: backedOff(), tries: 1, review: true,
 		},
 		{
 			name: "ambiguous found by a look-up-only owner: manual review too",
@@ -1012,4 +1037,26 @@ func readMoves(t *testing.T, pool *pgxpool.Pool) []smt.WidgetState {
 		t.Fatal(err)
 	}
 	return moves
+}
+
+// A success for another amount than the resource's is logged at error,
+// with the resource's id, the provider's reference and both amounts: a
+// person has to find it.
+func TestASuccessForAnotherAmountIsLoggedForAPerson(t *testing.T) {
+	t.Parallel()
+	rg := newRig(t, false, 0)
+	var logs testio.SyncBuffer
+	rg.flow.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	rg.clk.Set(t0)
+	rg.provider.sends = []behaviour{succeedsOtherAmount}
+	if _, err := rg.engine.Do(context.Background(), rg.op, rg.op.request()); err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	line := logs.String()
+	for _, want := range []string{"level=ERROR", "widget_id=" + widgetID, "provider_reference=ch_1",
+		fmt.Sprintf("amount_minor=%d", widgetAmount), fmt.Sprintf("provider_amount_minor=%d", 100*widgetAmount)} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the log does not say %s:\n%s", want, line)
+		}
+	}
 }

@@ -57,7 +57,7 @@ func NewService(d Deps, pay payments.Port, cfg Config) *Service {
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "refund", LookupOp: "refund_lookup",
-		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck,
+		LookupLag: cfg.ProviderLookupLag, RefusalGrace: cfg.RefusalRecheck, Log: d.Log,
 	}}
 }
 
@@ -81,6 +81,14 @@ func (s *Service) Prepare(ctx context.Context, tenant, paymentID string, req Cre
 // that much) in one transaction, then takes it through the provider;
 // retries are answered by the engine.
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
+	// An amount the provider's currency rules refuse (a refund follows the
+	// charge's rules) is refused before the claim of a new key: nothing is
+	// stored.
+	scope := idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key}
+	unsendable := provider.Check(s.d.Provider, provider.Proposal{AmountMinor: cmd.AmountMinor, Currency: cmd.Currency})
+	if err := s.d.Engine.RefuseNew(ctx, s, scope, unsendable); err != nil {
+		return idempotency.Reply{}, err
+	}
 	now := s.d.Clock.Now()
 	fp := cmd.Fingerprint()
 	// The claim's transaction creates the refund already sent (SendOnClaim
@@ -100,7 +108,7 @@ func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, w
 		return idempotency.Reply{}, err
 	}
 	reply, err := s.d.Engine.Do(ctx, s, idempotency.Request{
-		Scope:       idempotency.Scope{Tenant: tenant, Operation: OperationCreate, Key: key},
+		Scope:       scope,
 		Fingerprint: fp,
 		Resource:    idempotency.Resource{Type: ResourceType, ID: r.ID},
 		Create: func(b *claim.Batch) {
@@ -127,7 +135,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 		return nil, err
 	}
 	return s.flow.Resume(ctx, own, providerflow.Subject[State]{
-		ID: r.ID, State: r.State, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		ID: r.ID, State: r.State, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, AmountMinor: r.AmountMinor,
 		FirstSentAt: r.FirstSentAt, LastSentAt: r.LastSentAt, Op: inFlow{s: s, r: r, chargeID: p.ProviderReference},
 	})
 }
@@ -157,7 +165,7 @@ func (f inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
 }
 
 func answer(res provider.Refund, err error) (providerflow.Answer, error) {
-	return providerflow.Answer{ID: res.ID, Status: res.Status, DeclineCode: res.DeclineCode}, err
+	return providerflow.Answer{ID: res.ID, Status: res.Status, DeclineCode: res.DeclineCode, AmountMinor: res.AmountMinor}, err
 }
 
 // Settle is what a refund writes with its move to `to`: its event, and for

@@ -175,6 +175,7 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
+	AMOUNTNOTSUPPORTEDBYPROVIDER ProblemCode = "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"
 	AUTHORIZATIONEXPIRED         ProblemCode = "AUTHORIZATION_EXPIRED"
 	CAPTUREDECLINED              ProblemCode = "CAPTURE_DECLINED"
 	CAPTUREEXCEEDSCAPTURABLE     ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
@@ -206,6 +207,7 @@ const (
 	TOOMANYENDPOINTS             ProblemCode = "TOO_MANY_ENDPOINTS"
 	TOOMANYFAILEDAUTHENTICATIONS ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
 	UNAUTHORIZED                 ProblemCode = "UNAUTHORIZED"
+	UNKNOWNTESTPAYMENTMETHOD     ProblemCode = "UNKNOWN_TEST_PAYMENT_METHOD"
 	UNSUPPORTEDMEDIATYPE         ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
 	VALIDATIONFAILED             ProblemCode = "VALIDATION_FAILED"
 	WEBHOOKENDPOINTDISABLED      ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
@@ -216,6 +218,8 @@ const (
 // Valid indicates whether the value is a known member of the ProblemCode enum.
 func (e ProblemCode) Valid() bool {
 	switch e {
+	case AMOUNTNOTSUPPORTEDBYPROVIDER:
+		return true
 	case AUTHORIZATIONEXPIRED:
 		return true
 	case CAPTUREDECLINED:
@@ -277,6 +281,8 @@ func (e ProblemCode) Valid() bool {
 	case TOOMANYFAILEDAUTHENTICATIONS:
 		return true
 	case UNAUTHORIZED:
+		return true
+	case UNKNOWNTESTPAYMENTMETHOD:
 		return true
 	case UNSUPPORTEDMEDIATYPE:
 		return true
@@ -507,7 +513,8 @@ type CreatePaymentRequest struct {
 	// `400 CARD_DATA_REFUSED`). With the provider
 	// simulator: `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined`,
 	// `pm_card_insufficientFunds` decline; `pm_sim_slow`, `pm_sim_timeout_after_success`,
-	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures.
+	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures; any other token answers
+	// `400 UNKNOWN_TEST_PAYMENT_METHOD` (the simulator's `GET /_sim/methods` lists them all).
 	//
 	//
 	// Examples: pm_card_visa
@@ -879,6 +886,8 @@ type Problem struct {
 	// | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 	// | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 	// | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
+	// | `AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | 400 | the provider's currency rules refuse the amount of a payment, capture or refund (`detail` says which amounts it would take); nothing was stored or sent |
+	// | `UNKNOWN_TEST_PAYMENT_METHOD` | 400 | with the provider simulator, `paymentMethod` is none of its test payment methods (`detail` lists them); nothing was stored or sent |
 	// | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 	// | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 	// | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -975,6 +984,8 @@ type Problem struct {
 // | `MALFORMED_JSON` | 400 | the body is not one UTF-8 JSON object, or holds a member twice |
 // | `VALIDATION_FAILED` | 400 | invalid fields or query parameters (`errors`) |
 // | `CARD_DATA_REFUSED` | 400 | a field holds a card number, or `paymentMethod` is not a token (`errors` names them, never their values); nothing of the request was kept |
+// | `AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | 400 | the provider's currency rules refuse the amount of a payment, capture or refund (`detail` says which amounts it would take); nothing was stored or sent |
+// | `UNKNOWN_TEST_PAYMENT_METHOD` | 400 | with the provider simulator, `paymentMethod` is none of its test payment methods (`detail` lists them); nothing was stored or sent |
 // | `PAYLOAD_TOO_LARGE` | 413 | the body is over 16 KiB |
 // | `UNSUPPORTED_MEDIA_TYPE` | 415 | the body is not `application/json` |
 // | `UNAUTHORIZED` | 401 | missing or unknown bearer secret |
@@ -1311,12 +1322,26 @@ type ServiceUnavailable = Problem
 // Members other than those below may be added.
 type Unauthorized = Problem
 
+// UnknownQueryParameter An RFC 9457 problem detail, served as `application/problem+json`. Branch on `code`.
+// Members other than those below may be added.
+type UnknownQueryParameter = Problem
+
 // ListEventsParams defines parameters for ListEvents.
 type ListEventsParams struct {
-	// Type Only events of this type. An unknown type gets `400 VALIDATION_FAILED`.
-	Type *EventType `form:"type,omitempty" json:"type,omitempty"`
+	// Type Only events of one of these types, comma-separated (`type=payment.declined,refund.declined`). An unknown type gets `400 VALIDATION_FAILED`.
+	Type *[]EventType `form:"type,omitempty" json:"type,omitempty"`
 
-	// After Only events that happened after this time (RFC 3339).
+	// PaymentID Only the events of this payment: its own and its refunds' (whose `data.paymentId` names
+	// it). A payment the tenant does not have gives an empty page.
+	PaymentID *string `form:"paymentId,omitempty" json:"paymentId,omitempty"`
+
+	// CreatedFrom Only events that happened at or after this time (RFC 3339, included).
+	CreatedFrom *time.Time `form:"createdFrom,omitempty" json:"createdFrom,omitempty"`
+
+	// CreatedTo Only events that happened before this time (RFC 3339, excluded). It must come after `createdFrom`.
+	CreatedTo *time.Time `form:"createdTo,omitempty" json:"createdTo,omitempty"`
+
+	// After Only events that happened after this time (RFC 3339, excluded). The older form of `createdFrom`, kept; both may be given.
 	After *time.Time `form:"after,omitempty" json:"after,omitempty"`
 
 	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
@@ -1350,6 +1375,23 @@ type ResendEventParams struct {
 type ListPaymentsParams struct {
 	// AccountID Only payments of this account, under the rule of a payment's `accountId` (empty, more than 128 characters, or not printable text, such as not UTF-8 or holding a control character, gets `400 VALIDATION_FAILED`).
 	AccountID *string `form:"accountId,omitempty" json:"accountId,omitempty"`
+
+	// MerchantReference Only payments with exactly this merchant reference, compared as references are stored
+	// (in Unicode's composed form, NFC: `cafe%CC%81` finds `café`), of any account unless
+	// `accountId` is given too: every attempt at it, the one that holds it and those
+	// declined or canceled. Under the rule of a payment's `merchantReference`.
+	MerchantReference *string `form:"merchantReference,omitempty" json:"merchantReference,omitempty"`
+
+	// Status Only payments in one of these statuses, comma-separated (`status=FAILED,DECLINED`). A
+	// status that is not one of the payment statuses gets `400 VALIDATION_FAILED` listing
+	// them.
+	Status *[]PaymentStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// CreatedFrom Only payments created at or after this time (RFC 3339, included; encode a `+` offset as `%2B`).
+	CreatedFrom *time.Time `form:"createdFrom,omitempty" json:"createdFrom,omitempty"`
+
+	// CreatedTo Only payments created before this time (RFC 3339, excluded). It must come after `createdFrom`.
+	CreatedTo *time.Time `form:"createdTo,omitempty" json:"createdTo,omitempty"`
 
 	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
@@ -1638,7 +1680,10 @@ type ClientInterface interface {
 	// `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
 	// `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
 	// event. Events of one instant (one request's) have no order among them; `data.updatedAt`
-	// tells which state is newer. Cursor-paginated like `GET /payments`.
+	// tells which state is newer. Cursor-paginated like `GET /payments` (a cursor is a position:
+	// with other filters, the events that meet them after it). Every filter given applies.
+	// `paymentId` is read back only to the payment's creation; a `type` alone is checked on the
+	// tenant's events newest first, so a type no recent event has reads back further.
 	//
 	// Corresponds with GET /events (the `ListEvents` operationId).
 	ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1736,9 +1781,18 @@ type ClientInterface interface {
 
 	// ListPayments List payments
 	//
-	// The tenant's payments, newest first, in their current representation (never a replay),
-	// optionally for one account. Cursor-paginated: pass `nextCursor` back as `cursor`, with the
-	// same `accountId`, to get the next page; `nextCursor` is absent on the last page.
+	// The tenant's payments, newest first, in their current representation (never a replay):
+	// every payment that meets all the filters given. Cursor-paginated: pass `nextCursor` back as
+	// `cursor` to get the next page; `nextCursor` is absent on the last page. A cursor is a
+	// position in the listing's order, not a copy of the filters: passed with the same filters
+	// it pages through them; passed with others it gives the payments that meet those and come
+	// after that position.
+	//
+	// Each filter is read through an index, so a page costs about its size whatever the tenant
+	// holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
+	// tenant's (or the account's) payments newest first, so a status that no recent payment has
+	// reads back through the tenant's history until it finds a page; narrow it with
+	// `createdFrom`.
 	//
 	// Corresponds with GET /payments (the `ListPayments` operationId).
 	ListPayments(ctx context.Context, params *ListPaymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1767,6 +1821,8 @@ type ClientInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1804,6 +1860,8 @@ type ClientInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1941,6 +1999,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -1981,6 +2040,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2019,6 +2079,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2054,6 +2115,7 @@ type ClientInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2276,7 +2338,10 @@ type ClientInterface interface {
 // `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
 // `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
 // event. Events of one instant (one request's) have no order among them; `data.updatedAt`
-// tells which state is newer. Cursor-paginated like `GET /payments`.
+// tells which state is newer. Cursor-paginated like `GET /payments` (a cursor is a position:
+// with other filters, the events that meet them after it). Every filter given applies.
+// `paymentId` is read back only to the payment's creation; a `type` alone is checked on the
+// tenant's events newest first, so a type no recent event has reads back further.
 //
 // Corresponds with GET /events (the `ListEvents` operationId).
 func (c *Client) ListEvents(ctx context.Context, params *ListEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2424,9 +2489,18 @@ func (c *Client) ResendEvent(ctx context.Context, eventID EventID, params *Resen
 
 // ListPayments List payments
 //
-// The tenant's payments, newest first, in their current representation (never a replay),
-// optionally for one account. Cursor-paginated: pass `nextCursor` back as `cursor`, with the
-// same `accountId`, to get the next page; `nextCursor` is absent on the last page.
+// The tenant's payments, newest first, in their current representation (never a replay):
+// every payment that meets all the filters given. Cursor-paginated: pass `nextCursor` back as
+// `cursor` to get the next page; `nextCursor` is absent on the last page. A cursor is a
+// position in the listing's order, not a copy of the filters: passed with the same filters
+// it pages through them; passed with others it gives the payments that meet those and come
+// after that position.
+//
+// Each filter is read through an index, so a page costs about its size whatever the tenant
+// holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
+// tenant's (or the account's) payments newest first, so a status that no recent payment has
+// reads back through the tenant's history until it finds a page; narrow it with
+// `createdFrom`.
 //
 // Corresponds with GET /payments (the `ListPayments` operationId).
 func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2465,6 +2539,8 @@ func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, r
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2512,6 +2588,8 @@ func (c *Client) CreatePaymentWithBody(ctx context.Context, params *CreatePaymen
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2689,6 +2767,7 @@ func (c *Client) CancelPayment(ctx context.Context, paymentID PaymentID, params 
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2739,6 +2818,7 @@ func (c *Client) CapturePaymentWithBody(ctx context.Context, paymentID PaymentID
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2797,6 +2877,7 @@ func (c *Client) ListRefunds(ctx context.Context, paymentID PaymentID, reqEditor
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -2842,6 +2923,7 @@ func (c *Client) CreateRefundWithBody(ctx context.Context, paymentID PaymentID, 
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -3185,7 +3267,43 @@ func NewListEventsRequest(server string, params *ListEventsParams) (*http.Reques
 
 		if params.Type != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PaymentID != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "paymentId", *params.PaymentID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedFrom != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "createdFrom", *params.CreatedFrom, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedTo != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "createdTo", *params.CreatedTo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -3413,6 +3531,54 @@ func NewListPaymentsRequest(server string, params *ListPaymentsParams) (*http.Re
 		if params.AccountID != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "accountId", *params.AccountID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.MerchantReference != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "merchantReference", *params.MerchantReference, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedFrom != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "createdFrom", *params.CreatedFrom, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedTo != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "createdTo", *params.CreatedTo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -4150,7 +4316,10 @@ type ClientWithResponsesInterface interface {
 	// `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
 	// `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
 	// event. Events of one instant (one request's) have no order among them; `data.updatedAt`
-	// tells which state is newer. Cursor-paginated like `GET /payments`.
+	// tells which state is newer. Cursor-paginated like `GET /payments` (a cursor is a position:
+	// with other filters, the events that meet them after it). Every filter given applies.
+	// `paymentId` is read back only to the payment's creation; a `type` alone is checked on the
+	// tenant's events newest first, so a type no recent event has reads back further.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4254,9 +4423,18 @@ type ClientWithResponsesInterface interface {
 
 	// ListPaymentsWithResponse List payments
 	//
-	// The tenant's payments, newest first, in their current representation (never a replay),
-	// optionally for one account. Cursor-paginated: pass `nextCursor` back as `cursor`, with the
-	// same `accountId`, to get the next page; `nextCursor` is absent on the last page.
+	// The tenant's payments, newest first, in their current representation (never a replay):
+	// every payment that meets all the filters given. Cursor-paginated: pass `nextCursor` back as
+	// `cursor` to get the next page; `nextCursor` is absent on the last page. A cursor is a
+	// position in the listing's order, not a copy of the filters: passed with the same filters
+	// it pages through them; passed with others it gives the payments that meet those and come
+	// after that position.
+	//
+	// Each filter is read through an index, so a page costs about its size whatever the tenant
+	// holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
+	// tenant's (or the account's) payments newest first, so a status that no recent payment has
+	// reads back through the tenant's history until it finds a page; narrow it with
+	// `createdFrom`.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4287,6 +4465,8 @@ type ClientWithResponsesInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4324,6 +4504,8 @@ type ClientWithResponsesInterface interface {
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 	// | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+	// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4463,6 +4645,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4503,6 +4686,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4543,6 +4727,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4578,6 +4763,7 @@ type ClientWithResponsesInterface interface {
 	// | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 	// | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 	// | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+	// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 	// | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 	// | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 	// | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -4907,6 +5093,8 @@ type GetEventResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Event
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -4926,6 +5114,11 @@ type GetEventResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetEventResponse) GetJSON200() *Event {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetEventResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -4997,6 +5190,8 @@ type ListEventDeliveriesResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *DeliveryList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -5016,6 +5211,11 @@ type ListEventDeliveriesResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListEventDeliveriesResponse) GetJSON200() *DeliveryList {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListEventDeliveriesResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -5479,6 +5679,8 @@ type GetPaymentResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Payment
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -5498,6 +5700,11 @@ type GetPaymentResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetPaymentResponse) GetJSON200() *Payment {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetPaymentResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -5893,6 +6100,8 @@ type ListRefundsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *RefundList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -5912,6 +6121,11 @@ type ListRefundsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListRefundsResponse) GetJSON200() *RefundList {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListRefundsResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6152,6 +6366,8 @@ type GetRefundResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *Refund
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -6171,6 +6387,11 @@ type GetRefundResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetRefundResponse) GetJSON200() *Refund {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetRefundResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6242,6 +6463,8 @@ type ListWebhookEndpointsResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WebhookEndpointList
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -6259,6 +6482,11 @@ type ListWebhookEndpointsResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r ListWebhookEndpointsResponse) GetJSON200() *WebhookEndpointList {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListWebhookEndpointsResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6456,6 +6684,8 @@ type DeleteWebhookEndpointResponse503Headers struct {
 type DeleteWebhookEndpointResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -6470,6 +6700,11 @@ type DeleteWebhookEndpointResponse struct {
 	Headers429 *DeleteWebhookEndpointResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *DeleteWebhookEndpointResponse503Headers
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r DeleteWebhookEndpointResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6541,6 +6776,8 @@ type GetWebhookEndpointResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WebhookEndpoint
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -6560,6 +6797,11 @@ type GetWebhookEndpointResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetWebhookEndpointResponse) GetJSON200() *WebhookEndpoint {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWebhookEndpointResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6776,6 +7018,8 @@ type GetWebhookEndpointSecretResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *WebhookEndpointSecret
+	// ApplicationProblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationProblemJSON400 *UnknownQueryParameter
 	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationProblemJSON401 *Unauthorized
 	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
@@ -6797,6 +7041,11 @@ type GetWebhookEndpointSecretResponse struct {
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r GetWebhookEndpointSecretResponse) GetJSON200() *WebhookEndpointSecret {
 	return r.JSON200
+}
+
+// GetApplicationProblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetWebhookEndpointSecretResponse) GetApplicationProblemJSON400() *UnknownQueryParameter {
+	return r.ApplicationProblemJSON400
 }
 
 // GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -6861,7 +7110,10 @@ func (r GetWebhookEndpointSecretResponse) ContentType() string {
 // `payment.succeeded`, `payment.declined`, `payment.canceled`, `refund.created`,
 // `refund.succeeded`, `refund.declined`. `data` is the payment's or the refund's body as of the
 // event. Events of one instant (one request's) have no order among them; `data.updatedAt`
-// tells which state is newer. Cursor-paginated like `GET /payments`.
+// tells which state is newer. Cursor-paginated like `GET /payments` (a cursor is a position:
+// with other filters, the events that meet them after it). Every filter given applies.
+// `paymentId` is read back only to the payment's creation; a `type` alone is checked on the
+// tenant's events newest first, so a type no recent event has reads back further.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6995,9 +7247,18 @@ func (c *ClientWithResponses) ResendEventWithResponse(ctx context.Context, event
 
 // ListPaymentsWithResponse List payments
 //
-// The tenant's payments, newest first, in their current representation (never a replay),
-// optionally for one account. Cursor-paginated: pass `nextCursor` back as `cursor`, with the
-// same `accountId`, to get the next page; `nextCursor` is absent on the last page.
+// The tenant's payments, newest first, in their current representation (never a replay):
+// every payment that meets all the filters given. Cursor-paginated: pass `nextCursor` back as
+// `cursor` to get the next page; `nextCursor` is absent on the last page. A cursor is a
+// position in the listing's order, not a copy of the filters: passed with the same filters
+// it pages through them; passed with others it gives the payments that meet those and come
+// after that position.
+//
+// Each filter is read through an index, so a page costs about its size whatever the tenant
+// holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
+// tenant's (or the account's) payments newest first, so a status that no recent payment has
+// reads back through the tenant's history until it finds a page; narrow it with
+// `createdFrom`.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -7034,6 +7295,8 @@ func (c *ClientWithResponses) ListPaymentsWithResponse(ctx context.Context, para
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7077,6 +7340,8 @@ func (c *ClientWithResponses) CreatePaymentWithBodyWithResponse(ctx context.Cont
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
 // | a card number in any field, or a `paymentMethod` that is not a token | `400 CARD_DATA_REFUSED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
+// | with the provider simulator, a `paymentMethod` that is none of its test payment methods | `400 UNKNOWN_TEST_PAYMENT_METHOD` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7240,6 +7505,7 @@ func (c *ClientWithResponses) CancelPaymentWithResponse(ctx context.Context, pay
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7286,6 +7552,7 @@ func (c *ClientWithResponses) CapturePaymentWithBodyWithResponse(ctx context.Con
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` (+ `captureId`) | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7338,6 +7605,7 @@ func (c *ClientWithResponses) ListRefundsWithResponse(ctx context.Context, payme
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7379,6 +7647,7 @@ func (c *ClientWithResponses) CreateRefundWithBodyWithResponse(ctx context.Conte
 // | same key after the replay window, metadata still kept | `409 IDEMPOTENCY_KEY_EXPIRED` | |
 // | missing / malformed key | `400 IDEMPOTENCY_KEY_MISSING` / `IDEMPOTENCY_KEY_INVALID` | no |
 // | malformed JSON (not UTF-8, a member twice), invalid or unknown field | `400 MALFORMED_JSON` / `VALIDATION_FAILED` (+ `errors`) | no |
+// | an amount the provider's currency rules refuse (Stripe: BHD, JOD, KWD, OMR, TND not ending in 0) | `400 AMOUNT_NOT_SUPPORTED_BY_PROVIDER` | no |
 // | body over 16 KiB, wrong content type | `413 PAYLOAD_TOO_LARGE` / `415 UNSUPPORTED_MEDIA_TYPE` | no |
 // | database unavailable | `503 SERVICE_UNAVAILABLE`, `Retry-After` | no |
 // | tenant over its rate limit | `429 RATE_LIMITED`, `Retry-After` | no |
@@ -7767,6 +8036,13 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -7850,6 +8126,13 @@ func ParseListEventDeliveriesResponse(rsp *http.Response) (*ListEventDeliveriesR
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -8345,6 +8628,13 @@ func ParseGetPaymentResponse(rsp *http.Response) (*GetPaymentResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -8786,6 +9076,13 @@ func ParseListRefundsResponse(rsp *http.Response) (*ListRefundsResponse, error) 
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9057,6 +9354,13 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9140,6 +9444,13 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -9353,6 +9664,13 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 	case rsp.StatusCode == 204:
 		break // No content-type
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9436,6 +9754,13 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized
@@ -9666,6 +9991,13 @@ func ParseGetWebhookEndpointSecretResponse(rsp *http.Response) (*GetWebhookEndpo
 			return nil, err
 		}
 		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest UnknownQueryParameter
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON400 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Unauthorized

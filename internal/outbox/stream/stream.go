@@ -4,15 +4,15 @@
 // from a logical replication slot (the pgoutput plugin and the publication
 // paymentsapi_outbox, migration 00030).
 //
-// It is the read side of an insert-only outbox (issue 22, docs/BENCHMARKS.md;
-// the server's requirements: docs/operations.md, "The outbox relay"). Nothing is written per event to say it was read: the
-// slot remembers how far its reader confirmed, and PostgreSQL sends again,
-// after a reconnect, every transaction the reader did not confirm. Commit
-// order is what a payment's events need: the transactions that write one
-// aggregate's events are serialised by the aggregate's row lock, so they
-// commit in the order of their events. (Transaction ids are not in commit
-// order: package outbox/poll reads by them only below the oldest running
-// transaction, which is why it can.)
+// It is the read side of an insert-only outbox (the server's requirements:
+// docs/operations.md, "The outbox relay"). Nothing is written per event to
+// say it was read: the slot remembers how far its reader confirmed, and
+// PostgreSQL sends again, after a reconnect, every transaction the reader
+// did not confirm. Commit order is what a payment's events need: the
+// transactions that write one aggregate's events are serialised by the
+// aggregate's row lock, so they commit in the order of their events.
+// (Transaction ids are not in commit order: package outbox/poll reads by
+// them only below the oldest running transaction, which is why it can.)
 //
 // A slot has one reader at a time: PostgreSQL refuses a second one
 // (ErrSlotBusy). The Relay, the service's only publisher of the outbox,

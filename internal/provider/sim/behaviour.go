@@ -84,31 +84,54 @@ func behaviourTable() map[string]Behaviour {
 	return t
 }
 
+// MethodRow is one payment method of Behaviours in words: what its
+// charges, the captures of their authorizations and their refunds do.
+type MethodRow struct {
+	PaymentMethod string `json:"paymentMethod"` // "" for UnknownMethod, any other method
+	Charge        string `json:"charge"`
+	Capture       string `json:"capture"`
+	Refund        string `json:"refund"`
+}
+
+// Methods describes Behaviours, one row per payment method (GET
+// /_sim/methods answers it).
+func Methods() []MethodRow {
+	rows := make([]MethodRow, 0, len(Behaviours))
+	for _, b := range Behaviours {
+		rows = append(rows, methodRow(b))
+	}
+	return rows
+}
+
+// methodRow describes what the payment method of b does.
+func methodRow(b Behaviour) MethodRow {
+	row := MethodRow{PaymentMethod: b.Method, Charge: describe(b.Charge, b.ChargeDecline),
+		Capture: describe(b.Capture, b.CaptureDecline), Refund: describe(b.Refund, b.RefundDecline)}
+	if b.FlakyLookups {
+		row.Charge += "; the first lookups by key answer 503 (-flaky-lookups)"
+	}
+	switch {
+	case b.Charge == Refuse:
+		row.Capture, row.Refund = "none: no charge is ever made", "none: no charge is ever made"
+	case b.ChargeDecline != "":
+		row.Capture = "declined (" + DeclineChargeNotCapturable + ")"
+		row.Refund = "declined (" + DeclineChargeNotRefundable + ")"
+	}
+	return row
+}
+
 // MethodsMarkdown renders Behaviours, and UnknownMethod, as a Markdown
 // table: one row per payment method, what its charges, the captures of
 // their authorizations and their refunds do.
 func MethodsMarkdown() string {
 	var b strings.Builder
 	b.WriteString("| paymentMethod | charge (with captureMethod manual, a success is an authorization: requires_capture) | capture of the authorization (within its amount) | a refund of the charge (within its captured amount, in its currency) |\n| --- | --- | --- | --- |\n")
-	for _, row := range append(Behaviours[:len(Behaviours):len(Behaviours)], UnknownMethod) {
+	for _, row := range append(Methods(), methodRow(UnknownMethod)) {
 		method := "any other"
-		if row.Method != "" {
-			method = "`" + row.Method + "`"
+		if row.PaymentMethod != "" {
+			method = "`" + row.PaymentMethod + "`"
 		}
-		charge := describe(row.Charge, row.ChargeDecline)
-		if row.FlakyLookups {
-			charge += "; the first lookups by key answer 503 (-flaky-lookups)"
-		}
-		capture := describe(row.Capture, row.CaptureDecline)
-		refund := describe(row.Refund, row.RefundDecline)
-		switch {
-		case row.Charge == Refuse:
-			capture, refund = "none: no charge is ever made", "none: no charge is ever made"
-		case row.ChargeDecline != "":
-			capture = "declined (" + DeclineChargeNotCapturable + ")"
-			refund = "declined (" + DeclineChargeNotRefundable + ")"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", method, charge, capture, refund)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", method, row.Charge, row.Capture, row.Refund)
 	}
 	return b.String()
 }

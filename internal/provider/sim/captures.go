@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -132,7 +131,7 @@ func (s *Simulator) Voids() []VoidRecord {
 }
 
 func (s *Simulator) handleCapture(w http.ResponseWriter, r *http.Request) {
-	key, req, ok := createInput(w, r, checkCapture)
+	key, req, ok := createInput(w, r, s.checkCapture)
 	if !ok {
 		return
 	}
@@ -152,7 +151,7 @@ func (s *Simulator) handleCapture(w http.ResponseWriter, r *http.Request) {
 			ChargeID:       charge.ID,
 			Status:         provider.StatusSucceeded,
 			AmountMinor:    req.AmountMinor,
-			Amount:         money.Format(req.AmountMinor, req.Currency),
+			Amount:         s.rules.Format(req.AmountMinor, req.Currency),
 			Currency:       req.Currency,
 			PaymentID:      req.PaymentID,
 			CreatedAt:      s.clock.Now(),
@@ -165,7 +164,7 @@ func (s *Simulator) handleCapture(w http.ResponseWriter, r *http.Request) {
 			// The rest of the authorization, if any, is released.
 			charge.Status = provider.StatusSucceeded
 			charge.AmountCapturedMinor = req.AmountMinor
-			charge.AmountCaptured = money.Format(req.AmountMinor, charge.Currency)
+			charge.AmountCaptured = s.rules.Format(req.AmountMinor, charge.Currency)
 		}
 		charge.CaptureRequestCount++
 		cp.Charge = *charge
@@ -191,11 +190,11 @@ func captureDecline(charge *ChargeRecord, b Behaviour, req captureRequest) strin
 	return b.CaptureDecline
 }
 
-func checkCapture(req *captureRequest) error {
+func (s *Simulator) checkCapture(req *captureRequest) error {
 	if req.ChargeID == "" {
 		return errors.New("chargeId is required")
 	}
-	return checkAmount(req.AmountMinor, req.Currency)
+	return s.checkAmount(req.AmountMinor, req.Currency)
 }
 
 func (s *Simulator) handleVoid(w http.ResponseWriter, r *http.Request) {

@@ -75,7 +75,7 @@ func (c *ChargeRecord) logAttrs() []any {
 func (s *Simulator) Charges() []ChargeRecord { return s.charges.copies(s) }
 
 func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
-	key, req, ok := createInput(w, r, checkCharge)
+	key, req, ok := createInput(w, r, s.checkCharge)
 	if !ok {
 		return
 	}
@@ -90,7 +90,7 @@ func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 			IdempotencyKey: key,
 			Status:         provider.StatusSucceeded,
 			AmountMinor:    req.AmountMinor,
-			Amount:         money.Format(req.AmountMinor, req.Currency),
+			Amount:         s.rules.Format(req.AmountMinor, req.Currency),
 			Currency:       req.Currency,
 			PaymentMethod:  req.PaymentMethod,
 			Description:    req.Description,
@@ -107,14 +107,14 @@ func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 		default:
 			c.AmountCapturedMinor = c.AmountMinor
 		}
-		c.AmountCaptured = money.Format(c.AmountCapturedMinor, c.Currency)
+		c.AmountCaptured = s.rules.Format(c.AmountCapturedMinor, c.Currency)
 		s.chargeByID[c.ID] = c
 		return c, b.Charge, nil
 	})
 }
 
-func checkCharge(req *createRequest) error {
-	if err := checkAmount(req.AmountMinor, req.Currency); err != nil {
+func (s *Simulator) checkCharge(req *createRequest) error {
+	if err := s.checkAmount(req.AmountMinor, req.Currency); err != nil {
 		return err
 	}
 	if req.PaymentMethod == "" {
@@ -130,13 +130,18 @@ func checkCharge(req *createRequest) error {
 	return nil
 }
 
-// checkAmount validates the amount and currency of a create.
-func checkAmount(amountMinor int64, currency string) error {
+// checkAmount validates the amount and currency of a create: an amount
+// the currency rules the simulator plays refuse is refused, as the
+// provider it plays would refuse it.
+func (s *Simulator) checkAmount(amountMinor int64, currency string) error {
 	if amountMinor <= 0 {
 		return errors.New("amountMinor must be greater than zero")
 	}
 	if _, ok := money.Exponent(currency); !ok {
 		return fmt.Errorf("unsupported currency %q (upper-case ISO 4217 expected)", currency)
+	}
+	if err := s.rules.Check(amountMinor, currency); err != nil {
+		return fmt.Errorf("amount not supported under the %s currency rules: %w", s.rules.Name(), err)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -62,7 +61,7 @@ func (rf *RefundRecord) logAttrs() []any {
 func (s *Simulator) Refunds() []RefundRecord { return s.refunds.copies(s) }
 
 func (s *Simulator) handleRefund(w http.ResponseWriter, r *http.Request) {
-	key, req, ok := createInput(w, r, checkRefund)
+	key, req, ok := createInput(w, r, s.checkRefund)
 	if !ok {
 		return
 	}
@@ -82,7 +81,7 @@ func (s *Simulator) handleRefund(w http.ResponseWriter, r *http.Request) {
 			ChargeID:       charge.ID,
 			Status:         provider.StatusSucceeded,
 			AmountMinor:    req.AmountMinor,
-			Amount:         money.Format(req.AmountMinor, req.Currency),
+			Amount:         s.rules.Format(req.AmountMinor, req.Currency),
 			Currency:       req.Currency,
 			Reason:         req.Reason,
 			RefundID:       req.RefundID,
@@ -114,11 +113,11 @@ func (s *Simulator) refundDecline(charge *ChargeRecord, b Behaviour, req refundR
 	return b.RefundDecline
 }
 
-func checkRefund(req *refundRequest) error {
+func (s *Simulator) checkRefund(req *refundRequest) error {
 	if req.ChargeID == "" {
 		return errors.New("chargeId is required")
 	}
-	if err := checkAmount(req.AmountMinor, req.Currency); err != nil {
+	if err := s.checkAmount(req.AmountMinor, req.Currency); err != nil {
 		return err
 	}
 	if !refundReasons[req.Reason] {

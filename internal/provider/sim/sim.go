@@ -183,6 +183,28 @@
 // lookupCount. GET /_sim/captures answers {"captures":[...]} and GET
 // /_sim/voids {"voids":[...]}, each in creation order.
 //
+// # Payment methods and currency rules
+//
+// GET /_sim/methods answers what the simulator takes: its test payment
+// methods, each with what its charges, the captures of their
+// authorizations and their refunds do (the table Behaviours, as providersim
+// -methods prints it), and the currency rules it plays:
+//
+//	{"paymentMethods":[{"paymentMethod":"pm_card_visa","charge":"succeeds",
+//	  "capture":"succeeds","refund":"succeeds"},...],
+//	 "currencyRules":"iso"}
+//
+// The service's client reads it once at start, and refuses a charge with
+// any other method before it stores anything.
+//
+// Amounts (amountMinor, amountCapturedMinor, and their decimal forms) are
+// in the unit of the currency rules the simulator plays (Options.
+// CurrencyRules, providersim -currency-rules): ISO 4217 minor units by
+// default ("iso"), Stripe's with "stripe" (ISK has two decimals, in whole
+// kronur only; BHD, JOD, KWD, OMR and TND amounts end in 0; package
+// units). A create whose amount those rules refuse answers 400
+// invalid_request and records nothing.
+//
 // GET /healthz answers 200 {"status":"ok"}.
 package sim
 
@@ -199,6 +221,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 )
 
 // The payment methods the simulator understands; Behaviours says what each
@@ -292,6 +315,11 @@ type Options struct {
 	HangFor time.Duration
 	// Logger receives one record per request outcome. Default: discard.
 	Logger *slog.Logger
+	// CurrencyRules are the currency rules of the provider the simulator
+	// plays (package units): the unit of every amount it is sent and
+	// answers, and the amounts it refuses. Default (the zero value): ISO
+	// 4217 minor units, any amount.
+	CurrencyRules units.Rules
 }
 
 // Simulator is the in-memory payment provider. It is safe for concurrent use.
@@ -303,6 +331,8 @@ type Simulator struct {
 	flakyLookups int
 	hangFor      time.Duration
 	behaviours   map[string]Behaviour
+	methods      []MethodRow // Behaviours in words, as at New
+	rules        units.Rules
 	log          *slog.Logger
 	mux          *http.ServeMux
 
@@ -324,6 +354,8 @@ func New(opts Options) *Simulator {
 		flakyLookups: opts.FlakyLookups,
 		hangFor:      durationOption(opts.HangFor, DefaultHangFor),
 		behaviours:   behaviourTable(),
+		methods:      Methods(),
+		rules:        opts.CurrencyRules,
 		log:          opts.Logger,
 		charges:      newStore[ChargeRecord](),
 		chargeByID:   make(map[string]*ChargeRecord),
@@ -361,6 +393,7 @@ func New(opts Options) *Simulator {
 	s.mux.HandleFunc("POST /v1/voids", s.handleVoid)
 	s.mux.HandleFunc("GET /v1/voids", s.handleLookupVoid)
 	s.mux.HandleFunc("GET /_sim/voids", s.handleListVoids)
+	s.mux.HandleFunc("GET /_sim/methods", s.handleMethods)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	return s
 }
@@ -443,6 +476,15 @@ func (s *Simulator) deliver(w http.ResponseWriter, r *http.Request, log *slog.Lo
 
 // wait waits d, and reports false if the request's context ended first.
 func wait(r *http.Request, d time.Duration) bool { return clock.Sleep(r.Context(), d) == nil }
+
+// handleMethods answers the test payment methods (Behaviours) and the
+// currency rules the simulator plays.
+func (s *Simulator) handleMethods(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, struct {
+		PaymentMethods []MethodRow `json:"paymentMethods"`
+		CurrencyRules  string      `json:"currencyRules"`
+	}{s.methods, s.rules.Name()})
+}
 
 func (s *Simulator) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

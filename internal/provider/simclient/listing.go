@@ -28,7 +28,10 @@ func (c *Client) ListCharges(ctx context.Context, since time.Time) ([]provider.C
 	}
 	out := make([]provider.Charge, 0, len(body.Charges))
 	for _, cb := range body.Charges {
-		ch := cb.charge()
+		ch, err := c.charge(cb.chargeBody)
+		if err != nil {
+			return nil, fmt.Errorf("simclient: list charges: %w", err)
+		}
 		ch.CreatedAt = cb.CreatedAt
 		out = append(out, ch)
 	}
@@ -49,10 +52,12 @@ func (c *Client) ListRefunds(ctx context.Context, since time.Time) ([]provider.R
 	}
 	out := make([]provider.Refund, 0, len(body.Refunds))
 	for _, rb := range body.Refunds {
-		out = append(out, provider.Refund{
-			ID: rb.ID, IdempotencyKey: rb.IdempotencyKey, ChargeID: rb.ChargeID, Status: rb.Status,
-			DeclineCode: rb.DeclineCode, AmountMinor: rb.AmountMinor, Currency: rb.Currency, CreatedAt: rb.CreatedAt,
-		})
+		r, err := c.refund(rb.refundBody)
+		if err != nil {
+			return nil, fmt.Errorf("simclient: list refunds: %w", err)
+		}
+		r.CreatedAt = rb.CreatedAt
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -46,6 +46,21 @@
 // errors.Is(err, context.DeadlineExceeded) also works. The caller bounds each
 // call with its context; the client adds no timeout of its own.
 //
+// # What the simulator takes
+//
+// Dial reads, once, what the simulator serves at GET /_sim/methods: its
+// test payment methods and the currency rules it plays (package units: ISO
+// 4217's by default, Stripe's with providersim -currency-rules stripe).
+// The client then converts every amount it sends and reads with those
+// rules, as the Stripe adapter does with Stripe's, and, as a
+// provider.Checker, refuses before anything is stored a charge whose
+// payment method is none of the simulator's (provider.RefusedPaymentMethod)
+// or an amount the rules refuse (provider.RefusedAmount). A client made
+// with New, or dialled to a simulator that does not serve
+// /_sim/methods, checks nothing and converts nothing. An amount read that
+// is no whole number of the service's minor units is an error wrapping
+// provider.ErrAmbiguous.
+//
 // Note that net/http's Transport may itself resend a request carrying an
 // Idempotency-Key header when a reused keep-alive connection fails before
 // any response byte arrives. That is safe here: the simulator answers a
@@ -71,6 +86,7 @@ import (
 	"time"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 )
 
 // maxResponse bounds how much of a response body is read.
@@ -80,19 +96,109 @@ const maxResponse = 1 << 20
 type Client struct {
 	base string
 	hc   *http.Client
+	// rules are the currency rules the simulator plays: the unit of every
+	// amount sent and read.
+	rules units.Rules
+	// methods are the simulator's test payment methods, which a charge's
+	// must be one of (nil: any).
+	methods []string
 }
 
-var _ provider.Provider = (*Client)(nil)
+var (
+	_ provider.Provider = (*Client)(nil)
+	_ provider.Checker  = (*Client)(nil)
+)
 
 // New returns a Client for the simulator at baseURL (such as
 // "http://127.0.0.1:8081"), sending requests with hc; nil hc means a client
-// on http.DefaultTransport with no timeout of its own.
+// on http.DefaultTransport with no timeout of its own. It checks no
+// payment method, and sends and reads amounts in ISO 4217 minor units.
 func New(baseURL string, hc *http.Client) *Client {
 	if hc == nil {
 		hc = &http.Client{}
 	}
 	return &Client{base: strings.TrimRight(baseURL, "/"), hc: hc}
 }
+
+// dialRetry is how long Dial waits between two reads that failed.
+const dialRetry = 200 * time.Millisecond
+
+// Dial returns New(baseURL, hc) that has read what the simulator takes
+// (GET /_sim/methods): its test payment methods and its currency rules.
+// A simulator that answers 404 (one that does not serve it) gets the
+// client New returns. Until ctx ends, Dial reads again after a failure (a
+// simulator still starting); then it returns the last error.
+func Dial(ctx context.Context, baseURL string, hc *http.Client) (*Client, error) {
+	c := New(baseURL, hc)
+	for {
+		err := c.readMethods(ctx)
+		var api *APIError
+		switch {
+		case err == nil, errors.Is(err, provider.ErrNotFound), errors.As(err, &api) && api.StatusCode == http.StatusNotFound:
+			return c, nil
+		case api != nil, errors.Is(err, errUnknownRules):
+			return nil, fmt.Errorf("simclient: read what the simulator takes: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("simclient: read what the simulator takes: %w", err)
+		case <-time.After(dialRetry):
+		}
+	}
+}
+
+// errUnknownRules: the simulator plays currency rules the client does not
+// have.
+var errUnknownRules = errors.New("unknown currency rules")
+
+// readMethods reads GET /_sim/methods into c.
+func (c *Client) readMethods(ctx context.Context) error {
+	b, err := c.get(ctx, "/_sim/methods", nil)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		PaymentMethods []struct {
+			PaymentMethod string `json:"paymentMethod"`
+		} `json:"paymentMethods"`
+		CurrencyRules string `json:"currencyRules"`
+	}
+	if err := json.Unmarshal(b, &body); err != nil || len(body.PaymentMethods) == 0 {
+		return fmt.Errorf("%w: malformed list of payment methods", provider.ErrUnknownOutcome)
+	}
+	rules, err := units.Named(body.CurrencyRules)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUnknownRules, err)
+	}
+	methods := make([]string, 0, len(body.PaymentMethods))
+	for _, m := range body.PaymentMethods {
+		methods = append(methods, m.PaymentMethod)
+	}
+	c.rules, c.methods = rules, methods
+	return nil
+}
+
+// Check refuses, with a *provider.Refusal, a charge whose payment method
+// is none of the simulator's test payment methods, and an amount the
+// simulator's currency rules refuse. A client that has not read them
+// (New) refuses nothing.
+func (c *Client) Check(p provider.Proposal) error {
+	if p.PaymentMethod != "" && c.methods != nil && !slices.Contains(c.methods, p.PaymentMethod) {
+		return &provider.Refusal{Reason: provider.RefusedPaymentMethod, Detail: fmt.Sprintf(
+			"%s is none of the provider simulator's test payment methods: %s", p.PaymentMethod, strings.Join(c.methods, ", "))}
+	}
+	_, err := c.rules.ToProvider(p.AmountMinor, p.Currency)
+	return err
+}
+
+// Rules are the currency rules the client converts amounts with: the
+// simulator's, once Dial has read them.
+func (c *Client) Rules() units.Rules { return c.rules }
+
+// Methods are the simulator's test payment methods, which Check requires
+// of a charge; nil when the client checks none (New, or a simulator that
+// does not list them).
+func (c *Client) Methods() []string { return c.methods }
 
 // APIError is a request the provider rejected with a 4xx status (or, for
 // Lookup, a 404 that is not the simulator's "not_found"). It is not one of
@@ -163,6 +269,10 @@ func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provid
 	if req.IdempotencyKey == "" {
 		return provider.Charge{}, errors.New("simclient: charge: empty idempotency key")
 	}
+	amount, err := c.rules.ToProvider(req.AmountMinor, req.Currency)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("simclient: charge with key %q: not sent: %w", req.IdempotencyKey, err)
+	}
 	// An automatic charge sends no captureMethod, the simulator's default.
 	captureMethod := ""
 	if req.CaptureManual {
@@ -175,10 +285,10 @@ func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provid
 		Description   string `json:"description,omitempty"`
 		PaymentID     string `json:"paymentId,omitempty"`
 		CaptureMethod string `json:"captureMethod,omitempty"`
-	}{req.AmountMinor, req.Currency, req.PaymentMethod, req.Description, req.PaymentID, captureMethod})
+	}{amount, req.Currency, req.PaymentMethod, req.Description, req.PaymentID, captureMethod})
 	if err == nil {
 		var ch provider.Charge
-		if ch, err = decodeCharge(b, req.IdempotencyKey); err == nil {
+		if ch, err = c.decodeCharge(b, req.IdempotencyKey); err == nil {
 			return ch, nil
 		}
 	}
@@ -196,7 +306,7 @@ func (c *Client) Lookup(ctx context.Context, l provider.ChargeLookup) (provider.
 	b, err := c.get(ctx, "/v1/charges", url.Values{"idempotencyKey": {key}})
 	if err == nil {
 		var ch provider.Charge
-		if ch, err = decodeCharge(b, key); err == nil {
+		if ch, err = c.decodeCharge(b, key); err == nil {
 			return ch, nil
 		}
 	}
@@ -214,16 +324,20 @@ func (c *Client) Refund(ctx context.Context, req provider.RefundRequest) (provid
 	if req.IdempotencyKey == "" || req.ChargeID == "" {
 		return provider.Refund{}, errors.New("simclient: refund: empty idempotency key or charge id")
 	}
+	amount, err := c.rules.ToProvider(req.AmountMinor, req.Currency)
+	if err != nil {
+		return provider.Refund{}, fmt.Errorf("simclient: refund with key %q: not sent: %w", req.IdempotencyKey, err)
+	}
 	b, err := c.post(ctx, "/v1/refunds", req.IdempotencyKey, struct {
 		ChargeID    string `json:"chargeId"`
 		AmountMinor int64  `json:"amountMinor"`
 		Currency    string `json:"currency"`
 		Reason      string `json:"reason,omitempty"`
 		RefundID    string `json:"refundId,omitempty"`
-	}{req.ChargeID, req.AmountMinor, req.Currency, req.Reason, req.RefundID})
+	}{req.ChargeID, amount, req.Currency, req.Reason, req.RefundID})
 	if err == nil {
 		var rf provider.Refund
-		if rf, err = decodeRefund(b, req.IdempotencyKey, req.ChargeID); err == nil {
+		if rf, err = c.decodeRefund(b, req.IdempotencyKey, req.ChargeID); err == nil {
 			return rf, nil
 		}
 	}
@@ -244,7 +358,7 @@ func (c *Client) LookupRefund(ctx context.Context, l provider.RefundLookup) (pro
 	b, err := c.get(ctx, "/v1/refunds", q)
 	if err == nil {
 		var rf provider.Refund
-		if rf, err = decodeRefund(b, l.IdempotencyKey, l.ChargeID); err == nil {
+		if rf, err = c.decodeRefund(b, l.IdempotencyKey, l.ChargeID); err == nil {
 			return rf, nil
 		}
 	}
@@ -263,15 +377,19 @@ func (c *Client) Capture(ctx context.Context, req provider.CaptureRequest) (prov
 	if req.IdempotencyKey == "" || req.ChargeID == "" {
 		return provider.Charge{}, errors.New("simclient: capture: empty idempotency key or charge id")
 	}
+	amount, err := c.rules.ToProvider(req.AmountMinor, req.Currency)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("simclient: capture of %s with key %q: not sent: %w", req.ChargeID, req.IdempotencyKey, err)
+	}
 	b, err := c.post(ctx, "/v1/captures", req.IdempotencyKey, struct {
 		ChargeID    string `json:"chargeId"`
 		AmountMinor int64  `json:"amountMinor"`
 		Currency    string `json:"currency"`
 		PaymentID   string `json:"paymentId,omitempty"`
-	}{req.ChargeID, req.AmountMinor, req.Currency, req.PaymentID})
+	}{req.ChargeID, amount, req.Currency, req.PaymentID})
 	if err == nil {
 		var ch provider.Charge
-		if ch, err = decodeAction(b, "capture", req.IdempotencyKey, req.ChargeID, provider.StatusSucceeded); err == nil {
+		if ch, err = c.decodeAction(b, "capture", req.IdempotencyKey, req.ChargeID, provider.StatusSucceeded); err == nil {
 			return ch, nil
 		}
 	}
@@ -295,7 +413,7 @@ func (c *Client) Void(ctx context.Context, req provider.VoidRequest) (provider.C
 	}{req.ChargeID, req.Reason, req.PaymentID})
 	if err == nil {
 		var ch provider.Charge
-		if ch, err = decodeAction(b, "void", req.IdempotencyKey, req.ChargeID, provider.StatusCanceled); err == nil {
+		if ch, err = c.decodeAction(b, "void", req.IdempotencyKey, req.ChargeID, provider.StatusCanceled); err == nil {
 			return ch, nil
 		}
 	}
@@ -312,7 +430,7 @@ func (c *Client) LookupCapture(ctx context.Context, l provider.ActionLookup) (pr
 	b, err := c.get(ctx, "/v1/captures", url.Values{"idempotencyKey": {l.IdempotencyKey}})
 	if err == nil {
 		var ch provider.Charge
-		if ch, err = decodeAction(b, "capture", l.IdempotencyKey, l.ChargeID, provider.StatusSucceeded); err == nil {
+		if ch, err = c.decodeAction(b, "capture", l.IdempotencyKey, l.ChargeID, provider.StatusSucceeded); err == nil {
 			return ch, nil
 		}
 	}
@@ -330,7 +448,7 @@ func (c *Client) GetCharge(ctx context.Context, chargeID string) (provider.Charg
 	b, err := c.get(ctx, "/v1/charges/"+url.PathEscape(chargeID), nil)
 	if err == nil {
 		var ch provider.Charge
-		if ch, err = decodeCharge(b, ""); err == nil && ch.ID != chargeID {
+		if ch, err = c.decodeCharge(b, ""); err == nil && ch.ID != chargeID {
 			err = fmt.Errorf("%w: malformed charge: id %q, want %q", provider.ErrUnknownOutcome, ch.ID, chargeID)
 		}
 		if err == nil {
@@ -453,7 +571,7 @@ var chargeStatuses = []provider.Status{provider.StatusSucceeded, provider.Status
 
 // decodeCharge decodes a charge created with key (with any key when key is
 // empty).
-func decodeCharge(b []byte, key string) (provider.Charge, error) {
+func (c *Client) decodeCharge(b []byte, key string) (provider.Charge, error) {
 	var cb chargeBody
 	if err := json.Unmarshal(b, &cb); err != nil {
 		return provider.Charge{}, fmt.Errorf("%w: malformed charge: %w", provider.ErrUnknownOutcome, err)
@@ -461,25 +579,28 @@ func decodeCharge(b []byte, key string) (provider.Charge, error) {
 	if err := checkAnswer("charge", cb.ID, cb.IdempotencyKey, key, cb.Status, chargeStatuses...); err != nil {
 		return provider.Charge{}, err
 	}
-	return cb.charge(), nil
+	return c.charge(cb)
 }
 
-func (cb chargeBody) charge() provider.Charge {
-	return provider.Charge{
-		ID:                  cb.ID,
-		IdempotencyKey:      cb.IdempotencyKey,
-		Status:              cb.Status,
-		DeclineCode:         cb.DeclineCode,
-		AmountMinor:         cb.AmountMinor,
-		Currency:            cb.Currency,
-		AmountCapturedMinor: cb.AmountCapturedMinor,
+// charge is the charge cb, its amounts in the service's unit.
+func (c *Client) charge(cb chargeBody) (provider.Charge, error) {
+	ch := provider.Charge{
+		ID:             cb.ID,
+		IdempotencyKey: cb.IdempotencyKey,
+		Status:         cb.Status,
+		DeclineCode:    cb.DeclineCode,
+		Currency:       cb.Currency,
 	}
+	if err := c.rules.ReadCharge(&ch, cb.AmountMinor, cb.AmountCapturedMinor); err != nil {
+		return provider.Charge{}, fmt.Errorf("charge %s: %w", cb.ID, err)
+	}
+	return ch, nil
 }
 
 // decodeAction decodes a capture or void (kind) answered for key, of charge
 // chargeID, whose verdict is done or declined, and returns the charge as
 // the action left it, with the verdict as its Status.
-func decodeAction(b []byte, kind, key, chargeID string, done provider.Status) (provider.Charge, error) {
+func (c *Client) decodeAction(b []byte, kind, key, chargeID string, done provider.Status) (provider.Charge, error) {
 	var ab actionBody
 	if err := json.Unmarshal(b, &ab); err != nil {
 		return provider.Charge{}, fmt.Errorf("%w: malformed %s: %w", provider.ErrUnknownOutcome, kind, err)
@@ -490,14 +611,17 @@ func decodeAction(b []byte, kind, key, chargeID string, done provider.Status) (p
 	if ab.ChargeID != chargeID || ab.Charge.ID != chargeID {
 		return provider.Charge{}, fmt.Errorf("%w: malformed %s: of charge %q (%q), want %q", provider.ErrUnknownOutcome, kind, ab.ChargeID, ab.Charge.ID, chargeID)
 	}
-	ch := ab.Charge.charge()
+	ch, err := c.charge(ab.Charge)
+	if err != nil {
+		return provider.Charge{}, err
+	}
 	ch.Status, ch.DeclineCode = ab.Status, ab.DeclineCode
 	return ch, nil
 }
 
 // decodeRefund decodes a refund answered for key, of charge chargeID when
 // that is not empty.
-func decodeRefund(b []byte, key, chargeID string) (provider.Refund, error) {
+func (c *Client) decodeRefund(b []byte, key, chargeID string) (provider.Refund, error) {
 	var rb refundBody
 	if err := json.Unmarshal(b, &rb); err != nil {
 		return provider.Refund{}, fmt.Errorf("%w: malformed refund: %w", provider.ErrUnknownOutcome, err)
@@ -508,13 +632,22 @@ func decodeRefund(b []byte, key, chargeID string) (provider.Refund, error) {
 	if rb.ChargeID == "" || (chargeID != "" && rb.ChargeID != chargeID) {
 		return provider.Refund{}, fmt.Errorf("%w: malformed refund: charge %q, want %q", provider.ErrUnknownOutcome, rb.ChargeID, chargeID)
 	}
+	return c.refund(rb)
+}
+
+// refund is the refund rb, its amount in the service's unit.
+func (c *Client) refund(rb refundBody) (provider.Refund, error) {
+	amount, err := c.rules.FromProvider(rb.AmountMinor, rb.Currency)
+	if err != nil {
+		return provider.Refund{}, fmt.Errorf("refund %s: %w", rb.ID, err)
+	}
 	return provider.Refund{
 		ID:             rb.ID,
 		IdempotencyKey: rb.IdempotencyKey,
 		ChargeID:       rb.ChargeID,
 		Status:         rb.Status,
 		DeclineCode:    rb.DeclineCode,
-		AmountMinor:    rb.AmountMinor,
+		AmountMinor:    amount,
 		Currency:       rb.Currency,
 	}, nil
 }

@@ -41,18 +41,25 @@ func (p *Provider) Capture(ctx context.Context, req provider.CaptureRequest) (pr
 		return provider.Charge{}, fmt.Errorf("stripeprovider: capture: %w", err)
 	}
 	what := fmt.Sprintf("stripeprovider: capture of %s with key %q", req.ChargeID, req.IdempotencyKey)
+	amount, err := p.rules.ToProvider(req.AmountMinor, req.Currency)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("%s: not sent: %w", what, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return provider.Charge{}, fmt.Errorf("%s: %w: not sent: %w", what, provider.ErrUnavailable, err)
 	}
 	ctx, trace := withCallTrace(ctx)
-	params := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(req.AmountMinor)}
+	params := &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(amount)}
 	params.Context = ctx
 	params.IdempotencyKey = stripe.String(req.IdempotencyKey)
 
 	pi, err := p.intents.Capture(req.ChargeID, params)
 	if err != nil {
 		if se, ok := refusal(err); ok && (se.Type == stripe.ErrorTypeCard || refusedCapture[se.Code]) {
-			ch := chargeOfError(se, req.ChargeID)
+			ch, err := p.chargeOfError(se, req.ChargeID)
+			if err != nil {
+				return provider.Charge{}, fmt.Errorf("%s: %w", what, err)
+			}
 			ch.Status, ch.DeclineCode = provider.StatusDeclined, declineCode(se)
 			if se.Code == stripe.ErrorCodePaymentIntentUnexpectedState {
 				ch.DeclineCode = unexpectedState(se, req.ChargeID)
@@ -61,7 +68,7 @@ func (p *Provider) Capture(ctx context.Context, req provider.CaptureRequest) (pr
 		}
 		return provider.Charge{}, fmt.Errorf("%s: %w", what, classify(err, trace))
 	}
-	ch, err := actionAnswer(pi, req.ChargeID, stripe.PaymentIntentStatusSucceeded)
+	ch, err := p.actionAnswer(pi, req.ChargeID, stripe.PaymentIntentStatusSucceeded)
 	if err != nil {
 		return provider.Charge{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -94,7 +101,10 @@ func (p *Provider) Void(ctx context.Context, req provider.VoidRequest) (provider
 	pi, err := p.intents.Cancel(req.ChargeID, params)
 	if err != nil {
 		if se, ok := refusal(err); ok && se.Code == stripe.ErrorCodePaymentIntentUnexpectedState {
-			ch := chargeOfError(se, req.ChargeID)
+			ch, err := p.chargeOfError(se, req.ChargeID)
+			if err != nil {
+				return provider.Charge{}, fmt.Errorf("%s: %w", what, err)
+			}
 			switch code := unexpectedState(se, req.ChargeID); code {
 			case declineChargeCanceled:
 				// Voided already: the void's end holds.
@@ -106,7 +116,7 @@ func (p *Provider) Void(ctx context.Context, req provider.VoidRequest) (provider
 		}
 		return provider.Charge{}, fmt.Errorf("%s: %w", what, classify(err, trace))
 	}
-	ch, err := actionAnswer(pi, req.ChargeID, stripe.PaymentIntentStatusCanceled)
+	ch, err := p.actionAnswer(pi, req.ChargeID, stripe.PaymentIntentStatusCanceled)
 	if err != nil {
 		return provider.Charge{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -152,7 +162,7 @@ func (p *Provider) GetCharge(ctx context.Context, chargeID string) (provider.Cha
 	if pi != nil && pi.ID != "" && pi.ID != chargeID {
 		return provider.Charge{}, fmt.Errorf("%s: %w: the answer is PaymentIntent %s", what, provider.ErrUnknownOutcome, pi.ID)
 	}
-	ch, err := chargeFromIntent(pi, intentKey(pi))
+	ch, err := p.chargeFromIntent(pi, intentKey(pi))
 	if err != nil {
 		return provider.Charge{}, fmt.Errorf("%s: %w", what, err)
 	}
@@ -186,28 +196,30 @@ func unexpectedState(se *stripe.Error, chargeID string) string {
 
 // chargeOfError is the charge chargeID as an error answer shows it: the
 // PaymentIntent it carries when that is the one, else only the id.
-func chargeOfError(se *stripe.Error, chargeID string) provider.Charge {
-	ch := provider.Charge{ID: chargeID}
+func (p *Provider) chargeOfError(se *stripe.Error, chargeID string) (provider.Charge, error) {
 	pi := se.PaymentIntent
 	if pi == nil || (pi.ID != "" && pi.ID != chargeID) {
-		return ch
+		return provider.Charge{ID: chargeID}, nil
 	}
-	ch.IdempotencyKey = intentKey(pi)
-	ch.AmountMinor, ch.Currency = pi.Amount, strings.ToUpper(string(pi.Currency))
-	if pi.Status == stripe.PaymentIntentStatusSucceeded {
-		ch.AmountCapturedMinor = pi.AmountReceived
+	ch, err := p.intentAmounts(pi)
+	if err != nil {
+		return provider.Charge{}, err
 	}
-	return ch
+	ch.ID, ch.IdempotencyKey = chargeID, intentKey(pi)
+	if pi.Status != stripe.PaymentIntentStatusSucceeded {
+		ch.AmountCapturedMinor = 0
+	}
+	return ch, nil
 }
 
 // actionAnswer maps the PaymentIntent that a capture or void of chargeID
 // answered with 200: it must be that one, in status done; anything else
 // leaves the outcome unknown.
-func actionAnswer(pi *stripe.PaymentIntent, chargeID string, done stripe.PaymentIntentStatus) (provider.Charge, error) {
+func (p *Provider) actionAnswer(pi *stripe.PaymentIntent, chargeID string, done stripe.PaymentIntentStatus) (provider.Charge, error) {
 	if pi != nil && pi.ID != "" && pi.ID != chargeID {
 		return provider.Charge{}, fmt.Errorf("%w: the answer is PaymentIntent %s", provider.ErrUnknownOutcome, pi.ID)
 	}
-	ch, err := chargeFromIntent(pi, intentKey(pi))
+	ch, err := p.chargeFromIntent(pi, intentKey(pi))
 	if err != nil {
 		return provider.Charge{}, err
 	}

@@ -28,12 +28,13 @@ type page struct {
 // readPages reads a Stripe listing of kind (PaymentIntents, refunds) page
 // by page, at most maxPages of pageSize: open requests the page after the
 // entry `after` ("" the first), and visit is handed each entry and returns
-// its id. A listing is only ever complete or an error: an entry without an
-// id, an answer that is no list, a page that says there are more but lists
-// none, or more pages than maxPages all fail it with ErrUnknownOutcome,
-// so that no caller reads "not there" from a listing it did not finish.
+// its id, or an error that ends the listing. A listing is only ever
+// complete or an error: an entry without an id, an answer that is no list,
+// a page that says there are more but lists none, or more pages than
+// maxPages all fail it with ErrUnknownOutcome, so that no caller reads
+// "not there" from a listing it did not finish.
 func readPages(ctx context.Context, kind string, maxPages, pageSize int,
-	open func(ctx context.Context, after string) page, visit func(entry any) (id string)) error {
+	open func(ctx context.Context, after string) page, visit func(entry any) (id string, err error)) error {
 	after := ""
 	for range maxPages {
 		ctx, trace := withCallTrace(ctx)
@@ -41,7 +42,10 @@ func readPages(ctx context.Context, kind string, maxPages, pageSize int,
 		read := 0
 		for pg.it.Next() {
 			read++
-			id := visit(pg.it.Current())
+			id, err := visit(pg.it.Current())
+			if err != nil {
+				return err
+			}
 			if id == "" {
 				// A page is read whole before Next returns; there is no
 				// request to abandon.
@@ -104,20 +108,24 @@ func (p *Provider) refundPages(params stripe.RefundListParams) func(ctx context.
 // it ended.
 func (p *Provider) ListCharges(ctx context.Context, since time.Time) ([]provider.Charge, error) {
 	var out []provider.Charge
-	err := readPages(ctx, "PaymentIntents", maxListPages, intentPageSize, p.intentPages(since), func(entry any) string {
+	err := readPages(ctx, "PaymentIntents", maxListPages, intentPageSize, p.intentPages(since), func(entry any) (string, error) {
 		pi, _ := entry.(*stripe.PaymentIntent)
 		if pi == nil {
-			return ""
+			return "", nil
 		}
 		key := pi.Metadata[MetadataIdempotencyKey]
-		ch, err := chargeFromIntent(pi, key)
+		ch, err := p.chargeFromIntent(pi, key)
 		if err != nil {
-			ch = provider.Charge{ID: pi.ID, IdempotencyKey: key, Status: provider.Status(pi.Status),
-				AmountMinor: pi.Amount, Currency: strings.ToUpper(string(pi.Currency))}
+			// An amount that does not read fails the listing: the
+			// audit lists in the service's unit or not at all.
+			if ch, err = p.intentAmounts(pi); err != nil {
+				return "", err
+			}
+			ch.ID, ch.IdempotencyKey, ch.Status, ch.AmountCapturedMinor = pi.ID, key, provider.Status(pi.Status), 0
 		}
 		ch.CreatedAt = time.Unix(pi.Created, 0).UTC()
 		out = append(out, ch)
-		return pi.ID
+		return pi.ID, nil
 	})
 	if err != nil {
 		return nil, err
@@ -130,23 +138,26 @@ func (p *Provider) ListCharges(ctx context.Context, since time.Time) ([]provider
 func (p *Provider) ListRefunds(ctx context.Context, since time.Time) ([]provider.Refund, error) {
 	var out []provider.Refund
 	params := stripe.RefundListParams{CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: since.Unix()}}
-	err := readPages(ctx, "refunds", maxListPages, refundPageSize, p.refundPages(params), func(entry any) string {
+	err := readPages(ctx, "refunds", maxListPages, refundPageSize, p.refundPages(params), func(entry any) (string, error) {
 		rf, _ := entry.(*stripe.Refund)
 		if rf == nil {
-			return ""
+			return "", nil
 		}
 		key, chargeID := rf.Metadata[MetadataIdempotencyKey], ""
 		if rf.PaymentIntent != nil {
 			chargeID = rf.PaymentIntent.ID
 		}
-		r, err := refundFromStripe(rf, key, chargeID)
+		r, err := p.refundFromStripe(rf, key, chargeID)
 		if err != nil {
 			r = provider.Refund{ID: rf.ID, IdempotencyKey: key, ChargeID: chargeID, Status: provider.Status(rf.Status),
-				AmountMinor: rf.Amount, Currency: strings.ToUpper(string(rf.Currency))}
+				Currency: strings.ToUpper(string(rf.Currency))}
+			if r.AmountMinor, err = p.rules.FromProvider(rf.Amount, r.Currency); err != nil {
+				return "", fmt.Errorf("Refund %s: %w", rf.ID, err)
+			}
 		}
 		r.CreatedAt = time.Unix(rf.Created, 0).UTC()
 		out = append(out, r)
-		return rf.ID
+		return rf.ID, nil
 	})
 	if err != nil {
 		return nil, err

@@ -41,13 +41,17 @@ func (p *Provider) Refund(ctx context.Context, req provider.RefundRequest) (prov
 	if err := checkRefundRequest(req); err != nil {
 		return provider.Refund{}, fmt.Errorf("stripeprovider: refund: %w", err)
 	}
+	amount, err := p.rules.ToProvider(req.AmountMinor, req.Currency)
+	if err != nil {
+		return provider.Refund{}, fmt.Errorf("stripeprovider: refund with key %q: not sent: %w", req.IdempotencyKey, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return provider.Refund{}, fmt.Errorf("stripeprovider: refund with key %q: %w: not sent: %w", req.IdempotencyKey, provider.ErrUnavailable, err)
 	}
 	ctx, trace := withCallTrace(ctx)
 	params := &stripe.RefundParams{
 		PaymentIntent: stripe.String(req.ChargeID),
-		Amount:        stripe.Int64(req.AmountMinor),
+		Amount:        stripe.Int64(amount),
 		Metadata:      map[string]string{MetadataIdempotencyKey: req.IdempotencyKey},
 	}
 	if req.RefundID != "" {
@@ -68,7 +72,7 @@ func (p *Provider) Refund(ctx context.Context, req provider.RefundRequest) (prov
 		}
 		return provider.Refund{}, fmt.Errorf("stripeprovider: refund with key %q: %w", req.IdempotencyKey, classify(err, trace))
 	}
-	out, err := refundFromStripe(rf, req.IdempotencyKey, req.ChargeID)
+	out, err := p.refundFromStripe(rf, req.IdempotencyKey, req.ChargeID)
 	if err != nil {
 		return provider.Refund{}, fmt.Errorf("stripeprovider: refund with key %q: %w", req.IdempotencyKey, err)
 	}
@@ -100,7 +104,7 @@ func (p *Provider) LookupRefund(ctx context.Context, l provider.RefundLookup) (p
 	case 0:
 		return provider.Refund{}, fmt.Errorf("stripeprovider: refund lookup of key %q: no refund of %s carries the key: %w", l.IdempotencyKey, l.ChargeID, provider.ErrNotFound)
 	case 1:
-		rf, err := refundFromStripe(found[0], l.IdempotencyKey, l.ChargeID)
+		rf, err := p.refundFromStripe(found[0], l.IdempotencyKey, l.ChargeID)
 		if err != nil {
 			return provider.Refund{}, fmt.Errorf("stripeprovider: refund lookup of key %q: %w", l.IdempotencyKey, err)
 		}
@@ -119,15 +123,15 @@ func (p *Provider) LookupRefund(ctx context.Context, l provider.RefundLookup) (p
 func (p *Provider) refundsWithKey(ctx context.Context, l provider.RefundLookup) ([]*stripe.Refund, error) {
 	var found []*stripe.Refund
 	params := stripe.RefundListParams{PaymentIntent: stripe.String(l.ChargeID)}
-	err := readPages(ctx, "refunds", maxRefundPages, refundPageSize, p.refundPages(params), func(entry any) string {
+	err := readPages(ctx, "refunds", maxRefundPages, refundPageSize, p.refundPages(params), func(entry any) (string, error) {
 		rf, _ := entry.(*stripe.Refund)
 		if rf == nil {
-			return ""
+			return "", nil
 		}
 		if rf.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
 			found = append(found, rf)
 		}
-		return rf.ID
+		return rf.ID, nil
 	})
 	if err != nil {
 		return nil, err
@@ -136,8 +140,9 @@ func (p *Provider) refundsWithKey(ctx context.Context, l provider.RefundLookup) 
 }
 
 // refundFromStripe maps a Stripe Refund of PaymentIntent chargeID to a
-// provider.Refund, or to ErrUnknownOutcome when the answer is not one.
-func refundFromStripe(rf *stripe.Refund, key, chargeID string) (provider.Refund, error) {
+// provider.Refund, or to ErrUnknownOutcome when the answer is not one
+// (ErrAmbiguous when its amount is no whole number of the service's unit).
+func (p *Provider) refundFromStripe(rf *stripe.Refund, key, chargeID string) (provider.Refund, error) {
 	if rf == nil || rf.ID == "" || rf.Object != "refund" {
 		return provider.Refund{}, fmt.Errorf("%w: the answer is not a Refund", provider.ErrUnknownOutcome)
 	}
@@ -148,8 +153,11 @@ func refundFromStripe(rf *stripe.Refund, key, chargeID string) (provider.Refund,
 		ID:             rf.ID,
 		IdempotencyKey: key,
 		ChargeID:       chargeID,
-		AmountMinor:    rf.Amount,
 		Currency:       strings.ToUpper(string(rf.Currency)),
+	}
+	var err error
+	if out.AmountMinor, err = p.rules.FromProvider(rf.Amount, out.Currency); err != nil {
+		return provider.Refund{}, fmt.Errorf("Refund %s: %w", rf.ID, err)
 	}
 	switch rf.Status {
 	case stripe.RefundStatusSucceeded:

@@ -9,8 +9,9 @@
 //
 // # Charge
 //
-// Charge creates and confirms a PaymentIntent in one request: amount (minor
-// units), currency (lower case), payment_method, confirm=true,
+// Charge creates and confirms a PaymentIntent in one request: amount (in
+// Stripe's unit for the currency, see "Amounts" below), currency (lower
+// case), payment_method, confirm=true,
 // automatic_payment_methods[enabled]=true with
 // automatic_payment_methods[allow_redirects]=never (so confirmation never
 // waits for a redirect; Stripe refuses a payment method that would need one),
@@ -69,7 +70,8 @@
 //     404, or a 4xx that is not a Stripe error at all, such as a wrong base
 //     URL): an *APIError, which is neither sentinel. Stripe rejected the
 //     request; sending it again unchanged will not help.
-//   - An invalid ChargeRequest: a plain error, and nothing is sent.
+//   - An invalid ChargeRequest: a plain error, and nothing is sent. So is
+//     an amount Stripe would refuse (a *provider.Refusal, see "Amounts").
 //
 // Neither a dial error nor a refusal alone is taken as proof that nothing
 // was processed: net/http resends a request that carries an Idempotency-Key
@@ -86,6 +88,21 @@
 // timeout of its own, and stripe-go's network retries are off, so one call is
 // one request. Error texts never include stripe-go's own error text, which
 // carries a PaymentIntent's client_secret.
+//
+// # Amounts
+//
+// The service counts amounts in ISO 4217 minor units; Stripe counts some
+// currencies otherwise, and refuses some amounts (units.Stripe: ISK is a
+// two-decimal currency in Stripe's API, in whole kronur only; BHD, JOD,
+// KWD, OMR and TND amounts must end in 0). Every amount sent (a charge's
+// amount, a capture's amount_to_capture, a refund's amount) is converted to
+// Stripe's unit, and one Stripe would refuse is never sent: the call
+// returns an error wrapping a *provider.Refusal, and Check (the
+// provider.Checker the operations ask before they store anything) refuses
+// it the same way. Every amount read (a PaymentIntent's amount and
+// amount_received, a Refund's amount, in answers, lookups and listings) is
+// converted back; one that is no whole number of the service's minor
+// units is an error wrapping provider.ErrAmbiguous.
 //
 // # Lookup
 //
@@ -218,6 +235,7 @@ import (
 	"github.com/stripe/stripe-go/v76/refund"
 
 	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/provider/units"
 )
 
 // Metadata keys set on every PaymentIntent that Charge creates.
@@ -258,10 +276,14 @@ type Config struct {
 type Provider struct {
 	intents paymentintent.Client
 	refunds refund.Client
+	rules   units.Rules // Stripe's currency rules: the unit of every amount sent and read
 	log     *slog.Logger
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Checker  = (*Provider)(nil)
+)
 
 // New returns a Provider for cfg.
 func New(cfg Config) (*Provider, error) {
@@ -301,8 +323,17 @@ func New(cfg Config) (*Provider, error) {
 	return &Provider{
 		intents: paymentintent.Client{B: b, Key: cfg.APIKey},
 		refunds: refund.Client{B: b, Key: cfg.APIKey},
+		rules:   units.Stripe(),
 		log:     log,
 	}, nil
+}
+
+// Check refuses, with a *provider.Refusal, an amount Stripe's currency
+// rules refuse (see "Amounts" in the package documentation). Stripe
+// decides about payment methods itself.
+func (p *Provider) Check(prop provider.Proposal) error {
+	_, err := p.rules.ToProvider(prop.AmountMinor, prop.Currency)
+	return err
 }
 
 // Charge creates and confirms a PaymentIntent with req.IdempotencyKey, or
@@ -312,12 +343,16 @@ func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (prov
 	if err := checkChargeRequest(req); err != nil {
 		return provider.Charge{}, fmt.Errorf("stripeprovider: charge: %w", err)
 	}
+	amount, err := p.rules.ToProvider(req.AmountMinor, req.Currency)
+	if err != nil {
+		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: not sent: %w", req.IdempotencyKey, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: %w: not sent: %w", req.IdempotencyKey, provider.ErrUnavailable, err)
 	}
 	ctx, trace := withCallTrace(ctx)
 	params := &stripe.PaymentIntentParams{
-		Amount:        stripe.Int64(req.AmountMinor),
+		Amount:        stripe.Int64(amount),
 		Currency:      stripe.String(strings.ToLower(req.Currency)),
 		PaymentMethod: stripe.String(req.PaymentMethod),
 		Confirm:       stripe.Bool(true),
@@ -343,11 +378,11 @@ func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (prov
 	if err != nil {
 		var se *stripe.Error
 		if errors.As(err, &se) && se.Type == stripe.ErrorTypeCard {
-			return declinedByError(se, req), nil
+			return p.declinedByError(se, req), nil
 		}
 		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: %w", req.IdempotencyKey, classify(err, trace))
 	}
-	ch, err := chargeFromIntent(pi, req.IdempotencyKey)
+	ch, err := p.chargeFromIntent(pi, req.IdempotencyKey)
 	if err != nil {
 		return provider.Charge{}, fmt.Errorf("stripeprovider: charge with key %q: %w", req.IdempotencyKey, err)
 	}
@@ -376,7 +411,7 @@ func (p *Provider) Lookup(ctx context.Context, l provider.ChargeLookup) (provide
 	case 0:
 		return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: no PaymentIntent created since %s carries the key: %w", key, since(l), provider.ErrNotFound)
 	case 1:
-		ch, err := chargeFromIntent(found[0], key)
+		ch, err := p.chargeFromIntent(found[0], key)
 		if err != nil {
 			return provider.Charge{}, fmt.Errorf("stripeprovider: lookup of key %q: %w", key, err)
 		}
@@ -404,15 +439,15 @@ func since(l provider.ChargeLookup) string {
 // those whose metadata carries l.IdempotencyKey.
 func (p *Provider) intentsWithKey(ctx context.Context, l provider.ChargeLookup) ([]*stripe.PaymentIntent, error) {
 	var found []*stripe.PaymentIntent
-	err := readPages(ctx, "PaymentIntents", maxIntentPages, intentPageSize, p.intentPages(l.NotBefore), func(entry any) string {
+	err := readPages(ctx, "PaymentIntents", maxIntentPages, intentPageSize, p.intentPages(l.NotBefore), func(entry any) (string, error) {
 		pi, _ := entry.(*stripe.PaymentIntent)
 		if pi == nil {
-			return ""
+			return "", nil
 		}
 		if pi.Metadata[MetadataIdempotencyKey] == l.IdempotencyKey {
 			found = append(found, pi)
 		}
-		return pi.ID
+		return pi.ID, nil
 	})
 	if err != nil {
 		return nil, err
@@ -438,23 +473,23 @@ func checkListAnswer(resp *stripe.APIResponse, object string) error {
 }
 
 // chargeFromIntent maps a PaymentIntent to a Charge, or to
-// ErrUnknownOutcome when money may still move.
-func chargeFromIntent(pi *stripe.PaymentIntent, key string) (provider.Charge, error) {
+// ErrUnknownOutcome when money may still move (ErrAmbiguous when its
+// amounts are no whole numbers of the service's unit).
+func (p *Provider) chargeFromIntent(pi *stripe.PaymentIntent, key string) (provider.Charge, error) {
 	if pi == nil || pi.ID == "" || pi.Object != "payment_intent" {
 		return provider.Charge{}, fmt.Errorf("%w: the answer is not a PaymentIntent", provider.ErrUnknownOutcome)
 	}
-	ch := provider.Charge{
-		ID:             pi.ID,
-		IdempotencyKey: key,
-		AmountMinor:    pi.Amount,
-		Currency:       strings.ToUpper(string(pi.Currency)),
+	ch, err := p.intentAmounts(pi)
+	if err != nil {
+		return provider.Charge{}, err
 	}
+	ch.ID, ch.IdempotencyKey = pi.ID, key
 	switch pi.Status {
 	case stripe.PaymentIntentStatusSucceeded:
 		if pi.AmountReceived <= 0 {
 			return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s succeeded but received %d", provider.ErrUnknownOutcome, pi.ID, pi.AmountReceived)
 		}
-		ch.Status, ch.AmountCapturedMinor = provider.StatusSucceeded, pi.AmountReceived
+		ch.Status = provider.StatusSucceeded
 	case stripe.PaymentIntentStatusRequiresCapture:
 		ch.Status = provider.StatusAuthorized
 	case stripe.PaymentIntentStatusRequiresPaymentMethod:
@@ -471,11 +506,26 @@ func chargeFromIntent(pi *stripe.PaymentIntent, key string) (provider.Charge, er
 	default:
 		return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s is %q: money may still move", provider.ErrUnknownOutcome, pi.ID, pi.Status)
 	}
+	if ch.Status != provider.StatusSucceeded {
+		ch.AmountCapturedMinor = 0 // received nothing yet, or nothing for good
+	}
 	return ch, nil
 }
 
-// declinedByError maps a card_error answer to a declined Charge.
-func declinedByError(se *stripe.Error, req provider.ChargeRequest) provider.Charge {
+// intentAmounts is a Charge of pi's currency with its amount and the
+// amount it received (AmountCapturedMinor), in the service's unit.
+func (p *Provider) intentAmounts(pi *stripe.PaymentIntent) (provider.Charge, error) {
+	ch := provider.Charge{Currency: strings.ToUpper(string(pi.Currency))}
+	if err := p.rules.ReadCharge(&ch, pi.Amount, pi.AmountReceived); err != nil {
+		return provider.Charge{}, fmt.Errorf("PaymentIntent %s: %w", pi.ID, err)
+	}
+	return ch, nil
+}
+
+// declinedByError maps a card_error answer to a declined Charge: of the
+// PaymentIntent it carries, when its amount reads in the service's unit,
+// else of the request.
+func (p *Provider) declinedByError(se *stripe.Error, req provider.ChargeRequest) provider.Charge {
 	ch := provider.Charge{
 		IdempotencyKey: req.IdempotencyKey,
 		Status:         provider.StatusDeclined,
@@ -486,7 +536,9 @@ func declinedByError(se *stripe.Error, req provider.ChargeRequest) provider.Char
 	if pi := se.PaymentIntent; pi != nil {
 		ch.ID = pi.ID
 		if pi.Amount != 0 && pi.Currency != "" {
-			ch.AmountMinor, ch.Currency = pi.Amount, strings.ToUpper(string(pi.Currency))
+			if amounts, err := p.intentAmounts(pi); err == nil {
+				ch.AmountMinor, ch.Currency = amounts.AmountMinor, amounts.Currency
+			}
 		}
 	}
 	return ch

@@ -669,10 +669,10 @@ func TestErrorsAndLogsHideClientSecrets(t *testing.T) {
 	}
 }
 
-// TestRefusalOfAResendIsUnknownOutcome covers issue 9 item 1: net/http
-// resends a POST that carries an Idempotency-Key on a new connection when
-// the kept-alive one it used dies before answering. Stripe may have
-// processed the first copy, so a 429 to the resend proves nothing.
+// TestRefusalOfAResendIsUnknownOutcome: net/http resends a POST that carries
+// an Idempotency-Key on a new connection when the kept-alive one it used dies
+// before answering. Stripe may have processed the first copy, so a 429 to the
+// resend proves nothing.
 func TestRefusalOfAResendIsUnknownOutcome(t *testing.T) {
 	resender := providertest.NewResender(t, answer(http.StatusTooManyRequests, stripeError("invalid_request_error", "rate_limit", "", "Too many requests")))
 	for _, call := range creates(t, func(f *fakeStripe) {
