@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: run schema providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
+.PHONY: dashboard-screenshots run schema providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -114,6 +114,9 @@ generate: ## regenerate the Go client's types and calls from api/openapi.yaml (o
 
 docs-screenshot: ## refresh docs/api-reference.png from the /docs page in headless Chromium
 	APIDOCS_SCREENSHOT=$(CURDIR)/docs/api-reference.png $(GO) test -count=1 -run TestDocsPageRendersInABrowser ./internal/apidocs/
+
+dashboard-screenshots: ## refresh docs/dashboard-*.png: the dashboard's pages, taken by its browser test in headless Chromium
+	DASHBOARD_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run TestTheDashboardInABrowser ./internal/dashboard/
 
 apidocs-redoc: ## vendor Redoc's standalone bundle (npm package redoc@REDOC_VERSION) into internal/apidocs/assets
 	tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent redoc@$(REDOC_VERSION) >/dev/null && tar xzf redoc-$(REDOC_VERSION).tgz) && \

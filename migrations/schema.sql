@@ -125,6 +125,14 @@ CREATE TABLE public.audit_events (
 );
 
 
+CREATE TABLE public.dashboard_sessions (
+    token_hash bytea NOT NULL,
+    sealed_secret bytea NOT NULL,
+    created_at timestamp with time zone NOT NULL,
+    expires_at timestamp with time zone NOT NULL
+);
+
+
 CREATE TABLE public.events (
     id uuid NOT NULL,
     tenant_id text NOT NULL,
@@ -522,6 +530,10 @@ ALTER TABLE ONLY public.audit_events
     ADD CONSTRAINT audit_events_pkey PRIMARY KEY (id);
 
 
+ALTER TABLE ONLY public.dashboard_sessions
+    ADD CONSTRAINT dashboard_sessions_pkey PRIMARY KEY (token_hash);
+
+
 ALTER TABLE ONLY public.events
     ADD CONSTRAINT events_pkey PRIMARY KEY (id);
 
@@ -619,6 +631,9 @@ ALTER TABLE ONLY public.webhook_resends
 
 
 CREATE INDEX audit_events_occurred_idx ON public.audit_events USING btree (occurred_at DESC, id DESC);
+
+
+CREATE INDEX dashboard_sessions_expiry_idx ON public.dashboard_sessions USING btree (expires_at);
 
 
 CREATE UNIQUE INDEX events_copy_frontier_one_row ON public.events_copy_frontier USING btree ((true));

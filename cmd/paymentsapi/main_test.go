@@ -27,7 +27,10 @@ const e2eSecretsKey = "cGF5bWVudHNhcGktZTJlLXRlc3Qtc2VjcmV0cy1rZXk="
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-var simChargesRE = regexp.MustCompile(`(http://\S+/_sim/charges)`)
+var (
+	simChargesRE = regexp.MustCompile(`(http://\S+/_sim/charges)`)
+	dashboardRE  = regexp.MustCompile(`^dashboard: (http://\S+/dashboard/) \(the login form is filled in with the demo key\)`)
+)
 
 func tempDir(t *testing.T) string {
 	t.Helper()
@@ -68,7 +71,7 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 
 	// The banner's curl command, run as printed (twice: the second is a replay).
 	var banner []string
-	var simChargesURL string
+	var simChargesURL, dashboardURL string
 	collecting := false
 	deadline := time.After(5 * time.Second)
 	for len(banner) == 0 || strings.HasSuffix(banner[len(banner)-1], `\`) {
@@ -76,6 +79,9 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 		case line := <-stdout.Lines():
 			if m := simChargesRE.FindStringSubmatch(line); m != nil {
 				simChargesURL = m[1]
+			}
+			if m := dashboardRE.FindStringSubmatch(line); m != nil {
+				dashboardURL = m[1]
 			}
 			if strings.HasPrefix(line, "curl ") {
 				collecting = true
@@ -89,6 +95,20 @@ func TestRunDevModeWithZeroConfiguration(t *testing.T) {
 	}
 	if simChargesURL == "" {
 		t.Fatal("the banner names no /_sim/charges URL of the in-process simulator")
+	}
+	// The banner names the dashboard, whose login form dev mode fills in
+	// with the demo key.
+	if dashboardURL != base+"/dashboard/" {
+		t.Fatalf("the banner names the dashboard at %q, want %s/dashboard/", dashboardURL, base)
+	}
+	if resp, err := http.Get(dashboardURL + "login"); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(b, []byte(`value="sk_test_demo"`)) {
+			t.Fatalf("the dashboard's login form in dev mode: %d, not filled in with the demo key:\n%s", resp.StatusCode, b)
+		}
 	}
 	command := strings.Join(banner, "\n")
 	if !strings.Contains(command, base) || !strings.Contains(command, "sk_test_demo") {

@@ -34,6 +34,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/config"
+	"github.com/paymentsapi/paymentsapi/internal/dashboard"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/delivery"
 	"github.com/paymentsapi/paymentsapi/internal/endpoints"
@@ -266,12 +267,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	defer a.close()
-	relay, closePublisher, err := newRelay(a, cfg, log, stdout)
+	clk := clock.System{}
+	// The dashboard's broadcaster hears what the relay publishes; its
+	// Overview reads the service's metrics once a minute.
+	live := dashboard.NewLive(clk, log.With("component", "dashboard"))
+	health := dashboard.NewHealth(a.reg, clk, log.With("component", "dashboard"))
+	relay, closePublisher, err := newRelay(a, cfg, log, stdout, live)
 	if err != nil {
 		return err
 	}
 	defer closePublisher() // runs after the workers below have stopped
-	clk := clock.System{}
 	deliveries, err := delivery.NewWorker(delivery.Deps{
 		DB: a.pool, Clock: clk, Log: log.With("component", "webhook-delivery"),
 		Metrics: delivery.NewMetrics(a.reg, a.pool, clk, log), Tracer: tp, Events: a.core.EventLog.Relation(), Secrets: a.secrets,
@@ -288,6 +293,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	wg.Go(func() { relay.Run(workers) })
 	wg.Go(func() { deliveries.Run(workers) }) // every instance sends webhooks, with or without NATS
 	wg.Go(func() { a.janitor.Run(workers, cfg.CleanupInterval) })
+	wg.Go(func() { live.Run(workers) })
+	wg.Go(func() { health.Run(workers, time.Minute, live.Tick) })
 	if a.core.AnswerCache != nil {
 		wg.Go(func() { a.core.AnswerCache.Watch(workers) })
 	}
@@ -312,6 +319,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		RateLimit:      httpapi.RateLimit{PerSecond: cfg.RateLimit, Burst: cfg.RateLimitBurst},
 		SeparateOps:    cfg.OpsAddr != "",
 		TrustedProxies: cfg.TrustedProxies, Operators: ops,
+		Dashboard: a.core.Dashboard(dashboard.Deps{
+			DB: a.pool, Live: live, Health: health, Clock: clk, Log: log.With("component", "dashboard"),
+			DemoSecret: demoSecret(cfg),
+		}),
 	})
 	warnExposure(cfg, log)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -329,6 +340,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		MaxHeaderBytes: httpapi.ServerMaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(live.Stop) // the dashboard's streams would hold the shutdown back
 	servers := []*http.Server{srv}
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -408,7 +420,7 @@ func warnExposure(cfg config.Config, log *slog.Logger) {
 // configured publisher (OUTBOX_PUBLISHER: log, JSON lines on stdout; or
 // nats, JetStream at NATS_URL) and its metrics, and a function that closes
 // the publisher.
-func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer) (relay.Relay, func(), error) {
+func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer, live *dashboard.Live) (relay.Relay, func(), error) {
 	var (
 		pub      outbox.Publisher = outbox.NewLogPublisher(stdout)
 		closePub                  = func() {}
@@ -430,8 +442,9 @@ func newRelay(a *instance, cfg config.Config, log *slog.Logger, stdout io.Writer
 	}
 	r, stats, err := relay.New(a.reader, outbox.RelayDeps{
 		ConnString: a.pool.Config().ConnConfig.ConnString(), DB: a.pool,
-		// Every event is recorded in the event log before it is published.
-		Publisher: a.core.EventLog.Publisher(pub), Clock: clock.System{}, Log: log.With("component", "outbox-relay"),
+		// Every event is fanned out to the webhook endpoints before it is
+		// published, and each one published is handed to the dashboard.
+		Publisher: live.Tap(a.core.EventLog.Publisher(pub)), Clock: clock.System{}, Log: log.With("component", "outbox-relay"),
 		Metrics: outbox.NewMetrics(a.reg), Tracer: a.tracer,
 	}, outbox.SendConfig{})
 	if err != nil {
@@ -712,6 +725,18 @@ type banner struct {
 	simURL  string // the in-process provider simulator's base URL; "": none
 }
 
+// demoSecret is dev mode's demo API key, which the dashboard's login form
+// is filled in with; "" unless the service runs in dev mode with it.
+func demoSecret(cfg config.Config) string {
+	if !cfg.DevMode() || cfg.APIKeys != config.DevAPIKeys {
+		return ""
+	}
+	if pairs, err := apikeys.ParsePairs(cfg.APIKeys); err == nil && len(pairs) == 1 {
+		return pairs[0].Secret
+	}
+	return ""
+}
+
 // printBanner tells a person how to try the service.
 func printBanner(w io.Writer, cfg config.Config, bn banner) {
 	secret := "<your secret>"
@@ -732,6 +757,11 @@ func printBanner(w io.Writer, cfg config.Config, bn banner) {
 		fmt.Fprintf(&b, "          what it was asked to charge: %s/_sim/charges (and /_sim/refunds)\n", bn.simURL)
 	} else {
 		fmt.Fprintf(&b, "provider: %s\n", providerName(cfg))
+	}
+	if demoSecret(cfg) != "" {
+		fmt.Fprintf(&b, "dashboard: %s%s/ (the login form is filled in with the demo key)\n", base, httpapi.DashboardPath)
+	} else {
+		fmt.Fprintf(&b, "dashboard: %s%s/ (log in with an API key, or an operator's key from OPERATOR_KEYS)\n", base, httpapi.DashboardPath)
 	}
 	fmt.Fprintf(&b, "\nTry it (run it twice: the second answer is a replay):\n\n")
 	fmt.Fprintf(&b, "curl -i -X POST %s/payments \\\n", base)

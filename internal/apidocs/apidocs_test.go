@@ -18,6 +18,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/api"
 	"github.com/paymentsapi/paymentsapi/internal/apidocs"
+	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 // docsServer serves the page and the spec, as the API does.
@@ -90,29 +91,13 @@ func TestHandlerServesThePageAndItsScript(t *testing.T) {
 	}
 }
 
-// chromium returns the path of a Chromium binary, or "".
-func chromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // TestDocsPageRendersInABrowser loads the page in headless Chromium, with
 // every host but the test server unresolvable, and checks that every
 // operation of api/openapi.yaml is rendered. With APIDOCS_SCREENSHOT set to
 // a file name it also saves a screenshot there (`make docs-screenshot`).
 func TestDocsPageRendersInABrowser(t *testing.T) {
 	t.Parallel()
-	bin := chromium()
-	switch {
-	case bin == "" && os.Getenv("CI") != "":
-		t.Fatal("no chromium binary in CI: .ci/run installs it")
-	case bin == "":
-		t.Skip("no chromium binary (apt-get install chromium); .ci/run installs it")
-	}
+	bin := testio.Chromium(t)
 	srv := docsServer(t)
 	url := srv.URL + apidocs.Path
 

@@ -16,6 +16,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/answercache"
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
+	"github.com/paymentsapi/paymentsapi/internal/dashboard"
 	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/delivery"
 	"github.com/paymentsapi/paymentsapi/internal/endpoints"
@@ -197,6 +198,26 @@ func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock
 	}
 	reg.MustRegister(idempotency.NewKeyCollector(db, clk, log, ops...), payments.NewStateCollector(db, log),
 		database.NewTableSizeCollector(db, log, "idempotency_keys", "outbox_events", "inbox", "webhook_messages", "webhook_attempts"))
+}
+
+// Dashboard returns the dashboard (package dashboard) on the core's
+// services, for httpapi.Deps.Dashboard; d brings the rest (its sessions'
+// database, the broadcaster, the clock).
+func (c *Core) Dashboard(d dashboard.Deps) func(httpapi.Gate) http.Handler {
+	d.Payments, d.Refunds, d.Events = c.Payments, c.Refunds, c.EventLog
+	for _, op := range c.Operations {
+		switch op := op.(type) {
+		case *authorizations.Service:
+			if op.Name() == authorizations.OperationCapture {
+				d.Captures = op
+			} else {
+				d.Cancels = op
+			}
+		case *delivery.Resends:
+			d.Deliveries = op
+		}
+	}
+	return dashboard.Handler(d)
 }
 
 // HTTPDeps returns the part of the HTTP API's dependencies the core provides.

@@ -43,6 +43,12 @@ func (c clientAddresses) of(r *http.Request) string {
 	return addr.String()
 }
 
+// trustsPeer reports whether r's connection came from a trusted proxy.
+func (c clientAddresses) trustsPeer(r *http.Request) bool {
+	addr, err := netip.ParseAddr(peerAddr(r))
+	return err == nil && c.isTrusted(addr)
+}
+
 func (c clientAddresses) isTrusted(a netip.Addr) bool {
 	a = a.Unmap()
 	for _, p := range c.trusted {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/netip"
 	"testing"
@@ -32,6 +33,36 @@ func TestClientAddressBelievesOnlyTrustedProxies(t *testing.T) {
 			}
 			if got := trusted.of(r); got != c.want {
 				t.Errorf("client address %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+// A request came over https if its connection is TLS, or if a trusted
+// proxy says so: a client's own X-Forwarded-Proto is never believed.
+func TestHTTPSIsBelievedFromTrustedProxiesOnly(t *testing.T) {
+	g := Gate{addrs: clientAddresses{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
+	for _, c := range []struct {
+		name, peer, proto string
+		tls               bool
+		want              bool
+	}{
+		{"plain http", "203.0.113.5:4000", "", false, false},
+		{"TLS", "203.0.113.5:4000", "", true, true},
+		{"a trusted proxy that says https", "10.0.0.2:4000", "https", false, true},
+		{"a trusted proxy that says http", "10.0.0.2:4000", "http", false, false},
+		{"an untrusted peer that says https", "203.0.113.5:4000", "https", false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &http.Request{RemoteAddr: c.peer, Header: http.Header{}}
+			if c.proto != "" {
+				r.Header.Set("X-Forwarded-Proto", c.proto)
+			}
+			if c.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			if got := g.HTTPS(r); got != c.want {
+				t.Errorf("HTTPS: %v, want %v", got, c.want)
 			}
 		})
 	}

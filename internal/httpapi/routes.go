@@ -30,6 +30,10 @@ func addRoutes(r chi.Router, d Deps) {
 	}
 
 	keys, throttle := apikeys.NewAuthenticator(d.DB, d.APIKeys, d.clock(), 0), newAuthThrottle(d.clock())
+	if d.Dashboard != nil { // its own sessions, over the same authentication and throttle
+		addrs := clientAddresses{trusted: d.TrustedProxies}
+		r.Mount(DashboardPath, d.Dashboard(Gate{keys: keys, operators: d.Operators, throttle: throttle, metrics: d.Metrics, addrs: addrs}))
+	}
 	r.Group(func(r chi.Router) { // operators only, across tenants
 		r.Use(authenticateOperator(d.Operators, keys, throttle, d.Metrics, errs), refuseUnknownParameters(errs))
 		r.Method(http.MethodGet, "/audit-events", handleAuditEvents(d.DB, api{errs: errs}))

@@ -59,6 +59,9 @@ type Deps struct {
 	// operations (the event log), behind the same authentication, rate
 	// limit and middleware as the operations' routes.
 	Features []func(r chi.Router, api operation.HTTP)
+	// Dashboard, when set, makes the web UI (package dashboard) that is
+	// mounted at DashboardPath, handed the API's own authentication.
+	Dashboard func(Gate) http.Handler
 	// SeparateOps: the operations endpoints only an operator reads
 	// (/metrics) are served by OpsHandler on a listener of their own
 	// (OPS_ADDR), and not by NewServer's handler.

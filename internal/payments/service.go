@@ -286,6 +286,8 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Payment, error) {
 
 // List returns a page of the tenant's payments, newest first.
 func (s *Service) List(ctx context.Context, tenant string, q ListQuery) (Page, error) {
+	// A reference is compared as it is stored, whoever typed it.
+	q.MerchantReference = normalReference(q.MerchantReference)
 	return listPayments(ctx, s.d.DB, tenant, q)
 }
 

@@ -1,5 +1,6 @@
-// Package testio is test support: I/O helpers, and waits, that the tests
-// of several packages share. Only tests import it.
+// Package testio is test support: I/O helpers, waits, and the browser
+// tests' Chromium, that the tests of several packages share. Only tests
+// import it.
 package testio
 
 import (
