@@ -233,19 +233,14 @@ func (s *server) showPayment(w http.ResponseWriter, r *http.Request, status int,
 		s.fail(w, r, err)
 		return
 	}
-	ids, last := []string{id}, p.UpdatedAt
 	var refunded int64
 	for _, ref := range list {
 		pv.Refunds = append(pv.Refunds, ref.View())
-		ids = append(ids, ref.ID)
-		if ref.UpdatedAt.After(last) {
-			last = ref.UpdatedAt
-		}
 		if ref.State != refunds.StateDeclined {
 			refunded += ref.AmountMinor
 		}
 	}
-	if pv.Events, err = s.events(r, tenant, ids, p.CreatedAt, last); err != nil {
+	if pv.Events, err = s.events(r, tenant, id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -266,15 +261,18 @@ func (s *server) showPayment(w http.ResponseWriter, r *http.Request, status int,
 	s.render(w, r, status, "payment.html", v)
 }
 
-// events reads the events of the resources ids, the payment's and its
-// refunds', with their webhook deliveries.
-func (s *server) events(r *http.Request, tenant string, ids []string, from, to time.Time) ([]eventView, error) {
-	// An event is written at its change's time; the second covers the
-	// rounding of the times the database keeps.
-	entries, err := s.Events.OfResources(r.Context(), tenant, ids, from, to.Add(time.Second), maxEvents)
+// events reads the events of payment id and of its refunds, oldest first,
+// with their webhook deliveries: the listing GET /events?paymentId= reads
+// (its newest maxEvents).
+func (s *server) events(r *http.Request, tenant, id string) ([]eventView, error) {
+	page, err := s.Events.List(r.Context(), tenant, eventlog.Query{
+		About: []eventlog.SubjectID{{Member: payments.IDField, ID: id}}, Limit: maxEvents,
+	})
 	if err != nil {
 		return nil, err
 	}
+	entries := page.Items
+	slices.Reverse(entries)
 	out := make([]eventView, 0, len(entries))
 	for _, e := range entries {
 		attempts, err := s.Deliveries.Attempts(r.Context(), tenant, e.ID)
