@@ -18,32 +18,27 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/delivery"
 	"github.com/paymentsapi/paymentsapi/internal/endpoints"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/ids"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/internal/secretbox"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // The two tenants of every test, by their API keys.
 const (
-	tenantA = "sk_test_hooks_a"
-	tenantB = "sk_test_hooks_b"
+	tenantA = servicetest.SecretA
+	tenantB = servicetest.SecretB
 )
 
 // devPolicy is dev mode's: a receiver on loopback, over http, is allowed.
@@ -64,20 +59,6 @@ type env struct {
 	recv     *receiver
 }
 
-// newSecretsBox is a secrets box under a new random key.
-func newSecretsBox(t *testing.T) *secretbox.Box {
-	t.Helper()
-	key, err := secretbox.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secretbox.FromKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return box
-}
-
 // newEnv starts the API with the destination policy p and resolver r (nil:
 // the system's). The fake clock starts at the real time, since a receiver's
 // library refuses a signature more than 5 minutes from its own clock; the
@@ -90,7 +71,7 @@ func newEnv(t *testing.T, p outbound.Policy, r outbound.Resolver) *env {
 // newEnvOn is newEnv on pool's database.
 func newEnvOn(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Resolver) *env {
 	t.Helper()
-	return newEnvWith(t, pool, p, r, newSecretsBox(t))
+	return newEnvWith(t, pool, p, r, servicetest.NewSecretsBox(t))
 }
 
 // newEnvWith is newEnvOn with the secrets box secrets (nil: no
@@ -101,28 +82,13 @@ func newEnvWith(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.
 }
 
 // newEnvCommitting is newEnvWith whose requests are committed in mode
-// (COMMIT_MODE).
+// (COMMIT_MODE): servicetest's service on pool, its clock at the real time.
 func newEnvCommitting(t *testing.T, pool *pgxpool.Pool, p outbound.Policy, r outbound.Resolver, secrets *secretbox.Box, mode string) *env {
 	t.Helper()
-	ctx := context.Background()
-	clk := clock.NewFake(time.Now())
-	_, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: tenantA}, {Tenant: "tenant_b", Secret: tenantB}}, clk.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.DiscardHandler)
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	core := app.New(app.Deps{DB: pool, Provider: simclient.New("http://127.0.0.1:1", nil), Clock: clk, Log: log, Metrics: m}, app.Config{
-		ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
-		ProviderKeyWindow: 24 * time.Hour, Webhooks: endpoints.Options{Policy: p, Resolver: r, Secrets: secrets}, CommitMode: mode,
-	})
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
-		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
-		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) }, Clock: clk,
-	})))
-	t.Cleanup(srv.Close)
-	return &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, policy: p, resolver: r, secrets: secrets, recv: newReceiver(t)}
+	svc := servicetest.New(t, servicetest.WithPool(func(testing.TB) *pgxpool.Pool { return pool }), servicetest.WithCommitMode(mode),
+		servicetest.WithConfig(func(c *app.Config) { c.Webhooks = endpoints.Options{Policy: p, Resolver: r, Secrets: secrets} }))
+	svc.Clock.Set(time.Now())
+	return &env{t: t, url: svc.URL, pool: pool, clk: svc.Clock, core: svc.Core, policy: p, resolver: r, secrets: secrets, recv: newReceiver(t)}
 }
 
 // worker returns a worker on the env's database and clock, with cfg (its

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -18,31 +17,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/cleanup"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/eventlog"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/stream"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
-	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"github.com/paymentsapi/paymentsapi/internal/testio"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 const (
-	secretA = "sk_test_events_a"
-	secretB = "sk_test_events_b"
+	secretA = servicetest.SecretA
+	secretB = servicetest.SecretB
 )
 
 // env is the API as cmd/paymentsapi wires it, on a database of its own,
@@ -93,32 +86,15 @@ func (c counted) PublishBatch(ctx context.Context, events []outbox.Event) []erro
 	return c.next.PublishBatch(ctx, events)
 }
 
+// newEnv is servicetest's service, with the outbox's stream relay beside
+// it, run by hand.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	simSrv := httptest.NewServer(sim.New(sim.Options{}))
-	t.Cleanup(simSrv.Close)
-	log := slog.New(slog.DiscardHandler)
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL, nil), Clock: clk, Log: log, Metrics: m}, app.Config{
-		ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, RetryAfter: time.Second, ProviderTimeout: 5 * time.Second,
-		ProviderKeyWindow: 24 * time.Hour, CommitMode: pgtest.CommitMode(),
-	})
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
-		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
-		Ready: func(ctx context.Context) error { return database.Ready(ctx, pool) }, Clock: clk,
-	})))
-	t.Cleanup(srv.Close)
-	e := &env{t: t, url: srv.URL, pool: pool, clk: clk, core: core, next: &recorder{}}
+	svc := servicetest.New(t)
+	e := &env{t: t, url: svc.URL, pool: svc.Pool, clk: svc.Clock, core: svc.Core, next: &recorder{}}
 	e.relay = stream.NewRelay(stream.RelayDeps{
-		ConnString: pool.Config().ConnConfig.ConnString(), DB: pool,
-		Publisher: counted{next: core.EventLog.Publisher(e.next), tries: &e.tries}, Clock: clk, Log: log,
+		ConnString: e.pool.Config().ConnConfig.ConnString(), DB: e.pool,
+		Publisher: counted{next: e.core.EventLog.Publisher(e.next), tries: &e.tries}, Clock: e.clk, Log: servicetest.TestLogger(),
 	}, stream.RelayConfig{SendConfig: outbox.SendConfig{Backoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, MaxAttempts: 3}})
 	t.Cleanup(func() { e.relay.Close(context.Background()) })
 	return e
@@ -298,6 +274,7 @@ func TestTheLogHoldsEveryEventOfTheTenantOnce(t *testing.T) {
 func TestListingPagesAndFilters(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
+	start := e.clk.Now()
 	for i := range 5 {
 		e.pay(secretA, fmt.Sprintf("p%d", i), "pm_card_visa", "")
 		e.clk.Advance(time.Second)
@@ -328,9 +305,9 @@ func TestListingPagesAndFilters(t *testing.T) {
 	if len(seen) != 5 {
 		t.Fatalf("paged through %d events, want 5", len(seen))
 	}
-	after := e.events(secretA, "?type=payment.created&after=2026-11-26T12:00:02Z")
+	after := e.events(secretA, "?type=payment.created&after="+start.Add(2*time.Second).Format(time.RFC3339))
 	if len(after.Items) != 2 {
-		t.Fatalf("events after 12:00:02: %d, want 2", len(after.Items))
+		t.Fatalf("events after the third second: %d, want 2", len(after.Items))
 	}
 	for _, q := range []string{"?type=payment.exploded", "?cursor=nope", "?limit=0", "?after=yesterday"} {
 		if r := e.do(secretA, "GET", "/events"+q, "", ""); r.status != http.StatusBadRequest {

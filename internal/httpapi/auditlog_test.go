@@ -75,7 +75,7 @@ func TestRequestLogsNameTheClientAndTheKey(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			logs := &logBuffer{}
-			e := newEnv(t, withLogAndProxies(logs, c.proxies...))
+			e := servicetest.New(t, withLogAndProxies(logs, c.proxies...))
 			_, _, keyA := e.SecondKey()
 			r := e.Do("GET", "/payments", nil, map[string]string{
 				"Authorization": "Bearer " + secretA, "User-Agent": "audit-test/1.0",
@@ -107,10 +107,10 @@ func TestRequestLogsNameTheClientAndTheKey(t *testing.T) {
 // escape the throttle by naming another address.
 func TestTheThrottleCountsTheClientATrustedProxyNames(t *testing.T) {
 	t.Parallel()
-	get := func(e *env, secret, forwardedFor string) response {
+	get := func(e *servicetest.Env, secret, forwardedFor string) servicetest.Response {
 		return e.Do("GET", "/payments", nil, map[string]string{"Authorization": "Bearer " + secret, "X-Forwarded-For": forwardedFor})
 	}
-	behind := newEnv(t, withLogAndProxies(&logBuffer{}, "127.0.0.0/8"))
+	behind := servicetest.New(t, withLogAndProxies(&logBuffer{}, "127.0.0.0/8"))
 	for range 20 {
 		get(behind, "sk_guess", "203.0.113.9")
 	}
@@ -121,7 +121,7 @@ func TestTheThrottleCountsTheClientATrustedProxyNames(t *testing.T) {
 		t.Errorf("another client behind the same proxy: %d %s, want 200", r.Status, r.Body)
 	}
 
-	direct := newEnv(t, withLogAndProxies(&logBuffer{}))
+	direct := servicetest.New(t, withLogAndProxies(&logBuffer{}))
 	for i := range 20 {
 		get(direct, "sk_guess", fmt.Sprintf("203.0.113.%d", i))
 	}

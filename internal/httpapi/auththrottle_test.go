@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // An address that failed authentication 20 times within a minute is
@@ -12,7 +14,7 @@ import (
 // minute refuse nothing. Every failure is counted.
 func TestAnAddressThatFailsAuthenticationTwentyTimesAMinuteIsRefusedForAMinute(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	for range 19 {
 		if r := e.Get("sk_guess", "/payments"); r.Status != http.StatusUnauthorized {
 			t.Fatalf("a wrong key: %d %s", r.Status, r.Body)
@@ -32,7 +34,7 @@ func TestAnAddressThatFailsAuthenticationTwentyTimesAMinuteIsRefusedForAMinute(t
 	if r := e.Get("sk_guess", "/payments"); r.Status != http.StatusUnauthorized {
 		t.Fatalf("the 20th failure: %d %s", r.Status, r.Body)
 	}
-	throttled := func(what string, r response, retryAfter string) {
+	throttled := func(what string, r servicetest.Response, retryAfter string) {
 		t.Helper()
 		if r.Status != http.StatusTooManyRequests || r.JSON(t)["code"] != "TOO_MANY_FAILED_AUTHENTICATIONS" ||
 			r.Header.Get("Retry-After") != retryAfter || r.Header.Get("Content-Type") != "application/problem+json" {

@@ -8,6 +8,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
+// The tests start the service with servicetest.New, on pgtest's databases.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // The secrets of the two tenants every test environment has.
@@ -15,15 +16,3 @@ const (
 	secretA = servicetest.SecretA
 	secretB = servicetest.SecretB
 )
-
-// env is the service started by servicetest, with the helpers of this
-// package's tests as its methods.
-type env struct{ *servicetest.Env }
-
-// response is an HTTP answer, read whole.
-type response = servicetest.Response
-
-func newEnv(t testing.TB, opts ...servicetest.Option) *env {
-	t.Helper()
-	return &env{servicetest.New(t, opts...)}
-}

@@ -1,15 +1,16 @@
 package httpapi_test
 
 import (
-	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 func TestDatabaseDownIs503(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	// The payments store is down (authentication still works): the create
 	// itself cannot be claimed.
 	e.URL = e.DeadStoreURL(false)
@@ -33,7 +34,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 
 func TestOperationsEndpoints(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	e.Post("k-1", servicetest.Body())
 	e.Post("k-1", servicetest.Body())
 	for path, want := range map[string]string{

@@ -64,7 +64,7 @@ func unguarded(r route) bool {
 
 // problemFields are the fields a VALIDATION_FAILED problem names, with
 // their messages.
-func problemFields(t *testing.T, r response) map[string]string {
+func problemFields(t *testing.T, r servicetest.Response) map[string]string {
 	t.Helper()
 	var p struct {
 		Code   string
@@ -88,7 +88,7 @@ func problemFields(t *testing.T, r response) map[string]string {
 // resource are not looked at.
 func TestEveryRouteRefusesQueryParametersItDoesNotTake(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithOperators(t))
+	e := servicetest.New(t, servicetest.WithOperators(t))
 	routes := serverRoutes(t)
 	checked := 0
 	for _, r := range routes {
@@ -101,7 +101,7 @@ func TestEveryRouteRefusesQueryParametersItDoesNotTake(t *testing.T) {
 		if r.pattern == "/audit-events" {
 			secret = servicetest.OperatorSecret
 		}
-		send := func(rawQuery string) response {
+		send := func(rawQuery string) servicetest.Response {
 			return e.Do(r.method, path+"?"+rawQuery, []byte(`{}`), map[string]string{
 				"Authorization": "Bearer " + secret, "Idempotency-Key": "k-query", "Content-Type": "application/json",
 			})
@@ -134,7 +134,7 @@ func TestEveryRouteRefusesQueryParametersItDoesNotTake(t *testing.T) {
 // than ignored.
 func TestAListingTakesItsParametersAndRefusesWhatItWouldIgnore(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := servicetest.New(t)
 	if r := e.Get(secretA, "/payments?status=SUCCEEDED,DECLINED&accountId=acc_1&limit=5&createdFrom=2026-01-01T00:00:00Z"); r.Status != http.StatusOK {
 		t.Errorf("a listing with its parameters: %d %s", r.Status, r.Body)
 	}

@@ -1,15 +1,16 @@
 package httpapi_test
 
 import (
-	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 // rateLimited checks that r is the 429 RATE_LIMITED answer, with a
 // Retry-After of want seconds.
-func rateLimited(t *testing.T, what string, r response, want string) {
+func rateLimited(t *testing.T, what string, r servicetest.Response, want string) {
 	t.Helper()
 	if r.Status != http.StatusTooManyRequests || r.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("%s: got %d %s %s, want a 429 problem", what, r.Status, r.Header.Get("Content-Type"), r.Body)
@@ -30,7 +31,7 @@ func rateLimited(t *testing.T, what string, r response, want string) {
 // the bucket has refilled, is a first request that succeeds, not a replay.
 func TestRateLimitAnswers429AndNeverRecordsTheKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithRateLimit(1, 2))
+	e := servicetest.New(t, servicetest.WithRateLimit(1, 2))
 	for i, ref := range []string{"inv-1", "inv-2"} {
 		if r := e.Post("k-"+ref, servicetest.Body("merchantReference", `"`+ref+`"`)); r.Status != http.StatusCreated {
 			t.Fatalf("request %d of a burst of 2: %d %s", i+1, r.Status, r.Body)
@@ -68,7 +69,7 @@ func TestRateLimitAnswers429AndNeverRecordsTheKey(t *testing.T) {
 // never 429, and use up no tenant's tokens.
 func TestRateLimitIsPerTenant(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, servicetest.WithRateLimit(0.5, 1))
+	e := servicetest.New(t, servicetest.WithRateLimit(0.5, 1))
 	if r := e.Post("k-1", servicetest.Body()); r.Status != http.StatusCreated {
 		t.Fatalf("tenant A's first request: %d %s", r.Status, r.Body)
 	}

@@ -184,32 +184,3 @@ func TestControlAndFormatCharactersAreRefused(t *testing.T) {
 		}
 	}
 }
-
-// Merchant references are compared in Unicode's composed form (NFC): "é"
-// as one code point and as "e" with a combining accent are one reference.
-// The same key with either spelling is one command (a replay), another key
-// with the other spelling is a duplicate reference, and the reference is
-// stored composed. (Before, the decomposed spelling was another command:
-// 422 under the same key, a second payment under another.)
-func TestMerchantReferencesAreComparedComposed(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	composed, decomposed := `"caf\u00e9-7781"`, `"cafe\u0301-7781"`
-	first := e.Post("k-nfc", servicetest.Body("merchantReference", decomposed))
-	if first.Status != http.StatusCreated {
-		t.Fatalf("first: %d %s", first.Status, first.Body)
-	}
-	again := e.Post("k-nfc", servicetest.Body("merchantReference", composed))
-	if again.Status != http.StatusCreated || again.Header.Get("Idempotent-Replayed") != "true" ||
-		again.JSON(t)["paymentId"] != first.JSON(t)["paymentId"] {
-		t.Errorf("the same key with the composed spelling: %d replayed=%q %s, want the first payment replayed",
-			again.Status, again.Header.Get("Idempotent-Replayed"), again.Body)
-	}
-	other := e.Post("k-nfc-2", servicetest.Body("merchantReference", composed))
-	if other.Status != http.StatusConflict || other.JSON(t)["code"] != "DUPLICATE_MERCHANT_REFERENCE" {
-		t.Errorf("another key with the composed spelling: %d %s, want 409 DUPLICATE_MERCHANT_REFERENCE", other.Status, other.Body)
-	}
-	if n := e.Count("payments WHERE merchant_reference = $1", "caf\u00e9-7781"); n != 1 || e.Count("payments") != 1 {
-		t.Errorf("%d payments with the composed reference, %d in all; want the one, stored composed", n, e.Count("payments"))
-	}
-}
