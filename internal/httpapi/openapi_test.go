@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -797,6 +798,17 @@ func (c *conformance) verify(x specExchange, r response) {
 		}
 		if documented == nil || documented.Value == nil || documented.Value.Headers[h] == nil {
 			fail("the spec does not declare the %s header of this answer", h)
+		}
+	}
+	// Every error answer says whether to retry it, as the spec declares.
+	if r.Status >= 400 {
+		want := strconv.FormatBool(!x.replayed && (r.Status >= 500 || r.Status == http.StatusTooManyRequests ||
+			x.code == "IDEMPOTENCY_KEY_IN_USE"))
+		if got := r.Header.Get("Payments-Should-Retry"); got != want {
+			fail("Payments-Should-Retry: %q, want %q", got, want)
+		}
+		if documented == nil || documented.Value == nil || documented.Value.Headers["Payments-Should-Retry"] == nil {
+			fail("the spec does not declare the Payments-Should-Retry header of this answer")
 		}
 	}
 	if got := r.Header.Get("Idempotent-Replayed"); (got == "true") != x.replayed {
