@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: dashboard-screenshots run schema providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
+.PHONY: ts-deps dashboard-screenshots run schema providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -101,16 +101,29 @@ bench-micro: ## the Go micro-benchmarks (speed and memory are measured here, nev
 # The OpenAPI linter runs its recommended rules (redocly.yaml), with no rule
 # skipped: the known exceptions are listed one by one, with their reasons, in
 # .redocly.lint-ignore.yaml.
-lint: ## gofmt, go vet, staticcheck, and the OpenAPI linter when npx is available
+lint: ## gofmt, go vet, staticcheck, the OpenAPI linter when npx is available, and the spec through both TypeScript generators (openapi-typescript, @hey-api/openapi-ts) without a warning when node is
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet -tags failover ./...
 	$(GO) tool staticcheck -tags failover ./...
 	@if command -v npx >/dev/null; then \
 	  npx --yes @redocly/cli@$(REDOCLY_VERSION) lint api/openapi.yaml; \
 	else echo "npx not found: skipping the OpenAPI lint"; fi
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+	  $(MAKE) --no-print-directory ts-deps && cd clients/typescript && node scripts/check-generators.mjs; \
+	else echo "node not found: skipping the TypeScript generators' check of the spec"; fi
 
-generate: ## regenerate the Go client's types and calls from api/openapi.yaml (oapi-codegen, pinned in go.mod)
+# The TypeScript client's locked dependencies, installed again only when
+# package-lock.json changed (the stamp is the one its Go test writes).
+ts-deps:
+	@cd clients/typescript && sum=$$(sha256sum package-lock.json | cut -d' ' -f1) && \
+	  if [ "$$(cat node_modules/.paymentsapi-lock-sha256 2>/dev/null)" != "$$sum" ]; then \
+	    npm ci --no-audit --no-fund && echo -n "$$sum" > node_modules/.paymentsapi-lock-sha256; fi
+
+generate: ## regenerate the Go client's types and calls from api/openapi.yaml (oapi-codegen, pinned in go.mod), and the TypeScript client's types (openapi-typescript) when node is available
 	$(GO) generate ./client/...
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+	  $(MAKE) --no-print-directory ts-deps && cd clients/typescript && npm run --silent generate; \
+	else echo "node not found: clients/typescript/src/schema.d.ts not regenerated (its test will say so)"; fi
 
 docs-screenshot: ## refresh docs/api-reference.png from the /docs page in headless Chromium
 	APIDOCS_SCREENSHOT=$(CURDIR)/docs/api-reference.png $(GO) test -count=1 -run TestDocsPageRendersInABrowser ./internal/apidocs/

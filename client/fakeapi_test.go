@@ -367,6 +367,9 @@ func fakeProblem(w http.ResponseWriter, status int, code, detail string, extra m
 	for k, v := range extra {
 		p[k] = v
 	}
+	// As the server: every error answer says whether to retry it.
+	retry := status >= 500 || status == http.StatusTooManyRequests || code == "IDEMPOTENCY_KEY_IN_USE"
+	w.Header().Set("Payments-Should-Retry", strconv.FormatBool(retry))
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(p)

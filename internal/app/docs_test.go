@@ -70,7 +70,7 @@ func TestTheLayoutTableNamesEveryPackage(t *testing.T) {
 			return err
 		}
 		name := d.Name()
-		if d.IsDir() && path != repoRoot && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin" || name == "tmp") {
+		if d.IsDir() && path != repoRoot && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin" || name == "tmp" || name == "node_modules") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(name, ".go") {

@@ -47,6 +47,9 @@ func writeReply(w http.ResponseWriter, reply idempotency.Reply) {
 	if reply.Replayed {
 		w.Header().Set(ReplayedHeader, "true")
 	}
+	// An engine's reply with an error status is a final answer (a
+	// decline), stored for its key whether or not this is its replay.
+	problem.AdviseRetry(w.Header(), reply.Response.Status, "", true)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(reply.Response.Status)
 	_, _ = w.Write(reply.Response.Body)

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/paymentsapi/paymentsapi/internal/validate"
@@ -258,8 +259,30 @@ func (p *Problem) JSON() []byte {
 	return b
 }
 
-// Write sends the problem as the response.
+// ShouldRetryHeader tells a client whether sending the same request again,
+// with the same idempotency key, may get another answer.
+const ShouldRetryHeader = "Payments-Should-Retry"
+
+// AdviseRetry sets ShouldRetryHeader on the headers h of an error answer
+// (status 400 or more; others get none). It is the one rule of the header:
+// a final answer (stored for its key, and replayed) never changes, so
+// "false"; so does any other 4xx, the same request getting the same
+// answer, except a key still in use by its original (409
+// IDEMPOTENCY_KEY_IN_USE) and a rate limit (429), which pass; every 5xx
+// may pass too ("true").
+func AdviseRetry(h http.Header, status int, code Code, final bool) {
+	if status < 400 {
+		return
+	}
+	retry := !final && (status >= 500 || status == http.StatusTooManyRequests ||
+		status == http.StatusConflict && code == IdempotencyKeyInUse)
+	h.Set(ShouldRetryHeader, strconv.FormatBool(retry))
+}
+
+// Write sends the problem as the response: an answer of this request, not
+// a stored one (those are replayed by the engine's writer).
 func (p *Problem) Write(w http.ResponseWriter) {
+	AdviseRetry(w.Header(), p.Status, p.Code, false)
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(p.Status)

@@ -61,6 +61,7 @@ type Env struct {
 	URL       string
 	Pool      *pgxpool.Pool
 	Sim       *sim.Simulator
+	SimURL    string // the simulator's base URL (GET /_sim/charges, /_sim/refunds)
 	Provider  provider.Provider
 	Clock     *clock.Fake // the clock the service reads, unless WithClock gave another
 	Registry  *prometheus.Registry
@@ -220,7 +221,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	if o.Provider != nil {
 		prov = o.Provider(prov)
 	}
-	e := &Env{T: t, Pool: pool, Sim: simSrv.Simulator(), Provider: prov, Config: o.Config, RateLimit: o.Limit, Deps: o.Deps,
+	e := &Env{T: t, Pool: pool, Sim: simSrv.Simulator(), SimURL: simSrv.URL(), Provider: prov, Config: o.Config, RateLimit: o.Limit, Deps: o.Deps,
 		Clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
 	e.clk = e.Clock
 	if o.Clock != nil {

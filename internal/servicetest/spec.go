@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -206,6 +207,17 @@ func (c *Conformance) Verify(x Exchange, r Response) {
 		}
 		if documented == nil || documented.Value == nil || documented.Value.Headers[h] == nil {
 			fail("the spec does not declare the %s header of this answer", h)
+		}
+	}
+	// Every error answer says whether to retry it, as the spec declares.
+	if r.Status >= 400 {
+		want := strconv.FormatBool(!x.Replayed && (r.Status >= 500 || r.Status == http.StatusTooManyRequests ||
+			x.Code == "IDEMPOTENCY_KEY_IN_USE"))
+		if got := r.Header.Get("Payments-Should-Retry"); got != want {
+			fail("Payments-Should-Retry: %q, want %q", got, want)
+		}
+		if documented == nil || documented.Value == nil || documented.Value.Headers["Payments-Should-Retry"] == nil {
+			fail("the spec does not declare the Payments-Should-Retry header of this answer")
 		}
 	}
 	if got := r.Header.Get("Idempotent-Replayed"); (got == "true") != x.Replayed {

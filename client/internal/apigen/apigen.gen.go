@@ -4988,14 +4988,31 @@ type ClientWithResponsesInterface interface {
 	GetWebhookEndpointSecretWithResponse(ctx context.Context, endpointID EndpointID, reqEditors ...RequestEditorFn) (*GetWebhookEndpointSecretResponse, error)
 }
 
+// ListEventsResponse400Headers the declared response headers of an HTTP 400 response for ListEvents
+type ListEventsResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListEventsResponse401Headers the declared response headers of an HTTP 401 response for ListEvents
+type ListEventsResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // ListEventsResponse429Headers the declared response headers of an HTTP 429 response for ListEvents
 type ListEventsResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ListEventsResponse500Headers the declared response headers of an HTTP 500 response for ListEvents
+type ListEventsResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ListEventsResponse503Headers the declared response headers of an HTTP 503 response for ListEvents
 type ListEventsResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type ListEventsResponse struct {
@@ -5013,8 +5030,14 @@ type ListEventsResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListEventsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListEventsResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListEventsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListEventsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListEventsResponse503Headers
 }
@@ -5078,14 +5101,36 @@ func (r ListEventsResponse) ContentType() string {
 	return ""
 }
 
+// GetEventResponse400Headers the declared response headers of an HTTP 400 response for GetEvent
+type GetEventResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetEventResponse401Headers the declared response headers of an HTTP 401 response for GetEvent
+type GetEventResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetEventResponse404Headers the declared response headers of an HTTP 404 response for GetEvent
+type GetEventResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // GetEventResponse429Headers the declared response headers of an HTTP 429 response for GetEvent
 type GetEventResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// GetEventResponse500Headers the declared response headers of an HTTP 500 response for GetEvent
+type GetEventResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // GetEventResponse503Headers the declared response headers of an HTTP 503 response for GetEvent
 type GetEventResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type GetEventResponse struct {
@@ -5105,8 +5150,16 @@ type GetEventResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetEventResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetEventResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetEventResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetEventResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetEventResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetEventResponse503Headers
 }
@@ -5175,14 +5228,36 @@ func (r GetEventResponse) ContentType() string {
 	return ""
 }
 
+// ListEventDeliveriesResponse400Headers the declared response headers of an HTTP 400 response for ListEventDeliveries
+type ListEventDeliveriesResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListEventDeliveriesResponse401Headers the declared response headers of an HTTP 401 response for ListEventDeliveries
+type ListEventDeliveriesResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListEventDeliveriesResponse404Headers the declared response headers of an HTTP 404 response for ListEventDeliveries
+type ListEventDeliveriesResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // ListEventDeliveriesResponse429Headers the declared response headers of an HTTP 429 response for ListEventDeliveries
 type ListEventDeliveriesResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ListEventDeliveriesResponse500Headers the declared response headers of an HTTP 500 response for ListEventDeliveries
+type ListEventDeliveriesResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ListEventDeliveriesResponse503Headers the declared response headers of an HTTP 503 response for ListEventDeliveries
 type ListEventDeliveriesResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type ListEventDeliveriesResponse struct {
@@ -5202,8 +5277,16 @@ type ListEventDeliveriesResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListEventDeliveriesResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListEventDeliveriesResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ListEventDeliveriesResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListEventDeliveriesResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListEventDeliveriesResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListEventDeliveriesResponse503Headers
 }
@@ -5278,19 +5361,57 @@ type ResendEventResponse202Headers struct {
 	Location           string
 }
 
+// ResendEventResponse400Headers the declared response headers of an HTTP 400 response for ResendEvent
+type ResendEventResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ResendEventResponse401Headers the declared response headers of an HTTP 401 response for ResendEvent
+type ResendEventResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ResendEventResponse404Headers the declared response headers of an HTTP 404 response for ResendEvent
+type ResendEventResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // ResendEventResponse409Headers the declared response headers of an HTTP 409 response for ResendEvent
 type ResendEventResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ResendEventResponse413Headers the declared response headers of an HTTP 413 response for ResendEvent
+type ResendEventResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ResendEventResponse415Headers the declared response headers of an HTTP 415 response for ResendEvent
+type ResendEventResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ResendEventResponse422Headers the declared response headers of an HTTP 422 response for ResendEvent
+type ResendEventResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ResendEventResponse429Headers the declared response headers of an HTTP 429 response for ResendEvent
 type ResendEventResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ResendEventResponse500Headers the declared response headers of an HTTP 500 response for ResendEvent
+type ResendEventResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ResendEventResponse503Headers the declared response headers of an HTTP 503 response for ResendEvent
 type ResendEventResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type ResendEventResponse struct {
@@ -5320,10 +5441,24 @@ type ResendEventResponse struct {
 	ApplicationProblemJSON503 *ServiceUnavailable
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *ResendEventResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ResendEventResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ResendEventResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ResendEventResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *ResendEventResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ResendEventResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *ResendEventResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *ResendEventResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ResendEventResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ResendEventResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ResendEventResponse503Headers
 }
@@ -5412,14 +5547,31 @@ func (r ResendEventResponse) ContentType() string {
 	return ""
 }
 
+// ListPaymentsResponse400Headers the declared response headers of an HTTP 400 response for ListPayments
+type ListPaymentsResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListPaymentsResponse401Headers the declared response headers of an HTTP 401 response for ListPayments
+type ListPaymentsResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // ListPaymentsResponse429Headers the declared response headers of an HTTP 429 response for ListPayments
 type ListPaymentsResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ListPaymentsResponse500Headers the declared response headers of an HTTP 500 response for ListPayments
+type ListPaymentsResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ListPaymentsResponse503Headers the declared response headers of an HTTP 503 response for ListPayments
 type ListPaymentsResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type ListPaymentsResponse struct {
@@ -5437,8 +5589,14 @@ type ListPaymentsResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListPaymentsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListPaymentsResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListPaymentsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListPaymentsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListPaymentsResponse503Headers
 }
@@ -5514,24 +5672,58 @@ type CreatePaymentResponse202Headers struct {
 	RetryAfter int
 }
 
+// CreatePaymentResponse400Headers the declared response headers of an HTTP 400 response for CreatePayment
+type CreatePaymentResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreatePaymentResponse401Headers the declared response headers of an HTTP 401 response for CreatePayment
+type CreatePaymentResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // CreatePaymentResponse402Headers the declared response headers of an HTTP 402 response for CreatePayment
 type CreatePaymentResponse402Headers struct {
-	IdempotentReplayed string
+	IdempotentReplayed  string
+	PaymentsShouldRetry string
 }
 
 // CreatePaymentResponse409Headers the declared response headers of an HTTP 409 response for CreatePayment
 type CreatePaymentResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CreatePaymentResponse413Headers the declared response headers of an HTTP 413 response for CreatePayment
+type CreatePaymentResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreatePaymentResponse415Headers the declared response headers of an HTTP 415 response for CreatePayment
+type CreatePaymentResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreatePaymentResponse422Headers the declared response headers of an HTTP 422 response for CreatePayment
+type CreatePaymentResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreatePaymentResponse429Headers the declared response headers of an HTTP 429 response for CreatePayment
 type CreatePaymentResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CreatePaymentResponse500Headers the declared response headers of an HTTP 500 response for CreatePayment
+type CreatePaymentResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreatePaymentResponse503Headers the declared response headers of an HTTP 503 response for CreatePayment
 type CreatePaymentResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type CreatePaymentResponse struct {
@@ -5565,12 +5757,24 @@ type CreatePaymentResponse struct {
 	Headers201 *CreatePaymentResponse201Headers
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *CreatePaymentResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreatePaymentResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreatePaymentResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreatePaymentResponse402Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreatePaymentResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreatePaymentResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreatePaymentResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreatePaymentResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreatePaymentResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CreatePaymentResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreatePaymentResponse503Headers
 }
@@ -5664,14 +5868,36 @@ func (r CreatePaymentResponse) ContentType() string {
 	return ""
 }
 
+// GetPaymentResponse400Headers the declared response headers of an HTTP 400 response for GetPayment
+type GetPaymentResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetPaymentResponse401Headers the declared response headers of an HTTP 401 response for GetPayment
+type GetPaymentResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetPaymentResponse404Headers the declared response headers of an HTTP 404 response for GetPayment
+type GetPaymentResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // GetPaymentResponse429Headers the declared response headers of an HTTP 429 response for GetPayment
 type GetPaymentResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// GetPaymentResponse500Headers the declared response headers of an HTTP 500 response for GetPayment
+type GetPaymentResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // GetPaymentResponse503Headers the declared response headers of an HTTP 503 response for GetPayment
 type GetPaymentResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type GetPaymentResponse struct {
@@ -5691,8 +5917,16 @@ type GetPaymentResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetPaymentResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPaymentResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetPaymentResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetPaymentResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetPaymentResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetPaymentResponse503Headers
 }
@@ -5773,19 +6007,57 @@ type CancelPaymentResponse202Headers struct {
 	RetryAfter int
 }
 
+// CancelPaymentResponse400Headers the declared response headers of an HTTP 400 response for CancelPayment
+type CancelPaymentResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CancelPaymentResponse401Headers the declared response headers of an HTTP 401 response for CancelPayment
+type CancelPaymentResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CancelPaymentResponse404Headers the declared response headers of an HTTP 404 response for CancelPayment
+type CancelPaymentResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // CancelPaymentResponse409Headers the declared response headers of an HTTP 409 response for CancelPayment
 type CancelPaymentResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CancelPaymentResponse413Headers the declared response headers of an HTTP 413 response for CancelPayment
+type CancelPaymentResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CancelPaymentResponse415Headers the declared response headers of an HTTP 415 response for CancelPayment
+type CancelPaymentResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CancelPaymentResponse422Headers the declared response headers of an HTTP 422 response for CancelPayment
+type CancelPaymentResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CancelPaymentResponse429Headers the declared response headers of an HTTP 429 response for CancelPayment
 type CancelPaymentResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CancelPaymentResponse500Headers the declared response headers of an HTTP 500 response for CancelPayment
+type CancelPaymentResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CancelPaymentResponse503Headers the declared response headers of an HTTP 503 response for CancelPayment
 type CancelPaymentResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type CancelPaymentResponse struct {
@@ -5819,10 +6091,24 @@ type CancelPaymentResponse struct {
 	Headers200 *CancelPaymentResponse200Headers
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *CancelPaymentResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CancelPaymentResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelPaymentResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *CancelPaymentResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CancelPaymentResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CancelPaymentResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CancelPaymentResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CancelPaymentResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CancelPaymentResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CancelPaymentResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CancelPaymentResponse503Headers
 }
@@ -5928,24 +6214,63 @@ type CapturePaymentResponse202Headers struct {
 	RetryAfter int
 }
 
+// CapturePaymentResponse400Headers the declared response headers of an HTTP 400 response for CapturePayment
+type CapturePaymentResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CapturePaymentResponse401Headers the declared response headers of an HTTP 401 response for CapturePayment
+type CapturePaymentResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // CapturePaymentResponse402Headers the declared response headers of an HTTP 402 response for CapturePayment
 type CapturePaymentResponse402Headers struct {
-	IdempotentReplayed string
+	IdempotentReplayed  string
+	PaymentsShouldRetry string
+}
+
+// CapturePaymentResponse404Headers the declared response headers of an HTTP 404 response for CapturePayment
+type CapturePaymentResponse404Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CapturePaymentResponse409Headers the declared response headers of an HTTP 409 response for CapturePayment
 type CapturePaymentResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CapturePaymentResponse413Headers the declared response headers of an HTTP 413 response for CapturePayment
+type CapturePaymentResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CapturePaymentResponse415Headers the declared response headers of an HTTP 415 response for CapturePayment
+type CapturePaymentResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CapturePaymentResponse422Headers the declared response headers of an HTTP 422 response for CapturePayment
+type CapturePaymentResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CapturePaymentResponse429Headers the declared response headers of an HTTP 429 response for CapturePayment
 type CapturePaymentResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CapturePaymentResponse500Headers the declared response headers of an HTTP 500 response for CapturePayment
+type CapturePaymentResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CapturePaymentResponse503Headers the declared response headers of an HTTP 503 response for CapturePayment
 type CapturePaymentResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type CapturePaymentResponse struct {
@@ -5981,12 +6306,26 @@ type CapturePaymentResponse struct {
 	Headers200 *CapturePaymentResponse200Headers
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *CapturePaymentResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CapturePaymentResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CapturePaymentResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CapturePaymentResponse402Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *CapturePaymentResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CapturePaymentResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CapturePaymentResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CapturePaymentResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CapturePaymentResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CapturePaymentResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CapturePaymentResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CapturePaymentResponse503Headers
 }
@@ -6085,14 +6424,36 @@ func (r CapturePaymentResponse) ContentType() string {
 	return ""
 }
 
+// ListRefundsResponse400Headers the declared response headers of an HTTP 400 response for ListRefunds
+type ListRefundsResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListRefundsResponse401Headers the declared response headers of an HTTP 401 response for ListRefunds
+type ListRefundsResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListRefundsResponse404Headers the declared response headers of an HTTP 404 response for ListRefunds
+type ListRefundsResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // ListRefundsResponse429Headers the declared response headers of an HTTP 429 response for ListRefunds
 type ListRefundsResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ListRefundsResponse500Headers the declared response headers of an HTTP 500 response for ListRefunds
+type ListRefundsResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ListRefundsResponse503Headers the declared response headers of an HTTP 503 response for ListRefunds
 type ListRefundsResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type ListRefundsResponse struct {
@@ -6112,8 +6473,16 @@ type ListRefundsResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListRefundsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListRefundsResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ListRefundsResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListRefundsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListRefundsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListRefundsResponse503Headers
 }
@@ -6194,24 +6563,63 @@ type CreateRefundResponse202Headers struct {
 	RetryAfter int
 }
 
+// CreateRefundResponse400Headers the declared response headers of an HTTP 400 response for CreateRefund
+type CreateRefundResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreateRefundResponse401Headers the declared response headers of an HTTP 401 response for CreateRefund
+type CreateRefundResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // CreateRefundResponse402Headers the declared response headers of an HTTP 402 response for CreateRefund
 type CreateRefundResponse402Headers struct {
-	IdempotentReplayed string
+	IdempotentReplayed  string
+	PaymentsShouldRetry string
+}
+
+// CreateRefundResponse404Headers the declared response headers of an HTTP 404 response for CreateRefund
+type CreateRefundResponse404Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreateRefundResponse409Headers the declared response headers of an HTTP 409 response for CreateRefund
 type CreateRefundResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CreateRefundResponse413Headers the declared response headers of an HTTP 413 response for CreateRefund
+type CreateRefundResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreateRefundResponse415Headers the declared response headers of an HTTP 415 response for CreateRefund
+type CreateRefundResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreateRefundResponse422Headers the declared response headers of an HTTP 422 response for CreateRefund
+type CreateRefundResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreateRefundResponse429Headers the declared response headers of an HTTP 429 response for CreateRefund
 type CreateRefundResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CreateRefundResponse500Headers the declared response headers of an HTTP 500 response for CreateRefund
+type CreateRefundResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreateRefundResponse503Headers the declared response headers of an HTTP 503 response for CreateRefund
 type CreateRefundResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type CreateRefundResponse struct {
@@ -6247,12 +6655,26 @@ type CreateRefundResponse struct {
 	Headers201 *CreateRefundResponse201Headers
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *CreateRefundResponse202Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreateRefundResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateRefundResponse401Headers
 	// Headers402 the parsed response headers for an HTTP 402 response
 	Headers402 *CreateRefundResponse402Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *CreateRefundResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateRefundResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreateRefundResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateRefundResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateRefundResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateRefundResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CreateRefundResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateRefundResponse503Headers
 }
@@ -6351,14 +6773,36 @@ func (r CreateRefundResponse) ContentType() string {
 	return ""
 }
 
+// GetRefundResponse400Headers the declared response headers of an HTTP 400 response for GetRefund
+type GetRefundResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetRefundResponse401Headers the declared response headers of an HTTP 401 response for GetRefund
+type GetRefundResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetRefundResponse404Headers the declared response headers of an HTTP 404 response for GetRefund
+type GetRefundResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // GetRefundResponse429Headers the declared response headers of an HTTP 429 response for GetRefund
 type GetRefundResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// GetRefundResponse500Headers the declared response headers of an HTTP 500 response for GetRefund
+type GetRefundResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // GetRefundResponse503Headers the declared response headers of an HTTP 503 response for GetRefund
 type GetRefundResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type GetRefundResponse struct {
@@ -6378,8 +6822,16 @@ type GetRefundResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetRefundResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRefundResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetRefundResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetRefundResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetRefundResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetRefundResponse503Headers
 }
@@ -6448,14 +6900,31 @@ func (r GetRefundResponse) ContentType() string {
 	return ""
 }
 
+// ListWebhookEndpointsResponse400Headers the declared response headers of an HTTP 400 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// ListWebhookEndpointsResponse401Headers the declared response headers of an HTTP 401 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // ListWebhookEndpointsResponse429Headers the declared response headers of an HTTP 429 response for ListWebhookEndpoints
 type ListWebhookEndpointsResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// ListWebhookEndpointsResponse500Headers the declared response headers of an HTTP 500 response for ListWebhookEndpoints
+type ListWebhookEndpointsResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // ListWebhookEndpointsResponse503Headers the declared response headers of an HTTP 503 response for ListWebhookEndpoints
 type ListWebhookEndpointsResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type ListWebhookEndpointsResponse struct {
@@ -6473,8 +6942,14 @@ type ListWebhookEndpointsResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListWebhookEndpointsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListWebhookEndpointsResponse401Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListWebhookEndpointsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListWebhookEndpointsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListWebhookEndpointsResponse503Headers
 }
@@ -6544,19 +7019,52 @@ type CreateWebhookEndpointResponse201Headers struct {
 	Location           string
 }
 
+// CreateWebhookEndpointResponse400Headers the declared response headers of an HTTP 400 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreateWebhookEndpointResponse401Headers the declared response headers of an HTTP 401 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
 // CreateWebhookEndpointResponse409Headers the declared response headers of an HTTP 409 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CreateWebhookEndpointResponse413Headers the declared response headers of an HTTP 413 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreateWebhookEndpointResponse415Headers the declared response headers of an HTTP 415 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// CreateWebhookEndpointResponse422Headers the declared response headers of an HTTP 422 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreateWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// CreateWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for CreateWebhookEndpoint
+type CreateWebhookEndpointResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // CreateWebhookEndpointResponse503Headers the declared response headers of an HTTP 503 response for CreateWebhookEndpoint
 type CreateWebhookEndpointResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type CreateWebhookEndpointResponse struct {
@@ -6584,10 +7092,22 @@ type CreateWebhookEndpointResponse struct {
 	ApplicationProblemJSON503 *SecretsUnavailable
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateWebhookEndpointResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreateWebhookEndpointResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateWebhookEndpointResponse401Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *CreateWebhookEndpointResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreateWebhookEndpointResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateWebhookEndpointResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateWebhookEndpointResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CreateWebhookEndpointResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CreateWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateWebhookEndpointResponse503Headers
 }
@@ -6671,14 +7191,36 @@ func (r CreateWebhookEndpointResponse) ContentType() string {
 	return ""
 }
 
+// DeleteWebhookEndpointResponse400Headers the declared response headers of an HTTP 400 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// DeleteWebhookEndpointResponse401Headers the declared response headers of an HTTP 401 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// DeleteWebhookEndpointResponse404Headers the declared response headers of an HTTP 404 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // DeleteWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for DeleteWebhookEndpoint
 type DeleteWebhookEndpointResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// DeleteWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for DeleteWebhookEndpoint
+type DeleteWebhookEndpointResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // DeleteWebhookEndpointResponse503Headers the declared response headers of an HTTP 503 response for DeleteWebhookEndpoint
 type DeleteWebhookEndpointResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type DeleteWebhookEndpointResponse struct {
@@ -6696,8 +7238,16 @@ type DeleteWebhookEndpointResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteWebhookEndpointResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteWebhookEndpointResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *DeleteWebhookEndpointResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteWebhookEndpointResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *DeleteWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *DeleteWebhookEndpointResponse503Headers
 }
@@ -6761,14 +7311,36 @@ func (r DeleteWebhookEndpointResponse) ContentType() string {
 	return ""
 }
 
+// GetWebhookEndpointResponse400Headers the declared response headers of an HTTP 400 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetWebhookEndpointResponse401Headers the declared response headers of an HTTP 401 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetWebhookEndpointResponse404Headers the declared response headers of an HTTP 404 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // GetWebhookEndpointResponse429Headers the declared response headers of an HTTP 429 response for GetWebhookEndpoint
 type GetWebhookEndpointResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// GetWebhookEndpointResponse500Headers the declared response headers of an HTTP 500 response for GetWebhookEndpoint
+type GetWebhookEndpointResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // GetWebhookEndpointResponse503Headers the declared response headers of an HTTP 503 response for GetWebhookEndpoint
 type GetWebhookEndpointResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type GetWebhookEndpointResponse struct {
@@ -6788,8 +7360,16 @@ type GetWebhookEndpointResponse struct {
 	ApplicationProblemJSON500 *InternalError
 	// ApplicationProblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationProblemJSON503 *ServiceUnavailable
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetWebhookEndpointResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWebhookEndpointResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetWebhookEndpointResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetWebhookEndpointResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetWebhookEndpointResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetWebhookEndpointResponse503Headers
 }
@@ -6864,19 +7444,57 @@ type RotateWebhookSecretResponse200Headers struct {
 	Location           string
 }
 
+// RotateWebhookSecretResponse400Headers the declared response headers of an HTTP 400 response for RotateWebhookSecret
+type RotateWebhookSecretResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// RotateWebhookSecretResponse401Headers the declared response headers of an HTTP 401 response for RotateWebhookSecret
+type RotateWebhookSecretResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// RotateWebhookSecretResponse404Headers the declared response headers of an HTTP 404 response for RotateWebhookSecret
+type RotateWebhookSecretResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // RotateWebhookSecretResponse409Headers the declared response headers of an HTTP 409 response for RotateWebhookSecret
 type RotateWebhookSecretResponse409Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// RotateWebhookSecretResponse413Headers the declared response headers of an HTTP 413 response for RotateWebhookSecret
+type RotateWebhookSecretResponse413Headers struct {
+	PaymentsShouldRetry string
+}
+
+// RotateWebhookSecretResponse415Headers the declared response headers of an HTTP 415 response for RotateWebhookSecret
+type RotateWebhookSecretResponse415Headers struct {
+	PaymentsShouldRetry string
+}
+
+// RotateWebhookSecretResponse422Headers the declared response headers of an HTTP 422 response for RotateWebhookSecret
+type RotateWebhookSecretResponse422Headers struct {
+	PaymentsShouldRetry string
 }
 
 // RotateWebhookSecretResponse429Headers the declared response headers of an HTTP 429 response for RotateWebhookSecret
 type RotateWebhookSecretResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// RotateWebhookSecretResponse500Headers the declared response headers of an HTTP 500 response for RotateWebhookSecret
+type RotateWebhookSecretResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // RotateWebhookSecretResponse503Headers the declared response headers of an HTTP 503 response for RotateWebhookSecret
 type RotateWebhookSecretResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type RotateWebhookSecretResponse struct {
@@ -6906,10 +7524,24 @@ type RotateWebhookSecretResponse struct {
 	ApplicationProblemJSON503 *SecretsUnavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *RotateWebhookSecretResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RotateWebhookSecretResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RotateWebhookSecretResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *RotateWebhookSecretResponse404Headers
 	// Headers409 the parsed response headers for an HTTP 409 response
 	Headers409 *RotateWebhookSecretResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RotateWebhookSecretResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *RotateWebhookSecretResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *RotateWebhookSecretResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RotateWebhookSecretResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RotateWebhookSecretResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RotateWebhookSecretResponse503Headers
 }
@@ -7003,14 +7635,36 @@ type GetWebhookEndpointSecretResponse200Headers struct {
 	CacheControl string
 }
 
+// GetWebhookEndpointSecretResponse400Headers the declared response headers of an HTTP 400 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse400Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetWebhookEndpointSecretResponse401Headers the declared response headers of an HTTP 401 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse401Headers struct {
+	PaymentsShouldRetry string
+}
+
+// GetWebhookEndpointSecretResponse404Headers the declared response headers of an HTTP 404 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse404Headers struct {
+	PaymentsShouldRetry string
+}
+
 // GetWebhookEndpointSecretResponse429Headers the declared response headers of an HTTP 429 response for GetWebhookEndpointSecret
 type GetWebhookEndpointSecretResponse429Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
+}
+
+// GetWebhookEndpointSecretResponse500Headers the declared response headers of an HTTP 500 response for GetWebhookEndpointSecret
+type GetWebhookEndpointSecretResponse500Headers struct {
+	PaymentsShouldRetry string
 }
 
 // GetWebhookEndpointSecretResponse503Headers the declared response headers of an HTTP 503 response for GetWebhookEndpointSecret
 type GetWebhookEndpointSecretResponse503Headers struct {
-	RetryAfter int
+	PaymentsShouldRetry string
+	RetryAfter          int
 }
 
 type GetWebhookEndpointSecretResponse struct {
@@ -7032,8 +7686,16 @@ type GetWebhookEndpointSecretResponse struct {
 	ApplicationProblemJSON503 *SecretsUnavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetWebhookEndpointSecretResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetWebhookEndpointSecretResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetWebhookEndpointSecretResponse401Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetWebhookEndpointSecretResponse404Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetWebhookEndpointSecretResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetWebhookEndpointSecretResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetWebhookEndpointSecretResponse503Headers
 }
@@ -7990,8 +8652,35 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers ListEventsResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListEventsResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListEventsResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8000,8 +8689,25 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListEventsResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListEventsResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8081,8 +8787,45 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers GetEventResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetEventResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetEventResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetEventResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8091,8 +8834,25 @@ func ParseGetEventResponse(rsp *http.Response) (*GetEventResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetEventResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetEventResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8172,8 +8932,45 @@ func ParseListEventDeliveriesResponse(rsp *http.Response) (*ListEventDeliveriesR
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers ListEventDeliveriesResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListEventDeliveriesResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ListEventDeliveriesResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListEventDeliveriesResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8182,8 +8979,25 @@ func ParseListEventDeliveriesResponse(rsp *http.Response) (*ListEventDeliveriesR
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListEventDeliveriesResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListEventDeliveriesResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8308,8 +9122,45 @@ func ParseResendEventResponse(rsp *http.Response) (*ResendEventResponse, error) 
 			headers.Location = value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers ResendEventResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ResendEventResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ResendEventResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers ResendEventResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -8318,8 +9169,45 @@ func ParseResendEventResponse(rsp *http.Response) (*ResendEventResponse, error) 
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers ResendEventResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers ResendEventResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers ResendEventResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers ResendEventResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8328,8 +9216,25 @@ func ParseResendEventResponse(rsp *http.Response) (*ResendEventResponse, error) 
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ResendEventResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ResendEventResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8402,8 +9307,35 @@ func ParseListPaymentsResponse(rsp *http.Response) (*ListPaymentsResponse, error
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers ListPaymentsResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListPaymentsResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListPaymentsResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8412,8 +9344,25 @@ func ParseListPaymentsResponse(rsp *http.Response) (*ListPaymentsResponse, error
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListPaymentsResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListPaymentsResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8562,6 +9511,26 @@ func ParseCreatePaymentResponse(rsp *http.Response) (*CreatePaymentResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreatePaymentResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreatePaymentResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 402:
 		var headers CreatePaymentResponse402Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
@@ -8571,9 +9540,23 @@ func ParseCreatePaymentResponse(rsp *http.Response) (*CreatePaymentResponse, err
 			}
 			headers.IdempotentReplayed = value
 		}
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		response.Headers402 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreatePaymentResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -8582,8 +9565,45 @@ func ParseCreatePaymentResponse(rsp *http.Response) (*CreatePaymentResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreatePaymentResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreatePaymentResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreatePaymentResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreatePaymentResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8592,8 +9612,25 @@ func ParseCreatePaymentResponse(rsp *http.Response) (*CreatePaymentResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreatePaymentResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreatePaymentResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8673,8 +9710,45 @@ func ParseGetPaymentResponse(rsp *http.Response) (*GetPaymentResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers GetPaymentResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetPaymentResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetPaymentResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetPaymentResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8683,8 +9757,25 @@ func ParseGetPaymentResponse(rsp *http.Response) (*GetPaymentResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetPaymentResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetPaymentResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8833,8 +9924,45 @@ func ParseCancelPaymentResponse(rsp *http.Response) (*CancelPaymentResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers CancelPaymentResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CancelPaymentResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers CancelPaymentResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers CancelPaymentResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -8843,8 +9971,45 @@ func ParseCancelPaymentResponse(rsp *http.Response) (*CancelPaymentResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers CancelPaymentResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CancelPaymentResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CancelPaymentResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelPaymentResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -8853,8 +10018,25 @@ func ParseCancelPaymentResponse(rsp *http.Response) (*CancelPaymentResponse, err
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CancelPaymentResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CancelPaymentResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9010,6 +10192,26 @@ func ParseCapturePaymentResponse(rsp *http.Response) (*CapturePaymentResponse, e
 			headers.RetryAfter = value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers CapturePaymentResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CapturePaymentResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 402:
 		var headers CapturePaymentResponse402Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
@@ -9019,9 +10221,33 @@ func ParseCapturePaymentResponse(rsp *http.Response) (*CapturePaymentResponse, e
 			}
 			headers.IdempotentReplayed = value
 		}
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 404:
+		var headers CapturePaymentResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers CapturePaymentResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9030,8 +10256,45 @@ func ParseCapturePaymentResponse(rsp *http.Response) (*CapturePaymentResponse, e
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers CapturePaymentResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CapturePaymentResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CapturePaymentResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CapturePaymentResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9040,8 +10303,25 @@ func ParseCapturePaymentResponse(rsp *http.Response) (*CapturePaymentResponse, e
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CapturePaymentResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CapturePaymentResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9121,8 +10401,45 @@ func ParseListRefundsResponse(rsp *http.Response) (*ListRefundsResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers ListRefundsResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListRefundsResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers ListRefundsResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListRefundsResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9131,8 +10448,25 @@ func ParseListRefundsResponse(rsp *http.Response) (*ListRefundsResponse, error) 
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListRefundsResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListRefundsResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9288,6 +10622,26 @@ func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error
 			headers.RetryAfter = value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreateRefundResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreateRefundResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 402:
 		var headers CreateRefundResponse402Headers
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
@@ -9297,9 +10651,33 @@ func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error
 			}
 			headers.IdempotentReplayed = value
 		}
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		response.Headers402 = &headers
+	case rsp.StatusCode == 404:
+		var headers CreateRefundResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateRefundResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9308,8 +10686,45 @@ func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreateRefundResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateRefundResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateRefundResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreateRefundResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9318,8 +10733,25 @@ func ParseCreateRefundResponse(rsp *http.Response) (*CreateRefundResponse, error
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreateRefundResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateRefundResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9399,8 +10831,45 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers GetRefundResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetRefundResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetRefundResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetRefundResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9409,8 +10878,25 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetRefundResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetRefundResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9483,8 +10969,35 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers ListWebhookEndpointsResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListWebhookEndpointsResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListWebhookEndpointsResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9493,8 +11006,25 @@ func ParseListWebhookEndpointsResponse(rsp *http.Response) (*ListWebhookEndpoint
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListWebhookEndpointsResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListWebhookEndpointsResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9612,8 +11142,35 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.Location = value
 		}
 		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreateWebhookEndpointResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreateWebhookEndpointResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
 	case rsp.StatusCode == 409:
 		var headers CreateWebhookEndpointResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9622,8 +11179,45 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreateWebhookEndpointResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateWebhookEndpointResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateWebhookEndpointResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreateWebhookEndpointResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9632,8 +11226,25 @@ func ParseCreateWebhookEndpointResponse(rsp *http.Response) (*CreateWebhookEndpo
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreateWebhookEndpointResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateWebhookEndpointResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9709,8 +11320,45 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers DeleteWebhookEndpointResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers DeleteWebhookEndpointResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers DeleteWebhookEndpointResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteWebhookEndpointResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9719,8 +11367,25 @@ func ParseDeleteWebhookEndpointResponse(rsp *http.Response) (*DeleteWebhookEndpo
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers DeleteWebhookEndpointResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeleteWebhookEndpointResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9800,8 +11465,45 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 	}
 
 	switch {
+	case rsp.StatusCode == 400:
+		var headers GetWebhookEndpointResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetWebhookEndpointResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetWebhookEndpointResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetWebhookEndpointResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9810,8 +11512,25 @@ func ParseGetWebhookEndpointResponse(rsp *http.Response) (*GetWebhookEndpointRes
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetWebhookEndpointResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetWebhookEndpointResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9936,8 +11655,45 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			headers.Location = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RotateWebhookSecretResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RotateWebhookSecretResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers RotateWebhookSecretResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
 		var headers RotateWebhookSecretResponse409Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -9946,8 +11702,45 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			headers.RetryAfter = value
 		}
 		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers RotateWebhookSecretResponse413Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers RotateWebhookSecretResponse415Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers RotateWebhookSecretResponse422Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers RotateWebhookSecretResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -9956,8 +11749,25 @@ func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretR
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers RotateWebhookSecretResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers RotateWebhookSecretResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -10047,8 +11857,45 @@ func ParseGetWebhookEndpointSecretResponse(rsp *http.Response) (*GetWebhookEndpo
 			headers.CacheControl = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetWebhookEndpointSecretResponse400Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetWebhookEndpointSecretResponse401Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetWebhookEndpointSecretResponse404Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetWebhookEndpointSecretResponse429Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
@@ -10057,8 +11904,25 @@ func ParseGetWebhookEndpointSecretResponse(rsp *http.Response) (*GetWebhookEndpo
 			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetWebhookEndpointSecretResponse500Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
+		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetWebhookEndpointSecretResponse503Headers
+		if values := rsp.Header.Values("Payments-Should-Retry"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Payments-Should-Retry", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.PaymentsShouldRetry = value
+		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
