@@ -9,21 +9,6 @@
 -- the migrations produce. docs/design.md, "Tables", names the package that
 -- owns each table.
 
-CREATE FUNCTION public.api_keys_follow_revocations() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF EXISTS (SELECT FROM tenant_api_keys WHERE secret_hash = NEW.secret_hash AND revoked_at IS NOT NULL) THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO tenant_api_keys (id, tenant_id, secret_hash, created_at)
-    VALUES ('key_' || replace(gen_random_uuid()::text, '-', ''), NEW.tenant_id, NEW.secret_hash, NEW.updated_at)
-    ON CONFLICT (secret_hash) DO NOTHING;
-    RETURN NEW;
-END;
-$$;
-
-
 CREATE FUNCTION public.audit_events_append_only() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -82,35 +67,6 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
 END
 $$;
-
-
-CREATE FUNCTION public.tenant_api_keys_revoke_legacy() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    DELETE FROM api_keys WHERE secret_hash = NEW.secret_hash;
-    RETURN NULL;
-END;
-$$;
-
-
-CREATE FUNCTION public.webhook_endpoints_follow_plaintext_rotation() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    NEW.previous_secret_sealed := OLD.secret_sealed;
-    NEW.secret_sealed := NULL;
-    RETURN NEW;
-END;
-$$;
-
-
-CREATE TABLE public.api_keys (
-    tenant_id text NOT NULL,
-    secret_hash bytea NOT NULL,
-    created_at timestamp with time zone NOT NULL,
-    updated_at timestamp with time zone NOT NULL
-);
 
 
 CREATE TABLE public.audit_events (
@@ -340,7 +296,8 @@ CREATE TABLE public.payment_transitions (
     occurred_at timestamp with time zone NOT NULL,
     payment_created_at timestamp with time zone,
     actor text,
-    request_id text
+    request_id text,
+    CONSTRAINT payment_transitions_payment_created_at_check CHECK ((payment_created_at IS NOT NULL))
 );
 
 
@@ -466,9 +423,7 @@ CREATE TABLE public.webhook_endpoints (
     event_types text[],
     description text DEFAULT ''::text NOT NULL,
     status text NOT NULL,
-    secret text DEFAULT ''::text NOT NULL,
     secret_id text NOT NULL,
-    previous_secret text,
     previous_secret_id text,
     previous_secret_expires_at timestamp with time zone,
     created_at timestamp with time zone NOT NULL,
@@ -516,14 +471,6 @@ CREATE TABLE public.webhook_resends (
     endpoint_ids text[] NOT NULL,
     created_at timestamp with time zone NOT NULL
 );
-
-
-ALTER TABLE ONLY public.api_keys
-    ADD CONSTRAINT api_keys_pkey PRIMARY KEY (tenant_id);
-
-
-ALTER TABLE ONLY public.api_keys
-    ADD CONSTRAINT api_keys_secret_hash_key UNIQUE (secret_hash);
 
 
 ALTER TABLE ONLY public.audit_events
@@ -705,9 +652,6 @@ CREATE INDEX payments_freed_listing_idx ON public.payments USING btree (tenant_i
 CREATE INDEX payments_freed_reference_idx ON public.payments USING btree (tenant_id, merchant_reference) WHERE (NOT holds_reference);
 
 
-CREATE UNIQUE INDEX payments_held_reference_key ON public.payments USING btree (tenant_id, account_id, merchant_reference) WHERE holds_reference;
-
-
 CREATE UNIQUE INDEX payments_reference_holder_key ON public.payments USING btree (tenant_id, merchant_reference, account_id) WHERE holds_reference;
 
 
@@ -747,9 +691,6 @@ CREATE INDEX webhook_resends_event_idx ON public.webhook_resends USING btree (ev
 CREATE STATISTICS public.payments_holds_reference_by_state (dependencies) ON state, holds_reference FROM public.payments;
 
 
-CREATE TRIGGER api_keys_follow_revocations BEFORE INSERT OR UPDATE ON public.api_keys FOR EACH ROW EXECUTE FUNCTION public.api_keys_follow_revocations();
-
-
 CREATE TRIGGER audit_events_append_only BEFORE DELETE OR UPDATE ON public.audit_events FOR EACH ROW EXECUTE FUNCTION public.audit_events_append_only();
 
 
@@ -778,12 +719,6 @@ CREATE TRIGGER refunds_state_machine_insert BEFORE INSERT ON public.refunds FOR 
 
 
 CREATE TRIGGER refunds_state_machine_update BEFORE UPDATE OF state ON public.refunds FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.enforce_state_machine('refund');
-
-
-CREATE TRIGGER tenant_api_keys_revoke_legacy AFTER UPDATE OF revoked_at ON public.tenant_api_keys FOR EACH ROW WHEN ((new.revoked_at IS NOT NULL)) EXECUTE FUNCTION public.tenant_api_keys_revoke_legacy();
-
-
-CREATE TRIGGER webhook_endpoints_follow_plaintext_rotation BEFORE UPDATE OF secret ON public.webhook_endpoints FOR EACH ROW WHEN (((new.secret <> ''::text) AND (new.secret IS DISTINCT FROM old.secret))) EXECUTE FUNCTION public.webhook_endpoints_follow_plaintext_rotation();
 
 
 ALTER TABLE ONLY public.outbox_parked

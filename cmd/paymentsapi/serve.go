@@ -193,15 +193,6 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		if err := setUpAPIKeys(ctx, a.pool, cfg, a.apiKeys, clk, log); err != nil {
 			return nil, err
 		}
-		if a.secrets != nil {
-			n, err := endpoints.SealLegacy(ctx, a.pool, a.secrets, "")
-			if err != nil {
-				return nil, err
-			}
-			if n > 0 {
-				log.Info("webhook secrets stored in the clear by an earlier release are sealed now", "endpoints", n)
-			}
-		}
 	}
 
 	if u == useOperator && cfg.Provider == "sim" && cfg.ProviderURL == "" {

@@ -3,12 +3,15 @@ package authorizations_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/paymentsapi/paymentsapi/internal/database"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 )
 
@@ -225,10 +228,10 @@ func TestADeclinedCaptureBehindARefusalIsNeverSentAgain(t *testing.T) {
 	}
 }
 
-// A hold the release before 00023 took names no holder: the action that
-// took it still ends it, read by the payment's state as that release read
-// it, during a rolling upgrade.
-func TestAnUnnamedHoldIsEndedByItsAction(t *testing.T) {
+// A hold the release before 00023 took names no holder. Migration 00050
+// names it after the newest action of its kind, the one that took it, and
+// that action ends it.
+func TestAHoldTakenBeforeHoldsWereNamedIsNamedAndEndedByItsAction(t *testing.T) {
 	t.Parallel()
 	f := &faults{}
 	e := newEnv(t, withFaults(f))
@@ -236,52 +239,18 @@ func TestAnUnnamedHoldIsEndedByItsAction(t *testing.T) {
 	f.capturesLost.Store(true)
 	wantStatus(t, e.capture(0, id, "cap", ""), http.StatusAccepted, "")
 	f.capturesLost.Store(false)
-	// As the previous release leaves a hold it took.
+	backfill := pgtest.MigrationVersion(t, "payments_backfill_pre_release_rows")
+	pgtest.MigrateDownTo(t, e.pool, backfill-1)
+	// As the release before 00023 left a hold it took.
 	if _, err := e.pool.Exec(t.Context(), `UPDATE payments SET held_by = NULL WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := database.Migrate(t.Context(), e.pool, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}
 	e.clk.Advance(time.Minute)
 	e.reconcile()
 	if p := e.payment(id); p["status"] != "SUCCEEDED" || p["capturedAmount"] != "10.00" {
 		t.Fatalf("payment: %v", p)
-	}
-}
-
-// The release before 00023 neither clears held_by when it ends a hold nor
-// sets it when it takes one: the database keeps the name true whoever
-// writes, so a stale name can never make a later hold look like another
-// action's (which would leave that hold's payment stuck).
-func TestTheDatabaseKeepsTheHoldersNameTrue(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{})
-	id := e.authorized("pay", "pm_card_visa")
-	heldBy := func() string {
-		var h string
-		if err := e.pool.QueryRow(t.Context(), `SELECT COALESCE(held_by, '') FROM payments WHERE id = $1`, id).Scan(&h); err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	exec := func(sql string) {
-		if _, err := e.pool.Exec(t.Context(), sql, id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// This release takes a hold, naming it; the previous release ends it
-	// without clearing the name.
-	exec(`UPDATE payments SET state = 'CAPTURE_REQUESTED', held_by = 'cap_a' WHERE id = $1`)
-	if h := heldBy(); h != "cap_a" {
-		t.Fatalf("held by %q, want cap_a", h)
-	}
-	exec(`UPDATE payments SET state = 'AUTHORIZED' WHERE id = $1`)
-	if h := heldBy(); h != "" {
-		t.Fatalf("after the hold ended: held by %q, want nobody", h)
-	}
-	// A name left on an authorized payment (by hand) is not carried into a
-	// hold the previous release takes without naming it.
-	exec(`UPDATE payments SET held_by = 'cap_stale' WHERE id = $1`)
-	exec(`UPDATE payments SET state = 'CAPTURE_REQUESTED' WHERE id = $1`)
-	if h := heldBy(); h != "" {
-		t.Fatalf("a hold taken without a name: held by %q, want nobody (unnamed)", h)
 	}
 }

@@ -41,9 +41,8 @@ func TestAPIKeysSurviveTheUpgradeAndRevocationsReachThePreviousRelease(t *testin
 	if _, err := pool.Exec(ctx, previousReleaseUpsert, "demo", sum("sk_before_the_upgrade"), now); err != nil {
 		t.Fatal(err)
 	}
-	if err := database.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		t.Fatal(err)
-	}
+	// Up to the release of 00042, which ran beside the one before it.
+	pgtest.MigrateTo(t, pool, pgtest.MigrationVersion(t, "api_keys_contract")-1)
 	h, err := apikeys.NewHasher("a-pepper-of-at-least-thirty-two-chars")
 	if err != nil {
 		t.Fatal(err)
@@ -82,5 +81,14 @@ func TestAPIKeysSurviveTheUpgradeAndRevocationsReachThePreviousRelease(t *testin
 	}
 	if _, err := apikeys.Authenticate(ctx, pool, h, "sk_rolled_out_by_the_old", now); !errors.Is(err, apikeys.ErrUnknownKey) {
 		t.Errorf("the previous release's API_KEYS brought a revoked key back: %v", err)
+	}
+
+	// One release later the contract step drops api_keys, and what was
+	// revoked stays revoked.
+	if err := database.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apikeys.Authenticate(ctx, pool, h, "sk_rolled_out_by_the_old", now); !errors.Is(err, apikeys.ErrUnknownKey) {
+		t.Errorf("after the contract step, a revoked key: %v", err)
 	}
 }

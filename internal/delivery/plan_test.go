@@ -2,6 +2,7 @@ package delivery_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -29,13 +30,21 @@ func TestClaimReadsOnlyWhatItClaims(t *testing.T) {
 		waiting       = 20_000
 		delivered     = 20_000
 	)
+	// Each endpoint's secret is sealed for its own row, as the API seals it.
+	sealed := make([]string, endpointCount)
+	for i := range sealed {
+		var err error
+		if sealed[i], err = e.secrets.Seal(planSecret, fmt.Sprintf("we_%05d", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	seed := []struct {
 		sql  string
 		args []any
 	}{
-		{`INSERT INTO webhook_endpoints (id, tenant_id, url, status, secret, secret_id, created_at)
-		  SELECT 'we_' || lpad(i::text, 5, '0'), 'tenant_a', $1::text || '/ep' || i, 'enabled', $2, 'we_' || i, $3
-		  FROM generate_series(1, $4::int) i`, []any{e.recv.srv.URL, planSecret, now, endpointCount}},
+		{`INSERT INTO webhook_endpoints (id, tenant_id, url, status, secret_sealed, secret_id, created_at)
+		  SELECT 'we_' || lpad(i::text, 5, '0'), 'tenant_a', $1::text || '/ep' || i, 'enabled', ($2::text[])[i], 'we_' || i, $3
+		  FROM generate_series(1, $4::int) i`, []any{e.recv.srv.URL, sealed, now, endpointCount}},
 		{`INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, created_at, next_attempt_at)
 		  SELECT gen_random_uuid(), 'payment', 'pay_' || i, 'PaymentSucceeded',
 		         jsonb_build_object('paymentId', 'pay_' || i, 'tenantId', 'tenant_a'), $1, $1

@@ -21,18 +21,11 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 )
 
-// The statements of the release before migration 00043 that write an
-// endpoint's secret, as it sends them: its create and its rotation.
-const (
-	previousReleaseInsert = `
-		INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, description, status, secret, secret_id, created_at)
-		SELECT $1, $2, $3, $4, $5, $6, $7, $1, $8 WHERE true`
-	previousReleaseRotate = `
-		UPDATE webhook_endpoints
-		SET previous_secret = secret, previous_secret_id = secret_id, previous_secret_expires_at = $5,
-		    secret = $4, secret_id = $3
-		WHERE id = $1 AND tenant_id = $2 AND deleted_at IS NULL`
-)
+// previousReleaseInsert is how the release before migration 00043 created
+// an endpoint: its secret in the clear.
+const previousReleaseInsert = `
+	INSERT INTO webhook_endpoints (id, tenant_id, url, event_types, description, status, secret, secret_id, created_at)
+	SELECT $1, $2, $3, $4, $5, $6, $7, $1, $8 WHERE true`
 
 // legacyHook registers, for the tenant, an endpoint at the receiver's path
 // as the release before 00043 did (its secret in the clear), and tells the
@@ -52,19 +45,28 @@ func (e *env) legacyHook(tenant, path string) endpoint {
 	return ep
 }
 
-// legacyRotate rotates the endpoint as the release before 00043 did, and
-// returns the new secret.
-func (e *env) legacyRotate(tenant, id string) string {
+// sealTheClear seals the secrets left in the clear, as the release of
+// 00043 did at its start, so that the contract step after it may run.
+func (e *env) sealTheClear() {
 	e.t.Helper()
-	secret, err := outbound.NewSecret()
+	ctx := context.Background()
+	rows, err := e.pool.Query(ctx, `SELECT id, secret FROM webhook_endpoints WHERE secret <> ''`)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	tag, err := e.pool.Exec(context.Background(), previousReleaseRotate, id, tenant, "wsr_legacy"+id, secret, e.clk.Now().Add(24*time.Hour))
-	if err != nil || tag.RowsAffected() != 1 {
-		e.t.Fatalf("the previous release's rotation: %v, %v", tag, err)
+	clear, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ ID, Secret string }])
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	return secret
+	for _, c := range clear {
+		sealed, err := e.secrets.Seal(c.Secret, c.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, `UPDATE webhook_endpoints SET secret_sealed = $2, secret = '' WHERE id = $1`, c.ID, sealed); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }
 
 // whsecAnywhere lists every column of every table of the database that
@@ -437,59 +439,38 @@ func TestRefusedURLsSayNothingOfTheNetwork(t *testing.T) {
 	}
 }
 
-// The previous release runs beside this one during a rolling upgrade: an
-// endpoint it creates (its secret in the clear) is delivered to, its secret
-// sealed at that first use; its rotation of an endpoint this release
-// sealed keeps the rotated-out secret signing; and at the next start
-// (SealLegacy) nothing is left in the clear. On the next release's schema,
-// with the plaintext columns dropped, this release works as well.
-func TestSecretsThePreviousReleaseWroteInTheClearAreSealed(t *testing.T) {
+// The contract step that drops the plaintext columns refuses to run while
+// one of them still holds a secret (it would be lost for good), and runs
+// once the previous release has sealed it.
+func TestTheContractStepRefusesASecretStillInTheClear(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, devPolicy, nil)
 	ctx := context.Background()
-	legacy := e.legacyHook("tenant_a", "/legacy")
-	sealed := e.hook(tenantA, "/sealed")
-	rotatedByOld := e.legacyRotate("tenant_a", sealed.id)
-	e.recv.expect("/sealed", rotatedByOld, sealed.secret)
-	e.record("tenant_a", succeeded)
-	w := e.worker(delivery.Config{})
-	if n := e.runOnce(w); n != 2 {
-		t.Fatalf("claimed %d, want 2", n)
+	step := pgtest.MigrationVersion(t, "webhook_secrets_contract")
+	pool := pgtest.NewPoolAt(t, step-1)
+	secret, err := outbound.NewSecret()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, path := range []string{"/legacy", "/sealed"} {
-		if got := e.recv.receipts(path); len(got) != 1 {
-			t.Errorf("%s got %d requests, want 1", path, len(got))
-		}
+	if _, err := pool.Exec(ctx, previousReleaseInsert, "we_clear", "tenant_a", "https://merchant.example/hook", nil, "",
+		"enabled", secret, time.Now()); err != nil {
+		t.Fatal(err)
 	}
-	if n := e.recv.signatures(t, "/sealed", 0); n != 2 {
-		t.Errorf("the endpoint the previous release rotated: %d signatures, want the new secret's and the old one's", n)
+	log := slog.New(slog.DiscardHandler)
+	if err := database.Migrate(ctx, pool, log); err == nil || !strings.Contains(err.Error(), "not sealed yet") {
+		t.Fatalf("migrate with a secret in the clear: %v, want the step refused", err)
 	}
-	if got := e.reveal(tenantA, legacy.id); got != legacy.secret {
-		t.Errorf("revealed %q, want the secret the previous release stored", got)
+	// What the previous release's start does, without the encryption
+	// this test does not need: the plaintext columns emptied.
+	if _, err := pool.Exec(ctx, `UPDATE webhook_endpoints SET secret_sealed = 'sealed', secret = '' WHERE id = 'we_clear'`); err != nil {
+		t.Fatal(err)
 	}
-	// Another endpoint of the previous release, never used: sealed at
-	// the next start.
-	e.legacyHook("tenant_a", "/unused")
-	if n, err := endpoints.SealLegacy(ctx, e.pool, e.secrets, ""); err != nil || n != 1 {
-		t.Errorf("SealLegacy: %d, %v; want the unused endpoint", n, err)
+	if err := database.Migrate(ctx, pool, log); err != nil {
+		t.Fatalf("migrate once sealed: %v", err)
 	}
-	if found := whsecAnywhere(t, e.pool); len(found) > 0 {
-		t.Errorf("whsec_ in the clear in %v", found)
-	}
-
-	next := newEnvOn(t, pgtest.NewContractedPool(t), devPolicy, nil)
-	ep := next.hook(tenantA, "/next")
-	r := next.do(tenantA, "POST", "/webhook-endpoints/"+ep.id+"/rotate-secret", "rot", "")
-	if r.status != http.StatusOK {
-		t.Fatalf("rotate on the contracted schema: %v", r)
-	}
-	next.recv.expect("/next", ep.secret, r.json(t)["secret"].(string))
-	next.record("tenant_a", succeeded)
-	if n := next.runOnce(next.worker(delivery.Config{})); n != 1 || len(next.recv.receipts("/next")) != 1 {
-		t.Errorf("delivery on the contracted schema: claimed %d", n)
-	}
-	if n, err := endpoints.SealLegacy(ctx, next.pool, next.secrets, ""); err != nil || n != 0 {
-		t.Errorf("SealLegacy on the contracted schema: %d, %v", n, err)
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+		WHERE table_name = 'webhook_endpoints' AND column_name IN ('secret', 'previous_secret')`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("plaintext columns left: %d, %v", left, err)
 	}
 }
 

@@ -68,6 +68,8 @@ func TestTheCopyOfAnEarlierReleaseIsReadUntilItsRetention(t *testing.T) {
 		}
 	}
 	pgtest.RetireKeys(t, e.pool)
+	pgtest.MigrateTo(t, e.pool, pgtest.MigrationVersion(t, "webhook_secrets_contract")-1)
+	e.sealTheClear()
 	if err := database.Migrate(ctx, e.pool, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}

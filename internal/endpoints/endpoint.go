@@ -77,8 +77,7 @@ type Endpoint struct {
 	// it was not opened: listings do not); SecretID names the resource that
 	// set it (the endpoint at creation, then each rotation).
 	Secret, SecretID string
-	// sealed is Secret as stored ("" for an endpoint the previous release
-	// wrote in the clear and nobody sealed yet: SealLegacy).
+	// sealed is Secret as stored, sealed under SECRETS_KEY.
 	sealed         string
 	CreatedAt      time.Time
 	DisabledAt     *time.Time

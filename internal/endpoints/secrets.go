@@ -7,16 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paymentsapi/paymentsapi/internal/secretbox"
 )
 
-// This file holds how an endpoint's secrets are sealed and opened, and the
-// sealing of the secrets the release before migration 00043 wrote in the
-// clear (webhook_endpoints.secret and previous_secret), which only this
-// file reads.
+// This file holds how an endpoint's secrets are sealed and opened.
 
 // ErrSecretsKeyMissing: the server has no SECRETS_KEY, so it can neither
 // seal a new secret nor open a stored one. The API answers it 503
@@ -54,20 +50,11 @@ func (e *Endpoint) open(box *secretbox.Box) error {
 	return nil
 }
 
-// opened is the endpoint read reads, its secret opened: sealed first if
-// the release before 00043 wrote it in the clear (then read again).
-func opened(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box, read func() (Endpoint, error)) (Endpoint, error) {
+// opened is the endpoint read reads, its secret opened.
+func opened(box *secretbox.Box, read func() (Endpoint, error)) (Endpoint, error) {
 	e, err := read()
 	if err != nil {
 		return Endpoint{}, err
-	}
-	if e.sealed == "" {
-		if _, err := SealLegacy(ctx, db, box, e.ID); err != nil {
-			return Endpoint{}, err
-		}
-		if e, err = read(); err != nil {
-			return Endpoint{}, err
-		}
 	}
 	if err := e.open(box); err != nil {
 		return Endpoint{}, err
@@ -75,123 +62,35 @@ func opened(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box, read func
 	return e, nil
 }
 
-// plaintextGone reports whether err says the plaintext columns are gone:
-// the contract step of 00043 dropped them, and there is nothing left to
-// seal.
-func plaintextGone(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42703" // undefined_column
-}
-
-// SealLegacy seals, with box, the secrets written in the clear by the
-// release before 00043 (during a rolling upgrade, or before it), of every
-// endpoint, or of endpoint id alone when id is set, and empties the
-// plaintext columns: the server does it at start, and at an endpoint's
-// first use. Each endpoint is sealed only if its plaintext is still what
-// was read, so that a rotation by the previous release in between is not
-// lost (it is sealed at the next use). It returns how many endpoints it
-// sealed.
-func SealLegacy(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box, id string) (int, error) {
-	if box == nil {
-		return 0, ErrSecretsKeyMissing
-	}
-	rows, err := db.Query(ctx, `SELECT id, secret, COALESCE(previous_secret, '') FROM webhook_endpoints
-		WHERE (secret <> '' OR previous_secret <> '') AND ($1 = '' OR id = $1)`, id)
-	if err != nil {
-		if plaintextGone(err) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("read plaintext webhook secrets: %w", err)
-	}
-	type legacy struct{ id, secret, previous string }
-	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (legacy, error) {
-		var l legacy
-		return l, row.Scan(&l.id, &l.secret, &l.previous)
-	})
-	if err != nil {
-		if plaintextGone(err) {
-			return 0, nil
-		}
-		return 0, fmt.Errorf("read plaintext webhook secrets: %w", err)
-	}
-	sealed := 0
-	for _, l := range found {
-		var current, previous string
-		if l.secret != "" {
-			if current, err = seal(box, l.id, l.secret); err != nil {
-				return sealed, err
-			}
-		}
-		if l.previous != "" {
-			if previous, err = seal(box, l.id, l.previous); err != nil {
-				return sealed, err
-			}
-		}
-		tag, err := db.Exec(ctx, `
-			UPDATE webhook_endpoints
-			SET secret_sealed = CASE WHEN $2 <> '' THEN $4 ELSE secret_sealed END,
-			    previous_secret_sealed = CASE WHEN $3 <> '' THEN $5 ELSE previous_secret_sealed END,
-			    secret = '', previous_secret = NULL
-			WHERE id = $1 AND secret = $2 AND COALESCE(previous_secret, '') = $3`,
-			l.id, l.secret, l.previous, current, previous)
-		if err != nil {
-			return sealed, fmt.Errorf("seal the secrets of webhook endpoint %s: %w", l.id, err)
-		}
-		sealed += int(tag.RowsAffected())
-	}
-	return sealed, nil
-}
-
 // Secrets returns the secrets that sign endpoint id's messages at now: its
-// secret, then the one a rotation replaced while that one still signs. The
-// delivery worker asks for them when its claim found the endpoint without
-// a sealed secret: one the previous release wrote in the clear, which is
-// sealed now (when box is set), or signs from the clear meanwhile.
+// secret, then the one a rotation replaced while that one still signs.
 func Secrets(ctx context.Context, db *pgxpool.Pool, box *secretbox.Box, id string, now time.Time) ([]string, error) {
-	if box != nil {
-		if _, err := SealLegacy(ctx, db, box, id); err != nil {
-			return nil, err
-		}
-	}
 	var (
-		plain, previousPlain, sealed, previousSealed string
-		expires                                      *time.Time
+		sealed, previousSealed string
+		expires                *time.Time
 	)
-	err := db.QueryRow(ctx, `SELECT secret, COALESCE(previous_secret, ''), COALESCE(secret_sealed, ''),
-		COALESCE(previous_secret_sealed, ''), previous_secret_expires_at FROM webhook_endpoints WHERE id = $1`, id).
-		Scan(&plain, &previousPlain, &sealed, &previousSealed, &expires)
-	if plaintextGone(err) {
-		err = db.QueryRow(ctx, `SELECT COALESCE(secret_sealed, ''), COALESCE(previous_secret_sealed, ''),
-			previous_secret_expires_at FROM webhook_endpoints WHERE id = $1`, id).Scan(&sealed, &previousSealed, &expires)
-	}
+	err := db.QueryRow(ctx, `SELECT COALESCE(secret_sealed, ''), COALESCE(previous_secret_sealed, ''),
+		previous_secret_expires_at FROM webhook_endpoints WHERE id = $1`, id).Scan(&sealed, &previousSealed, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the secrets of webhook endpoint %s: %w", id, err)
 	}
-	one := func(plain, sealed string) (string, error) {
-		if sealed != "" {
-			return OpenSecret(box, id, sealed)
-		}
-		return plain, nil
+	if sealed == "" {
+		return nil, fmt.Errorf("webhook endpoint %s has no secret", id)
 	}
-	current, err := one(plain, sealed)
+	current, err := OpenSecret(box, id, sealed)
 	if err != nil {
 		return nil, err
 	}
-	if current == "" {
-		return nil, fmt.Errorf("webhook endpoint %s has no secret", id)
-	}
 	out := []string{current}
-	if expires != nil && expires.After(now) {
-		previous, err := one(previousPlain, previousSealed)
+	if expires != nil && expires.After(now) && previousSealed != "" {
+		previous, err := OpenSecret(box, id, previousSealed)
 		if err != nil {
 			return nil, err
 		}
-		if previous != "" {
-			out = append(out, previous)
-		}
+		out = append(out, previous)
 	}
 	return out, nil
 }

@@ -164,7 +164,7 @@ func (s *Service) Resume(ctx context.Context, own *idempotency.Owner) (idempoten
 	e, ok := own.Created.(Endpoint)
 	if !ok {
 		var err error
-		e, err = opened(ctx, s.env.DB, s.opts.Secrets, func() (Endpoint, error) {
+		e, err = opened(s.opts.Secrets, func() (Endpoint, error) {
 			return get(ctx, s.env.DB, own.Tenant, own.Resource.ID)
 		})
 		if err != nil {
@@ -203,7 +203,7 @@ func (s *Service) Reveal(ctx context.Context, tenant, id string) (string, error)
 	if s.opts.Secrets == nil {
 		return "", ErrSecretsKeyMissing
 	}
-	e, err := opened(ctx, s.env.DB, s.opts.Secrets, func() (Endpoint, error) { return get(ctx, s.env.DB, tenant, id) })
+	e, err := opened(s.opts.Secrets, func() (Endpoint, error) { return get(ctx, s.env.DB, tenant, id) })
 	if err != nil {
 		return "", err
 	}
@@ -249,11 +249,6 @@ func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, 
 	if r.secrets == nil {
 		return idempotency.Reply{}, ErrSecretsKeyMissing
 	}
-	// A secret the previous release wrote in the clear is sealed first, so
-	// that the rotation moves it, sealed, to the previous secret.
-	if _, err := SealLegacy(ctx, r.env.DB, r.secrets, endpointID); err != nil {
-		return idempotency.Reply{}, err
-	}
 	secret, err := outbound.NewSecret()
 	if err != nil {
 		return idempotency.Reply{}, err
@@ -286,7 +281,7 @@ func (r *Rotations) Rotate(ctx context.Context, tenant, key, endpointID string, 
 // longer signs (rotated out twice, or the endpoint deleted) before its key
 // was answered fails with ErrNotFound.
 func (r *Rotations) Resume(ctx context.Context, own *idempotency.Owner) (idempotency.Result, error) {
-	e, err := opened(ctx, r.env.DB, r.secrets, func() (Endpoint, error) {
+	e, err := opened(r.secrets, func() (Endpoint, error) {
 		return getBySecret(ctx, r.env.DB, own.Tenant, own.Resource.ID, r.env.Clock.Now())
 	})
 	if err != nil {

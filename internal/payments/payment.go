@@ -243,11 +243,9 @@ func (e eventPayload) AppendJSON(dst []byte) []byte {
 }
 
 // HeldFor reports whether action actionID holds p: p is in action's
-// requested state and names it. A hold taken by a release before holds
-// were named (migration 00023) names none: it is read by its state alone,
-// as those releases read it.
+// requested state and names it.
 func (p Payment) HeldFor(action Action, actionID string) bool {
-	return p.State == action.requested() && (p.HeldBy == actionID || p.HeldBy == "")
+	return p.State == action.requested() && p.HeldBy == actionID
 }
 
 // HeldAs is the kind of action whose requested state p is in (a capture

@@ -287,12 +287,8 @@ func (s *Service) QueueEnd(ctx context.Context, b *pgx.Batch, p Payment, action 
 	}
 	from := action.requested()
 	mv := statemachine.Move[State]{ID: p.ID, From: from, Reason: reason, At: now,
-		Set: []statemachine.Column{{Name: heldBy, Value: nil, Type: "text"}}}
-	if p.HeldBy != "" {
-		// An unnamed hold (taken before 00023) is guarded by its state
-		// alone, as it was.
-		mv.If = []statemachine.Column{{Name: heldBy, Value: actionID}}
-	}
+		Set: []statemachine.Column{{Name: heldBy, Value: nil, Type: "text"}},
+		If:  []statemachine.Column{{Name: heldBy, Value: actionID}}}
 	var eventType string
 	switch end {
 	case Captured:

@@ -58,13 +58,10 @@ const (
 // the release before it, have no actor and no request_id.
 //
 // Each record repeats its payment's created_at (the machine's
-// Table.CreatedAt), so the first branch finds the records through the
-// index on that column alone (migration 00037), where a new payment's
-// records go to the right edge. The index also finds the records of any
-// payment created in the same microsecond, so the branch tests the
-// payment's id too. Records written before migration 00036 have no
-// created_at: the second branch finds them by the payment's id. It stays
-// until a migration fills their created_at in.
+// Table.CreatedAt), so the query finds the records through the index on
+// that column alone, where a new payment's records go to the right edge.
+// The index also finds the records of any payment created in the same
+// microsecond, so the join tests the payment's id too.
 //
 // Operators read it too (docs/operations.md, "A payment's audit trail").
 const AuditSQL = `
@@ -72,10 +69,6 @@ const AuditSQL = `
 	FROM payments p
 	JOIN payment_transitions t ON t.payment_created_at = p.created_at AND t.payment_id = p.id
 	WHERE p.id = $1
-	UNION ALL
-	SELECT t.id, t.from_state, t.to_state, t.reason, t.occurred_at, t.actor, t.request_id
-	FROM payment_transitions t
-	WHERE t.payment_created_at IS NULL AND t.payment_id = $1
 	ORDER BY 1`
 
 // machine is the payment state machine: for each state, the states it may

@@ -329,22 +329,60 @@ func NewEmptyPool(t testing.TB) *pgxpool.Pool {
 	return poolOn(t, NewEmptyURL(t))
 }
 
+// MigrationVersion is the version of the migration named name (its file
+// name without the number and ".sql"), so that an upgrade test names the
+// step it stands before rather than a number that a renumbering moves.
+func MigrationVersion(t testing.TB, name string) int64 {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS, "*_"+name+".sql")
+	if err != nil || len(files) != 1 {
+		t.Fatalf("pgtest: migration %q: %v %v", name, files, err)
+	}
+	number, _, _ := strings.Cut(files[0], "_")
+	v, err := strconv.ParseInt(number, 10, 64)
+	if err != nil {
+		t.Fatalf("pgtest: migration %q: %v", name, err)
+	}
+	return v
+}
+
 // NewPoolAt returns a pool on a database made by NewEmptyURL and migrated
 // up to version only: for a test of an upgrade, which writes what an older
 // version wrote and then applies the rest (database.Migrate).
 func NewPoolAt(t testing.TB, version int64) *pgxpool.Pool {
 	t.Helper()
 	pool := NewEmptyPool(t)
+	MigrateTo(t, pool, version)
+	return pool
+}
+
+// MigrateTo applies the migrations of pool's database up to version, for
+// an upgrade test that writes what each older release wrote on the way.
+func MigrateTo(t testing.TB, pool *pgxpool.Pool, version int64) {
+	t.Helper()
+	migrate(t, pool, version, (*goose.Provider).UpTo)
+}
+
+// MigrateDownTo rolls pool's database back to version, for a test of a
+// migration that fixes rows its constraints would refuse today: roll it
+// back, write the rows, migrate again.
+func MigrateDownTo(t testing.TB, pool *pgxpool.Pool, version int64) {
+	t.Helper()
+	migrate(t, pool, version, (*goose.Provider).DownTo)
+}
+
+func migrate(t testing.TB, pool *pgxpool.Pool, version int64,
+	to func(*goose.Provider, context.Context, int64) ([]*goose.MigrationResult, error)) {
+	t.Helper()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	migrator, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	if _, err := migrator.UpTo(t.Context(), version); err != nil {
-		t.Fatalf("pgtest: migrate up to version %d: %v", version, err)
+	if _, err := to(migrator, t.Context(), version); err != nil {
+		t.Fatalf("pgtest: migrate to version %d: %v", version, err)
 	}
-	return pool
 }
 
 func poolOn(t testing.TB, dbURL string) *pgxpool.Pool {

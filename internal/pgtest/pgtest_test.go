@@ -33,7 +33,7 @@ func TestDatabasesAreMigratedAndIsolated(t *testing.T) {
 	for _, pool := range []*pgxpool.Pool{a, b} {
 		rows, err := pool.Query(ctx, `SELECT table_name FROM information_schema.tables
 			WHERE table_schema = 'public' AND table_name IN
-			('payments', 'api_keys', 'idempotency_keys', 'outbox_events', 'payment_transitions')
+			('payments', 'tenant_api_keys', 'idempotency_keys', 'outbox_events', 'payment_transitions')
 			ORDER BY table_name`)
 		if err != nil {
 			t.Fatal(err)
