@@ -9,7 +9,7 @@ REDOCLY_VERSION     := 2.77.0
 # apidocs.RedocVersion in step).
 REDOC_VERSION       := 2.5.4
 
-.PHONY: dashboard-screenshots run schema providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate docs-screenshot apidocs-redoc stripe-demo
+.PHONY: dashboard-screenshots run schema providersim test test-failover test-short sim fuzz bench bench-wal bench-micro lint fmt build tools clean-data help generate new-operation docs-screenshot apidocs-redoc stripe-demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -39,7 +39,8 @@ schema: ## regenerate migrations/schema.sql from a freshly migrated database (pg
 # inline committer (COMMIT_MODE=inline): the same tests hold for both.
 ENGINE_PKGS := ./internal/idempotency/ ./internal/providerflow/ ./internal/payments/ ./internal/refunds/ \
 	./internal/authorizations/ ./internal/endpoints/ ./internal/delivery/ ./internal/httpapi/... \
-	./internal/moneysim/ ./internal/app/ ./internal/webhooks/ ./internal/audit/ ./internal/groupcommit/
+	./internal/moneysim/ ./internal/app/ ./internal/webhooks/ ./internal/audit/ ./internal/groupcommit/ \
+	./examples/payouts/
 
 test: tools ## run every test, with the race detector, on real PostgreSQL; the engine's again with the inline committer
 	STRIPE_MOCK_BIN=$(BIN)/stripe-mock $(GO) test -race -count=1 -timeout 20m ./...
@@ -108,6 +109,13 @@ lint: ## gofmt, go vet, staticcheck, and the OpenAPI linter when npx is availabl
 	@if command -v npx >/dev/null; then \
 	  npx --yes @redocly/cli@$(REDOCLY_VERSION) lint api/openapi.yaml; \
 	else echo "npx not found: skipping the OpenAPI lint"; fi
+
+# A new operation starts as a copy of the example (examples/payouts): the
+# package under internal/$(NAME), renamed, and its migration under the next
+# number. The command prints the one line to add to app.Modules.
+new-operation: ## copy the example operation to internal/NAME, renamed (make new-operation NAME=transfers)
+	@test -n "$(NAME)" || { echo 'usage: make new-operation NAME=transfers'; exit 2; }
+	$(GO) run ./examples/newoperation -name $(NAME)
 
 generate: ## regenerate the Go client's types and calls from api/openapi.yaml (oapi-codegen, pinned in go.mod)
 	$(GO) generate ./client/...
