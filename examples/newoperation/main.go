@@ -64,7 +64,9 @@ Register it: add this line to Modules in internal/app/app.go:
 Then:
   make schema     # migrations/schema.sql, with the new tables
   make spec       # api/openapi.yaml, with its paths, schemas, problem codes and events
-  add its requests to api/requests.http, and a row for internal/%[1]s to the layout table of docs/design.md
+  make generate   # the clients, from the spec
+  add its requests to api/requests.http, its event types to docs/events.md, and a row for
+    internal/%[1]s to the layout table of docs/design.md (their tests name what is missing)
   make the provider adapter (internal/provider/...) implement %[1]s.Port; until it does, the routes answer 501
   check migrations/%[2]s's ledger CHECK lists every entry type in use
 `, name, migration.file)
@@ -89,11 +91,12 @@ func newRenamer(name string) (*renamer, error) {
 		"examples/payouts", "internal/"+name,
 		"payouts", name, "Payouts", title(name), "PAYOUTS", strings.ToUpper(name),
 		"payout", singular, "Payout", title(singular), "PAYOUT", strings.ToUpper(singular),
-		`"po_"`, `"`+singular[:2]+`_"`,
+		`"po_"`, `"`+singular[:2]+`_"`, `'^po_'`, `'^`+singular[:2]+`_'`,
 	)}, nil
 }
 
-// packageFiles are the example's Go files, renamed.
+// packageFiles are the example's Go files and its part of the spec,
+// renamed.
 func (r *renamer) packageFiles(root string) (map[string]string, error) {
 	src := filepath.Join(root, "examples", "payouts")
 	entries, err := os.ReadDir(src)
@@ -102,7 +105,7 @@ func (r *renamer) packageFiles(root string) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".go") {
+		if !strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), ".yaml") {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))

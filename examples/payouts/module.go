@@ -1,6 +1,7 @@
 package payouts
 
 import (
+	_ "embed"
 	"encoding/json"
 	"fmt"
 
@@ -19,6 +20,11 @@ const (
 
 // EntrySucceeded is the ledger's entry of a payout that succeeded.
 const EntrySucceeded = "PAYOUT_SUCCEEDED"
+
+// spec is the payouts' part of the OpenAPI document (Module.Spec).
+//
+//go:embed openapi.yaml
+var spec []byte
 
 // Module is the create-payout operation as the service registers it: the
 // one line a fork adds to internal/app's Modules is payouts.Module().
@@ -40,6 +46,7 @@ func Module() operation.Module {
 		},
 		Routes:       []string{"POST /payouts", "GET /payouts/{payoutId}"},
 		ProblemCodes: []problem.Code{CodeDeclined},
+		Spec:         spec,
 		New: func(env operation.Env) (operation.Instance, error) {
 			port, ok := env.Provider.(Port)
 			if !ok {

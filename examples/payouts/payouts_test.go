@@ -170,6 +170,15 @@ func TestAPayoutIsSentOnceAndBooked(t *testing.T) {
 		r.JSON(t)["payoutId"] != id {
 		t.Errorf("an expired key: %d %s, want 409 IDEMPOTENCY_KEY_EXPIRED naming the payout", r.Status, r.Body)
 	}
+	// Once clean-up deleted the key, the retry's claim is new, but the
+	// payout its derived id names exists (Request.Exists): it is told so too.
+	if tag, err := e.Pool.Exec(ctx, `DELETE FROM idempotency_keys WHERE idempotency_key = 'po-1'`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("deleting the key: %v %v", tag, err)
+	}
+	if r := post(e, "po-1", body("12.50", toBank)); r.Status != http.StatusConflict || r.JSON(t)["code"] != "IDEMPOTENCY_KEY_EXPIRED" ||
+		r.JSON(t)["payoutId"] != id {
+		t.Errorf("a deleted key: %d %s, want 409 IDEMPOTENCY_KEY_EXPIRED naming the payout", r.Status, r.Body)
+	}
 	if sent, _ := b.calls(id); sent != 1 {
 		t.Errorf("the expired key's retry reached the bank: %d payouts", sent)
 	}

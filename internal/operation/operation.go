@@ -87,6 +87,11 @@ type Module struct {
 	// ProblemCodes are the codes of the operation's own problems (Problem),
 	// for the spec's list of codes.
 	ProblemCodes []problem.Code
+	// Spec is the operation's part of the OpenAPI document (YAML: its
+	// paths, and its schemas under components.schemas), merged into
+	// api/openapi.yaml by `make spec` (package apispec); nil: the document
+	// holds its part already.
+	Spec []byte
 	// New builds the operation on the service's collaborators. When the
 	// provider lacks a port the operation needs, New returns an error that
 	// wraps ErrUnsupported: Build then stands in an operation that answers
