@@ -167,7 +167,7 @@ CREATE TABLE public.ledger_entries (
     refund_id text DEFAULT ''::text NOT NULL,
     CONSTRAINT ledger_entries_amount_minor_check CHECK ((amount_minor > 0)),
     CONSTRAINT ledger_entries_currency_check CHECK ((currency ~ '^[A-Z]{3}$'::text)),
-    CONSTRAINT ledger_entries_entry_type_check CHECK ((entry_type = ANY (ARRAY['PAYMENT_SUCCEEDED'::text, 'REFUND_SUCCEEDED'::text])))
+    CONSTRAINT ledger_entries_entry_type_check CHECK ((entry_type = ANY (ARRAY['PAYMENT_SUCCEEDED'::text, 'REFUND_SUCCEEDED'::text, 'PAYOUT_SUCCEEDED'::text])))
 );
 
 
@@ -343,6 +343,48 @@ CREATE TABLE public.payments (
     CONSTRAINT payments_state_check_v18 CHECK ((state = ANY (ARRAY['RECEIVED'::text, 'PROVIDER_REQUEST_SENT'::text, 'COMPLETED'::text, 'DECLINED'::text, 'FAILED_RETRYABLE'::text, 'UNKNOWN_REQUIRES_RECOVERY'::text, 'CANCELED'::text, 'AUTHORIZED'::text, 'CAPTURE_REQUESTED'::text, 'VOID_REQUESTED'::text, 'CANCEL_REQUESTED'::text])))
 )
 WITH (fillfactor='80');
+
+
+CREATE TABLE public.payout_transitions (
+    id bigint NOT NULL,
+    payout_id text NOT NULL,
+    from_state text,
+    to_state text NOT NULL,
+    reason text NOT NULL,
+    occurred_at timestamp with time zone NOT NULL,
+    actor text,
+    request_id text
+);
+
+
+ALTER TABLE public.payout_transitions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.payout_transitions_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+CREATE TABLE public.payouts (
+    id text NOT NULL,
+    tenant_id text NOT NULL,
+    account_id text NOT NULL,
+    amount_minor bigint NOT NULL,
+    currency text NOT NULL,
+    destination text NOT NULL,
+    state text NOT NULL,
+    provider_reference text,
+    decline_code text,
+    first_sent_at timestamp with time zone,
+    last_sent_at timestamp with time zone,
+    created_at timestamp with time zone NOT NULL,
+    updated_at timestamp with time zone NOT NULL,
+    CONSTRAINT payouts_amount_minor_check CHECK ((amount_minor > 0)),
+    CONSTRAINT payouts_currency_check CHECK ((currency ~ '^[A-Z]{3}$'::text)),
+    CONSTRAINT payouts_state_check CHECK ((state = ANY (ARRAY['RECEIVED'::text, 'PROVIDER_REQUEST_SENT'::text, 'SUCCEEDED'::text, 'DECLINED'::text, 'FAILED_RETRYABLE'::text, 'UNKNOWN_REQUIRES_RECOVERY'::text])))
+);
 
 
 CREATE TABLE public.refund_transitions (
@@ -537,6 +579,14 @@ ALTER TABLE ONLY public.payments
     ADD CONSTRAINT payments_pkey PRIMARY KEY (id);
 
 
+ALTER TABLE ONLY public.payout_transitions
+    ADD CONSTRAINT payout_transitions_pkey PRIMARY KEY (id);
+
+
+ALTER TABLE ONLY public.payouts
+    ADD CONSTRAINT payouts_pkey PRIMARY KEY (id);
+
+
 ALTER TABLE ONLY public.refund_transitions
     ADD CONSTRAINT refund_transitions_pkey PRIMARY KEY (id);
 
@@ -658,6 +708,9 @@ CREATE UNIQUE INDEX payments_reference_holder_key ON public.payments USING btree
 CREATE INDEX payments_tenant_listing_idx ON public.payments USING btree (tenant_id, created_at, id);
 
 
+CREATE INDEX payout_transitions_payout_idx ON public.payout_transitions USING btree (payout_id, id);
+
+
 CREATE INDEX refund_transitions_refund_idx ON public.refund_transitions USING btree (refund_id, id);
 
 
@@ -715,6 +768,12 @@ CREATE TRIGGER payments_state_machine_insert BEFORE INSERT ON public.payments FO
 CREATE TRIGGER payments_state_machine_update BEFORE UPDATE OF state ON public.payments FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.enforce_state_machine('payment');
 
 
+CREATE TRIGGER payouts_state_machine_insert BEFORE INSERT ON public.payouts FOR EACH ROW EXECUTE FUNCTION public.enforce_state_machine('payout');
+
+
+CREATE TRIGGER payouts_state_machine_update BEFORE UPDATE OF state ON public.payouts FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION public.enforce_state_machine('payout');
+
+
 CREATE TRIGGER refunds_state_machine_insert BEFORE INSERT ON public.refunds FOR EACH ROW EXECUTE FUNCTION public.enforce_state_machine('refund');
 
 
@@ -735,6 +794,10 @@ ALTER TABLE ONLY public.payment_actions
 
 ALTER TABLE ONLY public.payment_transitions
     ADD CONSTRAINT payment_transitions_payment_id_fkey FOREIGN KEY (payment_id) REFERENCES public.payments(id);
+
+
+ALTER TABLE ONLY public.payout_transitions
+    ADD CONSTRAINT payout_transitions_payout_id_fkey FOREIGN KEY (payout_id) REFERENCES public.payouts(id);
 
 
 ALTER TABLE ONLY public.refund_transitions

@@ -155,9 +155,13 @@ func New(d Deps, cfg Config) *Core {
 	if err != nil {
 		panic(err) // the modules are the code's: a mistake in them is a programming error
 	}
-	engineOps := make([]idempotency.Operation, len(ops))
-	for i, op := range ops {
-		engineOps[i] = op
+	// The reconciler skips an operation the provider cannot serve: its keys
+	// wait, untouched, for an instance whose provider can.
+	var engineOps []idempotency.Operation
+	for _, op := range ops {
+		if operation.Supported(op) {
+			engineOps = append(engineOps, op)
+		}
 	}
 	c := &Core{
 		Engine:      engine,

@@ -32,9 +32,12 @@
 package operation
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -77,7 +80,23 @@ type Module struct {
 	// (setting.Value on Env.Settings): package config loads and lists
 	// them with the service's own.
 	Settings []setting.Setting
-	// New builds the operation on the service's collaborators.
+	// Routes are the routes its Instance adds, as "METHOD /pattern" (POST
+	// /payouts): an operation the provider cannot serve answers them 501
+	// (ErrUnsupported), and the tests of the spec name their parameters.
+	Routes []string
+	// ProblemCodes are the codes of the operation's own problems (Problem),
+	// for the spec's list of codes.
+	ProblemCodes []problem.Code
+	// Spec is the operation's part of the OpenAPI document (YAML: its
+	// paths, and its schemas under components.schemas), merged into
+	// api/openapi.yaml by `make spec` (package apispec); nil: the document
+	// holds its part already.
+	Spec []byte
+	// New builds the operation on the service's collaborators. When the
+	// provider lacks a port the operation needs, New returns an error that
+	// wraps ErrUnsupported: Build then stands in an operation that answers
+	// each of Routes 501 OPERATION_NOT_SUPPORTED_BY_PROVIDER, and that the
+	// reconciler skips (Supported).
 	New func(Env) (Instance, error)
 }
 
@@ -291,6 +310,9 @@ func Build(mods []Module, env Env) ([]Instance, error) {
 			menv.Built[u] = built[u]
 		}
 		in, err := m.New(menv)
+		if errors.Is(err, ErrUnsupported) {
+			in, err = unsupported{module: m, reason: err}, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("build %s: %w", m.Name, err)
 		}
@@ -375,4 +397,52 @@ func addHook(built map[string]Instance, by string, h Hook) error {
 		return fmt.Errorf("operation: %q's hook at %s %s: %w", by, h.Module, h.Point, err)
 	}
 	return nil
+}
+
+// ErrUnsupported is what a module's New wraps when the service's provider
+// lacks a port the operation needs (provider capabilities are optional):
+// the service starts, and the operation answers 501.
+var ErrUnsupported = errors.New("the provider does not support this operation")
+
+// Supported reports whether in is an operation the provider can serve: one
+// that Build did not stand in for (ErrUnsupported). The reconciler takes
+// only the keys of supported operations; the keys of the others wait for a
+// provider that supports them.
+func Supported(in Instance) bool {
+	_, stub := in.(unsupported)
+	return !stub
+}
+
+// unsupported stands in for a module whose New returned ErrUnsupported.
+type unsupported struct {
+	module Module
+	reason error
+}
+
+func (u unsupported) Name() string { return u.module.Name }
+
+func (u unsupported) Resume(context.Context, *idempotency.Owner) (idempotency.Result, error) {
+	return nil, u.reason
+}
+
+func (u unsupported) Render(idempotency.Result) (idempotency.Response, error) {
+	return idempotency.Response{}, u.reason
+}
+
+// Routes answers each of the module's declared routes with the 501.
+func (u unsupported) Routes(r chi.Router, api HTTP) {
+	for _, route := range u.module.Routes {
+		method, pattern, _ := strings.Cut(route, " ")
+		r.Method(method, pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			api.Error(w, r, u.reason)
+		}))
+	}
+}
+
+func (u unsupported) Problem(err error) *problem.Problem {
+	if !errors.Is(err, ErrUnsupported) {
+		return nil
+	}
+	return problem.Titled(http.StatusNotImplemented, problem.OperationNotSupportedByProvider,
+		"Operation not supported by the provider", err.Error())
 }

@@ -2,6 +2,9 @@ package operation_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -108,5 +111,38 @@ func TestBuildHandsEveryHookToItsPointInAnyOrder(t *testing.T) {
 		if len(added) != 1 || added[0] != "done by create_b" {
 			t.Errorf("%s first: hooks added %q, want [done by create_b]", mods[0].Name, added)
 		}
+	}
+}
+
+// A module whose provider lacks its port is built as an operation that
+// answers 501 and that the reconciler skips; any other failure of New is
+// still a failure of Build.
+func TestAModuleTheProviderCannotServeIsBuiltUnsupported(t *testing.T) {
+	lacking := module("create_x", "x")
+	lacking.Routes = []string{"POST /xs"}
+	lacking.New = func(operation.Env) (operation.Instance, error) {
+		return nil, fmt.Errorf("xs: no port: %w", operation.ErrUnsupported)
+	}
+	ops, err := operation.Build([]operation.Module{module("create_a", "a"), lacking}, operation.Env{})
+	if err != nil || len(ops) != 2 {
+		t.Fatalf("Build: %v %v", ops, err)
+	}
+	if !operation.Supported(ops[0]) || operation.Supported(ops[1]) || ops[1].Name() != "create_x" {
+		t.Errorf("supported: %v %v, want the first only", operation.Supported(ops[0]), operation.Supported(ops[1]))
+	}
+	if _, err := ops[1].Resume(context.Background(), nil); !errors.Is(err, operation.ErrUnsupported) {
+		t.Errorf("Resume: %v", err)
+	}
+	p := ops[1].Problem(fmt.Errorf("wrapped: %w", operation.ErrUnsupported))
+	if p == nil || p.Status != http.StatusNotImplemented || p.Code != problem.OperationNotSupportedByProvider {
+		t.Errorf("the problem: %+v", p)
+	}
+	if ops[1].Problem(errors.New("other")) != nil {
+		t.Error("the stand-in claims another error")
+	}
+	failing := module("create_y", "y")
+	failing.New = func(operation.Env) (operation.Instance, error) { return nil, errors.New("broken") }
+	if _, err := operation.Build([]operation.Module{failing}, operation.Env{}); err == nil {
+		t.Error("a failure that is no ErrUnsupported was built")
 	}
 }

@@ -60,6 +60,10 @@ const (
 	// UnknownTestPaymentMethod: the provider simulator has no such test
 	// payment method; nothing was stored or sent.
 	UnknownTestPaymentMethod Code = "UNKNOWN_TEST_PAYMENT_METHOD"
+	// OperationNotSupportedByProvider: the service's payment provider
+	// lacks what this operation needs (operation.ErrUnsupported); nothing
+	// was stored or sent.
+	OperationNotSupportedByProvider Code = "OPERATION_NOT_SUPPORTED_BY_PROVIDER"
 )
 
 // title is the one short, human title of each shared code.

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/paymentsapi/paymentsapi/internal/pgtest"
+	"github.com/paymentsapi/paymentsapi/internal/statemachine/statemachinetest"
 )
 
 // Operation is an operation under the contract every operation keeps: how
@@ -26,16 +29,32 @@ type Operation struct {
 	SlowMethod string
 	// LostMethod makes the provider act and its answer get lost.
 	LostMethod string
+	// Options start each case's environment (the operation registered
+	// through app.Config.ExtraModules, a provider with the operation's
+	// port); nil: New's defaults.
+	Options []Option
+	// Machine checks the operation's state machine against the database
+	// (statemachinetest.Bind of its machine, its states and an insert);
+	// nil: the case is skipped.
+	Machine statemachinetest.Check
 }
 
 // Contract runs the tests every operation passes: a retry replays the
 // first answer byte for byte, another command under the same key is 422,
 // a retry while the first is in flight is 409, and an answer lost after
-// the provider acted is resolved by the reconciler.
+// the provider acted is resolved by the reconciler, and the database
+// refuses every move the operation's state machine does not allow.
 func Contract(t *testing.T, op Operation) {
+	t.Run("the database enforces the state machine", func(t *testing.T) {
+		if op.Machine == nil {
+			t.Skip("no state machine given")
+		}
+		t.Parallel()
+		op.Machine(t, pgtest.NewPool(t))
+	})
 	t.Run("a retry replays the first answer byte for byte", func(t *testing.T) {
 		t.Parallel()
-		e := New(t)
+		e := New(t, op.Options...)
 		path := op.Path(e, op.Method)
 		first := e.Do("POST", path, []byte(op.Body(op.Method)), CreateHeaders(SecretA, "k-replay"))
 		retry := e.Do("POST", path, []byte(op.Body(op.Method)), CreateHeaders(SecretA, "k-replay"))
@@ -47,7 +66,7 @@ func Contract(t *testing.T, op Operation) {
 	})
 	t.Run("another command under the same key is 422", func(t *testing.T) {
 		t.Parallel()
-		e := New(t)
+		e := New(t, op.Options...)
 		path := op.Path(e, op.Method)
 		if r := e.Do("POST", path, []byte(op.Body(op.Method)), CreateHeaders(SecretA, "k-reuse")); r.Status >= 300 {
 			t.Fatalf("first: %d %s", r.Status, r.Body)
@@ -62,7 +81,7 @@ func Contract(t *testing.T, op Operation) {
 			t.Skip("the provider cannot hold this operation's command")
 		}
 		t.Parallel()
-		e := New(t, WithSlowDelay(2*time.Second))
+		e := New(t, append([]Option{WithSlowDelay(2 * time.Second)}, op.Options...)...)
 		path := op.Path(e, op.SlowMethod)
 		done := make(chan Response, 1)
 		go func() { done <- e.Do("POST", path, []byte(op.Body(op.SlowMethod)), CreateHeaders(SecretA, "k-flight")) }()
@@ -79,7 +98,7 @@ func Contract(t *testing.T, op Operation) {
 	})
 	t.Run("a lost answer is resolved by the reconciler", func(t *testing.T) {
 		t.Parallel()
-		e := New(t, WithProviderTimeout(300*time.Millisecond))
+		e := New(t, append([]Option{WithProviderTimeout(300 * time.Millisecond)}, op.Options...)...)
 		path := op.Path(e, op.LostMethod)
 		if r := e.Do("POST", path, []byte(op.Body(op.LostMethod)), CreateHeaders(SecretA, "k-lost")); r.Status != http.StatusAccepted {
 			t.Fatalf("lost answer: %d %s, want 202", r.Status, r.Body)

@@ -175,44 +175,45 @@ func (e PaymentStatus) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
-	AMOUNTNOTSUPPORTEDBYPROVIDER ProblemCode = "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"
-	AUTHORIZATIONEXPIRED         ProblemCode = "AUTHORIZATION_EXPIRED"
-	CAPTUREDECLINED              ProblemCode = "CAPTURE_DECLINED"
-	CAPTUREEXCEEDSCAPTURABLE     ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
-	CARDDATAREFUSED              ProblemCode = "CARD_DATA_REFUSED"
-	DUPLICATEMERCHANTREFERENCE   ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
-	EVENTNOTRESENDABLE           ProblemCode = "EVENT_NOT_RESENDABLE"
-	IDEMPOTENCYKEYEXPIRED        ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
-	IDEMPOTENCYKEYINUSE          ProblemCode = "IDEMPOTENCY_KEY_IN_USE"
-	IDEMPOTENCYKEYINVALID        ProblemCode = "IDEMPOTENCY_KEY_INVALID"
-	IDEMPOTENCYKEYMISSING        ProblemCode = "IDEMPOTENCY_KEY_MISSING"
-	IDEMPOTENCYKEYREUSED         ProblemCode = "IDEMPOTENCY_KEY_REUSED"
-	INTERNAL                     ProblemCode = "INTERNAL"
-	MALFORMEDJSON                ProblemCode = "MALFORMED_JSON"
-	METHODNOTALLOWED             ProblemCode = "METHOD_NOT_ALLOWED"
-	NOTFOUND                     ProblemCode = "NOT_FOUND"
-	OPERATORSONLY                ProblemCode = "OPERATORS_ONLY"
-	PAYLOADTOOLARGE              ProblemCode = "PAYLOAD_TOO_LARGE"
-	PAYMENTCANCELED              ProblemCode = "PAYMENT_CANCELED"
-	PAYMENTDECLINED              ProblemCode = "PAYMENT_DECLINED"
-	PAYMENTNOTCANCELABLE         ProblemCode = "PAYMENT_NOT_CANCELABLE"
-	PAYMENTNOTCAPTURABLE         ProblemCode = "PAYMENT_NOT_CAPTURABLE"
-	PAYMENTNOTREFUNDABLE         ProblemCode = "PAYMENT_NOT_REFUNDABLE"
-	PROVIDERUNAVAILABLE          ProblemCode = "PROVIDER_UNAVAILABLE"
-	RATELIMITED                  ProblemCode = "RATE_LIMITED"
-	REFUNDDECLINED               ProblemCode = "REFUND_DECLINED"
-	REFUNDEXCEEDSREFUNDABLE      ProblemCode = "REFUND_EXCEEDS_REFUNDABLE"
-	SECRETSKEYMISSING            ProblemCode = "SECRETS_KEY_MISSING"
-	SERVICEUNAVAILABLE           ProblemCode = "SERVICE_UNAVAILABLE"
-	TOOMANYENDPOINTS             ProblemCode = "TOO_MANY_ENDPOINTS"
-	TOOMANYFAILEDAUTHENTICATIONS ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
-	UNAUTHORIZED                 ProblemCode = "UNAUTHORIZED"
-	UNKNOWNTESTPAYMENTMETHOD     ProblemCode = "UNKNOWN_TEST_PAYMENT_METHOD"
-	UNSUPPORTEDMEDIATYPE         ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
-	VALIDATIONFAILED             ProblemCode = "VALIDATION_FAILED"
-	WEBHOOKENDPOINTDISABLED      ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
-	WEBHOOKSIGNATUREINVALID      ProblemCode = "WEBHOOK_SIGNATURE_INVALID"
-	WEBHOOKURLFORBIDDEN          ProblemCode = "WEBHOOK_URL_FORBIDDEN"
+	AMOUNTNOTSUPPORTEDBYPROVIDER    ProblemCode = "AMOUNT_NOT_SUPPORTED_BY_PROVIDER"
+	AUTHORIZATIONEXPIRED            ProblemCode = "AUTHORIZATION_EXPIRED"
+	CAPTUREDECLINED                 ProblemCode = "CAPTURE_DECLINED"
+	CAPTUREEXCEEDSCAPTURABLE        ProblemCode = "CAPTURE_EXCEEDS_CAPTURABLE"
+	CARDDATAREFUSED                 ProblemCode = "CARD_DATA_REFUSED"
+	DUPLICATEMERCHANTREFERENCE      ProblemCode = "DUPLICATE_MERCHANT_REFERENCE"
+	EVENTNOTRESENDABLE              ProblemCode = "EVENT_NOT_RESENDABLE"
+	IDEMPOTENCYKEYEXPIRED           ProblemCode = "IDEMPOTENCY_KEY_EXPIRED"
+	IDEMPOTENCYKEYINUSE             ProblemCode = "IDEMPOTENCY_KEY_IN_USE"
+	IDEMPOTENCYKEYINVALID           ProblemCode = "IDEMPOTENCY_KEY_INVALID"
+	IDEMPOTENCYKEYMISSING           ProblemCode = "IDEMPOTENCY_KEY_MISSING"
+	IDEMPOTENCYKEYREUSED            ProblemCode = "IDEMPOTENCY_KEY_REUSED"
+	INTERNAL                        ProblemCode = "INTERNAL"
+	MALFORMEDJSON                   ProblemCode = "MALFORMED_JSON"
+	METHODNOTALLOWED                ProblemCode = "METHOD_NOT_ALLOWED"
+	NOTFOUND                        ProblemCode = "NOT_FOUND"
+	OPERATIONNOTSUPPORTEDBYPROVIDER ProblemCode = "OPERATION_NOT_SUPPORTED_BY_PROVIDER"
+	OPERATORSONLY                   ProblemCode = "OPERATORS_ONLY"
+	PAYLOADTOOLARGE                 ProblemCode = "PAYLOAD_TOO_LARGE"
+	PAYMENTCANCELED                 ProblemCode = "PAYMENT_CANCELED"
+	PAYMENTDECLINED                 ProblemCode = "PAYMENT_DECLINED"
+	PAYMENTNOTCANCELABLE            ProblemCode = "PAYMENT_NOT_CANCELABLE"
+	PAYMENTNOTCAPTURABLE            ProblemCode = "PAYMENT_NOT_CAPTURABLE"
+	PAYMENTNOTREFUNDABLE            ProblemCode = "PAYMENT_NOT_REFUNDABLE"
+	PROVIDERUNAVAILABLE             ProblemCode = "PROVIDER_UNAVAILABLE"
+	RATELIMITED                     ProblemCode = "RATE_LIMITED"
+	REFUNDDECLINED                  ProblemCode = "REFUND_DECLINED"
+	REFUNDEXCEEDSREFUNDABLE         ProblemCode = "REFUND_EXCEEDS_REFUNDABLE"
+	SECRETSKEYMISSING               ProblemCode = "SECRETS_KEY_MISSING"
+	SERVICEUNAVAILABLE              ProblemCode = "SERVICE_UNAVAILABLE"
+	TOOMANYENDPOINTS                ProblemCode = "TOO_MANY_ENDPOINTS"
+	TOOMANYFAILEDAUTHENTICATIONS    ProblemCode = "TOO_MANY_FAILED_AUTHENTICATIONS"
+	UNAUTHORIZED                    ProblemCode = "UNAUTHORIZED"
+	UNKNOWNTESTPAYMENTMETHOD        ProblemCode = "UNKNOWN_TEST_PAYMENT_METHOD"
+	UNSUPPORTEDMEDIATYPE            ProblemCode = "UNSUPPORTED_MEDIA_TYPE"
+	VALIDATIONFAILED                ProblemCode = "VALIDATION_FAILED"
+	WEBHOOKENDPOINTDISABLED         ProblemCode = "WEBHOOK_ENDPOINT_DISABLED"
+	WEBHOOKSIGNATUREINVALID         ProblemCode = "WEBHOOK_SIGNATURE_INVALID"
+	WEBHOOKURLFORBIDDEN             ProblemCode = "WEBHOOK_URL_FORBIDDEN"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -249,6 +250,8 @@ func (e ProblemCode) Valid() bool {
 	case METHODNOTALLOWED:
 		return true
 	case NOTFOUND:
+		return true
+	case OPERATIONNOTSUPPORTEDBYPROVIDER:
 		return true
 	case OPERATORSONLY:
 		return true
@@ -901,6 +904,7 @@ type Problem struct {
 	// | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, names a port other than 443, 8443 and `WEBHOOK_ALLOWED_PORTS`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`); the detail never names what the host resolved to |
 	// | `TOO_MANY_ENDPOINTS` | 409 | the tenant has 16 webhook endpoints: delete one before registering another |
 	// | `SECRETS_KEY_MISSING` | 503 | the server has no `SECRETS_KEY`: webhook endpoints can be neither registered nor rotated, nor their secrets revealed |
+	// | `OPERATION_NOT_SUPPORTED_BY_PROVIDER` | 501 | the service's payment provider lacks what this operation needs (a registered operation whose provider port the adapter does not implement): nothing was stored or sent |
 	// | `INTERNAL` | 500 | unexpected error |
 	Code ProblemCode `json:"code"`
 
@@ -999,6 +1003,7 @@ type Problem struct {
 // | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, names a port other than 443, 8443 and `WEBHOOK_ALLOWED_PORTS`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`); the detail never names what the host resolved to |
 // | `TOO_MANY_ENDPOINTS` | 409 | the tenant has 16 webhook endpoints: delete one before registering another |
 // | `SECRETS_KEY_MISSING` | 503 | the server has no `SECRETS_KEY`: webhook endpoints can be neither registered nor rotated, nor their secrets revealed |
+// | `OPERATION_NOT_SUPPORTED_BY_PROVIDER` | 501 | the service's payment provider lacks what this operation needs (a registered operation whose provider port the adapter does not implement): nothing was stored or sent |
 // | `INTERNAL` | 500 | unexpected error |
 type ProblemCode string
 

@@ -97,6 +97,19 @@ func CheckEnforced[S ~string](t *testing.T, db *pgxpool.Pool, m *statemachine.Ma
 	}
 }
 
+// Check is CheckEnforced of one machine, bound to its states and its
+// insert: a value that a suite taking any operation's machine can hold
+// without naming the machine's state type (servicetest.Operation.Machine).
+type Check func(t *testing.T, db *pgxpool.Pool)
+
+// Bind returns CheckEnforced of m, states and insert, as a Check.
+func Bind[S ~string](m *statemachine.Machine[S], states []S, insert Insert[S]) Check {
+	return func(t *testing.T, db *pgxpool.Pool) {
+		t.Helper()
+		CheckEnforced(t, db, m, states, insert)
+	}
+}
+
 // inTx runs f in a transaction that is always rolled back.
 func inTx(t *testing.T, db *pgxpool.Pool, f func(pgx.Tx)) {
 	t.Helper()
