@@ -381,7 +381,7 @@ func parsePages() map[string]*template.Template {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05") + " UTC"
 		},
-		"lower":   strings.ToLower,
+		"lower": strings.ToLower,
 		// tenantQ is a query, encoded already: as a plain string,
 		// html/template would escape its "=" too.
 		"tenantQ": func(tenant string) template.URL { return template.URL(url.Values{"tenant": {tenant}}.Encode()) }, //nolint:gosec

@@ -79,7 +79,7 @@ func newEnv(t testing.TB, live bool) *env {
 	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: 100 * time.Millisecond, HangFor: -1})
+	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: 100 * time.Millisecond, HangFor: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func newEnv(t testing.TB, live bool) *env {
 	go func() { defer close(done); keys.Run(ctx) }()
 	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL(), nil), Clock: clk, Log: log, Metrics: m, Waiter: keys},
 		app.Config{
-			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second,
+			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: time.Second, // a lost answer (the simulator holds it 5 s) is unknown within 1 s
 			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second, CommitMode: pgtest.CommitMode(),
 			Webhooks: endpoints.Options{Policy: outbound.Policy{AllowHTTP: true, AllowPrivate: true}, Secrets: box},
 			// A payment's outcome comes a second after its claim, so that
