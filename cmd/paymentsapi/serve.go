@@ -42,6 +42,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/operators"
+	"github.com/paymentsapi/paymentsapi/internal/orphans"
 	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/natspub"
@@ -89,6 +90,18 @@ func (a *instance) close() {
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		a.closers[i]()
 	}
+}
+
+// orphanAudit is the audit of the provider's objects (package orphans),
+// for the server's periodic audit and the dashboard; nil when the provider
+// cannot list them.
+func (a *instance) orphanAudit() *orphans.Auditor {
+	l, ok := a.provider.(provider.Listing)
+	if !ok {
+		return nil
+	}
+	aud := app.Auditor(a.pool, l)
+	return &aud
 }
 
 // use is what a command needs of the instance.
@@ -289,9 +302,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if a.core.AnswerCache != nil {
 		wg.Go(func() { a.core.AnswerCache.Watch(workers) })
 	}
-	if l, ok := a.provider.(provider.Listing); ok {
+	if aud := a.orphanAudit(); aud != nil {
 		wg.Go(func() {
-			app.Auditor(a.pool, l).Run(workers, clk, orphansInterval, orphansWindow, a.metrics.OrphanProviderObjects,
+			aud.Run(workers, clk, orphansInterval, orphansWindow, a.metrics.OrphanProviderObjects,
 				log.With("component", "orphans"))
 		})
 	}
@@ -312,7 +325,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		TrustedProxies: cfg.TrustedProxies, Operators: ops,
 		Dashboard: a.core.Dashboard(dashboard.Deps{
 			DB: a.pool, Live: live, Health: health, Clock: clk, Log: log.With("component", "dashboard"),
-			DemoSecret: demoSecret(cfg),
+			DemoSecret: demoSecret(cfg), Orphans: a.orphanAudit(),
 		}),
 	})
 	warnExposure(cfg, log)

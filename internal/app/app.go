@@ -209,6 +209,7 @@ func RegisterGauges(reg prometheus.Registerer, db *pgxpool.Pool, clk clock.Clock
 // database, the broadcaster, the clock).
 func (c *Core) Dashboard(d dashboard.Deps) func(httpapi.Gate) http.Handler {
 	d.Payments, d.Refunds, d.Events = c.Payments, c.Refunds, c.EventLog
+	d.Engine, d.Reconciler = c.Engine, c.Reconciler
 	for _, op := range c.Operations {
 		switch op := op.(type) {
 		case *authorizations.Service:
@@ -219,6 +220,8 @@ func (c *Core) Dashboard(d dashboard.Deps) func(httpapi.Gate) http.Handler {
 			}
 		case *delivery.Resends:
 			d.Deliveries = op
+		case *endpoints.Service:
+			d.Endpoints = op
 		}
 	}
 	return dashboard.Handler(d)

@@ -80,6 +80,21 @@ func Record(ctx context.Context, db Execer, now time.Time, c Change) error {
 	return nil
 }
 
+// Queue adds c, made by ctx's actor at now, to b: the event commits with
+// the change queued beside it, or not at all (an operator's resolution of
+// a key, with the resource's move).
+func Queue(ctx context.Context, b *pgx.Batch, now time.Time, c Change) error {
+	if actor.From(ctx).Actor == "" {
+		return fmt.Errorf("%w: %s", ErrNoActor, c.Action)
+	}
+	args, err := values(ctx, now, c)
+	if err != nil {
+		return err
+	}
+	b.Queue(insert+` VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8::jsonb)`, args...)
+	return nil
+}
+
 // Claimed is Record in a claim's batch (package claim): the event is
 // written with what the claim creates, only if the claim took its key, so
 // that a retry answered from the key's memory records nothing again. A

@@ -175,6 +175,10 @@ func TestTheDashboardInABrowser(t *testing.T) {
 	if s := text(t, ctx); !strings.Contains(s, "for operators only") {
 		t.Errorf("tenant_b opened the operators' page:\n%s", s)
 	}
+	run(t, ctx, "open Needs attention", chromedp.Navigate(base+"/attention"), chromedp.WaitReady(chromedp.CSS("main")))
+	if s := text(t, ctx); !strings.Contains(s, "for operators only") || strings.Contains(s, "manual review") {
+		t.Errorf("tenant_b opened Needs attention:\n%s", s)
+	}
 
 	// An operator sees every tenant.
 	run(t, ctx, "log out", chromedp.Click(chromedp.CSS(`.logout button`)), chromedp.WaitVisible(chromedp.ID("secret")))
@@ -184,6 +188,61 @@ func TestTheDashboardInABrowser(t *testing.T) {
 	run(t, ctx, "open the tenants", chromedp.Navigate(base+"/tenants"), chromedp.WaitVisible(chromedp.CSS(`table.list`)))
 	fits(t, ctx, "Tenants at 1280×800")
 	screenshot(t, ctx, "tenants")
+
+	// A payment whose answer was lost: its page shows the unknown outcome,
+	// then, live, the reconciler's resolution.
+	lost := e.payAnyhow(secretA, "b-lost", payment("acc_1", "order-lost", "30.00", "pm_sim_timeout_after_success", "automatic"))
+	run(t, ctx, "open the lost payment", chromedp.Navigate(base+"/payments/"+lost+"?tenant=tenant_a"),
+		chromedp.WaitVisible(chromedp.ID("timeline-title")))
+	waitText(t, ctx, "outcome unknown")
+	waitLive(t, ctx)
+	e.clock.Advance(10 * time.Minute)
+	if _, err := e.core.Reconciler.RunOnce(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	waitText(t, ctx, "provider confirmed")
+	screenshot(t, ctx, "payment-reconciled")
+
+	// A key in manual review: resolving it against the provider's answer is
+	// refused; with it, the payment settles and the audit log names the
+	// operator.
+	review := e.payAnyhow(secretA, "b-review", payment("acc_1", "order-review", "18.00", "pm_sim_timeout_after_success", "automatic"))
+	e.leaveForReview(review)
+	run(t, ctx, "open Needs attention", chromedp.Navigate(base+"/attention"), chromedp.WaitVisible(chromedp.ID("review-"+review)))
+	fits(t, ctx, "Needs attention at 1280×800")
+	screenshot(t, ctx, "attention")
+	resolveAs := func(outcome, reason string) {
+		sel := `#review-` + review
+		run(t, ctx, "resolve as "+outcome,
+			chromedp.Click(chromedp.CSS(sel+` input[value=`+outcome+`]`)),
+			chromedp.SendKeys(chromedp.CSS(sel+` input[name=reason]`), reason),
+			chromedp.Submit(chromedp.CSS(sel+` input[name=reason]`)),
+			chromedp.WaitVisible(chromedp.ID("result-title")))
+	}
+	resolveAs("declined", "the customer says it failed")
+	waitText(t, ctx, "contradicts the provider, which reports it succeeded")
+	if len(e.resolutions()) != 0 {
+		t.Error("a refused resolution was audited")
+	}
+	resolveAs("succeeded", "the provider's dashboard shows the charge")
+	waitText(t, ctx, "Resolved: succeeded")
+	if got := e.resolutions(); len(got) != 1 || got[0].Actor != "operator:alice" || got[0].Details["reason"] != "the provider's dashboard shows the charge" {
+		t.Errorf("the audit log's resolutions: %+v", got)
+	}
+
+	// A webhook resend, from the tenant's Webhooks page.
+	e.endpoint(secretA, "b-we", "http://127.0.0.1:9/hooks")
+	run(t, ctx, "open the webhooks", chromedp.Navigate(base+"/webhooks?tenant=tenant_a"), chromedp.WaitVisible(chromedp.ID("endpoints")))
+	fits(t, ctx, "Webhooks at 1280×800")
+	screenshot(t, ctx, "webhooks")
+	run(t, ctx, "resend the latest event", chromedp.Click(chromedp.CSS(`.inline-form button`)), chromedp.WaitVisible(chromedp.ID("result-title")))
+	waitText(t, ctx, "202 Accepted")
+
+	run(t, ctx, "narrow the window again", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
+		chromedp.Navigate(base+"/attention"), chromedp.WaitVisible(chromedp.ID("review-title")))
+	fits(t, ctx, "Needs attention on a phone")
+	run(t, ctx, "open the webhooks on a phone", chromedp.Navigate(base+"/webhooks?tenant=tenant_a"), chromedp.WaitVisible(chromedp.ID("endpoints")))
+	fits(t, ctx, "Webhooks on a phone")
 }
 
 // evaluate runs a script whose value does not matter.

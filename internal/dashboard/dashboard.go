@@ -12,6 +12,9 @@
 //     charts, drawn as SVG by the server;
 //   - payments.go, actions.go: the payments, a payment's timeline, and the
 //     actions on it, sent through the same services as the API's;
+//   - attention.go: Needs attention (operators): keys in manual review
+//     and old unknowns, orphans, parked events, and the actions on them;
+//   - webhooks.go: a tenant's endpoints, deliveries and resends;
 //   - live.go, stream.go: the changes the relay publishes, pushed to the
 //     open pages over server-sent events.
 //
@@ -29,6 +32,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,8 +43,11 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/delivery"
+	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/eventlog"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
+	"github.com/paymentsapi/paymentsapi/internal/idempotency"
+	"github.com/paymentsapi/paymentsapi/internal/orphans"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/refunds"
 )
@@ -64,6 +71,17 @@ type Deps struct {
 	Captures, Cancels *authorizations.Service
 	Events            *eventlog.Log
 	Deliveries        *delivery.Resends
+	Endpoints         *endpoints.Service
+	// Engine lists the keys that need a person (Needs attention), and
+	// Reconciler asks the provider about one now, or settles one as an
+	// operator decided.
+	Engine     *idempotency.Engine
+	Reconciler *idempotency.Reconciler
+	// Orphans audits the provider for objects no row explains; nil when
+	// the provider cannot list its objects. StuckAfter is how old an
+	// unfinished key must be for Needs attention (default 15 minutes).
+	Orphans    *orphans.Auditor
+	StuckAfter time.Duration
 	// Live pushes the relay's changes to the pages; Health, when set,
 	// draws the service's metrics for operators.
 	Live   *Live
@@ -95,6 +113,8 @@ type navItem struct {
 var nav = []navItem{
 	{Path: "/", Title: "Overview"},
 	{Path: "/payments", Title: "Payments"},
+	{Path: "/webhooks", Title: "Webhooks"},
+	{Path: "/attention", Title: "Needs attention", Operator: true},
 	{Path: "/tenants", Title: "Tenants", Operator: true},
 }
 
@@ -119,11 +139,17 @@ func (s *server) routes() http.Handler {
 		r.Get("/payments", s.paymentList)
 		r.Get("/payments/{paymentId}", s.paymentPage)
 		r.Post("/payments/{paymentId}/{action:capture|cancel|refund}", s.act)
+		r.Get("/webhooks", s.webhooks)
+		r.Post("/webhooks/resend", s.resend)
 		r.Get("/live", s.stream)
 		r.Post("/logout", s.logout)
 		r.Group(func(r chi.Router) {
 			r.Use(operatorsOnly(s))
 			r.Get("/tenants", s.tenantList)
+			r.Get("/attention", s.attention)
+			r.Post("/attention/ask", s.askNow)
+			r.Post("/attention/resolve", s.resolve)
+			r.Post("/attention/unpark", s.unpark)
 		})
 	})
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.problem(w, r, http.StatusNotFound, "No such page.") })
@@ -355,8 +381,11 @@ func parsePages() map[string]*template.Template {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05") + " UTC"
 		},
-		"lower":   strings.ToLower,
-		"tenantQ": func(tenant string) string { return url.Values{"tenant": {tenant}}.Encode() },
+		"lower": strings.ToLower,
+		// tenantQ is a query, encoded already: as a plain string,
+		// html/template would escape its "=" too.
+		"tenantQ": func(tenant string) template.URL { return template.URL(url.Values{"tenant": {tenant}}.Encode()) }, //nolint:gosec
+		"minutes": func(d time.Duration) string { return strconv.Itoa(int(d.Minutes())) + " minutes" },
 		"row":     func(p payments.View, v view) rowData { return rowData{P: p, V: v} },
 		"tenantsOf": func(v view, rows []tenantRow) view {
 			v.Data = rows

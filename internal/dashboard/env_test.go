@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,12 +65,16 @@ type env struct {
 	core   *app.Core
 	health *dashboard.Health
 	live   *dashboard.Live
+	// crashSent, while set, makes a payment's request fail after its send
+	// is recorded and before it leaves (payments.Hooks.AfterRequestSent).
+	crashSent *atomic.Bool
 }
 
 func newEnv(t testing.TB, live bool) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pool := pgtest.NewPool(t)
+	crashSent := &atomic.Bool{}
 	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
 		t.Fatal(err)
@@ -96,18 +102,28 @@ func newEnv(t testing.TB, live bool) *env {
 	go func() { defer close(done); keys.Run(ctx) }()
 	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL(), nil), Clock: clk, Log: log, Metrics: m, Waiter: keys},
 		app.Config{
-			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: 5 * time.Second,
+			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: time.Second, // a lost answer (the simulator holds it 5 s) is unknown within 1 s
 			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second, CommitMode: pgtest.CommitMode(),
 			Webhooks: endpoints.Options{Policy: outbound.Policy{AllowHTTP: true, AllowPrivate: true}, Secrets: box},
 			// A payment's outcome comes a second after its claim, so that
 			// its events and moves have an order the pages show stably.
-			PaymentHooks: payments.Hooks{AfterClaim: func(context.Context, string) error { clk.Advance(time.Second); return nil }},
+			PaymentHooks: payments.Hooks{AfterClaim: func(context.Context, string) error { clk.Advance(time.Second); return nil },
+				// A request "crashes" between recording its send and
+				// sending it while crashSent is set: the provider never
+				// hears of the payment.
+				AfterRequestSent: func(context.Context, string) error {
+					if crashSent.Load() {
+						return errors.New("crashed before the request left")
+					}
+					return nil
+				}},
 		})
 	ops, err := operators.Parse("alice:" + secretOp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lv, health := dashboard.NewLive(clk, log), dashboard.NewHealth(reg, clk, log)
+	audit := app.Auditor(pool, simclient.New(simSrv.URL(), nil))
 	go lv.Run(ctx)
 	if live {
 		relay := poll.NewRelay(poll.RelayDeps{ConnString: pool.Config().ConnConfig.ConnString(), DB: pool,
@@ -118,7 +134,7 @@ func newEnv(t testing.TB, live bool) *env {
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"), Clock: clk, Operators: ops,
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, pool) },
-		Dashboard: core.Dashboard(dashboard.Deps{DB: pool, Live: lv, Health: health, Clock: clk, Log: log}),
+		Dashboard: core.Dashboard(dashboard.Deps{DB: pool, Live: lv, Health: health, Clock: clk, Log: log, Orphans: &audit}),
 	})))
 	t.Cleanup(func() {
 		lv.Stop() // the pages' streams, which the browser may still hold open
@@ -127,7 +143,7 @@ func newEnv(t testing.TB, live bool) *env {
 		<-done
 		_ = simSrv.Close()
 	})
-	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core, health: health, live: lv}
+	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core, health: health, live: lv, crashSent: crashSent}
 }
 
 // pay creates a payment through the API (a decline too), as tenant secret, and returns its
@@ -253,6 +269,7 @@ var unstable = []struct {
 	{regexp.MustCompile(`req_[0-9a-f]{24}`), `req_ID`},
 	{regexp.MustCompile(`ch_[0-9a-f]{24}`), `ch_ID`},
 	{regexp.MustCompile(`in [0-9]+ ms`), `in N ms`},
+	{regexp.MustCompile(`we_[0-9a-z]{26}`), `we_ID`},
 }
 
 // golden compares the page's body with testdata/name.golden (with -update,

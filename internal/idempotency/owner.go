@@ -46,8 +46,12 @@ type Owner struct {
 	rescheduling bool      // a decided look (LookAt, LookNever) is in the batch being committed
 	rescheduled  bool      // a committed hold or release booked a decided look
 	markedReview bool
-	operation    string // the key's scope's, for the log of a refused write
-	order        uint64 // lockOrder of the key's scope: its place in a group commit
+	// resolution is a person's decision the owner settles (ResolveAs);
+	// resolutionTaken: the operation read it.
+	resolution      *Resolution
+	resolutionTaken bool
+	operation       string // the key's scope's, for the log of a refused write
+	order           uint64 // lockOrder of the key's scope: its place in a group commit
 }
 
 // QueueFinish adds to b the statement that stores r, rendered, as the key's

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/paymentsapi/paymentsapi/internal/audit"
 )
 
 // This file holds parking (see Sender): the events set aside in
@@ -187,6 +189,21 @@ func Unpark(ctx context.Context, db DB, eventID string, now time.Time) error {
 		return fmt.Errorf("%w: %s", ErrNotParked, eventID)
 	}
 	return nil
+}
+
+// UnparkAudited is Unpark with its record in the audit log
+// (AuditUnparked, by the context's actor), in one transaction: an
+// operator's unpark of one event from the dashboard.
+func UnparkAudited(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}, eventID string, now time.Time) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if err := Unpark(ctx, tx, eventID, now); err != nil {
+			return err
+		}
+		return audit.Record(ctx, tx, now, audit.Change{Action: AuditUnparked,
+			Details: map[string]any{"eventIds": []string{eventID}, "count": 1}})
+	})
 }
 
 // UnparkAll releases every parked event and returns how many.

@@ -251,6 +251,9 @@ func (f *Flow[S]) call(ctx context.Context, op string) (_ context.Context, done 
 
 // Resume takes s from its recorded state to a result, as own.
 func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
+	if r, ok := own.Resolution(); ok {
+		return f.resolveAs(ctx, own, s, r)
+	}
 	switch {
 	case own.First && s.State == f.States.Sent && !s.begins():
 		// Moved to sent by its own claim (SendOnClaim): nobody else holds
@@ -292,6 +295,54 @@ func (f *Flow[S]) Resume(ctx context.Context, own *idempotency.Owner, s Subject[
 		// this owner the only caller: a refusal means no money moved.
 		return f.sendAndSettle(ctx, own, s, true)
 	}
+}
+
+// resolveAs settles s as a person decided (idempotency.Engine.ResolveAs),
+// after asking the provider: its success or decline settles s as it says,
+// and refuses the opposite decision; a provider still processing, one that
+// cannot be asked, and a "not found" that may still lag refuse both. Only
+// when the provider holds nothing for the key, certainly, or holds more
+// than one object (what sent the key to review) does the person's
+// decision stand. The audit record commits with the move.
+func (f *Flow[S]) resolveAs(ctx context.Context, own *idempotency.Owner, s Subject[S], r idempotency.Resolution) (idempotency.Result, error) {
+	if s.State != f.States.Sent && s.State != f.States.Unknown {
+		return nil, fmt.Errorf("%w: %s %s is %s, not an unknown outcome", idempotency.ErrNotResolvable, f.Machine.Name(), s.ID, s.State)
+	}
+	refused := func(said string) error { return &idempotency.ContradictedError{Outcome: r.Outcome, Provider: said} }
+	a, err := f.lookup(ctx, s)
+	var said string
+	switch {
+	case err == nil && a.Status == provider.StatusSucceeded:
+		said = "reports it succeeded"
+		if r.Outcome != idempotency.ResolvedSucceeded {
+			return nil, refused(said)
+		}
+	case err == nil && a.Status == provider.StatusDeclined:
+		said = "reports it declined (" + a.DeclineCode + ")"
+		if r.Outcome != idempotency.ResolvedDeclined {
+			return nil, refused(said)
+		}
+	case err == nil:
+		return nil, refused("has not decided yet (" + string(a.Status) + "): wait for its answer")
+	case errors.Is(err, provider.ErrNotFound):
+		if certain, at := f.notFoundCertain(s); !certain {
+			return nil, refused("does not show it yet, and may not until " + at.UTC().Format(time.RFC3339))
+		}
+		said, a = "holds nothing for its key", Answer{}
+	case errors.Is(err, provider.ErrAmbiguous):
+		said, a = "holds more than one object for its key ("+err.Error()+")", Answer{}
+	default:
+		return nil, refused("could not be asked (" + err.Error() + "): try again")
+	}
+	to := f.States.Succeeded
+	if r.Outcome == idempotency.ResolvedDeclined {
+		to = f.States.Declined
+		if a.DeclineCode == "" {
+			a.DeclineCode = "resolved_by_operator"
+		}
+	}
+	reason := "resolved by a person as " + r.Outcome + " (the provider " + said + "): " + r.Reason
+	return f.commit(ctx, own, s, to, reason, a, func(b *pgx.Batch) error { return own.QueueResolved(ctx, b, said) })
 }
 
 // lookBeforeSending sends a refused resource again whose first request
@@ -649,7 +700,10 @@ func (f *Flow[S]) otherAmount(ctx context.Context, own *idempotency.Owner, s Sub
 
 // commit moves s to `to` with the operation's writes and the key's
 // statement (first: every writer locks the key row, then the resource's).
-func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[S], to S, reason string, a Answer) (idempotency.Result, error) {
+//
+// Each of also queues what must commit with the move (a person's
+// resolution's audit record).
+func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[S], to S, reason string, a Answer, also ...func(*pgx.Batch) error) (idempotency.Result, error) {
 	now := f.Clock.Now()
 	b := &pgx.Batch{}
 	res, err := s.Op.Settle(ctx, b, to, a, now)
@@ -685,6 +739,11 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 		}
 	}
 	key.QueuedQueries = append(key.QueuedQueries, b.QueuedQueries...)
+	for _, queue := range also {
+		if err := queue(key); err != nil {
+			return nil, err
+		}
+	}
 	if err := own.Commit(ctx, key); err != nil {
 		return nil, err
 	}
