@@ -334,13 +334,15 @@ CREATE TABLE public.payments (
     captured_minor bigint,
     authorization_expires_at timestamp with time zone,
     held_by text,
+    return_url text,
+    next_action_url text,
     CONSTRAINT payments_amount_minor_check CHECK ((amount_minor > 0)),
     CONSTRAINT payments_capture_method_check CHECK ((capture_method = ANY (ARRAY['automatic'::text, 'manual'::text]))),
     CONSTRAINT payments_captured_minor_check CHECK (((captured_minor IS NULL) OR ((captured_minor > 0) AND (captured_minor <= amount_minor)))),
     CONSTRAINT payments_currency_check CHECK ((currency ~ '^[A-Z]{3}$'::text)),
     CONSTRAINT payments_manual_captured_check CHECK (((capture_method <> 'manual'::text) OR (state <> 'COMPLETED'::text) OR (captured_minor IS NOT NULL))),
     CONSTRAINT payments_refunded_minor_check CHECK (((refunded_minor >= 0) AND (refunded_minor <= amount_minor))),
-    CONSTRAINT payments_state_check_v18 CHECK ((state = ANY (ARRAY['RECEIVED'::text, 'PROVIDER_REQUEST_SENT'::text, 'COMPLETED'::text, 'DECLINED'::text, 'FAILED_RETRYABLE'::text, 'UNKNOWN_REQUIRES_RECOVERY'::text, 'CANCELED'::text, 'AUTHORIZED'::text, 'CAPTURE_REQUESTED'::text, 'VOID_REQUESTED'::text, 'CANCEL_REQUESTED'::text])))
+    CONSTRAINT payments_state_check_v49 CHECK ((state = ANY (ARRAY['RECEIVED'::text, 'PROVIDER_REQUEST_SENT'::text, 'COMPLETED'::text, 'DECLINED'::text, 'FAILED_RETRYABLE'::text, 'UNKNOWN_REQUIRES_RECOVERY'::text, 'CANCELED'::text, 'AUTHORIZED'::text, 'CAPTURE_REQUESTED'::text, 'VOID_REQUESTED'::text, 'CANCEL_REQUESTED'::text, 'REQUIRES_ACTION'::text])))
 )
 WITH (fillfactor='80');
 

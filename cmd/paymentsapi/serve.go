@@ -247,6 +247,8 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 		},
 		StripeWebhookSecret: cfg.StripeWebhookSecret,
 		Webhooks:            endpoints.Options{Policy: webhookPolicy(cfg), Secrets: a.secrets},
+		PublicURL:           cfg.PublicURL,
+		AllowHTTPReturnURL:  cfg.DevMode(),
 	})
 	return a, nil
 }

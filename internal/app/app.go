@@ -7,6 +7,7 @@ package app
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,6 +61,13 @@ type Config struct {
 	// the delivery worker (internal/delivery) checks the same at every
 	// connection.
 	Webhooks endpoints.Options
+	// PublicURL is the base URL customers' browsers reach the service at
+	// (PUBLIC_URL): the provider sends a customer back from an
+	// authentication under it.
+	PublicURL string
+	// AllowHTTPReturnURL lets a payment's returnUrl be plain http (dev
+	// mode).
+	AllowHTTPReturnURL bool
 	// ExtraModules are operations registered by tests, listed after the
 	// ones of Modules and treated exactly like them. A forker adds a line
 	// to Modules instead.
@@ -88,7 +96,7 @@ type Deps struct {
 // an operation is one package and one line here.
 func Modules(cfg Config) []operation.Module {
 	return []operation.Module{
-		payments.Module(cfg.PaymentHooks),
+		payments.Module(cfg.PaymentHooks), payments.AuthenticationModule(),
 		refunds.Module(),
 		authorizations.CaptureModule(), authorizations.CancelModule(),
 		endpoints.CreateModule(cfg.Webhooks), endpoints.RotateModule(cfg.Webhooks), delivery.ResendModule(),
@@ -149,6 +157,7 @@ func New(d Deps, cfg Config) *Core {
 		Config: operation.Config{
 			ReplayTTL: cfg.ReplayTTL, ProviderTimeout: cfg.ProviderTimeout, ProviderKeyWindow: cfg.ProviderKeyWindow,
 			ProviderLookupLag: max(cfg.ProviderLookupLag, d.Provider.LookupLag()), RefusalRecheck: cfg.RefusalRecheck,
+			PublicURL: strings.TrimSuffix(cfg.PublicURL, "/"), AllowHTTPReturnURL: cfg.AllowHTTPReturnURL,
 		},
 		Settings: cfg.Settings,
 	})

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +25,11 @@ type Config struct {
 	DatabaseURL string
 	DataDir     string // dev mode: where the embedded PostgreSQL keeps its data
 	HTTPAddr    string
+	// PublicURL is the base URL customers' browsers reach the service at
+	// (PUBLIC_URL; default http:// and HTTP_ADDR, a missing host being
+	// localhost): the provider sends a customer back from an
+	// authentication (3-D Secure) to GET /payments/{id}/return under it.
+	PublicURL string
 	// DebugAddr is where Go's profiler (net/http/pprof) listens; empty:
 	// nowhere. Unauthenticated: bind it to loopback.
 	DebugAddr string
@@ -181,6 +188,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	secret(&c.DatabaseURL, "database-url", "DATABASE_URL", "PostgreSQL URL; empty starts an embedded PostgreSQL")
 	fs.StringVar(&c.DataDir, "data-dir", env("DATA_DIR", ".data"), "dev mode: data directory of the embedded PostgreSQL (DATA_DIR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("HTTP_ADDR", ":8080"), "listen address (HTTP_ADDR)")
+	fs.StringVar(&c.PublicURL, "public-url", env("PUBLIC_URL", ""), "base URL customers' browsers reach the service at, where the provider sends them back after an authentication; empty: http:// and HTTP_ADDR (PUBLIC_URL)")
 	fs.StringVar(&c.OpsAddr, "ops-addr", env("OPS_ADDR", ""), "listen address of the operations endpoints, /metrics (with /healthz and /readyz), off the public listener, e.g. 127.0.0.1:9090; empty: /metrics is served on HTTP_ADDR (OPS_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", env("DEBUG_ADDR", ""), "listen address of Go's profiler, /debug/pprof/ (unauthenticated: use loopback); empty: none (DEBUG_ADDR)")
 	secret(&c.APIKeys, "api-keys", "API_KEYS", "tenant:secret pairs, comma-separated")
@@ -310,6 +318,13 @@ func Load(args []string, getenv func(string) string, stderr io.Writer, settings 
 	if c.OperatorKeys == "" && c.DevMode() {
 		c.OperatorKeys = DevOperatorKeys
 	}
+	if c.PublicURL == "" {
+		c.PublicURL = DefaultPublicURL(c.HTTPAddr)
+	}
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	if u, err := url.Parse(c.PublicURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return Config{}, fmt.Errorf("PUBLIC_URL must be an absolute http or https URL, not %q", c.PublicURL)
+	}
 	c.ProviderNamed = c.Provider != ""
 	if !c.ProviderNamed {
 		c.Provider = "sim"
@@ -386,6 +401,19 @@ func parsePorts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// DefaultPublicURL is PUBLIC_URL's default for the listen address addr:
+// http:// and addr, localhost for a missing or unspecified host.
+func DefaultPublicURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if ip, err := netip.ParseAddr(host); host == "" || (err == nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // StripeWebhookSecretPrefix starts every Stripe webhook signing secret.

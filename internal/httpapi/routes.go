@@ -9,6 +9,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/actor"
 	"github.com/paymentsapi/paymentsapi/internal/apidocs"
+	"github.com/paymentsapi/paymentsapi/internal/operation"
 )
 
 // addRoutes maps the whole API surface.
@@ -27,6 +28,11 @@ func addRoutes(r chi.Router, d Deps) {
 	r.Mount(apidocs.Path, apidocs.Handler())
 	if d.StripeWebhooks != nil { // signed by Stripe, not authenticated by an API key
 		r.Method("POST", "/webhooks/stripe", actingAs(actor.ProviderWebhook, d.StripeWebhooks))
+	}
+	for _, op := range d.Operations { // customers' browsers: no API key
+		if public, ok := op.(operation.PublicRouter); ok {
+			public.PublicRoutes(r)
+		}
 	}
 
 	keys, throttle := apikeys.NewAuthenticator(d.DB, d.APIKeys, d.clock(), 0), newAuthThrottle(d.clock())

@@ -224,6 +224,12 @@ type Config struct {
 	ProviderKeyWindow time.Duration // PROVIDER_KEY_TTL
 	ProviderLookupLag time.Duration // the provider's and PROVIDER_LOOKUP_LAG, the longer
 	RefusalRecheck    time.Duration // REFUSAL_RECHECK
+	// PublicURL is the base URL customers' browsers reach the service at
+	// (PUBLIC_URL), without a trailing slash.
+	PublicURL string
+	// AllowHTTPReturnURL: a customer may be sent back to a plain http URL
+	// (dev mode only).
+	AllowHTTPReturnURL bool
 }
 
 // Instance is an operation built on its collaborators.
@@ -236,6 +242,15 @@ type Instance interface {
 	// Problem is the problem document of err when err is one of the
 	// operation's own errors, else nil.
 	Problem(err error) *problem.Problem
+}
+
+// PublicRouter is what an Instance also implements when it has routes that
+// no API key authenticates: a customer's browser reaches them (the return
+// from an authentication). Such a handler trusts nothing of the request
+// but the resource's id, and reads the rest from the database and the
+// provider.
+type PublicRouter interface {
+	PublicRoutes(r chi.Router)
 }
 
 // HTTP is what the HTTP adapter (package httpapi) offers an operation's

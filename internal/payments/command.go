@@ -2,7 +2,9 @@ package payments
 
 import (
 	"crypto/sha256"
+	"net/url"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
@@ -44,6 +46,7 @@ const ChannelWeb = "web"
 const (
 	maxIDLength          = 128
 	maxDescriptionLength = 1024
+	maxReturnURLLength   = 2048
 )
 
 // CreateRequest is the JSON body of POST /payments, as the client sent it.
@@ -56,6 +59,7 @@ type CreateRequest struct {
 	Channel           *string      `json:"channel"`
 	Description       *string      `json:"description"`
 	CaptureMethod     *string      `json:"captureMethod"`
+	ReturnURL         *string      `json:"returnUrl"`
 }
 
 // The capture methods of a payment: captured when the provider accepts it
@@ -78,6 +82,9 @@ type Command struct {
 	Channel           string
 	Description       string
 	CaptureMethod     string // CaptureAutomatic or CaptureManual
+	// ReturnURL is where the customer goes once an authentication the
+	// provider asks for (3-D Secure) is over; "" for none.
+	ReturnURL string
 }
 
 // Check is Validate's verdict alone (operation.Checked).
@@ -160,10 +167,35 @@ func (r CreateRequest) Validate() (Command, error) {
 		cmd.CaptureMethod = *r.CaptureMethod
 	}
 
+	if r.ReturnURL != nil {
+		if msg := returnURLProblem(*r.ReturnURL); msg != "" {
+			add("returnUrl", msg)
+		}
+		cmd.ReturnURL = *r.ReturnURL
+	}
+
 	if err := errs.Err(); err != nil {
 		return Command{}, err
 	}
 	return cmd, nil
+}
+
+// returnURLProblem is what is wrong with u as a returnUrl, or "": an
+// absolute http or https URL with a host, without credentials or a
+// fragment. Whether http is allowed depends on the service's mode
+// (Service.Create refuses it outside dev mode).
+func returnURLProblem(u string) string {
+	parsed, err := url.Parse(u)
+	switch {
+	case err != nil || len(u) > maxReturnURLLength || !printable(u) || parsed.Host == "" ||
+		(parsed.Scheme != "https" && parsed.Scheme != "http"):
+		return "must be an absolute https URL of at most 2048 characters"
+	case parsed.User != nil:
+		return "must not hold credentials"
+	case parsed.Fragment != "" || strings.Contains(u, "#"):
+		return "must not have a fragment"
+	}
+	return ""
 }
 
 // Fingerprint is the one definition of "the same command": a SHA-256 over
@@ -180,13 +212,18 @@ func (c Command) Fingerprint() []byte {
 // canonical is the command's canonical form: the JSON array (fixed order:
 // no field-order ambiguity) of fingerprintName, APIVersion, accountId, the
 // amount in minor units, currency, merchantReference, paymentMethod,
-// channel, description and, for a manual capture only, its capture method.
+// channel, description and, for a manual capture only, its capture method;
+// a command with a returnUrl ends with its capture method, whatever it is,
+// and its returnUrl, so that no command without one has as many members.
 // Fingerprints are stored, so these bytes must never change
 // (TestTheCanonicalFormIsMarshals holds them to what json.Marshal wrote).
 func (c Command) canonical() []byte {
 	parts := []any{fingerprintName, APIVersion, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
 		c.PaymentMethod, c.Channel, c.Description}
-	if c.CaptureMethod == CaptureManual {
+	switch {
+	case c.ReturnURL != "":
+		parts = append(parts, c.CaptureMethod, c.ReturnURL)
+	case c.CaptureMethod == CaptureManual:
 		parts = append(parts, c.CaptureMethod)
 	}
 	return jsontext.Array(parts...)

@@ -192,20 +192,20 @@ func TestACursorWithOtherFiltersKeepsItsPosition(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewPool(t)
 	all := seedPayments(t, db, 300)
-	first, err := listPayments(context.Background(), db, "tenant_1", ListQuery{Statuses: []Status{StatusSucceeded}, Limit: 5})
+	first, err := listPayments(context.Background(), db, "tenant_0", ListQuery{Statuses: []Status{StatusSucceeded}, Limit: 5})
 	if err != nil || first.NextCursor == "" {
 		t.Fatalf("first page: %v %+v", err, first)
 	}
 	last := first.Items[len(first.Items)-1]
 	other := ListQuery{Statuses: []Status{StatusDeclined, StatusCanceled}, Limit: 1000, Cursor: first.NextCursor}
 	var want []string
-	for _, id := range expected(all, "tenant_1", ListQuery{Statuses: other.Statuses}) {
+	for _, id := range expected(all, "tenant_0", ListQuery{Statuses: other.Statuses}) {
 		i := slices.IndexFunc(all, func(p seeded) bool { return p.id == id })
 		if all[i].created.Before(last.CreatedAt) || (all[i].created.Equal(last.CreatedAt) && id < last.ID) {
 			want = append(want, id)
 		}
 	}
-	if got := listAll(t, db, "tenant_1", other); len(want) == 0 || !slices.Equal(got, want) {
+	if got := listAll(t, db, "tenant_0", other); len(want) == 0 || !slices.Equal(got, want) {
 		t.Errorf("after the position of %s, declined or canceled:\n got %v\nwant %v", last.ID, got, want)
 	}
 }
@@ -270,7 +270,7 @@ func TestTheListingsQueryIsReadWithEveryFaultNamed(t *testing.T) {
 // statuses are those the contract names.
 func TestStatusesAreTheStatesSeenByClients(t *testing.T) {
 	t.Parallel()
-	want := []Status{StatusProcessing, StatusRequiresCapture, StatusSucceeded, StatusDeclined, StatusFailed, StatusCanceled}
+	want := []Status{StatusProcessing, StatusRequiresCapture, StatusRequiresAction, StatusSucceeded, StatusDeclined, StatusFailed, StatusCanceled}
 	if got := Statuses(); !sameSet(got, want) {
 		t.Errorf("Statuses() = %v, want %v in any order", got, want)
 	}

@@ -115,7 +115,8 @@ func statusNames() []string {
 }
 
 // Render answers a payment: 201 with the payment when it succeeded (or, for
-// a manual capture, was authorized), 402
+// a manual capture, was authorized, or waits for its customer to
+// authenticate: REQUIRES_ACTION with its nextAction), 402
 // with a PAYMENT_DECLINED problem when declined, 409 PAYMENT_CANCELED when
 // canceled, else 202 with the payment and Retry-After (the outcome is not
 // known yet).
@@ -125,7 +126,7 @@ func (s *Service) Render(res idempotency.Result) (idempotency.Response, error) {
 		return idempotency.Response{}, fmt.Errorf("payments: cannot render a %T", res)
 	}
 	switch p.State.Status() {
-	case StatusSucceeded, StatusRequiresCapture:
+	case StatusSucceeded, StatusRequiresCapture, StatusRequiresAction:
 		return httpapi.ResourceResponse(http.StatusCreated, p.View(), Location(p.ID), 0), nil
 	case StatusDeclined:
 		prob := problem.Titled(http.StatusPaymentRequired, CodeDeclined, "Payment declined", "The payment provider declined the payment.")

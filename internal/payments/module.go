@@ -21,6 +21,9 @@ const (
 	EventAuthorized = "PaymentAuthorized"
 	// EventCanceled: a payment ended CANCELED (abandoned, voided, expired).
 	EventCanceled = "PaymentCanceled"
+	// EventRequiresAction: the provider waits for the customer to
+	// authenticate (REQUIRES_ACTION, with nextAction).
+	EventRequiresAction = "PaymentRequiresAction"
 )
 
 // IDField is the member that holds a payment's id in its body and in its
@@ -44,6 +47,7 @@ func Module(hooks Hooks) operation.Module {
 			{Type: EventDeclined, Name: "payment.declined"},
 			{Type: EventAuthorized, Name: "payment.authorized"},
 			{Type: EventCanceled, Name: "payment.canceled"},
+			{Type: EventRequiresAction, Name: "payment.requires_action"},
 		},
 		New: func(env operation.Env) (operation.Instance, error) {
 			port, ok := env.Provider.(provider.Charges)
@@ -57,6 +61,7 @@ func Module(hooks Hooks) operation.Module {
 				ProviderTimeout: c.ProviderTimeout, ProviderKeyWindow: c.ProviderKeyWindow,
 				ProviderLookupLag: c.ProviderLookupLag, RefusalRecheck: c.RefusalRecheck,
 				AbandonAfter: c.ReplayTTL, Hooks: hooks,
+				PublicURL: c.PublicURL, AllowHTTPReturnURL: c.AllowHTTPReturnURL,
 			}), nil
 		},
 	}

@@ -52,6 +52,9 @@ type Payment struct {
 	// FirstSentAt and LastSentAt are the payment's provider history
 	// (providerflow.Columns).
 	FirstSentAt, LastSentAt *time.Time
+	// NextActionURL is where the customer authenticates, once the provider
+	// asked for it (StateRequiresAction); kept after, as a record.
+	NextActionURL string
 }
 
 var _ idempotency.Result = Payment{}
@@ -140,7 +143,22 @@ type View struct {
 	AuthorizationExpiresAt *time.Time `json:"authorizationExpiresAt,omitempty"`
 	// CapturedAmount: once captured (SUCCEEDED).
 	CapturedAmount string `json:"capturedAmount,omitempty"`
+	// ReturnURL: the command's returnUrl, if it had one.
+	ReturnURL string `json:"returnUrl,omitempty"`
+	// NextAction: while REQUIRES_ACTION, what the customer must do.
+	NextAction *NextAction `json:"nextAction,omitempty"`
 }
+
+// NextAction is what the customer must do before a payment goes on: go to
+// URL (Type NextActionRedirect) and authenticate there.
+type NextAction struct {
+	Type string `json:"type"`
+	URL  string `json:"url"`
+}
+
+// NextActionRedirect is the one type of NextAction: a redirect of the
+// customer's browser.
+const NextActionRedirect = "redirect"
 
 // Captured is what p captured, in minor units: its capture's amount, its whole amount
 // for a payment captured when it succeeded, 0 before.
@@ -185,6 +203,10 @@ func (p Payment) View() View {
 	if captured := p.Captured(); captured > 0 {
 		v.CapturedAmount = money.Format(captured, c.Currency)
 	}
+	v.ReturnURL = c.ReturnURL
+	if p.State == StateRequiresAction && p.NextActionURL != "" {
+		v.NextAction = &NextAction{Type: NextActionRedirect, URL: p.NextActionURL}
+	}
 	return v
 }
 
@@ -220,6 +242,15 @@ func (v View) AppendJSON(dst []byte) []byte {
 	}
 	if v.CapturedAmount != "" {
 		dst = jsontext.AppendString(jsontext.Field(dst, "capturedAmount"), v.CapturedAmount)
+	}
+	if v.ReturnURL != "" {
+		dst = jsontext.AppendString(jsontext.Field(dst, "returnUrl"), v.ReturnURL)
+	}
+	if v.NextAction != nil {
+		dst = append(jsontext.Field(dst, "nextAction"), '{')
+		dst = jsontext.AppendString(jsontext.Field(dst, "type"), v.NextAction.Type)
+		dst = jsontext.AppendString(jsontext.Field(dst, "url"), v.NextAction.URL)
+		dst = append(dst, '}')
 	}
 	return append(dst, '}')
 }

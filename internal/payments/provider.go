@@ -27,6 +27,7 @@ func (f inFlow) Send(ctx context.Context) (providerflow.Answer, error) {
 		Description:    p.Command.Description,
 		PaymentID:      p.ID,
 		CaptureManual:  p.Command.CaptureMethod == CaptureManual,
+		ReturnURL:      f.s.returnRoute(p.ID),
 	})
 	return answer(p, c), err
 }
@@ -59,7 +60,8 @@ func (f inFlow) Lookup(ctx context.Context) (providerflow.Answer, error) {
 // before we knew of it moved no money: a decline. Its amount is the
 // charge's, which the flow holds to the payment's.
 func answer(p Payment, c provider.Charge) providerflow.Answer {
-	a := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode, AmountMinor: c.AmountMinor}
+	a := providerflow.Answer{ID: c.ID, Status: c.Status, DeclineCode: c.DeclineCode, AmountMinor: c.AmountMinor,
+		NextActionURL: c.NextActionURL}
 	if p.Command.CaptureMethod == CaptureManual {
 		switch c.Status {
 		case provider.StatusAuthorized:

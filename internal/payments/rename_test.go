@@ -36,7 +36,8 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 	// taken back before the migrations run.
 	const createdSent = `('payment', '', 'PROVIDER_REQUEST_SENT')`
 	for _, sql := range []string{`INSERT INTO state_machine_moves (machine, from_state, to_state) VALUES ` + createdSent,
-		`ALTER TABLE payment_transitions ADD COLUMN payment_created_at timestamptz`} {
+		`ALTER TABLE payment_transitions ADD COLUMN payment_created_at timestamptz`,
+		`ALTER TABLE payments ADD COLUMN return_url text, ADD COLUMN next_action_url text`} {
 		if _, err := e.Pool.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +47,8 @@ func TestAPaymentKeyTheFirstReleaseStoredUnderTheOldNameReplays(t *testing.T) {
 		t.Fatalf("first: %d %s", first.Status, first.Body)
 	}
 	for _, sql := range []string{`DELETE FROM state_machine_moves WHERE (machine, from_state, to_state) = ` + createdSent,
-		`ALTER TABLE payment_transitions DROP COLUMN payment_created_at`} {
+		`ALTER TABLE payment_transitions DROP COLUMN payment_created_at`,
+		`ALTER TABLE payments DROP COLUMN return_url, DROP COLUMN next_action_url`} {
 		if _, err := e.Pool.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
 		}

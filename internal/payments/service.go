@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/providerflow"
 	"github.com/paymentsapi/paymentsapi/internal/refuse"
+	"github.com/paymentsapi/paymentsapi/internal/validate"
 )
 
 // Config holds the payment rules of the Service.
@@ -38,6 +40,13 @@ type Config struct {
 	// money (never sent, or refused) waits for its client's retry before
 	// the reconciler cancels it (IDEMPOTENCY_TTL, the replay window).
 	AbandonAfter time.Duration
+	// PublicURL is the base URL customers reach the service at
+	// (PUBLIC_URL): the provider sends a customer back from an
+	// authentication to the payment's return route under it.
+	PublicURL string
+	// AllowHTTPReturnURL lets a command's returnUrl be plain http (dev
+	// mode); otherwise it must be https.
+	AllowHTTPReturnURL bool
 	// Hooks are failpoints for tests; the zero value does nothing.
 	Hooks Hooks
 }
@@ -84,6 +93,10 @@ type Service struct {
 	// onAuthorized are the hooks other modules declare (WhenAuthorized),
 	// added once every operation is built (operation.Build).
 	onAuthorized []AuthorizedHook
+	// auth is the authenticate_payment operation, which settles the
+	// payments that wait for their customer (AuthenticationModule sets it
+	// when it is built); nil: none is registered.
+	auth *Authentications
 }
 
 var _ idempotency.Operation = (*Service)(nil)
@@ -98,7 +111,7 @@ func NewService(d Deps, cfg Config) *Service {
 		States: providerflow.States[State]{
 			Sent: StateProviderRequestSent, Succeeded: StateCompleted, Declined: StateDeclined,
 			Retryable: StateFailedRetryable, Unknown: StateUnknown, Canceled: StateCanceled,
-			CancelRequested: StateCancelRequested,
+			CancelRequested: StateCancelRequested, RequiresAction: StateRequiresAction,
 		},
 		Clock: d.Clock, KeyWindow: cfg.ProviderKeyWindow,
 		Timeout: cfg.ProviderTimeout, Metrics: d.Metrics, SendOp: "charge", LookupOp: "lookup",
@@ -131,6 +144,11 @@ func (s *Service) Name() string { return OperationCreate }
 func (s *Service) Create(ctx context.Context, tenant, key string, cmd Command, wait time.Duration) (idempotency.Reply, error) {
 	if cmd.CaptureMethod == "" {
 		cmd.CaptureMethod = CaptureAutomatic // a Command built in Go rather than by Validate
+	}
+	if strings.HasPrefix(cmd.ReturnURL, "http:") && !s.cfg.AllowHTTPReturnURL {
+		var errs validate.Collector
+		errs.Add("returnUrl", "must be an https URL (plain http is taken in dev mode only)")
+		return idempotency.Reply{}, errs.Err()
 	}
 	// What the provider would refuse as it stands (an amount its currency
 	// rules refuse, a payment method it does not have) is refused before
@@ -234,6 +252,14 @@ func (f inFlow) Settle(ctx context.Context, b *pgx.Batch, to State, a providerfl
 		}
 	case StateCanceled:
 		eventType = EventCanceled
+	case StateRequiresAction:
+		p.ProviderReference, p.NextActionURL, eventType = a.ID, a.NextActionURL, EventRequiresAction
+		if s.auth == nil {
+			return nil, fmt.Errorf("payment %s waits for its customer to authenticate, and no operation settles it: "+
+				"register payments.AuthenticationModule", p.ID)
+		}
+		queueNextAction(b, p.ID, p.NextActionURL)
+		s.auth.schedule(b, p, now)
 	}
 	if err := queueEvent(ctx, b, eventType, p, now); err != nil {
 		return nil, err

@@ -49,6 +49,12 @@ const (
 	// next ends it as an abandoned one is ended: CANCELED once the provider
 	// surely never saw it, or settled if it did.
 	StateCancelRequested State = "CANCEL_REQUESTED"
+	// StateRequiresAction: the provider holds the payment until the
+	// customer authenticates (3-D Secure, nextAction). The create key's
+	// answer is stored here; the outcome comes later, by any of three
+	// roads (the customer's return, the provider's webhook, the
+	// reconciler's look), as one move of the payment (authentication.go).
+	StateRequiresAction State = "REQUIRES_ACTION"
 )
 
 // AuditSQL reads payment $1's audit trail, oldest first. Each record gives
@@ -78,12 +84,12 @@ var machine = statemachine.New("payment",
 	StateReceived,
 	map[State][]State{
 		StateProviderRequestSent: {
-			StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown, StateAuthorized,
+			StateCompleted, StateDeclined, StateFailedRetryable, StateUnknown, StateAuthorized, StateRequiresAction,
 		},
 		// The provider answered a lookup: it charged (or authorized), it
 		// declined, or it is certain it never saw the key, so the request
 		// is sent again.
-		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent, StateAuthorized},
+		StateUnknown:         {StateCompleted, StateDeclined, StateProviderRequestSent, StateAuthorized, StateRequiresAction},
 		StateReceived:        {StateProviderRequestSent, StateCanceled, StateCancelRequested},
 		StateFailedRetryable: {StateProviderRequestSent, StateCanceled, StateCancelRequested},
 		// The provider never saw it, or it did after all (settled through
@@ -95,6 +101,9 @@ var machine = statemachine.New("payment",
 		// authorization first; a void ends canceled or back where it was.
 		StateCaptureRequested: {StateCompleted, StateAuthorized, StateCanceled},
 		StateVoidRequested:    {StateCanceled, StateAuthorized, StateCompleted},
+		// The customer authenticated (a manual payment is then only
+		// authorized), failed, or never came back.
+		StateRequiresAction: {StateCompleted, StateDeclined, StateCanceled, StateAuthorized},
 	}).
 	// A new payment is created already sent: its claim's transaction
 	// sends it (providerflow.Flow.SendOnClaim).
@@ -104,7 +113,7 @@ var machine = statemachine.New("payment",
 func States() []State {
 	return []State{StateReceived, StateProviderRequestSent, StateCompleted,
 		StateDeclined, StateFailedRetryable, StateUnknown, StateCanceled,
-		StateAuthorized, StateCaptureRequested, StateVoidRequested, StateCancelRequested}
+		StateAuthorized, StateCaptureRequested, StateVoidRequested, StateCancelRequested, StateRequiresAction}
 }
 
 // Machine returns the payment state machine (for tests that compare it
@@ -139,6 +148,8 @@ func (s State) Status() Status {
 		return StatusCanceled
 	case StateAuthorized:
 		return StatusRequiresCapture
+	case StateRequiresAction:
+		return StatusRequiresAction
 	default:
 		return StatusProcessing
 	}
@@ -180,4 +191,7 @@ const (
 	StatusCanceled   Status = "CANCELED"
 	// StatusRequiresCapture: authorized, waiting for its capture.
 	StatusRequiresCapture Status = "REQUIRES_CAPTURE"
+	// StatusRequiresAction: waiting for the customer to authenticate
+	// (nextAction says where).
+	StatusRequiresAction Status = "REQUIRES_ACTION"
 )

@@ -54,7 +54,8 @@ func queueInsertPayment(b *claim.Batch, p Payment) {
 		c.CaptureMethod = CaptureAutomatic
 	}
 	b.Queue(insertPaymentIfClaimed.With(p.ID, p.TenantID, c.AccountID, c.AmountMinor, c.Currency, c.MerchantReference,
-		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod, p.FirstSentAt, p.LastSentAt))
+		c.PaymentMethod, c.Channel, c.Description, p.State, p.CreatedAt, c.CaptureMethod, p.FirstSentAt, p.LastSentAt,
+		nullable(c.ReturnURL)))
 }
 
 // insertPaymentIfClaimed is queueInsertPayment's statement: the payment
@@ -66,8 +67,8 @@ var insertPaymentIfClaimed = claim.NewRows(`
 	    INSERT INTO payments
 	        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	         payment_method, channel, description, state, created_at, updated_at, capture_method,
-	         first_sent_at, last_sent_at)
-	    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14)
+	         first_sent_at, last_sent_at, return_url)
+	    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15)
 	    ON CONFLICT DO NOTHING
 	    RETURNING id
 	)
@@ -81,15 +82,16 @@ var insertPaymentIfClaimed = claim.NewRows(`
 		{Name: "payment_method", Type: "text"}, {Name: "channel", Type: "text"}, {Name: "description", Type: "text"},
 		{Name: "state", Type: "text"}, {Name: "created_at", Type: "timestamptz"}, {Name: "capture_method", Type: "text"},
 		{Name: "first_sent_at", Type: "timestamptz"}, {Name: "last_sent_at", Type: "timestamptz"},
+		{Name: "return_url", Type: "text"},
 	}, func(claimed string) string {
 		return `, ins AS (
 	    INSERT INTO payments
 	        (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	         payment_method, channel, description, state, created_at, updated_at, capture_method,
-	         first_sent_at, last_sent_at)
+	         first_sent_at, last_sent_at, return_url)
 	    SELECT id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	           payment_method, channel, description, state, created_at, created_at, capture_method,
-	           first_sent_at, last_sent_at
+	           first_sent_at, last_sent_at, return_url
 	    FROM input
 	    WHERE ` + claimed + `
 	    ORDER BY ord
@@ -110,6 +112,21 @@ func queueAuthorized(b *pgx.Batch, id string, expires time.Time) {
 	b.Queue(`UPDATE payments SET authorization_expires_at = $2 WHERE id = $1 AND state = $3`, id, expires, StateAuthorized)
 }
 
+// nullable is s, or NULL when it is empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// queueNextAction adds to b the write of where payment id's customer
+// authenticates, with its move to StateRequiresAction (queued before it by
+// the flow).
+func queueNextAction(b *pgx.Batch, id, url string) {
+	b.Queue(`UPDATE payments SET next_action_url = $2 WHERE id = $1 AND state = $3`, id, url, StateRequiresAction)
+}
+
 // holdsReference is the predicate of the partial unique index
 // payments_held_reference_key (migration 00015): the payments whose state
 // keeps their merchant reference (State.HoldsReference). A trigger derives
@@ -123,7 +140,8 @@ const holdsReference = "holds_reference"
 const paymentColumns = `id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 	payment_method, channel, description, state, COALESCE(provider_reference, ''),
 	COALESCE(decline_code, ''), refunded_minor, created_at, updated_at, first_sent_at, last_sent_at,
-	capture_method, captured_minor, authorization_expires_at, COALESCE(held_by, '')`
+	capture_method, captured_minor, authorization_expires_at, COALESCE(held_by, ''),
+	COALESCE(return_url, ''), COALESCE(next_action_url, '')`
 
 func scanPayment(row pgx.Row) (Payment, error) {
 	var p Payment
@@ -131,7 +149,8 @@ func scanPayment(row pgx.Row) (Payment, error) {
 	err := row.Scan(&p.ID, &p.TenantID, &c.AccountID, &c.AmountMinor, &c.Currency,
 		&c.MerchantReference, &c.PaymentMethod, &c.Channel, &c.Description, &p.State,
 		&p.ProviderReference, &p.DeclineCode, &p.RefundedMinor, &p.CreatedAt, &p.UpdatedAt, &p.FirstSentAt, &p.LastSentAt,
-		&c.CaptureMethod, &p.CapturedMinor, &p.AuthorizationExpiresAt, &p.HeldBy)
+		&c.CaptureMethod, &p.CapturedMinor, &p.AuthorizationExpiresAt, &p.HeldBy,
+		&c.ReturnURL, &p.NextActionURL)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
 	}
@@ -147,6 +166,12 @@ func scanPayment(row pgx.Row) (Payment, error) {
 func getPayment(ctx context.Context, q Querier, tenant, id string) (Payment, error) {
 	return scanPayment(q.QueryRow(ctx, `SELECT `+paymentColumns+`
 		FROM payments WHERE id = $1 AND tenant_id = $2`, id, tenant))
+}
+
+// getPaymentByID returns payment id, whatever its tenant, or ErrNotFound:
+// for the customer's return, which no API key authenticates.
+func getPaymentByID(ctx context.Context, q Querier, id string) (Payment, error) {
+	return scanPayment(q.QueryRow(ctx, `SELECT `+paymentColumns+` FROM payments WHERE id = $1`, id))
 }
 
 // ExistingIDs is the query of which of the ids $1 (text[]) are payments'

@@ -131,6 +131,12 @@ const (
 	// StatusCanceled: an authorized charge was voided (Captures.Void, or
 	// the provider's own expiry of the authorization): no money moved.
 	StatusCanceled Status = "canceled"
+	// StatusRequiresAction: the charge waits for the customer to
+	// authenticate (3-D Secure): Charge.NextActionURL is where the customer
+	// goes. Final for the charge request; the charge later succeeds (or is
+	// authorized), is declined (authentication failed), or is canceled (a
+	// Captures.Void of it, when the customer never came back).
+	StatusRequiresAction Status = "requires_action"
 )
 
 // ChargeRequest asks the provider to move money once. IdempotencyKey is
@@ -147,6 +153,11 @@ type ChargeRequest struct {
 	// succeed answers StatusAuthorized and moves money only once captured
 	// (Captures). False: the charge is captured at once.
 	CaptureManual bool
+	// ReturnURL is where the provider sends the customer back after an
+	// authentication the charge requires (StatusRequiresAction): the
+	// service's own return route, never the merchant's URL. Empty: no
+	// return page.
+	ReturnURL string
 }
 
 // Charge is the provider's record of a charge.
@@ -164,6 +175,9 @@ type Charge struct {
 	// CreatedAt is when the provider created the charge: set by listings
 	// (Listing), zero in other answers.
 	CreatedAt time.Time
+	// NextActionURL is where the customer authenticates, while Status is
+	// StatusRequiresAction.
+	NextActionURL string
 }
 
 // CaptureRequest asks the provider to capture an authorized charge once.

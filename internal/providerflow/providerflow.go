@@ -84,6 +84,13 @@ type States[S State] struct {
 	// as an abandoned one (Canceled, once the provider surely never saw
 	// it). Empty: the operation has no such state.
 	CancelRequested S
+	// RequiresAction is where a resource waits for its customer to act at
+	// the provider (provider.StatusRequiresAction: 3-D Secure). The key's
+	// answer is stored there, as at a success: what comes later is a move
+	// of the resource that its operation makes, not the key's. Empty: the
+	// operation has no such state, and such an answer is an unknown
+	// outcome.
+	RequiresAction S
 }
 
 // Columns names the columns of the resource's table that the flow writes
@@ -111,6 +118,9 @@ type Answer struct {
 	// charge's amount, a refund's, a capture's captured amount; 0 when it
 	// does not.
 	AmountMinor int64
+	// NextActionURL is where the customer acts, with
+	// provider.StatusRequiresAction.
+	NextActionURL string
 }
 
 // Hooks are failpoints for tests; each runs after the named step.
@@ -351,7 +361,7 @@ func (f *Flow[S]) resolveAs(ctx context.Context, own *idempotency.Owner, s Subje
 func (f *Flow[S]) lookBeforeSending(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	a, err := f.lookup(ctx, s)
 	switch {
-	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+	case err == nil && f.decided(a):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
 	case errors.Is(err, provider.ErrNotFound):
 		if certain, _ := f.notFoundCertain(s); certain {
@@ -463,7 +473,7 @@ func (f *Flow[S]) lastSent(s Subject[S]) *time.Time {
 func (f *Flow[S]) checkRefusal(ctx context.Context, own *idempotency.Owner, s Subject[S]) (idempotency.Result, error) {
 	a, err := f.lookup(ctx, s)
 	switch {
-	case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+	case err == nil && f.decided(a):
 		return f.settleFrom(ctx, own, s, f.States.Sent, a)
 	case errors.Is(err, provider.ErrNotFound):
 		certain, at := f.notFoundCertain(s)
@@ -493,7 +503,7 @@ func (f *Flow[S]) abandon(ctx context.Context, own *idempotency.Owner, s Subject
 	if f.lastSent(s) != nil {
 		a, err := f.lookup(ctx, s)
 		switch {
-		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+		case err == nil && f.decided(a):
 			return f.settleFrom(ctx, own, s, f.States.Sent, a)
 		case errors.Is(err, provider.ErrNotFound):
 			if certain, at := f.notFoundCertain(s); !certain {
@@ -529,7 +539,7 @@ func (f *Flow[S]) expire(ctx context.Context, own *idempotency.Owner, s Subject[
 		a, err := f.lookup(ctx, s)
 		look := idempotency.LookSoon()
 		switch {
-		case err == nil && (a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined):
+		case err == nil && f.decided(a):
 			return f.settleFrom(ctx, own, s, f.States.Sent, a)
 		case errors.Is(err, provider.ErrNotFound):
 			certain, at := f.notFoundCertain(s)
@@ -657,6 +667,8 @@ func (f *Flow[S]) settle(ctx context.Context, own *idempotency.Owner, s Subject[
 		to, reason = f.States.Succeeded, "provider confirmed"
 	case callErr == nil && a.Status == provider.StatusDeclined:
 		to, reason = f.States.Declined, "provider declined: "+a.DeclineCode
+	case callErr == nil && a.Status == provider.StatusRequiresAction && f.States.RequiresAction != "":
+		to, reason = f.States.RequiresAction, "provider waits for the customer to authenticate"
 	case errors.Is(callErr, provider.ErrUnavailable):
 		to, reason, resultErr = f.States.Retryable, "provider refused before processing: "+callErr.Error(), ErrUnavailable
 	case callErr == nil:
@@ -718,7 +730,7 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 		if err := own.QueueFinish(key, res); err != nil {
 			return nil, err
 		}
-		if to == f.States.Succeeded || to == f.States.Declined {
+		if to == f.States.Succeeded || to == f.States.Declined || to == f.States.RequiresAction {
 			set = statemachine.NonEmpty(
 				statemachine.Column{Name: cols.ProviderReference, Value: a.ID},
 				statemachine.Column{Name: cols.DeclineCode, Value: a.DeclineCode})
@@ -750,13 +762,21 @@ func (f *Flow[S]) commit(ctx context.Context, own *idempotency.Owner, s Subject[
 	return res, nil
 }
 
+// decided reports whether a is an answer the flow settles on: a success, a
+// decline, or a wait for the customer where the operation has that state.
+func (f *Flow[S]) decided(a Answer) bool {
+	return a.Status == provider.StatusSucceeded || a.Status == provider.StatusDeclined ||
+		(a.Status == provider.StatusRequiresAction && f.States.RequiresAction != "")
+}
+
 // settled reports whether a resource in s has its operation's final
 // answer: a final state, or one of the flow's ends that other operations
 // may still move on (a manual payment's authorization, States.Succeeded,
 // waits for its capture; its key's answer is stored all the same).
 func (f *Flow[S]) settled(s S) bool {
 	return s.Final() || s == f.States.Succeeded || s == f.States.Declined ||
-		(f.States.Canceled != "" && s == f.States.Canceled)
+		(f.States.Canceled != "" && s == f.States.Canceled) ||
+		(f.States.RequiresAction != "" && s == f.States.RequiresAction)
 }
 
 func (f *Flow[S]) columns() Columns {

@@ -560,7 +560,7 @@ func Body(overrides ...string) string {
 		fields[overrides[i]] = overrides[i+1]
 	}
 	parts := make([]string, 0, len(fields))
-	for _, k := range []string{"accountId", "amount", "currency", "merchantReference", "paymentMethod", "channel", "description", "extra"} {
+	for _, k := range []string{"accountId", "amount", "currency", "merchantReference", "paymentMethod", "channel", "description", "returnUrl", "extra"} {
 		if v, ok := fields[k]; ok {
 			parts = append(parts, `"`+k+`":`+v)
 		}

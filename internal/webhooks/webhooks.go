@@ -210,15 +210,15 @@ func signedAt(header string) (time.Time, bool) {
 
 // handle acts on a verified event once. An error means nothing was
 // recorded, so that the event is delivered again.
-func handle(ctx context.Context, d Deps, kinds map[stripe.EventType]kind, e stripe.Event) (Answer, error) {
+func handle(ctx context.Context, d Deps, kinds map[stripe.EventType][]kind, e stripe.Event) (Answer, error) {
 	answer := Answer{EventID: e.ID, Outcome: OutcomeIgnored}
 	log := d.Log.With("event_id", e.ID, "event_type", e.Type)
-	res, objectID, err := target(kinds, e)
+	resources, objectID, err := target(kinds, e)
 	var reason string
 	switch {
 	case err != nil:
 		answer.Outcome, reason = OutcomeRejected, err.Error()
-	case res != nil:
+	case len(resources) > 0:
 		seen, err := inbox.Has(ctx, d.DB, Consumer, InboxID(e.ID))
 		if err != nil {
 			return Answer{}, err
@@ -227,26 +227,24 @@ func handle(ctx context.Context, d Deps, kinds map[stripe.EventType]kind, e stri
 			answer.Outcome = OutcomeDuplicate
 			return answer, nil
 		}
-		objectID = res.ID
-		// Resolved before it is recorded: if this fails, the event is
-		// delivered again and resolves again, which is harmless (a resolved
-		// key is final; a held one is left to its owner).
-		resolution, err := d.Reconciler.ResolveNow(ctx, *res)
-		switch {
-		case errors.Is(err, idempotency.ErrNotFound):
-			resolution = ResolutionUnknownResource
-		case errors.Is(err, providerflow.ErrUnavailable):
-			// The provider refused to say, or holds nothing for a resource
-			// it had refused: it stays as it was, for its client's retry
-			// and the reconciler. The prompt was acted on.
-			answer.Outcome = OutcomeApplied
-		case err != nil:
-			return Answer{}, fmt.Errorf("resolve %s %s: %w", res.Type, res.ID, err)
-		case resolution != idempotency.OutcomeFinal && resolution != idempotency.OutcomeInFlight &&
-			resolution != idempotency.OutcomeManualReview:
-			answer.Outcome = OutcomeApplied
+		objectID = resources[0].ID
+		// Every resource the event may name is resolved (a payment's
+		// charge names the payment's key and, once its customer was asked
+		// to authenticate, the authentication's): one that is final or
+		// unknown says nothing of the others.
+		for i, res := range resources {
+			outcome, resolution, err := resolve(ctx, d, res)
+			if err != nil {
+				return Answer{}, err
+			}
+			if i == 0 || outcome == OutcomeApplied || answer.Resolution == ResolutionUnknownResource ||
+				(answer.Resolution == idempotency.OutcomeFinal && resolution != ResolutionUnknownResource) {
+				answer.Outcome, answer.Resolution = outcome, resolution
+			}
+			if outcome == OutcomeApplied {
+				break
+			}
 		}
-		answer.Resolution = resolution
 	}
 	// aggregate_id: our resource when the event names one, else the
 	// event's object.
@@ -269,6 +267,30 @@ func handle(ctx context.Context, d Deps, kinds map[stripe.EventType]kind, e stri
 	return answer, nil
 }
 
+// resolve resolves res now (idempotency.Reconciler.ResolveNow) and says
+// what came of it: the event's outcome and the resolution.
+func resolve(ctx context.Context, d Deps, res idempotency.Resource) (outcome, resolution string, _ error) {
+	// Resolved before the event is recorded: if this fails, the event is
+	// delivered again and resolves again, which is harmless (a resolved
+	// key is final; a held one is left to its owner).
+	resolution, err := d.Reconciler.ResolveNow(ctx, res)
+	switch {
+	case errors.Is(err, idempotency.ErrNotFound):
+		return OutcomeIgnored, ResolutionUnknownResource, nil
+	case errors.Is(err, providerflow.ErrUnavailable):
+		// The provider refused to say, or holds nothing for a resource
+		// it had refused: it stays as it was, for its client's retry
+		// and the reconciler. The prompt was acted on.
+		return OutcomeApplied, resolution, nil
+	case err != nil:
+		return "", "", fmt.Errorf("resolve %s %s: %w", res.Type, res.ID, err)
+	case resolution != idempotency.OutcomeFinal && resolution != idempotency.OutcomeInFlight &&
+		resolution != idempotency.OutcomeManualReview:
+		return OutcomeApplied, resolution, nil
+	}
+	return OutcomeIgnored, resolution, nil
+}
+
 // object is what is read of an event's object: stable fields only.
 type object struct {
 	ID       string            `json:"id"`
@@ -284,44 +306,50 @@ type kind struct {
 
 // kindsOf are the event types acted on, from the registered operations:
 // Stripe's events about the kind of object that stands for each one's
-// resource, and those a module declares for a port of its own.
-func kindsOf(mods []operation.Module) map[stripe.EventType]kind {
-	kinds := map[stripe.EventType]kind{}
+// resource, and those a module declares for a port of its own. One type
+// may name the resources of several operations (a charge stands for a
+// payment and for its authentication), in the modules' order.
+func kindsOf(mods []operation.Module) map[stripe.EventType][]kind {
+	kinds := map[stripe.EventType][]kind{}
 	for _, m := range mods {
 		events := append(stripeprovider.WebhookEvents(m.Resource.ProviderObject), m.ProviderEvents...)
 		for _, e := range events {
-			kinds[stripe.EventType(e.Type)] = kind{event: e, resource: m.Resource}
+			kinds[stripe.EventType(e.Type)] = append(kinds[stripe.EventType(e.Type)], kind{event: e, resource: m.Resource})
 		}
 	}
 	return kinds
 }
 
-// target returns the resource of ours that e names (nil: none, or a type we
-// do not act on) and the id of e's object. An error says the object of a
-// type we act on cannot be read.
-func target(kinds map[stripe.EventType]kind, e stripe.Event) (*idempotency.Resource, string, error) {
+// target returns the resources of ours that e names (none: none, or a
+// type we do not act on) and the id of e's object. An error says the
+// object of a type we act on cannot be read.
+func target(kinds map[stripe.EventType][]kind, e stripe.Event) ([]idempotency.Resource, string, error) {
 	var obj object
 	readErr := errors.New("the event has no data.object")
 	if e.Data != nil {
 		readErr = json.Unmarshal(e.Data.Raw, &obj)
 	}
-	k, ok := kinds[e.Type]
+	ks, ok := kinds[e.Type]
 	switch {
 	case !ok:
 		return nil, obj.ID, nil
 	case readErr != nil:
 		return nil, obj.ID, fmt.Errorf("data.object: %w", readErr)
-	case obj.Object != k.event.Object || obj.ID == "":
-		return nil, obj.ID, fmt.Errorf("data.object is a %q with id %q, want a %s", obj.Object, obj.ID, k.event.Object)
 	}
-	id := obj.Metadata[k.event.MetadataID]
-	if id == "" {
-		id = k.resource.IDFromProviderKey(obj.Metadata[stripeprovider.MetadataIdempotencyKey])
+	var resources []idempotency.Resource
+	for _, k := range ks {
+		if obj.Object != k.event.Object || obj.ID == "" {
+			return nil, obj.ID, fmt.Errorf("data.object is a %q with id %q, want a %s", obj.Object, obj.ID, k.event.Object)
+		}
+		id := obj.Metadata[k.event.MetadataID]
+		if id == "" {
+			id = k.resource.IDFromProviderKey(obj.Metadata[stripeprovider.MetadataIdempotencyKey])
+		}
+		if id != "" { // else not created by this service
+			resources = append(resources, idempotency.Resource{Type: k.resource.Type, ID: id})
+		}
 	}
-	if id == "" {
-		return nil, obj.ID, nil // not created by this service
-	}
-	return &idempotency.Resource{Type: k.resource.Type, ID: id}, obj.ID, nil
+	return resources, obj.ID, nil
 }
 
 // InboxID is the inbox's event_id (a UUID) of Stripe event eventID: the

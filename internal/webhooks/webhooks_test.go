@@ -22,6 +22,19 @@ func TestInboxIDIsOnePerEvent(t *testing.T) {
 	}
 }
 
+// A charge's event names both the payment's key and its authentication's,
+// in the modules' order: a payment that waited for its customer has its
+// create key final, and only the authentication's key settles it.
+func TestAChargeEventNamesThePaymentAndItsAuthentication(t *testing.T) {
+	kinds := kindsOf([]operation.Module{payments.Module(payments.Hooks{}), payments.AuthenticationModule()})
+	got, _, err := target(kinds, event(t, stripe.EventTypePaymentIntentSucceeded,
+		`{"id":"pi_1","object":"payment_intent","metadata":{"payment_id":"pay_1"}}`))
+	want := []idempotency.Resource{{Type: "payment", ID: "pay_1"}, {Type: payments.ResourceAuthentication, ID: "pay_1"}}
+	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("target: %+v, %v; want %+v", got, err, want)
+	}
+}
+
 func signed(t *testing.T, payload []byte, secret string, at time.Time) string {
 	t.Helper()
 	return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: at}).Header
@@ -117,8 +130,12 @@ func TestTargetReadsOurMetadata(t *testing.T) {
 		{"wrong object", stripe.EventTypePaymentIntentSucceeded, `{"id":"ch_1","object":"charge","metadata":{"payment_id":"pay_1"}}`, nil, true},
 		{"object without an id", stripe.EventTypeRefundCreated, `{"object":"refund","metadata":{"refund_id":"re_1"}}`, nil, true},
 	} {
-		got, _, err := target(kinds, event(t, c.typ, c.object))
-		if (err != nil) != c.wantErr || (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
+		all, _, err := target(kinds, event(t, c.typ, c.object))
+		var got *idempotency.Resource
+		if len(all) > 0 {
+			got = &all[0]
+		}
+		if (err != nil) != c.wantErr || len(all) > 1 || (got == nil) != (c.want == nil) || (got != nil && *got != *c.want) {
 			t.Errorf("%s: %+v, %v; want %+v (error %v)", c.name, got, err, c.want, c.wantErr)
 		}
 	}

@@ -85,14 +85,15 @@ func (e CreatePaymentRequestChannel) Valid() bool {
 
 // Defines values for EventType.
 const (
-	PaymentAuthorized EventType = "payment.authorized"
-	PaymentCanceled   EventType = "payment.canceled"
-	PaymentCreated    EventType = "payment.created"
-	PaymentDeclined   EventType = "payment.declined"
-	PaymentSucceeded  EventType = "payment.succeeded"
-	RefundCreated     EventType = "refund.created"
-	RefundDeclined    EventType = "refund.declined"
-	RefundSucceeded   EventType = "refund.succeeded"
+	PaymentAuthorized     EventType = "payment.authorized"
+	PaymentCanceled       EventType = "payment.canceled"
+	PaymentCreated        EventType = "payment.created"
+	PaymentDeclined       EventType = "payment.declined"
+	PaymentRequiresAction EventType = "payment.requires_action"
+	PaymentSucceeded      EventType = "payment.succeeded"
+	RefundCreated         EventType = "refund.created"
+	RefundDeclined        EventType = "refund.declined"
+	RefundSucceeded       EventType = "refund.succeeded"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -106,6 +107,8 @@ func (e EventType) Valid() bool {
 		return true
 	case PaymentDeclined:
 		return true
+	case PaymentRequiresAction:
+		return true
 	case PaymentSucceeded:
 		return true
 	case RefundCreated:
@@ -113,6 +116,21 @@ func (e EventType) Valid() bool {
 	case RefundDeclined:
 		return true
 	case RefundSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NextActionType.
+const (
+	Redirect NextActionType = "redirect"
+)
+
+// Valid indicates whether the value is a known member of the NextActionType enum.
+func (e NextActionType) Valid() bool {
+	switch e {
+	case Redirect:
 		return true
 	default:
 		return false
@@ -149,6 +167,7 @@ const (
 	PaymentStatusDECLINED        PaymentStatus = "DECLINED"
 	PaymentStatusFAILED          PaymentStatus = "FAILED"
 	PaymentStatusPROCESSING      PaymentStatus = "PROCESSING"
+	PaymentStatusREQUIRESACTION  PaymentStatus = "REQUIRES_ACTION"
 	PaymentStatusREQUIRESCAPTURE PaymentStatus = "REQUIRES_CAPTURE"
 	PaymentStatusSUCCEEDED       PaymentStatus = "SUCCEEDED"
 )
@@ -163,6 +182,8 @@ func (e PaymentStatus) Valid() bool {
 	case PaymentStatusFAILED:
 		return true
 	case PaymentStatusPROCESSING:
+		return true
+	case PaymentStatusREQUIRESACTION:
 		return true
 	case PaymentStatusREQUIRESCAPTURE:
 		return true
@@ -516,12 +537,24 @@ type CreatePaymentRequest struct {
 	// `400 CARD_DATA_REFUSED`). With the provider
 	// simulator: `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined`,
 	// `pm_card_insufficientFunds` decline; `pm_sim_slow`, `pm_sim_timeout_after_success`,
-	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures; any other token answers
+	// `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures;
+	// `pm_card_threeDSecureRequired` and `pm_card_threeDSecureFail` ask the customer to
+	// authenticate (`REQUIRES_ACTION`; the second fails whatever is pressed); any other token answers
 	// `400 UNKNOWN_TEST_PAYMENT_METHOD` (the simulator's `GET /_sim/methods` lists them all).
 	//
 	//
 	// Examples: pm_card_visa
 	PaymentMethod string `json:"paymentMethod"`
+
+	// ReturnURL Where the customer's browser goes once an authentication the provider asks for
+	// (3-D Secure, `REQUIRES_ACTION`) is over, with `paymentId` added to its query: an
+	// absolute `https` URL (plain `http` in dev mode only), without credentials or a
+	// fragment. Part of the command. The provider sends the customer to the service's
+	// `GET /payments/{paymentId}/return` first, which settles the payment.
+	//
+	//
+	// Examples: https://shop.example/checkout/done?order=7781
+	ReturnURL string `json:"returnUrl,omitempty"`
 }
 
 // CreatePaymentRequestChannel Where the payment was initiated. Omitted means `web`.
@@ -652,6 +685,21 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// NextAction What the customer must do before the payment goes on. Present only while the payment is
+// `REQUIRES_ACTION`.
+type NextAction struct {
+	// Type `redirect`: send the customer's browser to `url`.
+	Type NextActionType `json:"type"`
+
+	// URL The provider's authentication (challenge) page.
+	//
+	// Examples: http://127.0.0.1:40123/challenge/ch_0ee7e412191ab599eb3121da
+	URL string `json:"url"`
+}
+
+// NextActionType `redirect`: send the customer's browser to `url`.
+type NextActionType string
+
 // Payment A payment, as it stands now (or as it stood when a replayed answer was stored).
 type Payment struct {
 	// AccountID Examples: acc_1
@@ -714,6 +762,10 @@ type Payment struct {
 	// MerchantReference Examples: invoice-7781
 	MerchantReference string `json:"merchantReference"`
 
+	// NextAction What the customer must do before the payment goes on. Present only while the payment is
+	// `REQUIRES_ACTION`.
+	NextAction NextAction `json:"nextAction,omitempty"`
+
 	// PaymentID The payment's id, derived from the tenant, the Idempotency-Key and the command: a retry of the same command under the same key always names the same payment (also after a database failover lost it, which the retry recreates). It cannot be guessed without all three.
 	//
 	// Examples: pay_3k7x9m2q5r1t8v4w6y0z3b5c7d
@@ -734,7 +786,15 @@ type Payment struct {
 	// Examples: 3.00
 	RefundedAmount string `json:"refundedAmount,omitempty"`
 
-	// Status * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
+	// ReturnURL The command's `returnUrl`, when it had one.
+	//
+	// Examples: https://shop.example/checkout/done?order=7781
+	ReturnURL string `json:"returnUrl,omitempty"`
+
+	// Status * `REQUIRES_ACTION`: the customer must authenticate (`nextAction`). Settled later, by the
+	//   customer's return, the provider's webhook or the service's own look; canceled
+	//   (`authentication_abandoned`) after `AUTHENTICATION_TIMEOUT`.
+	// * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
 	//   at the provider). Retry the same request with the same key, or `GET` the payment.
 	// * `REQUIRES_CAPTURE`: a `manual` payment the provider authorized; no money taken yet.
 	//   Capture or cancel it before `authorizationExpiresAt`. Holds its merchant reference.
@@ -831,9 +891,12 @@ type PaymentList struct {
 	NextCursor string `json:"nextCursor,omitempty"`
 }
 
-// PaymentStatus * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
+// PaymentStatus * `REQUIRES_ACTION`: the customer must authenticate (`nextAction`). Settled later, by the
 //
-//		at the provider). Retry the same request with the same key, or `GET` the payment.
+//		customer's return, the provider's webhook or the service's own look; canceled
+//		(`authentication_abandoned`) after `AUTHENTICATION_TIMEOUT`.
+//	  - `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
+//	    at the provider). Retry the same request with the same key, or `GET` the payment.
 //	  - `REQUIRES_CAPTURE`: a `manual` payment the provider authorized; no money taken yet.
 //	    Capture or cancel it before `authorizationExpiresAt`. Holds its merchant reference.
 //	  - `SUCCEEDED`: the provider confirmed the charge, or the capture (`capturedAmount`). Final.
@@ -2143,6 +2206,20 @@ type ClientInterface interface {
 	// Corresponds with GET /payments/{paymentId}/refunds/{refundId} (the `GetRefund` operationId).
 	GetRefund(ctx context.Context, paymentID PaymentID, refundID RefundID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReturnFromAuthentication The customer's return from an authentication
+	//
+	// Where the provider sends the customer's browser after an authentication (3-D Secure) of a
+	// `REQUIRES_ACTION` payment, under `PUBLIC_URL`. No API key: the browser is the customer's.
+	// The service asks the provider how the payment stands (it never trusts the query string,
+	// which it ignores), settles the payment (the same one move the provider's webhook and the
+	// service's own look make, whichever comes first), and sends the customer on to the
+	// payment's `returnUrl` with `paymentId` added to its query (`303`). A payment without a
+	// `returnUrl` answers a line of text with its status. The merchant's page reads the payment
+	// with `GET /payments/{paymentId}`.
+	//
+	// Corresponds with GET /payments/{paymentId}/return (the `ReturnFromAuthentication` operationId).
+	ReturnFromAuthentication(ctx context.Context, paymentID PaymentID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListWebhookEndpoints List webhook endpoints
 	//
 	// The tenant's webhook endpoints, enabled and disabled, newest first; deleted ones are gone.
@@ -2961,6 +3038,30 @@ func (c *Client) CreateRefund(ctx context.Context, paymentID PaymentID, params *
 // Corresponds with GET /payments/{paymentId}/refunds/{refundId} (the `GetRefund` operationId).
 func (c *Client) GetRefund(ctx context.Context, paymentID PaymentID, refundID RefundID, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetRefundRequest(c.Server, paymentID, refundID)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReturnFromAuthentication The customer's return from an authentication
+//
+// Where the provider sends the customer's browser after an authentication (3-D Secure) of a
+// `REQUIRES_ACTION` payment, under `PUBLIC_URL`. No API key: the browser is the customer's.
+// The service asks the provider how the payment stands (it never trusts the query string,
+// which it ignores), settles the payment (the same one move the provider's webhook and the
+// service's own look make, whichever comes first), and sends the customer on to the
+// payment's `returnUrl` with `paymentId` added to its query (`303`). A payment without a
+// `returnUrl` answers a line of text with its status. The merchant's page reads the payment
+// with `GET /payments/{paymentId}`.
+//
+// Corresponds with GET /payments/{paymentId}/return (the `ReturnFromAuthentication` operationId).
+func (c *Client) ReturnFromAuthentication(ctx context.Context, paymentID PaymentID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReturnFromAuthenticationRequest(c.Server, paymentID)
 	if err != nil {
 		return nil, err
 	}
@@ -4009,6 +4110,40 @@ func NewGetRefundRequest(server string, paymentID PaymentID, refundID RefundID) 
 	return req, nil
 }
 
+// NewReturnFromAuthenticationRequest constructs an http.Request for the ReturnFromAuthentication method
+func NewReturnFromAuthenticationRequest(server string, paymentID PaymentID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "paymentId", paymentID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/payments/%s/return", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListWebhookEndpointsRequest constructs an http.Request for the ListWebhookEndpoints method
 func NewListWebhookEndpointsRequest(server string) (*http.Request, error) {
 	var err error
@@ -4792,6 +4927,22 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /payments/{paymentId}/refunds/{refundId} (the `GetRefund` operationId).
 	GetRefundWithResponse(ctx context.Context, paymentID PaymentID, refundID RefundID, reqEditors ...RequestEditorFn) (*GetRefundResponse, error)
+
+	// ReturnFromAuthenticationWithResponse The customer's return from an authentication
+	//
+	// Where the provider sends the customer's browser after an authentication (3-D Secure) of a
+	// `REQUIRES_ACTION` payment, under `PUBLIC_URL`. No API key: the browser is the customer's.
+	// The service asks the provider how the payment stands (it never trusts the query string,
+	// which it ignores), settles the payment (the same one move the provider's webhook and the
+	// service's own look make, whichever comes first), and sends the customer on to the
+	// payment's `returnUrl` with `paymentId` added to its query (`303`). A payment without a
+	// `returnUrl` answers a line of text with its status. The merchant's page reads the payment
+	// with `GET /payments/{paymentId}`.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /payments/{paymentId}/return (the `ReturnFromAuthentication` operationId).
+	ReturnFromAuthenticationWithResponse(ctx context.Context, paymentID PaymentID, reqEditors ...RequestEditorFn) (*ReturnFromAuthenticationResponse, error)
 
 	// ListWebhookEndpointsWithResponse List webhook endpoints
 	//
@@ -6905,6 +7056,54 @@ func (r GetRefundResponse) ContentType() string {
 	return ""
 }
 
+// ReturnFromAuthenticationResponse303Headers the declared response headers of an HTTP 303 response for ReturnFromAuthentication
+type ReturnFromAuthenticationResponse303Headers struct {
+	Location string
+}
+
+type ReturnFromAuthenticationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *Problem
+	// Headers303 the parsed response headers for an HTTP 303 response
+	Headers303 *ReturnFromAuthenticationResponse303Headers
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReturnFromAuthenticationResponse) GetApplicationProblemJSON404() *Problem {
+	return r.ApplicationProblemJSON404
+}
+
+// GetBody returns the raw response body bytes
+func (r ReturnFromAuthenticationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReturnFromAuthenticationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReturnFromAuthenticationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReturnFromAuthenticationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListWebhookEndpointsResponse400Headers the declared response headers of an HTTP 400 response for ListWebhookEndpoints
 type ListWebhookEndpointsResponse400Headers struct {
 	PaymentsShouldRetry string
@@ -8349,6 +8548,28 @@ func (c *ClientWithResponses) GetRefundWithResponse(ctx context.Context, payment
 		return nil, err
 	}
 	return ParseGetRefundResponse(rsp)
+}
+
+// ReturnFromAuthenticationWithResponse The customer's return from an authentication
+//
+// Where the provider sends the customer's browser after an authentication (3-D Secure) of a
+// `REQUIRES_ACTION` payment, under `PUBLIC_URL`. No API key: the browser is the customer's.
+// The service asks the provider how the payment stands (it never trusts the query string,
+// which it ignores), settles the payment (the same one move the provider's webhook and the
+// service's own look make, whichever comes first), and sends the customer on to the
+// payment's `returnUrl` with `paymentId` added to its query (`303`). A payment without a
+// `returnUrl` answers a line of text with its status. The merchant's page reads the payment
+// with `GET /payments/{paymentId}`.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /payments/{paymentId}/return (the `ReturnFromAuthentication` operationId).
+func (c *ClientWithResponses) ReturnFromAuthenticationWithResponse(ctx context.Context, paymentID PaymentID, reqEditors ...RequestEditorFn) (*ReturnFromAuthenticationResponse, error) {
+	rsp, err := c.ReturnFromAuthentication(ctx, paymentID, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReturnFromAuthenticationResponse(rsp)
 }
 
 // ListWebhookEndpointsWithResponse List webhook endpoints
@@ -10910,6 +11131,48 @@ func ParseGetRefundResponse(rsp *http.Response) (*GetRefundResponse, error) {
 			headers.RetryAfter = value
 		}
 		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReturnFromAuthenticationResponse parses an HTTP response from a ReturnFromAuthenticationWithResponse call
+func ParseReturnFromAuthenticationResponse(rsp *http.Response) (*ReturnFromAuthenticationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReturnFromAuthenticationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 303:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 303:
+		var headers ReturnFromAuthenticationResponse303Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		response.Headers303 = &headers
 	}
 
 	return response, nil

@@ -112,7 +112,7 @@ export interface paths {
          *     endpoints created (`webhook_endpoint.created`), their secrets rotated
          *     (`webhook_endpoint.secret_rotated`) and deleted (`webhook_endpoint.deleted`); operators'
          *     actions (`outbox.events_unparked`, `outbox.events_replayed`,
-         *     `reconciler.run_by_operator`). Each names its `actor` (`api:<key id>`,
+         *     `reconciler.run_by_operator`, `idempotency_key.resolved`). Each names its `actor` (`api:<key id>`,
          *     `operator:<name>`, `system`) and the `requestId` it was made under (the `X-Request-Id`
          *     of an API request). The log is append-only. Only an operator's secret
          *     (`OPERATOR_KEYS`) reads it: a tenant's API key gets `403 OPERATORS_ONLY`.
@@ -392,6 +392,33 @@ export interface paths {
          *     answers `404 NOT_FOUND`.
          */
         get: operations["getPayment"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/payments/{paymentId}/return": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The customer's return from an authentication
+         * @description Where the provider sends the customer's browser after an authentication (3-D Secure) of a
+         *     `REQUIRES_ACTION` payment, under `PUBLIC_URL`. No API key: the browser is the customer's.
+         *     The service asks the provider how the payment stands (it never trusts the query string,
+         *     which it ignores), settles the payment (the same one move the provider's webhook and the
+         *     service's own look make, whichever comes first), and sends the customer on to the
+         *     payment's `returnUrl` with `paymentId` added to its query (`303`). A payment without a
+         *     `returnUrl` answers a line of text with its status. The merchant's page reads the payment
+         *     with `GET /payments/{paymentId}`.
+         */
+        get: operations["returnFromAuthentication"];
         put?: never;
         post?: never;
         delete?: never;
@@ -702,7 +729,7 @@ export interface paths {
          *     of this service (from the metadata the service gave the PaymentIntent or Refund) and
          *     prompts the server to ask Stripe about it now, as the reconciler would, and to settle what
          *     Stripe says. It never creates a charge or a refund. Events acted on:
-         *     `payment_intent.succeeded`, `payment_intent.payment_failed`, `payment_intent.canceled`,
+         *     `payment_intent.succeeded`, `payment_intent.amount_capturable_updated`, `payment_intent.payment_failed`, `payment_intent.canceled`,
          *     `refund.created`, `refund.updated` and `charge.refund.updated`. Every other type, and an
          *     event about a payment or refund the service does not know or that is already final, is
          *     answered `200` and ignored.
@@ -770,7 +797,7 @@ export interface webhooks {
 export interface components {
     schemas: {
         /** @enum {string} */
-        EventType: "payment.created" | "payment.authorized" | "payment.succeeded" | "payment.declined" | "payment.canceled" | "refund.created" | "refund.succeeded" | "refund.declined";
+        EventType: "payment.created" | "payment.authorized" | "payment.succeeded" | "payment.declined" | "payment.canceled" | "refund.created" | "refund.succeeded" | "refund.declined" | "payment.requires_action";
         Event: {
             /** @description The event's id (a UUID), the same on every delivery of it. */
             eventId: string;
@@ -860,7 +887,9 @@ export interface components {
              *     `400 CARD_DATA_REFUSED`). With the provider
              *     simulator: `pm_card_visa`, `pm_card_mastercard` succeed; `pm_card_chargeDeclined`,
              *     `pm_card_insufficientFunds` decline; `pm_sim_slow`, `pm_sim_timeout_after_success`,
-             *     `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures; any other token answers
+             *     `pm_sim_unavailable`, `pm_sim_lookup_flaky` simulate failures;
+             *     `pm_card_threeDSecureRequired` and `pm_card_threeDSecureFail` ask the customer to
+             *     authenticate (`REQUIRES_ACTION`; the second fails whatever is pressed); any other token answers
              *     `400 UNKNOWN_TEST_PAYMENT_METHOD` (the simulator's `GET /_sim/methods` lists them all).
              * @example pm_card_visa
              */
@@ -878,6 +907,16 @@ export interface components {
              */
             description?: string;
             captureMethod?: components["schemas"]["CaptureMethod"];
+            /**
+             * Format: uri
+             * @description Where the customer's browser goes once an authentication the provider asks for
+             *     (3-D Secure, `REQUIRES_ACTION`) is over, with `paymentId` added to its query: an
+             *     absolute `https` URL (plain `http` in dev mode only), without credentials or a
+             *     fragment. Part of the command. The provider sends the customer to the service's
+             *     `GET /payments/{paymentId}/return` first, which settles the payment.
+             * @example https://shop.example/checkout/done?order=7781
+             */
+            returnUrl?: string;
         };
         /**
          * @description `automatic` (the default; omitted means `automatic`): the provider charges the payment at
@@ -973,9 +1012,35 @@ export interface components {
              * @example 8.00
              */
             capturedAmount?: string;
+            /**
+             * @description The command's `returnUrl`, when it had one.
+             * @example https://shop.example/checkout/done?order=7781
+             */
+            returnUrl?: string;
+            nextAction?: components["schemas"]["NextAction"];
         };
         /**
-         * @description * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
+         * @description What the customer must do before the payment goes on. Present only while the payment is
+         *     `REQUIRES_ACTION`.
+         */
+        NextAction: {
+            /**
+             * @description `redirect`: send the customer's browser to `url`.
+             * @enum {string}
+             */
+            type: "redirect";
+            /**
+             * Format: uri
+             * @description The provider's authentication (challenge) page.
+             * @example http://127.0.0.1:40123/challenge/ch_0ee7e412191ab599eb3121da
+             */
+            url: string;
+        };
+        /**
+         * @description * `REQUIRES_ACTION`: the customer must authenticate (`nextAction`). Settled later, by the
+         *       customer's return, the provider's webhook or the service's own look; canceled
+         *       (`authentication_abandoned`) after `AUTHENTICATION_TIMEOUT`.
+         *     * `PROCESSING`: accepted, outcome not yet known (also while a capture or cancel of it is
          *       at the provider). Retry the same request with the same key, or `GET` the payment.
          *     * `REQUIRES_CAPTURE`: a `manual` payment the provider authorized; no money taken yet.
          *       Capture or cancel it before `authorizationExpiresAt`. Holds its merchant reference.
@@ -989,7 +1054,7 @@ export interface components {
          *       the merchant reference is free again.
          * @enum {string}
          */
-        PaymentStatus: "PROCESSING" | "REQUIRES_CAPTURE" | "SUCCEEDED" | "DECLINED" | "FAILED" | "CANCELED";
+        PaymentStatus: "PROCESSING" | "REQUIRES_ACTION" | "REQUIRES_CAPTURE" | "SUCCEEDED" | "DECLINED" | "FAILED" | "CANCELED";
         PaymentList: {
             /** @description Newest first. */
             items: components["schemas"]["Payment"][];
@@ -1064,10 +1129,11 @@ export interface components {
          *     | `WEBHOOK_URL_FORBIDDEN` | 400 | a webhook endpoint's URL is plain `http`, names a port other than 443, 8443 and `WEBHOOK_ALLOWED_PORTS`, or resolves to a loopback, private, link-local or otherwise non-public address, where the server forbids it (`WEBHOOK_ALLOW_HTTP`, `WEBHOOK_ALLOW_PRIVATE`); the detail never names what the host resolved to |
          *     | `TOO_MANY_ENDPOINTS` | 409 | the tenant has 16 webhook endpoints: delete one before registering another |
          *     | `SECRETS_KEY_MISSING` | 503 | the server has no `SECRETS_KEY`: webhook endpoints can be neither registered nor rotated, nor their secrets revealed |
+         *     | `OPERATION_NOT_SUPPORTED_BY_PROVIDER` | 501 | the service's payment provider lacks what this operation needs (a registered operation whose provider port the adapter does not implement): nothing was stored or sent |
          *     | `INTERNAL` | 500 | unexpected error |
          * @enum {string}
          */
-        ProblemCode: "IDEMPOTENCY_KEY_MISSING" | "IDEMPOTENCY_KEY_INVALID" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "IDEMPOTENCY_KEY_EXPIRED" | "DUPLICATE_MERCHANT_REFERENCE" | "PAYMENT_DECLINED" | "PAYMENT_CANCELED" | "REFUND_DECLINED" | "PAYMENT_NOT_REFUNDABLE" | "REFUND_EXCEEDS_REFUNDABLE" | "CAPTURE_DECLINED" | "PAYMENT_NOT_CAPTURABLE" | "CAPTURE_EXCEEDS_CAPTURABLE" | "AUTHORIZATION_EXPIRED" | "PAYMENT_NOT_CANCELABLE" | "RATE_LIMITED" | "PROVIDER_UNAVAILABLE" | "SERVICE_UNAVAILABLE" | "MALFORMED_JSON" | "VALIDATION_FAILED" | "CARD_DATA_REFUSED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "UNAUTHORIZED" | "TOO_MANY_FAILED_AUTHENTICATIONS" | "OPERATORS_ONLY" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "INTERNAL" | "WEBHOOK_SIGNATURE_INVALID" | "WEBHOOK_URL_FORBIDDEN" | "TOO_MANY_ENDPOINTS" | "SECRETS_KEY_MISSING" | "WEBHOOK_ENDPOINT_DISABLED" | "EVENT_NOT_RESENDABLE" | "AMOUNT_NOT_SUPPORTED_BY_PROVIDER" | "UNKNOWN_TEST_PAYMENT_METHOD";
+        ProblemCode: "IDEMPOTENCY_KEY_MISSING" | "IDEMPOTENCY_KEY_INVALID" | "IDEMPOTENCY_KEY_IN_USE" | "IDEMPOTENCY_KEY_REUSED" | "IDEMPOTENCY_KEY_EXPIRED" | "DUPLICATE_MERCHANT_REFERENCE" | "PAYMENT_DECLINED" | "PAYMENT_CANCELED" | "REFUND_DECLINED" | "PAYMENT_NOT_REFUNDABLE" | "REFUND_EXCEEDS_REFUNDABLE" | "CAPTURE_DECLINED" | "PAYMENT_NOT_CAPTURABLE" | "CAPTURE_EXCEEDS_CAPTURABLE" | "AUTHORIZATION_EXPIRED" | "PAYMENT_NOT_CANCELABLE" | "RATE_LIMITED" | "PROVIDER_UNAVAILABLE" | "SERVICE_UNAVAILABLE" | "MALFORMED_JSON" | "VALIDATION_FAILED" | "CARD_DATA_REFUSED" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "UNAUTHORIZED" | "TOO_MANY_FAILED_AUTHENTICATIONS" | "OPERATORS_ONLY" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "OPERATION_NOT_SUPPORTED_BY_PROVIDER" | "INTERNAL" | "WEBHOOK_SIGNATURE_INVALID" | "WEBHOOK_URL_FORBIDDEN" | "TOO_MANY_ENDPOINTS" | "SECRETS_KEY_MISSING" | "WEBHOOK_ENDPOINT_DISABLED" | "EVENT_NOT_RESENDABLE" | "AMOUNT_NOT_SUPPORTED_BY_PROVIDER" | "UNKNOWN_TEST_PAYMENT_METHOD";
         FieldError: {
             /**
              * @description The JSON field (or query parameter) at fault.
@@ -2774,6 +2840,51 @@ export interface operations {
             431: components["responses"]["RequestHeaderFieldsTooLarge"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    returnFromAuthentication: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The payment's id, as returned in `paymentId` or `Location`.
+                 * @example pay_3k7x9m2q5r1t8v4w6y0z3b5c7d
+                 */
+                paymentId: components["parameters"]["PaymentId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The payment has no `returnUrl`; its status, as text. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /** @example Payment pay_3k7x9m2q5r1t8v4w6y0z3b5c7d is SUCCEEDED. */
+                    "text/plain": string;
+                };
+            };
+            /** @description The customer is sent on to the payment's `returnUrl`. */
+            303: {
+                headers: {
+                    /** @description The `returnUrl`, with `paymentId` in its query. */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `NOT_FOUND`: no payment with this id. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     capturePayment: {

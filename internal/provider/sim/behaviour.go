@@ -48,6 +48,12 @@ type Behaviour struct {
 	// documentation decline it first.
 	Capture        Effect
 	CaptureDecline string
+	// Authenticate: a new charge that would not be declined waits for the
+	// customer to authenticate (requires_action, nextActionUrl: the
+	// challenge page). AuthenticationFails: the customer's approval fails
+	// all the same (declined, authentication_failed).
+	Authenticate        bool
+	AuthenticationFails bool
 }
 
 // Behaviours is the simulator's table of payment methods, in the spirit of a
@@ -68,6 +74,8 @@ var Behaviours = []Behaviour{
 	{Method: MethodRefundTimeoutAfterSuccess, Refund: LoseAnswer},
 	{Method: MethodCaptureDeclined, CaptureDecline: DeclineCapture},
 	{Method: MethodCaptureTimeoutAfterSuccess, Capture: LoseAnswer},
+	{Method: MethodThreeDSecureRequired, Authenticate: true},
+	{Method: MethodThreeDSecureFail, Authenticate: true, AuthenticationFails: true},
 }
 
 // UnknownMethod is the behaviour of a payment method that is not in
@@ -109,6 +117,12 @@ func methodRow(b Behaviour) MethodRow {
 		Capture: describe(b.Capture, b.CaptureDecline), Refund: describe(b.Refund, b.RefundDecline)}
 	if b.FlakyLookups {
 		row.Charge += "; the first lookups by key answer 503 (-flaky-lookups)"
+	}
+	switch {
+	case b.Authenticate && b.AuthenticationFails:
+		row.Charge = "requires_action: the customer's challenge page fails, whatever is pressed (" + DeclineAuthenticationFailed + ")"
+	case b.Authenticate:
+		row.Charge = "requires_action: succeeds once the customer presses Approve on the challenge page (Fail: " + DeclineAuthenticationFailed + ")"
 	}
 	switch {
 	case b.Charge == Refuse:

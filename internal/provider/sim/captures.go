@@ -220,7 +220,9 @@ func (s *Simulator) handleVoid(w http.ResponseWriter, r *http.Request) {
 			charge:         charge,
 		}
 		switch charge.Status {
-		case provider.StatusAuthorized:
+		case provider.StatusAuthorized, provider.StatusRequiresAction:
+			// An authorization, or a charge whose customer never
+			// authenticated: from now on the challenge changes nothing.
 			charge.Status = provider.StatusCanceled
 		case provider.StatusCanceled:
 			// Already voided: voiding again changes nothing and says so.

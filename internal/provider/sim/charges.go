@@ -45,6 +45,11 @@ type ChargeRecord struct {
 	// void of this charge (replays and declines included).
 	CaptureRequestCount int `json:"captureRequestCount"`
 	VoidRequestCount    int `json:"voidRequestCount"`
+	// ReturnURL is where the customer is sent back after the challenge
+	// page; NextActionURL is the challenge page, while the charge is
+	// requires_action (kept after, as a record).
+	ReturnURL     string `json:"returnUrl,omitempty"`
+	NextActionURL string `json:"nextActionUrl,omitempty"`
 }
 
 // createRequest is the body of POST /v1/charges.
@@ -55,12 +60,13 @@ type createRequest struct {
 	Description   string `json:"description"`
 	PaymentID     string `json:"paymentId"`
 	CaptureMethod string `json:"captureMethod"` // "" means automatic
+	ReturnURL     string `json:"returnUrl"`
 }
 
 func (c *createRequest) matches(r *ChargeRecord) bool {
 	return c.AmountMinor == r.AmountMinor && c.Currency == r.Currency &&
 		c.PaymentMethod == r.PaymentMethod && c.Description == r.Description &&
-		c.PaymentID == r.PaymentID && c.CaptureMethod == r.CaptureMethod
+		c.PaymentID == r.PaymentID && c.CaptureMethod == r.CaptureMethod && c.ReturnURL == r.ReturnURL
 }
 
 func (c *ChargeRecord) created() time.Time { return c.CreatedAt }
@@ -97,11 +103,14 @@ func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 			PaymentID:      req.PaymentID,
 			CreatedAt:      s.clock.Now(),
 			CaptureMethod:  req.CaptureMethod,
+			ReturnURL:      req.ReturnURL,
 			RequestCount:   1,
 		}
 		switch {
 		case b.ChargeDecline != "":
 			c.Status, c.DeclineCode = provider.StatusDeclined, b.ChargeDecline
+		case b.Authenticate:
+			c.Status, c.NextActionURL = provider.StatusRequiresAction, s.baseURL(r)+"/challenge/"+c.ID
 		case req.CaptureMethod == CaptureManual:
 			c.Status = provider.StatusAuthorized
 		default:

@@ -417,6 +417,7 @@ func TestBehaviours(t *testing.T) {
 		sim.MethodSlow, sim.MethodTimeoutAfterSuccess, sim.MethodUnavailable, sim.MethodLookupFlaky,
 		sim.MethodRefundDeclined, sim.MethodRefundTimeoutAfterSuccess,
 		sim.MethodCaptureDeclined, sim.MethodCaptureTimeoutAfterSuccess,
+		sim.MethodThreeDSecureRequired, sim.MethodThreeDSecureFail,
 	}
 	seen := map[string]int{}
 	for _, b := range sim.Behaviours {

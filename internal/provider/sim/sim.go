@@ -239,6 +239,8 @@ const (
 	MethodRefundTimeoutAfterSuccess  = "pm_sim_refund_timeout_after_success"
 	MethodCaptureDeclined            = "pm_sim_capture_declined"
 	MethodCaptureTimeoutAfterSuccess = "pm_sim_capture_timeout_after_success"
+	MethodThreeDSecureRequired       = "pm_card_threeDSecureRequired"
+	MethodThreeDSecureFail           = "pm_card_threeDSecureFail"
 )
 
 // The decline codes the simulator gives.
@@ -257,6 +259,8 @@ const (
 	DeclineChargeAlreadyCaptured = "charge_already_captured"
 	DeclineChargeNotCapturable   = "charge_not_capturable"
 	DeclineChargeNotCancelable   = "charge_not_cancelable"
+	// Customer authentication (3-D Secure).
+	DeclineAuthenticationFailed = "authentication_failed"
 )
 
 // The capture methods of a charge (captureMethod).
@@ -343,6 +347,7 @@ type Simulator struct {
 	refunded   map[string]int64 // charge id → sum of its succeeded refunds
 	captures   store[CaptureRecord, *CaptureRecord]
 	voids      store[VoidRecord, *VoidRecord]
+	webhook    WebhookTarget // where the customer's choices are announced
 }
 
 // New returns an empty Simulator configured by opts.
@@ -395,6 +400,8 @@ func New(opts Options) *Simulator {
 	s.mux.HandleFunc("GET /_sim/voids", s.handleListVoids)
 	s.mux.HandleFunc("GET /_sim/methods", s.handleMethods)
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
+	s.mux.HandleFunc("GET /challenge/{id}", s.handleChallengePage)
+	s.mux.HandleFunc("POST /challenge/{id}", s.handleChallenge)
 	return s
 }
 

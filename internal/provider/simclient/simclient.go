@@ -230,6 +230,7 @@ type chargeBody struct {
 	AmountMinor         int64           `json:"amountMinor"`
 	Currency            string          `json:"currency"`
 	AmountCapturedMinor int64           `json:"amountCapturedMinor"`
+	NextActionURL       string          `json:"nextActionUrl"`
 }
 
 // actionBody is the simulator's representation of a capture or a void:
@@ -285,7 +286,8 @@ func (c *Client) Charge(ctx context.Context, req provider.ChargeRequest) (provid
 		Description   string `json:"description,omitempty"`
 		PaymentID     string `json:"paymentId,omitempty"`
 		CaptureMethod string `json:"captureMethod,omitempty"`
-	}{amount, req.Currency, req.PaymentMethod, req.Description, req.PaymentID, captureMethod})
+		ReturnURL     string `json:"returnUrl,omitempty"`
+	}{amount, req.Currency, req.PaymentMethod, req.Description, req.PaymentID, captureMethod, req.ReturnURL})
 	if err == nil {
 		var ch provider.Charge
 		if ch, err = c.decodeCharge(b, req.IdempotencyKey); err == nil {
@@ -567,7 +569,8 @@ func checkAnswer(kind, id, gotKey, key string, status provider.Status, statuses 
 
 // chargeStatuses are the statuses a charge can stand at: one made with
 // CaptureManual is authorized, then captured (succeeded) or voided.
-var chargeStatuses = []provider.Status{provider.StatusSucceeded, provider.StatusDeclined, provider.StatusAuthorized, provider.StatusCanceled}
+var chargeStatuses = []provider.Status{provider.StatusSucceeded, provider.StatusDeclined, provider.StatusAuthorized,
+	provider.StatusCanceled, provider.StatusRequiresAction}
 
 // decodeCharge decodes a charge created with key (with any key when key is
 // empty).
@@ -590,6 +593,9 @@ func (c *Client) charge(cb chargeBody) (provider.Charge, error) {
 		Status:         cb.Status,
 		DeclineCode:    cb.DeclineCode,
 		Currency:       cb.Currency,
+	}
+	if cb.Status == provider.StatusRequiresAction {
+		ch.NextActionURL = cb.NextActionURL
 	}
 	if err := c.rules.ReadCharge(&ch, cb.AmountMinor, cb.AmountCapturedMinor); err != nil {
 		return provider.Charge{}, fmt.Errorf("charge %s: %w", cb.ID, err)

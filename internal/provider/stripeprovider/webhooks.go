@@ -11,6 +11,8 @@ func WebhookEvents(o provider.Object) []provider.WebhookEvent {
 	case provider.ObjectCharge:
 		return []provider.WebhookEvent{
 			{Type: "payment_intent.succeeded", Object: "payment_intent", MetadataID: MetadataPaymentID},
+			// a manual payment's authorization, after its customer authenticated
+			{Type: "payment_intent.amount_capturable_updated", Object: "payment_intent", MetadataID: MetadataPaymentID},
 			{Type: "payment_intent.payment_failed", Object: "payment_intent", MetadataID: MetadataPaymentID},
 			{Type: "payment_intent.canceled", Object: "payment_intent", MetadataID: MetadataPaymentID},
 		}
