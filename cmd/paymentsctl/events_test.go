@@ -184,6 +184,12 @@ func TestEndpointsListCreateDelete(t *testing.T) {
 		if _, shown := g["secret"]; shown {
 			t.Errorf("endpoints list shows a secret: %v", g)
 		}
+		if _, shown := g["disabledAt"]; shown {
+			t.Errorf("endpoints list shows disabledAt for an enabled endpoint: %v", g)
+		}
+	}
+	if _, shown := e["disabledAt"]; shown {
+		t.Errorf("endpoints create shows disabledAt for an enabled endpoint: %v", e)
 	}
 
 	refused := ctl(ctx, nil, flags(s, "endpoints", "create", "-url", "http://127.0.0.1:9/", "-events", "payment.refunded")...)
