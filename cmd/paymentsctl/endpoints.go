@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/paymentsapi/paymentsapi/client"
 )
@@ -27,7 +28,13 @@ func endpointsList(ctx context.Context, c *client.Client, args []string, out *ou
 	if err != nil {
 		return out.failure(err)
 	}
-	return out.resource(list)
+	shown := make([]shownEndpoint, len(list.Items))
+	for i, e := range list.Items {
+		shown[i] = shownEndpoint{e, disabledAt(e.DisabledAt)}
+	}
+	return out.resource(struct {
+		Items []shownEndpoint `json:"items"`
+	}{shown})
 }
 
 // endpointsCreate is `paymentsctl endpoints create -url URL`: POST
@@ -57,7 +64,7 @@ func endpointsCreate(ctx context.Context, c *client.Client, args []string, out *
 	if err != nil {
 		return out.failure(err)
 	}
-	return out.resource(res.Endpoint)
+	return out.resource(shownEndpointWithSecret{res.Endpoint, disabledAt(res.Endpoint.DisabledAt)})
 }
 
 // endpointsDelete is `paymentsctl endpoints delete ENDPOINT_ID`: DELETE
@@ -72,4 +79,26 @@ func endpointsDelete(ctx context.Context, c *client.Client, args []string, out *
 	}
 	_, _ = fmt.Fprintf(out.stderr, "deleted: %s\n", id)
 	return exitOK
+}
+
+// shownEndpoint and shownEndpointWithSecret are an endpoint as printed:
+// disabledAt only when it is set, as the API answers it (the client's
+// type, a time.Time, would print a zero time for every enabled endpoint).
+type (
+	shownEndpoint struct {
+		client.WebhookEndpoint
+		DisabledAt *time.Time `json:"disabledAt,omitempty"`
+	}
+	shownEndpointWithSecret struct {
+		client.WebhookEndpointWithSecret
+		DisabledAt *time.Time `json:"disabledAt,omitempty"`
+	}
+)
+
+// disabledAt is t, or nil when it is zero.
+func disabledAt(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
