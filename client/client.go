@@ -367,12 +367,11 @@ func (c *Client) run(ctx context.Context, x exchange) (*answer, Outcome, error) 
 			retryable, advised = true, out.RetryAfter
 		default:
 			p := decodeProblem(a.status, a.header, a.body, parseRetryAfter(a.header.Get("Retry-After"), c.clock.Now()))
-			if a.status == http.StatusPaymentRequired {
-				return nil, out, c.wrap(x, out, &DeclinedError{Problem: p})
-			}
 			failure, advised = p, p.RetryAfter
-			retryable = a.status >= 500 || a.status == http.StatusTooManyRequests ||
-				(x.create && a.status == http.StatusConflict && p.Code == CodeIdempotencyKeyInUse)
+			if a.status == http.StatusPaymentRequired {
+				failure = &DeclinedError{Problem: p}
+			}
+			retryable = retryableAnswer(x.create, a.header, p)
 		}
 		if !retryable {
 			return nil, out, c.wrap(x, out, failure)

@@ -11,6 +11,10 @@
 //     timeouts, 5xx, 429 RATE_LIMITED, 409 IDEMPOTENCY_KEY_IN_USE, and a 202
 //     whose outcome is not yet known. Never another 4xx (400, 401, 402, 404,
 //     any other 409, 422): the same request would get the same answer.
+//   - The server's word first: an error answer with Payments-Should-Retry
+//     (ShouldRetryHeader) "false" is final, even a 5xx (a stored final
+//     answer, say); "true" may be retried, within the attempts, the budget
+//     and the deadline. Without the header the rule above decides.
 //   - Exponential backoff with full jitter, capped (RetryPolicy.BaseDelay,
 //     MaxDelay), and never sooner than the server's Retry-After.
 //   - A bounded number of attempts (RetryPolicy.MaxAttempts), each bounded

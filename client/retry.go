@@ -138,6 +138,30 @@ func (b *retryBudget) retry() bool {
 	return true
 }
 
+// ShouldRetryHeader is the header with which the server says whether an
+// error answer may be retried: "true" or "false".
+const ShouldRetryHeader = "Payments-Should-Retry"
+
+// retryableAnswer decides whether an error answer (p, with its header h)
+// may be retried; create says the call is idempotent under a key. The
+// server knows what the client cannot (that the answer is a stored final
+// one, that a 5xx moved nothing and will not change), so its
+// Payments-Should-Retry decides when it sent one: "false" ends the call,
+// even on a 5xx, and "true" allows a retry, still within the attempts,
+// the budget and the deadline. Without it (an older server, a proxy's
+// page) the contract's rule decides: 5xx, 429, and for a call under a key
+// 409 IDEMPOTENCY_KEY_IN_USE; never another 4xx.
+func retryableAnswer(create bool, h http.Header, p *Error) bool {
+	switch strings.ToLower(strings.TrimSpace(h.Get(ShouldRetryHeader))) {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	return p.Status >= 500 || p.Status == http.StatusTooManyRequests ||
+		(create && p.Status == http.StatusConflict && p.Code == CodeIdempotencyKeyInUse)
+}
+
 // Clock is the time of a Client's retry policy: Now for deadlines and
 // Retry-After dates, Sleep for the waits between attempts. Tests replace it
 // to run the policy without waiting.

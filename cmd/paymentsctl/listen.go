@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -48,7 +49,7 @@ func listen(ctx context.Context, c *client.Client, args []string, out *output) i
 	if err := noArgs(fs); err != nil {
 		return out.usage(err)
 	}
-	types, err := eventTypes(*events)
+	types, err := eventTypes(fs, "events", *events)
 	if err != nil {
 		return out.usage(err)
 	}
@@ -110,9 +111,9 @@ func listen(ctx context.Context, c *client.Client, args []string, out *output) i
 	return code
 }
 
-// eventTypes parses -events: nil (every type) when empty. The server
-// checks the names.
-func eventTypes(list string) ([]client.EventType, error) {
+// eventTypes parses a comma-separated list of event types, the flag
+// flagName of fs: nil (every type) when empty. The server checks the names.
+func eventTypes(fs *flag.FlagSet, flagName, list string) ([]client.EventType, error) {
 	if strings.TrimSpace(list) == "" {
 		return nil, nil
 	}
@@ -120,7 +121,7 @@ func eventTypes(list string) ([]client.EventType, error) {
 	for name := range strings.SplitSeq(list, ",") {
 		name = strings.TrimSpace(name)
 		if name == "" {
-			return nil, fmt.Errorf("listen: -events %q has an empty type", list)
+			return nil, fmt.Errorf("%s: -%s %q has an empty type", fs.Name(), flagName, list)
 		}
 		types = append(types, client.EventType(name))
 	}

@@ -13,15 +13,23 @@
 //	paymentsctl capture PAYMENT_ID [-amount A] [-idempotency-key K]
 //	paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
 //	paymentsctl listen [-events payment.succeeded,...] [-forward-to URL] [-addr 127.0.0.1:0]
+//	paymentsctl events list [-type T,...] [-payment ID] [-from T] [-to T] [-after T] \
+//	    [-limit N] [-cursor C | -all]
+//	paymentsctl events get EVENT_ID
+//	paymentsctl events resend EVENT_ID [-endpoint ENDPOINT_ID] [-idempotency-key K]
+//	paymentsctl endpoints list
+//	paymentsctl endpoints create -url URL [-events T,...] [-description TEXT] [-idempotency-key K]
+//	paymentsctl endpoints delete ENDPOINT_ID
 //
 //	paymentsctl stripe-webhook PAYMENT_OR_REFUND_ID [-type T] [-secret S] [-object ID]
 //
 // -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 // the dev server (http://127.0.0.1:8080, sk_test_demo). Without
-// -idempotency-key, pay, refund, capture and cancel generate one key for the
-// command and print it on stderr, so that the command can be run again with
-// it. pay -capture manual only authorizes the payment (REQUIRES_CAPTURE):
-// capture takes all of it, or -amount of it, and cancel voids it.
+// -idempotency-key, pay, refund, capture, cancel, events resend and
+// endpoints create generate one key for the command and print it on stderr,
+// so that the command can be run again with it. pay -capture manual only
+// authorizes the payment (REQUIRES_CAPTURE): capture takes all of it, or
+// -amount of it, and cancel voids it.
 //
 // listen receives the tenant's webhooks on this machine until interrupted:
 // it registers a temporary endpoint on 127.0.0.1, prints each delivery it
@@ -90,6 +98,13 @@ const usage = `usage:
   paymentsctl cancel PAYMENT_ID [-reason R] [-idempotency-key K]
   paymentsctl listen [-events payment.succeeded,refund.succeeded,...] [-forward-to URL] \
       [-addr 127.0.0.1:0]
+  paymentsctl events list [-type T,...] [-payment PAYMENT_ID] [-from T] [-to T] [-after T] \
+      [-limit N] [-cursor C] [-all]
+  paymentsctl events get EVENT_ID
+  paymentsctl events resend EVENT_ID [-endpoint ENDPOINT_ID] [-idempotency-key K]
+  paymentsctl endpoints list
+  paymentsctl endpoints create -url URL [-events T,...] [-description TEXT] [-idempotency-key K]
+  paymentsctl endpoints delete ENDPOINT_ID
   paymentsctl stripe-webhook PAYMENT_OR_REFUND_ID [-type T] [-secret S] [-object ID]
 
 pay -capture manual only authorizes the payment (REQUIRES_CAPTURE): capture
@@ -114,6 +129,18 @@ headers to -forward-to, and deletes the endpoint on exit. -events keeps
 some types (default: all). The server must allow plain http and loopback
 destinations: WEBHOOK_ALLOW_HTTP=true and WEBHOOK_ALLOW_PRIVATE=true, the
 defaults of dev mode (make run).
+
+events list prints one page of the tenant's events, newest first, with the
+filters of GET /events (-type several comma-separated, -payment its
+refunds' events too), -cursor and -all as for list; events get prints one;
+events resend sends one again now, to every enabled endpoint subscribed to
+its type or to -endpoint only, and prints the receipt (the endpoints).
+
+endpoints manages the tenant's webhook endpoints: list (without their
+secrets), create (prints the endpoint with its signing secret, "whsec_...",
+as the API answers it: store it, endpoints list never shows it; -events
+keeps some types, default all), delete (no delivery starts afterwards).
+events resend and endpoints create are idempotent, like pay.
 
 stripe-webhook sends POST /webhooks/stripe a Stripe event about one of the
 service's payments (pay_...) or refunds (re_...), signed with the endpoint
@@ -144,6 +171,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return out.usage(err)
 	}
 	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel, "listen": listen,
+		"events": events(), "endpoints": endpoints(),
 		"stripe-webhook": func(ctx context.Context, _ *client.Client, args []string, out *output) int {
 			return stripeWebhook(ctx, *baseURL, getenv, args, out)
 		}}

@@ -55,12 +55,15 @@ func list(ctx context.Context, c *client.Client, args []string, out *output) int
 	}
 	params.CreatedFrom, params.CreatedTo = time.Time(from), time.Time(to)
 	page, err := c.ListPayments(ctx, params)
-	for all && err == nil && page.NextCursor != "" {
-		params.Cursor = page.NextCursor
-		var next *client.PaymentList
-		if next, err = c.ListPayments(ctx, params); err == nil {
-			page.Items, page.NextCursor = append(page.Items, next.Items...), next.NextCursor
-		}
+	if all && err == nil {
+		err = followPages(&page.Items, &page.NextCursor, func(cursor string) ([]client.Payment, string, error) {
+			params.Cursor = cursor
+			next, err := c.ListPayments(ctx, params)
+			if err != nil {
+				return nil, "", err
+			}
+			return next.Items, next.NextCursor, nil
+		})
 	}
 	if err != nil {
 		return out.failure(err)
