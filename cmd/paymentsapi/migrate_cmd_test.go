@@ -81,7 +81,7 @@ func TestServeWithoutMigratingRefusesADatabaseThatLacksAMigration(t *testing.T) 
 	if at, _ := database.CheckMigrated(context.Background(), behind); at != newest-1 {
 		t.Errorf("the refused server migrated the database to %d", at)
 	}
-	if n := recCount(t, behind, "api_keys"); n != 0 {
+	if n := recCount(t, behind, "tenant_api_keys"); n != 0 {
 		t.Errorf("the refused server stored %d API keys", n)
 	}
 }

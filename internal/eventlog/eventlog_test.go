@@ -487,7 +487,7 @@ func TestCleanupKeepsEventsForTheirRetention(t *testing.T) {
 func (e *env) webhook(tenant string) {
 	e.t.Helper()
 	if _, err := e.pool.Exec(context.Background(), `
-		INSERT INTO webhook_endpoints (id, tenant_id, url, status, secret, secret_id, created_at)
+		INSERT INTO webhook_endpoints (id, tenant_id, url, status, secret_sealed, secret_id, created_at)
 		VALUES ('we_' || $1, $1, 'https://example.com/hooks', 'enabled', 'whsec_x', 'ws_x', $2)`, tenant, e.clk.Now()); err != nil {
 		e.t.Fatal(err)
 	}

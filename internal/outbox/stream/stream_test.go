@@ -153,7 +153,7 @@ func TestTransactionsComeInCommitOrder(t *testing.T) {
 	if err := undone.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pool.Exec(ctx, `INSERT INTO api_keys (tenant_id, secret_hash, created_at, updated_at) VALUES ('t', '\x00', now(), now())`); err != nil {
+	if _, err := e.pool.Exec(ctx, `INSERT INTO tenant_api_keys (id, tenant_id, secret_hash, created_at) VALUES ('key_t', 't', '\x00', now())`); err != nil {
 		t.Fatal(err)
 	}
 	if err := first.Commit(ctx); err != nil {
@@ -310,7 +310,7 @@ func TestAnIdleStreamLetsGoOfTheWALBehindIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		if _, err := e.pool.Exec(ctx, `INSERT INTO api_keys (tenant_id, secret_hash, created_at, updated_at) VALUES ($1, $2, now(), now())`,
+		if _, err := e.pool.Exec(ctx, `INSERT INTO tenant_api_keys (id, tenant_id, secret_hash, created_at) VALUES ('key_' || $1, $1, $2, now())`,
 			fmt.Sprint("t", i), []byte{byte(i)}); err != nil {
 			t.Fatal(err)
 		}
