@@ -164,6 +164,11 @@ type ListPaymentsParams struct {
 	CreatedFrom time.Time
 	// CreatedTo keeps the payments created before it.
 	CreatedTo time.Time
+	// Currency keeps the payments in it; AmountMin and AmountMax, written
+	// as a payment's amount is ("10.00", in Currency, which they need),
+	// keep those whose amount lies between them, both included.
+	Currency             string
+	AmountMin, AmountMax string
 	// Limit is the page size, 1 to 100 (the server's default is 20).
 	Limit int
 	// Cursor is the NextCursor of the previous page: a position in the
@@ -176,6 +181,7 @@ func (p ListPaymentsParams) generated() *apigen.ListPaymentsParams {
 	return &apigen.ListPaymentsParams{
 		AccountID: optional(p.AccountID), MerchantReference: optional(p.MerchantReference),
 		Status: optionalList(p.Statuses), CreatedFrom: optional(p.CreatedFrom), CreatedTo: optional(p.CreatedTo),
+		Currency: optional(p.Currency), AmountMin: optional(p.AmountMin), AmountMax: optional(p.AmountMax),
 		Limit: optional(p.Limit), Cursor: optional(p.Cursor),
 	}
 }

@@ -106,6 +106,7 @@ func TestPaymentsAndAPaymentsPage(t *testing.T) {
 	// The form's other filters reach the service's query as the API's do.
 	for query, want := range map[string]string{
 		"status=DECLINED": declined, "merchantReference=inv-1": paid, "status=REQUIRES_CAPTURE": held,
+		"currency=eur&amountMin=20": held, "currency=EUR&amountMin=7.01&amountMax=10.00": paid,
 	} {
 		p = b.get("/dashboard/payments?" + query)
 		for _, id := range []string{paid, held, declined} {
@@ -124,6 +125,9 @@ func TestPaymentsAndAPaymentsPage(t *testing.T) {
 	}
 	if p = b.get("/dashboard/payments?status=EXPLODED"); p.status != http.StatusBadRequest {
 		t.Errorf("an unknown status: %d", p.status)
+	}
+	if p = b.get("/dashboard/payments?amountMin=10"); p.status != http.StatusBadRequest || !strings.Contains(p.body, "needs currency") {
+		t.Errorf("an amount without its currency: %d\n%s", p.status, p.body)
 	}
 	golden(t, "payment-succeeded", b.get("/dashboard/payments/"+paid))
 	golden(t, "payment-authorized", b.get("/dashboard/payments/"+held))

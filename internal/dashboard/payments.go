@@ -31,6 +31,9 @@ type filter struct {
 	MerchantReference string
 	AccountID         string
 	PaymentID         string
+	Currency          string
+	AmountMin         string // as a payment's amount is written, 10.00
+	AmountMax         string
 	Cursor            string
 }
 
@@ -38,6 +41,7 @@ func filterOf(r *http.Request) filter {
 	q := r.URL.Query()
 	return filter{Status: q.Get("status"), CreatedFrom: q.Get("createdFrom"), CreatedTo: q.Get("createdTo"),
 		MerchantReference: q.Get("merchantReference"), AccountID: q.Get("accountId"), PaymentID: q.Get("paymentId"),
+		Currency: q.Get("currency"), AmountMin: q.Get("amountMin"), AmountMax: q.Get("amountMax"),
 		Cursor: q.Get("cursor")}
 }
 
@@ -73,14 +77,31 @@ func (f filter) listQuery() (payments.ListQuery, string) {
 	if !lq.CreatedFrom.IsZero() && !lq.CreatedTo.IsZero() && !lq.CreatedTo.After(lq.CreatedFrom) {
 		return lq, "The date to must not come before the date from."
 	}
+	amounts, field, msg := payments.ParseAmountRange(f.Currency, f.AmountMin, f.AmountMax)
+	if msg != "" {
+		return lq, "The " + amountLabel(field) + " " + msg + "."
+	}
+	lq.Currency, lq.AmountMin, lq.AmountMax = amounts.Currency, amounts.Min, amounts.Max
 	return lq, ""
+}
+
+// amountLabel names a field of the amount range as the form labels it.
+func amountLabel(field string) string {
+	switch field {
+	case "amountMin":
+		return "lowest amount"
+	case "amountMax":
+		return "highest amount"
+	}
+	return field
 }
 
 // query is f as the page's URL query, without its cursor.
 func (f filter) query() url.Values {
 	q := url.Values{}
 	for name, v := range map[string]string{"status": f.Status, "createdFrom": f.CreatedFrom, "createdTo": f.CreatedTo,
-		"merchantReference": f.MerchantReference, "accountId": f.AccountID} {
+		"merchantReference": f.MerchantReference, "accountId": f.AccountID,
+		"currency": f.Currency, "amountMin": f.AmountMin, "amountMax": f.AmountMax} {
 		if v != "" {
 			q.Set(name, v)
 		}

@@ -22,9 +22,10 @@ import (
 
 // seeded is one payment of seedPayments, as the test expects to find it.
 type seeded struct {
-	id, tenant, account, reference string
-	state                          State
-	created                        time.Time
+	id, tenant, account, reference, currency string
+	amount                                   int64
+	state                                    State
+	created                                  time.Time
 }
 
 // seedPayments writes n payments of two tenants and three accounts in
@@ -47,6 +48,8 @@ func seedPayments(t *testing.T, db *pgxpool.Pool, n int) []seeded {
 			tenant:    fmt.Sprintf("tenant_%d", i%2),
 			account:   fmt.Sprintf("acc_%d", i%3),
 			reference: fmt.Sprintf("inv-%d", i%40),
+			currency:  []string{"EUR", "EUR", "EUR", "JPY"}[(i/2)%4],
+			amount:    int64(100 + (i*37)%1000),
 			state:     states[(i*7)%len(states)],
 			created:   t0.Add(time.Duration((i*7919)%n/2) * time.Second),
 		}
@@ -74,8 +77,8 @@ func seedPayments(t *testing.T, db *pgxpool.Pool, n int) []seeded {
 			}
 			b.Queue(`INSERT INTO payments (id, tenant_id, account_id, amount_minor, currency, merchant_reference,
 			    payment_method, channel, state, created_at, updated_at, capture_method)
-			    VALUES ($1, $2, $3, 100, 'EUR', $4, 'pm_card_visa', 'web', $5, $6, $6, $7)`,
-				p.id, p.tenant, p.account, p.reference, string(StateReceived), p.created, capture)
+			    VALUES ($1, $2, $3, $8, $9, $4, 'pm_card_visa', 'web', $5, $6, $6, $7)`,
+				p.id, p.tenant, p.account, p.reference, string(StateReceived), p.created, capture, p.amount, p.currency)
 			for _, step := range machine.PathTo(p.state) {
 				b.Queue(`UPDATE payments SET state = $2 WHERE id = $1`, p.id, string(step))
 			}
@@ -97,7 +100,10 @@ func expected(all []seeded, tenant string, lq ListQuery) []string {
 			(lq.MerchantReference == "" || p.reference == lq.MerchantReference) &&
 			(lq.Statuses == nil || slices.Contains(lq.Statuses, p.state.Status())) &&
 			(lq.CreatedFrom.IsZero() || !p.created.Before(lq.CreatedFrom)) &&
-			(lq.CreatedTo.IsZero() || p.created.Before(lq.CreatedTo)) {
+			(lq.CreatedTo.IsZero() || p.created.Before(lq.CreatedTo)) &&
+			(lq.Currency == "" || p.currency == lq.Currency) &&
+			(lq.AmountMin == 0 || p.amount >= lq.AmountMin) &&
+			(lq.AmountMax == 0 || p.amount <= lq.AmountMax) {
 			match = append(match, p)
 		}
 	}
@@ -164,6 +170,10 @@ func TestEachFilterKeepsExactlyTheMatchingPayments(t *testing.T) {
 		"reference, mixed status": {MerchantReference: "inv-10", Statuses: []Status{StatusSucceeded, StatusCanceled}},
 		"status and range":        {Statuses: []Status{StatusCanceled}, CreatedFrom: at(10), CreatedTo: at(190)},
 		"all of them":             {AccountID: "acc_2", MerchantReference: "inv-26", Statuses: []Status{StatusDeclined, StatusCanceled}, CreatedFrom: at(1), CreatedTo: at(200)},
+		"currency":                {Currency: "JPY"},
+		"amount range":            {Currency: "EUR", AmountMin: 300, AmountMax: 650},
+		"amount at least":         {Currency: "EUR", AmountMin: 900},
+		"amount at most, status":  {Currency: "JPY", AmountMax: 400, Statuses: []Status{StatusSucceeded, StatusDeclined}},
 		"nothing matches":         {AccountID: "acc_9"},
 	}
 	for name, lq := range cases {

@@ -10,6 +10,7 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
 	"github.com/paymentsapi/paymentsapi/internal/logging"
+	"github.com/paymentsapi/paymentsapi/internal/money"
 	"github.com/paymentsapi/paymentsapi/internal/operation"
 	"github.com/paymentsapi/paymentsapi/internal/problem"
 	"github.com/paymentsapi/paymentsapi/internal/query"
@@ -47,7 +48,8 @@ func (s *Service) Routes(r chi.Router, api operation.HTTP) {
 		api.Reply(w, r, reply)
 	})
 	r.Method(http.MethodGet, "/payments", query.Declare(s.list(api),
-		"accountId", "merchantReference", "status", "createdFrom", "createdTo", "limit", "cursor"))
+		"accountId", "merchantReference", "status", "createdFrom", "createdTo", "currency", "amountMin", "amountMax",
+		"limit", "cursor"))
 	r.Get("/payments/{paymentId}", func(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "paymentId")
 		logging.Add(r.Context(), "payment_id", id)
@@ -102,7 +104,59 @@ func readListQuery(q *query.Reader) (ListQuery, error) {
 		lq.Statuses = append(lq.Statuses, Status(st))
 	}
 	lq.CreatedFrom, lq.CreatedTo = q.Range("createdFrom", "createdTo")
+	lq.Currency, lq.AmountMin, lq.AmountMax = readAmountRange(q)
 	return lq, q.Err()
+}
+
+// readAmountRange reads currency and the amount range amountMin..amountMax
+// of a listing (ParseAmountRange).
+func readAmountRange(q *query.Reader) (string, int64, int64) {
+	r, field, msg := ParseAmountRange(q.Text("currency"), q.Text("amountMin"), q.Text("amountMax"))
+	if msg != "" {
+		q.Add(field, msg)
+	}
+	return r.Currency, r.Min, r.Max
+}
+
+// AmountRange is a listing's currency and amount range, in minor units of
+// that currency, both ends included; zero where absent.
+type AmountRange struct {
+	Currency string
+	Min, Max int64
+}
+
+// ParseAmountRange reads a listing's currency and amount range as a client
+// types them: amounts written as a payment's amount is ("10.00"), which
+// need their currency, since 10.00 EUR and 10 JPY are different amounts.
+// It names the field it refuses and says why ("" when it refuses none).
+func ParseAmountRange(currency, lowest, highest string) (r AmountRange, field, msg string) {
+	if currency != "" {
+		c, err := money.NormalizeCurrency(currency)
+		if err != nil {
+			return AmountRange{}, "currency", "must be a supported ISO 4217 currency code, such as EUR"
+		}
+		r.Currency = c
+	}
+	for _, a := range []struct {
+		name, typed string
+		set         *int64
+	}{{"amountMin", lowest, &r.Min}, {"amountMax", highest, &r.Max}} {
+		if a.typed == "" {
+			continue
+		}
+		if r.Currency == "" {
+			return AmountRange{}, a.name, "needs currency: an amount means nothing without its currency"
+		}
+		minor, err := money.Parse(a.typed, r.Currency)
+		if err != nil {
+			return AmountRange{}, a.name, "must be an amount in " + r.Currency + " written as a payment's is, such as \"" + money.Format(1000, r.Currency) + "\""
+		}
+		*a.set = minor
+	}
+	if r.Min > 0 && r.Max > 0 && r.Max < r.Min {
+		return AmountRange{}, "amountMax", "must not be below amountMin: the range is from amountMin to amountMax, both included"
+	}
+	return r, "", ""
 }
 
 // statusNames are the statuses a client may filter by.

@@ -85,8 +85,19 @@ func TestPaymentAnswersConformToTheOpenAPISpec(t *testing.T) {
 			})
 			c.Check(servicetest.Exchange{
 				Name: "200 list, every filter", Method: "GET", Header: servicetest.Bearer(servicetest.SecretA), Status: 200,
-				Path: "/payments?accountId=acc_1&merchantReference=invoice-7781&status=SUCCEEDED,DECLINED&createdFrom=2026-01-01T00:00:00Z&createdTo=2099-01-01T00:00:00%2B01:00",
+				Path: "/payments?accountId=acc_1&merchantReference=invoice-7781&status=SUCCEEDED,DECLINED&createdFrom=2026-01-01T00:00:00Z&createdTo=2099-01-01T00:00:00%2B01:00&currency=eur&amountMin=1&amountMax=10.00",
 			})
+			for _, bad := range []struct{ name, query string }{
+				{"an amount without its currency", "amountMin=10.00"},
+				{"an unsupported currency", "currency=XXX&amountMax=10"},
+				{"more fraction digits than the currency has", "currency=JPY&amountMin=10.5"},
+				{"a range upside down", "currency=EUR&amountMin=20&amountMax=10"},
+			} {
+				c.Check(servicetest.Exchange{
+					Name: "400 list, " + bad.name, Method: "GET", Path: "/payments?" + bad.query, Header: servicetest.Bearer(servicetest.SecretA),
+					Status: 400, Code: "VALIDATION_FAILED",
+				})
+			}
 			c.Check(servicetest.Exchange{
 				Name: "400 list, an unknown status", Method: "GET", Path: "/payments?status=SUCCEEDED,EXPLODED", Header: servicetest.Bearer(servicetest.SecretA),
 				Status: 400, Code: "VALIDATION_FAILED", SpecRejects: `parameter "status"`,

@@ -200,7 +200,13 @@ type ListQuery struct {
 	Statuses          []Status  // optional: those in any of these statuses
 	CreatedFrom       time.Time // optional: those created at or after it
 	CreatedTo         time.Time // optional: those created before it
-	Limit             int
+	// Currency (optional) keeps the payments in it; AmountMin and
+	// AmountMax (optional, minor units of Currency, both included) keep
+	// those whose amount lies in the range. An amount means nothing
+	// without its currency, so a range comes with one.
+	Currency             string
+	AmountMin, AmountMax int64
+	Limit                int
 	// Cursor is opaque, from a previous Page; empty for the first page. It
 	// is a position in the order of the listing, not a copy of its
 	// filters: with other filters it means the payments that meet them
@@ -237,6 +243,15 @@ func listQuery(tenant string, lq ListQuery) (string, []any, error) {
 	}
 	if cond := heldCondition(lq); cond != "" {
 		where.Add(cond)
+	}
+	if lq.Currency != "" {
+		where.Add("currency = $%d", lq.Currency)
+	}
+	if lq.AmountMin > 0 {
+		where.Add("amount_minor >= $%d", lq.AmountMin)
+	}
+	if lq.AmountMax > 0 {
+		where.Add("amount_minor <= $%d", lq.AmountMax)
 	}
 	if !lq.CreatedFrom.IsZero() {
 		where.Add("created_at >= $%d", lq.CreatedFrom)

@@ -1461,6 +1461,15 @@ type ListPaymentsParams struct {
 	// CreatedTo Only payments created before this time (RFC 3339, excluded). It must come after `createdFrom`.
 	CreatedTo *time.Time `form:"createdTo,omitempty" json:"createdTo,omitempty"`
 
+	// Currency Only payments in this currency (ISO 4217; an unsupported one gets `400 VALIDATION_FAILED`). `amountMin` and `amountMax` need it.
+	Currency *string `form:"currency,omitempty" json:"currency,omitempty"`
+
+	// AmountMin Only payments of at least this amount (included), written as a payment's `amount` is, in `currency`, which it needs (`400 VALIDATION_FAILED` without it).
+	AmountMin *string `form:"amountMin,omitempty" json:"amountMin,omitempty"`
+
+	// AmountMax Only payments of at most this amount (included), written as a payment's `amount` is, in `currency`, which it needs. It must not be below `amountMin`.
+	AmountMax *string `form:"amountMax,omitempty" json:"amountMax,omitempty"`
+
 	// Limit Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
@@ -1860,7 +1869,8 @@ type ClientInterface interface {
 	// holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
 	// tenant's (or the account's) payments newest first, so a status that no recent payment has
 	// reads back through the tenant's history until it finds a page; narrow it with
-	// `createdFrom`.
+	// `createdFrom`. The same holds for `currency` and the amount range, which are checked on the
+	// payments read.
 	//
 	// Corresponds with GET /payments (the `ListPayments` operationId).
 	ListPayments(ctx context.Context, params *ListPaymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2582,7 +2592,8 @@ func (c *Client) ResendEvent(ctx context.Context, eventID EventID, params *Resen
 // holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
 // tenant's (or the account's) payments newest first, so a status that no recent payment has
 // reads back through the tenant's history until it finds a page; narrow it with
-// `createdFrom`.
+// `createdFrom`. The same holds for `currency` and the amount range, which are checked on the
+// payments read.
 //
 // Corresponds with GET /payments (the `ListPayments` operationId).
 func (c *Client) ListPayments(ctx context.Context, params *ListPaymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3694,6 +3705,42 @@ func NewListPaymentsRequest(server string, params *ListPaymentsParams) (*http.Re
 
 		}
 
+		if params.Currency != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "currency", *params.Currency, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.AmountMin != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "amountMin", *params.AmountMin, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.AmountMax != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "amountMax", *params.AmountMax, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Limit != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
@@ -4574,7 +4621,8 @@ type ClientWithResponsesInterface interface {
 	// holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
 	// tenant's (or the account's) payments newest first, so a status that no recent payment has
 	// reads back through the tenant's history until it finds a page; narrow it with
-	// `createdFrom`.
+	// `createdFrom`. The same holds for `currency` and the amount range, which are checked on the
+	// payments read.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8124,7 +8172,8 @@ func (c *ClientWithResponses) ResendEventWithResponse(ctx context.Context, event
 // holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
 // tenant's (or the account's) payments newest first, so a status that no recent payment has
 // reads back through the tenant's history until it finds a page; narrow it with
-// `createdFrom`.
+// `createdFrom`. The same holds for `currency` and the amount range, which are checked on the
+// payments read.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -24,7 +24,8 @@ export interface paths {
          *     holds, with one exception: a status other than `DECLINED` and `CANCELED` is checked on the
          *     tenant's (or the account's) payments newest first, so a status that no recent payment has
          *     reads back through the tenant's history until it finds a page; narrow it with
-         *     `createdFrom`.
+         *     `createdFrom`. The same holds for `currency` and the amount range, which are checked on the
+         *     payments read.
          */
         get: operations["listPayments"];
         put?: never;
@@ -1808,6 +1809,21 @@ export interface operations {
                  * @example 2026-02-01T00:00:00Z
                  */
                 createdTo?: string;
+                /**
+                 * @description Only payments in this currency (ISO 4217; an unsupported one gets `400 VALIDATION_FAILED`). `amountMin` and `amountMax` need it.
+                 * @example EUR
+                 */
+                currency?: string;
+                /**
+                 * @description Only payments of at least this amount (included), written as a payment's `amount` is, in `currency`, which it needs (`400 VALIDATION_FAILED` without it).
+                 * @example 10.00
+                 */
+                amountMin?: string;
+                /**
+                 * @description Only payments of at most this amount (included), written as a payment's `amount` is, in `currency`, which it needs. It must not be below `amountMin`.
+                 * @example 50.00
+                 */
+                amountMax?: string;
                 /** @description Page size. A value outside 1..100 gets `400 VALIDATION_FAILED`. */
                 limit?: number;
                 /**
