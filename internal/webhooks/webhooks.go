@@ -232,13 +232,14 @@ func handle(ctx context.Context, d Deps, kinds map[stripe.EventType][]kind, e st
 		// charge names the payment's key and, once its customer was asked
 		// to authenticate, the authentication's): one that is final or
 		// unknown says nothing of the others.
+		// The answer tells of the resource the event did most for, as
+		// telling ranks them; acting on one ends the loop.
 		for i, res := range resources {
 			outcome, resolution, err := resolve(ctx, d, res)
 			if err != nil {
 				return Answer{}, err
 			}
-			if i == 0 || outcome == OutcomeApplied || answer.Resolution == ResolutionUnknownResource ||
-				(answer.Resolution == idempotency.OutcomeFinal && resolution != ResolutionUnknownResource) {
+			if i == 0 || telling(outcome, resolution) > telling(answer.Outcome, answer.Resolution) {
 				answer.Outcome, answer.Resolution = outcome, resolution
 			}
 			if outcome == OutcomeApplied {
@@ -289,6 +290,21 @@ func resolve(ctx context.Context, d Deps, res idempotency.Resource) (outcome, re
 		return OutcomeApplied, resolution, nil
 	}
 	return OutcomeIgnored, resolution, nil
+}
+
+// telling ranks what resolving one resource came to, for the answer of an
+// event that names several: acted on, then a resource still in flight or
+// in review, then one already final, then one we do not hold.
+func telling(outcome, resolution string) int {
+	switch {
+	case outcome == OutcomeApplied:
+		return 3
+	case resolution == ResolutionUnknownResource:
+		return 0
+	case resolution == idempotency.OutcomeFinal:
+		return 1
+	}
+	return 2
 }
 
 // object is what is read of an event's object: stable fields only.
