@@ -6,43 +6,36 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/authorizations"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
-	"github.com/paymentsapi/paymentsapi/internal/database"
-	"github.com/paymentsapi/paymentsapi/internal/httpapi"
 	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/provider"
 	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 	"github.com/paymentsapi/paymentsapi/internal/setting"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 const (
-	secret      = "sk_test_authorizations"
-	otherSecret = "sk_test_other_tenant"
+	secret      = servicetest.SecretA
+	otherSecret = servicetest.SecretB
 	replayTTL   = 24 * time.Hour
 	authTTL     = 7 * 24 * time.Hour
 )
 
-// env is the real HTTP API, as cmd/paymentsapi wires it, on a database of
-// its own, with the provider simulator behind it and a clock the test moves.
+// env is the service (servicetest) with the simulator on the test's clock,
+// so that authorizations expire at the provider as the test moves time;
 // instances > 1 starts more API instances on the same database and
 // simulator, each with its own pool, engine and reconciler, as separate
 // processes would run.
@@ -60,7 +53,7 @@ type envOptions struct {
 	instances       int
 	providerTimeout time.Duration
 	hooks           payments.Hooks
-	// wrap, if set, wraps the provider each instance calls.
+	// wrap, if set, wraps the provider the instances call.
 	wrap func(provider.Provider) provider.Provider
 }
 
@@ -75,54 +68,26 @@ func newEnv(t *testing.T, opts envOptions) *env {
 	if opts.providerTimeout <= 0 {
 		opts.providerTimeout = 2 * time.Second
 	}
-	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	clk := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secret}, {Tenant: "tenant_b", Secret: otherSecret}}, clk.Now()); err != nil {
-		t.Fatal(err)
+	options := []servicetest.Option{
+		servicetest.WithSimOnTheClock(),
+		servicetest.WithProviderTimeout(opts.providerTimeout),
+		servicetest.WithHooks(opts.hooks),
+		servicetest.WithRecovery(idempotency.RecoveryPolicy{MaxAttempts: 20}),
+		servicetest.WithConfig(func(c *app.Config) {
+			c.ReplayTTL, c.Lease = replayTTL, lease(opts)
+			c.Settings = setting.Values{authorizations.SettingTTL: authTTL}
+		}),
+		// A lost answer: the simulator holds it past the provider timeout.
+		func(o *servicetest.Options) { o.Sim.HangFor = opts.providerTimeout + time.Second },
 	}
-	simulator := sim.New(sim.Options{HangFor: opts.providerTimeout + time.Second, Clock: clk})
-	simSrv := httptest.NewServer(simulator)
-	t.Cleanup(simSrv.Close)
-	e := &env{t: t, pool: pool, clk: clk, sim: simulator, simURL: simSrv.URL}
-	for range opts.instances {
-		instPool := pool
-		if opts.instances > 1 {
-			cfg := pool.Config().Copy()
-			p, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p.Close)
-			instPool = p
-		}
-		reg := prometheus.NewRegistry()
-		m := metrics.New(reg)
-		log := slog.New(slog.DiscardHandler)
-		if os.Getenv("TEST_LOG") != "" {
-			log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-		}
-		keys := idempotency.NewListener(instPool.Config().ConnConfig.Copy(), log)
-		listenCtx, stop := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); keys.Run(listenCtx) }()
-		t.Cleanup(func() { stop(); <-done })
-		var prov provider.Provider = simclient.New(simSrv.URL, nil)
-		if opts.wrap != nil {
-			prov = opts.wrap(prov)
-		}
-		core := app.New(app.Deps{DB: instPool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, app.Config{
-			PaymentHooks: opts.hooks, CommitMode: pgtest.CommitMode(),
-			ReplayTTL: replayTTL, Lease: lease(opts), RetryAfter: time.Second,
-			ProviderTimeout: opts.providerTimeout, ProviderKeyWindow: 24 * time.Hour, Settings: setting.Values{authorizations.SettingTTL: authTTL},
-			Recovery: idempotency.RecoveryPolicy{MaxAttempts: 20},
-		})
-		srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
-			DB: instPool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"),
-			Ready: func(ctx context.Context) error { return database.Ready(ctx, instPool) }, Clock: clk,
-		})))
-		t.Cleanup(srv.Close)
-		e.urls = append(e.urls, srv.URL)
+	if opts.wrap != nil {
+		options = append(options, servicetest.WithProvider(opts.wrap))
+	}
+	s := servicetest.New(t, options...)
+	e := &env{t: t, urls: []string{s.URL}, pool: s.Pool, clk: s.Clock, sim: s.Sim, simURL: s.SimURL, cores: []*app.Core{s.Core}}
+	for range opts.instances - 1 {
+		url, core, _ := s.Process()
+		e.urls = append(e.urls, url)
 		e.cores = append(e.cores, core)
 	}
 	return e

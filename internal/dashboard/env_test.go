@@ -6,41 +6,31 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/paymentsapi/paymentsapi/internal/apikeys"
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/clock"
 	"github.com/paymentsapi/paymentsapi/internal/dashboard"
-	"github.com/paymentsapi/paymentsapi/internal/database"
-	"github.com/paymentsapi/paymentsapi/internal/endpoints"
 	"github.com/paymentsapi/paymentsapi/internal/httpapi"
-	"github.com/paymentsapi/paymentsapi/internal/idempotency"
-	"github.com/paymentsapi/paymentsapi/internal/metrics"
-	"github.com/paymentsapi/paymentsapi/internal/operators"
-	"github.com/paymentsapi/paymentsapi/internal/outbound"
 	"github.com/paymentsapi/paymentsapi/internal/outbox"
 	"github.com/paymentsapi/paymentsapi/internal/outbox/poll"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
-	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
-	"github.com/paymentsapi/paymentsapi/internal/provider/simclient"
-	"github.com/paymentsapi/paymentsapi/internal/secretbox"
+	"github.com/paymentsapi/paymentsapi/internal/provider"
+	"github.com/paymentsapi/paymentsapi/internal/servicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -49,14 +39,14 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/ w
 
 // The secrets of the environment's two tenants and its operator.
 const (
-	secretA  = "sk_test_dashboard_tenant_a"
-	secretB  = "sk_test_dashboard_tenant_b"
-	secretOp = "sk_operator_dashboard_alice"
+	secretA  = servicetest.SecretA
+	secretB  = servicetest.SecretB
+	secretOp = servicetest.OperatorSecret
 )
 
-// env is the API with its dashboard on a database of its own, the provider
-// simulator, and a fixed clock; with live, the outbox relay runs too (a
-// poller), its publishes tapped for the dashboard as the server does.
+// env is the service (servicetest) with its dashboard mounted, on the
+// test's fixed clock; with live, the outbox relay runs too (a poller), its
+// publishes tapped for the dashboard as the server does.
 type env struct {
 	t      testing.TB
 	url    string
@@ -73,77 +63,46 @@ type env struct {
 func newEnv(t testing.TB, live bool) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pool := pgtest.NewPool(t)
-	crashSent := &atomic.Bool{}
-	clk := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
-	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: secretA}, {Tenant: "tenant_b", Secret: secretB}}, clk.Now()); err != nil {
-		t.Fatal(err)
-	}
-	simSrv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{SlowDelay: 100 * time.Millisecond, HangFor: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := secretbox.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secretbox.FromKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if os.Getenv("TEST_LOG") == "1" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	reg := prometheus.NewRegistry()
-	m := metrics.New(reg)
-	keys := idempotency.NewListener(pool.Config().ConnConfig.Copy(), log)
-	done := make(chan struct{})
-	go func() { defer close(done); keys.Run(ctx) }()
-	core := app.New(app.Deps{DB: pool, Provider: simclient.New(simSrv.URL(), nil), Clock: clk, Log: log, Metrics: m, Waiter: keys},
-		app.Config{
-			ReplayTTL: 24 * time.Hour, Lease: 30 * time.Second, ProviderTimeout: time.Second, // a lost answer (the simulator holds it 5 s) is unknown within 1 s
-			ProviderKeyWindow: 24 * time.Hour, RetryAfter: time.Second, CommitMode: pgtest.CommitMode(),
-			Webhooks: endpoints.Options{Policy: outbound.Policy{AllowHTTP: true, AllowPrivate: true}, Secrets: box},
-			// A payment's outcome comes a second after its claim, so that
-			// its events and moves have an order the pages show stably.
-			PaymentHooks: payments.Hooks{AfterClaim: func(context.Context, string) error { clk.Advance(time.Second); return nil },
-				// A request "crashes" between recording its send and
-				// sending it while crashSent is set: the provider never
-				// hears of the payment.
-				AfterRequestSent: func(context.Context, string) error {
-					if crashSent.Load() {
-						return errors.New("crashed before the request left")
-					}
-					return nil
-				}},
-		})
-	ops, err := operators.Parse("alice:" + secretOp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lv, health := dashboard.NewLive(clk, log), dashboard.NewHealth(reg, clk, log)
-	audit := app.Auditor(pool, simclient.New(simSrv.URL(), nil))
-	go lv.Run(ctx)
-	if live {
-		relay := poll.NewRelay(poll.RelayDeps{ConnString: pool.Config().ConnConfig.ConnString(), DB: pool,
-			Publisher: lv.Tap(core.EventLog.Publisher(outbox.NewLogPublisher(io.Discard))), Clock: clock.System{}},
-			poll.RelayConfig{Interval: 20 * time.Millisecond, Standby: 50 * time.Millisecond})
-		go relay.Run(ctx)
-	}
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(httpapi.Deps{
-		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: []byte("openapi: 3.1.0\n"), Clock: clk, Operators: ops,
-		Ready:     func(ctx context.Context) error { return database.Ready(ctx, pool) },
-		Dashboard: core.Dashboard(dashboard.Deps{DB: pool, Live: lv, Health: health, Clock: clk, Log: log, Orphans: &audit}),
-	})))
+	var running sync.WaitGroup
+	e := &env{t: t, crashSent: &atomic.Bool{}}
+	s := servicetest.New(t,
+		servicetest.WithSlowDelay(100*time.Millisecond),
+		servicetest.WithProviderTimeout(time.Second), // a lost answer (the simulator holds it 5 s) is unknown within 1 s
+		servicetest.WithOperators(t),
+		// A payment's outcome comes a second after its claim, so that its
+		// events and moves have an order the pages show stably.
+		servicetest.WithHooks(payments.Hooks{AfterClaim: func(context.Context, string) error { e.clock.Advance(time.Second); return nil },
+			// A request "crashes" between recording its send and sending
+			// it while crashSent is set: the provider never hears of the
+			// payment.
+			AfterRequestSent: func(context.Context, string) error {
+				if e.crashSent.Load() {
+					return errors.New("crashed before the request left")
+				}
+				return nil
+			}}),
+		servicetest.WithWiring(func(d *httpapi.Deps, in servicetest.Instance) {
+			e.live, e.health = dashboard.NewLive(in.Clock, in.Log), dashboard.NewHealth(in.Registry, in.Clock, in.Log)
+			running.Go(func() { e.live.Run(ctx) })
+			audit := app.Auditor(in.Pool, in.Provider.(provider.Listing))
+			if live {
+				relay := poll.NewRelay(poll.RelayDeps{ConnString: in.Pool.Config().ConnConfig.ConnString(), DB: in.Pool,
+					Publisher: e.live.Tap(in.Core.EventLog.Publisher(outbox.NewLogPublisher(io.Discard))), Clock: clock.System{}},
+					poll.RelayConfig{Interval: 20 * time.Millisecond, Standby: 50 * time.Millisecond})
+				running.Go(func() { relay.Run(ctx) })
+			}
+			d.Dashboard = in.Core.Dashboard(dashboard.Deps{DB: in.Pool, Live: e.live, Health: e.health, Clock: in.Clock, Log: in.Log, Orphans: &audit})
+		}))
+	// The pages' streams, which a browser may still hold open, end before
+	// the server closes, and the relay's connections before the database
+	// is dropped (cleanups run last first).
 	t.Cleanup(func() {
-		lv.Stop() // the pages' streams, which the browser may still hold open
-		srv.Close()
+		e.live.Stop()
 		cancel()
-		<-done
-		_ = simSrv.Close()
+		running.Wait()
 	})
-	return &env{t: t, url: srv.URL, pool: pool, clock: clk, core: core, health: health, live: lv, crashSent: crashSent}
+	e.url, e.pool, e.clock, e.core = s.URL, s.Pool, s.Clock, s.Core
+	return e
 }
 
 // pay creates a payment through the API (a decline too), as tenant secret, and returns its

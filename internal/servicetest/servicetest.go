@@ -68,7 +68,7 @@ type Env struct {
 	Config    app.Config
 	Core      *app.Core // the first instance's
 	RateLimit httpapi.RateLimit
-	Deps      func(*httpapi.Deps) // nil: the HTTP API's dependencies as StartInstance makes them
+	Wire      Wiring // nil: the HTTP API's dependencies as StartInstance makes them
 
 	clk clock.Clock // what the instances read: Clock, or the one WithClock gave
 }
@@ -84,9 +84,35 @@ type Options struct {
 	Provider func(provider.Provider) provider.Provider
 	Limit    httpapi.RateLimit
 	Pool     func(testing.TB) *pgxpool.Pool // nil: pgtest.NewPool
-	Deps     func(*httpapi.Deps)
+	Wire     Wiring
 	DialSim  bool        // the simulator's client reads what it takes (simclient.Dial)
 	Clock    clock.Clock // nil: a fake clock, Env.Clock
+	// SimOnClock makes the simulator read the environment's fake clock,
+	// so that its authorizations expire and its keys age as the test
+	// moves time.
+	SimOnClock bool
+}
+
+// Instance is what one API instance was started with, for a Wiring.
+type Instance struct {
+	Pool     *pgxpool.Pool
+	Core     *app.Core
+	Registry *prometheus.Registry
+	Provider provider.Provider
+	Clock    clock.Clock
+	Log      *slog.Logger
+}
+
+// A Wiring changes an instance's HTTP dependencies once its core is made:
+// its operators, its trusted proxies, the dashboard on its core.
+type Wiring func(d *httpapi.Deps, in Instance)
+
+// then is w followed by next.
+func (w Wiring) then(next Wiring) Wiring {
+	if w == nil {
+		return next
+	}
+	return func(d *httpapi.Deps, in Instance) { w(d, in); next(d, in) }
 }
 
 // WithConfig changes the core's configuration.
@@ -101,9 +127,21 @@ func WithClock(clk clock.Clock) Option {
 }
 
 // WithDeps changes the HTTP API's dependencies of every instance (its
-// operators, its trusted proxies, its logger).
+// operators, its trusted proxies, its logger), after the changes of the
+// options before it.
 func WithDeps(change func(*httpapi.Deps)) Option {
-	return func(o *Options) { o.Deps = change }
+	return WithWiring(func(d *httpapi.Deps, _ Instance) { change(d) })
+}
+
+// WithWiring is WithDeps for a change that needs the instance: its core
+// (to mount the dashboard), its metrics, its clock.
+func WithWiring(w Wiring) Option {
+	return func(o *Options) { o.Wire = o.Wire.then(w) }
+}
+
+// WithSimOnTheClock makes the simulator read the environment's fake clock.
+func WithSimOnTheClock() Option {
+	return func(o *Options) { o.SimOnClock = true }
 }
 
 func WithSlowDelay(d time.Duration) Option {
@@ -205,8 +243,16 @@ func New(t testing.TB, opts ...Option) *Env {
 	if o.Pool != nil {
 		newPool = o.Pool
 	}
+	fake := clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	var clk clock.Clock = fake
+	if o.Clock != nil {
+		clk = o.Clock
+	}
+	if o.SimOnClock {
+		o.Sim.Clock = fake
+	}
 	pool := newPool(t)
-	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: SecretA}, {Tenant: "tenant_b", Secret: SecretB}}, time.Now()); err != nil {
+	if _, err := apikeys.Add(ctx, pool, apikeys.Hasher{}, []apikeys.Pair{{Tenant: "tenant_a", Secret: SecretA}, {Tenant: "tenant_b", Secret: SecretB}}, clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	simSrv, err := sim.Start(ctx, "127.0.0.1:0", o.Sim)
@@ -221,12 +267,8 @@ func New(t testing.TB, opts ...Option) *Env {
 	if o.Provider != nil {
 		prov = o.Provider(prov)
 	}
-	e := &Env{T: t, Pool: pool, Sim: simSrv.Simulator(), SimURL: simSrv.URL(), Provider: prov, Config: o.Config, RateLimit: o.Limit, Deps: o.Deps,
-		Clock: clock.NewFake(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
-	e.clk = e.Clock
-	if o.Clock != nil {
-		e.clk = o.Clock
-	}
+	e := &Env{T: t, Pool: pool, Sim: simSrv.Simulator(), SimURL: simSrv.URL(), Provider: prov, Config: o.Config, RateLimit: o.Limit, Wire: o.Wire,
+		Clock: fake, clk: clk}
 	e.URL, e.Core, e.Registry = e.Instance()
 	return e
 }
@@ -235,7 +277,20 @@ func New(t testing.TB, opts ...Option) *Env {
 // provider and clock, with its own LISTEN connection, as a second process
 // would have. It returns the instance's URL, core and metrics registry.
 func (e *Env) Instance() (string, *app.Core, *prometheus.Registry) {
-	return StartInstanceWith(e.T, e.Pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Deps)
+	return StartInstanceWith(e.T, e.Pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Wire)
+}
+
+// Process is Instance with a pool of the instance's own, as a separate
+// process has: its connections, its prepared statements, its own wait
+// for a connection.
+func (e *Env) Process() (string, *app.Core, *prometheus.Registry) {
+	e.T.Helper()
+	pool, err := pgxpool.NewWithConfig(context.Background(), e.Pool.Config().Copy())
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(pool.Close)
+	return StartInstanceWith(e.T, pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Wire)
 }
 
 // StartInstance starts an API instance on pool, as cmd/paymentsapi wires
@@ -247,9 +302,9 @@ func StartInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk
 }
 
 // StartInstanceWith is StartInstance with the HTTP API's dependencies
-// changed by change (nil: none).
+// changed by wire (nil: none).
 func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit,
-	change func(*httpapi.Deps)) (string, *app.Core, *prometheus.Registry) {
+	wire Wiring) (string, *app.Core, *prometheus.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -264,8 +319,8 @@ func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider,
 		Ready:     func(ctx context.Context) error { return database.Ready(ctx, pool) },
 		RateLimit: limit, Clock: clk,
 	}
-	if change != nil {
-		change(&deps)
+	if wire != nil {
+		wire(&deps, Instance{Pool: pool, Core: core, Registry: reg, Provider: prov, Clock: clk, Log: log})
 	}
 	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(deps)))
 	t.Cleanup(func() {
