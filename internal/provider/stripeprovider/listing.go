@@ -102,10 +102,11 @@ func (p *Provider) refundPages(params stripe.RefundListParams) func(ctx context.
 
 // ListCharges lists the PaymentIntents created at or after since, each
 // with the idempotency key its metadata carries ("" for one this service
-// did not create) and its creation time. A PaymentIntent whose status the
-// service does not settle on (processing, requires_action, ...) is listed
-// with Stripe's status as it is: the audit asks whether it exists, not how
-// it ended.
+// did not create) and its creation time, mapped as Charge maps its answer
+// (requires_action with its NextActionURL). A PaymentIntent whose status
+// the service does not settle on (processing, requires_confirmation, ...)
+// is listed with Stripe's status as it is: the audit asks whether it
+// exists, not how it ended.
 func (p *Provider) ListCharges(ctx context.Context, since time.Time) ([]provider.Charge, error) {
 	var out []provider.Charge
 	err := readPages(ctx, "PaymentIntents", maxListPages, intentPageSize, p.intentPages(since), func(entry any) (string, error) {

@@ -1,7 +1,8 @@
 // Package stripeprovider implements provider.Provider with Stripe
 // PaymentIntents and Refunds, through stripe-go v76: charges (captured at
 // once, or authorized with capture_method=manual, then captured or
-// canceled) and refunds.
+// canceled; either may first wait for the customer to authenticate) and
+// refunds.
 //
 // Each Provider has its own stripe-go backend (base URL, HTTP client, no
 // network retries of its own, a log/slog logger) and its own API key; the
@@ -12,16 +13,24 @@
 // Charge creates and confirms a PaymentIntent in one request: amount (in
 // Stripe's unit for the currency, see "Amounts" below), currency (lower
 // case), payment_method, confirm=true,
-// automatic_payment_methods[enabled]=true with
-// automatic_payment_methods[allow_redirects]=never (so confirmation never
-// waits for a redirect; Stripe refuses a payment method that would need one),
-// description, metadata[idempotency_key] and (when set) metadata[payment_id],
-// and capture_method=manual when the request asks for CaptureManual, with
-// the request's key in the Idempotency-Key header. The parameters are a function
-// of the ChargeRequest alone, so sending the same request again is, to
-// Stripe's idempotency layer, the same request: for at least 24 hours Stripe
-// answers it with the stored answer of the first one (a 409 while the first
-// is still executing) instead of charging again.
+// automatic_payment_methods[enabled]=true, description,
+// metadata[idempotency_key] and (when set) metadata[payment_id], and
+// capture_method=manual when the request asks for CaptureManual, with the
+// request's key in the Idempotency-Key header. A request with a ReturnURL
+// also sends it as return_url, with
+// automatic_payment_methods[allow_redirects]=always: a card that needs 3-D
+// Secure then answers requires_action with next_action.redirect_to_url,
+// the customer's way to the challenge, which sends them back to
+// return_url. A request without one sends
+// automatic_payment_methods[allow_redirects]=never, so that confirmation
+// never waits for a redirect (Stripe refuses a payment method that would
+// need one). The parameters are a function of the ChargeRequest alone, so
+// sending the same request again is, to Stripe's idempotency layer, the
+// same request: for at least 24 hours Stripe answers it with the stored
+// answer of the first one (a 409 while the first is still executing)
+// instead of charging again. (A resend whose ReturnURL changed, after the
+// service's PUBLIC_URL did, is a 400 idempotency_error: an *APIError, which
+// the caller settles by Lookup.)
 //
 // The error a call returns tells the caller whether money may have moved:
 //
@@ -36,16 +45,28 @@
 //     PaymentIntent back in requires_payment_method with a
 //     last_payment_error: provider.StatusDeclined with a nil error;
 //     DeclineCode is the error's decline_code, else its code, else
-//     "payment_intent_payment_attempt_failed". A canceled PaymentIntent is
-//     declined too, with DeclineCode "canceled": Stripe moves no money for
-//     it, ever; one made with capture_method=manual is
-//     provider.StatusCanceled instead (an authorization voided, by Void or
-//     by Stripe's expiry of it).
-//   - A PaymentIntent in processing, requires_action,
-//     requires_confirmation, requires_payment_method without a failed
-//     attempt, or any other status: provider.ErrUnknownOutcome. Money may
-//     still move: processing settles later, requires_action completes if
-//     the customer authenticates. Lookup tells later.
+//     "payment_intent_payment_attempt_failed" ("authentication_failed" for
+//     the code payment_intent_authentication_failure, whatever else it
+//     says). A canceled PaymentIntent is declined too, with DeclineCode
+//     "canceled": Stripe moves no money for it, ever; one made with
+//     capture_method=manual is provider.StatusCanceled instead (an
+//     authorization voided, by Void or by Stripe's expiry of it).
+//   - A PaymentIntent in requires_action: provider.StatusRequiresAction
+//     with a nil error. It waits for the customer to authenticate; Stripe
+//     moves no money until then. When next_action.type is redirect_to_url,
+//     NextActionURL is next_action.redirect_to_url.url (an absolute http or
+//     https URL, else none). Any other next action (use_stripe_sdk, a
+//     voucher or a QR code to show) leaves NextActionURL empty: the service
+//     cannot take the customer there, and the charge is canceled (Void)
+//     once the customer's time runs out. After the authentication the
+//     PaymentIntent is succeeded, requires_capture, or back in
+//     requires_payment_method with a failed attempt (declined; Stripe's
+//     payment_intent_authentication_failure is DeclineCode
+//     "authentication_failed"); Lookup tells which.
+//   - A PaymentIntent in processing, requires_confirmation,
+//     requires_payment_method without a failed attempt, or any other
+//     status: provider.ErrUnknownOutcome. Money may still move: processing
+//     settles later. Lookup tells later.
 //   - The request was never sent: the dial failed (refused, unreachable, no
 //     such host) and no connection was obtained at any point of the call,
 //     or the context was done before the call: provider.ErrUnavailable.
@@ -188,7 +209,12 @@
 // key in the Idempotency-Key header; Stripe releases the rest of the
 // authorization. Void cancels it (POST /v1/payment_intents/{id}/cancel)
 // with cancellation_reason (when set: requested_by_customer, duplicate,
-// fraudulent or abandoned, Stripe's own names) and the request's key.
+// fraudulent or abandoned, Stripe's own names) and the request's key: an
+// authorized PaymentIntent, or one still waiting for its customer to
+// authenticate (requires_action, whatever its capture method), which
+// Stripe cancels alike. Should the customer authenticate first, the void
+// is refused if the PaymentIntent succeeded (as below), and releases the
+// authorization if it is requires_capture.
 // Neither sends metadata: the PaymentIntent carries the payment's already,
 // and Stripe's idempotency layer, not a lookup, resolves a resend. GetCharge
 // retrieves it (GET /v1/payment_intents/{id}), which is read-after-write.
@@ -371,6 +397,17 @@ func (p *Provider) Charge(ctx context.Context, req provider.ChargeRequest) (prov
 	if req.CaptureManual {
 		params.CaptureMethod = stripe.String(string(stripe.PaymentIntentCaptureMethodManual))
 	}
+	if req.ReturnURL != "" {
+		// With somewhere to send the customer back to, the service can
+		// follow a redirect: Stripe then answers a card that needs 3-D
+		// Secure with next_action.redirect_to_url rather than
+		// use_stripe_sdk (which needs Stripe.js and the client secret,
+		// neither of which the service hands out). allow_redirects=always
+		// is what Stripe asks for alongside a return_url, and the
+		// redirect-based payment methods it admits end the same way.
+		params.ReturnURL = stripe.String(req.ReturnURL)
+		params.AutomaticPaymentMethods.AllowRedirects = stripe.String("always")
+	}
 	params.Context = ctx
 	params.IdempotencyKey = stripe.String(req.IdempotencyKey)
 
@@ -497,6 +534,20 @@ func (p *Provider) chargeFromIntent(pi *stripe.PaymentIntent, key string) (provi
 			return provider.Charge{}, fmt.Errorf("%w: PaymentIntent %s is %q but records no failed attempt", provider.ErrUnknownOutcome, pi.ID, pi.Status)
 		}
 		ch.Status, ch.DeclineCode = provider.StatusDeclined, declineCode(pi.LastPaymentError)
+	case stripe.PaymentIntentStatusRequiresAction:
+		// The charge waits for its customer, whatever the next action:
+		// Stripe moves no money until the customer acts, and a
+		// Captures.Void cancels it. Only a redirect gives the customer
+		// somewhere to go (NextActionURL). Any other action (use_stripe_sdk,
+		// a voucher or a QR code to show) is one no customer of this
+		// service can take, since the service hands out neither the client
+		// secret nor the action's details: it stays requires_action with
+		// no URL, so the payment waits without a nextAction and is canceled
+		// after AUTHENTICATION_TIMEOUT like one whose customer never came
+		// back. As an unknown outcome it would never end: Stripe may never
+		// move such a PaymentIntent on by itself, and a payment that
+		// waits is canceled only after a lookup that answers.
+		ch.Status, ch.NextActionURL = provider.StatusRequiresAction, redirectURL(pi.NextAction)
 	case stripe.PaymentIntentStatusCanceled:
 		if pi.CaptureMethod == stripe.PaymentIntentCaptureMethodManual {
 			ch.Status = provider.StatusCanceled
@@ -510,6 +561,21 @@ func (p *Provider) chargeFromIntent(pi *stripe.PaymentIntent, key string) (provi
 		ch.AmountCapturedMinor = 0 // received nothing yet, or nothing for good
 	}
 	return ch, nil
+}
+
+// redirectURL is where next sends the customer when it is a redirect
+// (next_action.type redirect_to_url) to an absolute http(s) URL; "" for
+// every other action, and for a redirect whose URL a browser could not
+// follow.
+func redirectURL(next *stripe.PaymentIntentNextAction) string {
+	if next == nil || next.Type != stripe.PaymentIntentNextActionTypeRedirectToURL || next.RedirectToURL == nil {
+		return ""
+	}
+	u, err := url.Parse(next.RedirectToURL.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ""
+	}
+	return next.RedirectToURL.URL
 }
 
 // intentAmounts is a Charge of pi's currency with its amount and the
@@ -544,9 +610,17 @@ func (p *Provider) declinedByError(se *stripe.Error, req provider.ChargeRequest)
 	return ch
 }
 
+// declineAuthenticationFailed is the decline code of a charge whose
+// customer failed the authentication (3-D Secure): the word the service
+// and the simulator use for it, for Stripe's
+// payment_intent_authentication_failure.
+const declineAuthenticationFailed = "authentication_failed"
+
 // declineCode is the most specific reason a failed attempt gives.
 func declineCode(e *stripe.Error) string {
 	switch {
+	case e.Code == stripe.ErrorCodePaymentIntentAuthenticationFailure:
+		return declineAuthenticationFailed
 	case e.DeclineCode != "":
 		return string(e.DeclineCode)
 	case e.Code != "":
