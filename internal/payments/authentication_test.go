@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,6 +334,47 @@ func TestAbandonmentRacingAnApprovalEndsOnceAndNeverCanceledWhileCharged(t *test
 	t.Logf("outcomes: %v", won)
 }
 
+// approvesBeforeVoid is the customer approving at the worst moment: after
+// the reconciler found the charge still waiting at the deadline, before its
+// cancellation reaches the provider.
+type approvesBeforeVoid struct {
+	provider.Provider
+	challenge atomic.Pointer[string]
+	err       error
+}
+
+func (p *approvesBeforeVoid) Void(ctx context.Context, req provider.VoidRequest) (provider.Charge, error) {
+	if c := p.challenge.Swap(nil); c != nil {
+		resp, err := noRedirects.PostForm(*c, url.Values{"action": {"approve"}})
+		if err == nil {
+			resp.Body.Close()
+		}
+		p.err = err
+	}
+	return p.Provider.Void(ctx, req)
+}
+
+// The approval lands between the reconciler's look (still waiting, past
+// the deadline) and its cancellation: the provider refuses to cancel a
+// charge that succeeded, and the payment ends as the provider says, never
+// canceled while charged.
+func TestAnApprovalJustBeforeTheCancellationWins(t *testing.T) {
+	t.Parallel()
+	late := &approvesBeforeVoid{}
+	e := newAuthEnv(t, false, servicetest.WithProvider(func(p provider.Provider) provider.Provider { late.Provider = p; return late }))
+	id, challenge, _ := requiresAction(t, e, "k-late", authBody("inv-late", sim.MethodThreeDSecureRequired))
+	late.challenge.Store(&challenge)
+	e.Clock.Advance(payments.DefaultAuthenticationTimeout)
+	e.Reconcile()
+	if late.err != nil || late.challenge.Load() != nil {
+		t.Fatalf("the customer's approval was not pressed before the cancellation: %v", late.err)
+	}
+	assertSettledOnce(t, e, id, payments.StateCompleted, "PaymentSucceeded")
+	if c := e.ChargesFor(id); len(c) != 1 || c[0].Status != provider.StatusSucceeded {
+		t.Errorf("the provider's charge: %+v", c)
+	}
+}
+
 // A manual payment whose customer authenticated is authorized
 // (REQUIRES_CAPTURE), with its authorization's expiry scheduled.
 func TestAnAuthenticatedManualPaymentWaitsForItsCapture(t *testing.T) {
@@ -370,7 +412,7 @@ func TestAReturnURLMustBeHTTPSOutsideDevMode(t *testing.T) {
 func TestTheReturnAndTheWebhookOnTwoInstancesSettleOnce(t *testing.T) {
 	t.Parallel()
 	e := newAuthEnv(t, false, servicetest.WithStripeWebhooks())
-	second, _, _ := e.Instance()
+	second, _, _ := e.Process() // a pool of its own, as another process has
 	id, challenge, _ := requiresAction(t, e, "k-two", authBody("inv-two", sim.MethodThreeDSecureRequired))
 	choose(t, challenge, "approve")
 	var wg sync.WaitGroup
