@@ -36,15 +36,13 @@ func TestEveryRouteIsInTheSpec(t *testing.T) {
 			spec = append(spec, method+" "+path)
 		}
 	}
-	slices.Sort(routes)
-	routes = slices.Compact(routes)
-	slices.Sort(spec)
+	routes = slices.Compact(slices.Sorted(slices.Values(routes)))
 	for _, r := range routes {
 		if !slices.Contains(spec, r) && !strings.HasPrefix(r, "GET /docs/") { // the reference page's own assets
 			t.Errorf("route %s is not in api/openapi.yaml", r)
 		}
 	}
-	for _, s := range spec {
+	for _, s := range slices.Sorted(slices.Values(spec)) {
 		if !slices.Contains(routes, s) {
 			t.Errorf("api/openapi.yaml's %s is no route of the server", s)
 		}

@@ -61,8 +61,7 @@ var cardTexts = []string{
 
 // Every string of every operation's command that holds a card number is
 // refused with 400 CARD_DATA_REFUSED naming it, and the answer never
-// repeats the number. (Before, each of these was accepted, or refused as
-// an invalid value of its field, which a client fixes by trying another.)
+// repeats the number (an "invalid value" would have a client try another).
 func TestCardDataIsRefusedInEveryStringOfEveryCommand(t *testing.T) {
 	t.Parallel()
 	payment := func(field, v string) string { return servicetest.Body(field, v) }
@@ -151,8 +150,7 @@ func TestAPaymentMethodMustBeAToken(t *testing.T) {
 // makes a reference read otherwise than it compares, a zero-width space
 // that makes two references look alike and differ, a line break) are
 // refused in every text field with 400 VALIDATION_FAILED naming it, raw or
-// escaped, with the command's other faults in the same answer. (Before,
-// each was accepted and stored.)
+// escaped, with the command's other faults in the same answer.
 func TestControlAndFormatCharactersAreRefused(t *testing.T) {
 	t.Parallel()
 	for _, c := range []string{"\u202e", `\u202e`, "\u200b", `\u200b`, `\u2066`, "\ufeff", `\u00ad`, `\n`, `\t`, "\u0085", `\u007f`} {
