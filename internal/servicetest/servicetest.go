@@ -258,6 +258,13 @@ func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider,
 	keys := idempotency.NewListener(pool.Config().ConnConfig.Copy(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()
+	// The server's address is chosen before the service is made, so that
+	// without a PUBLIC_URL of the test's the provider sends customers back
+	// to this instance, as the command's default (its own address) does.
+	srv := httptest.NewUnstartedServer(nil)
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://" + srv.Listener.Addr().String()
+	}
 	core := app.New(app.Deps{DB: pool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, cfg)
 	deps := httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
@@ -267,7 +274,8 @@ func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider,
 	if change != nil {
 		change(&deps)
 	}
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(deps)))
+	srv.Config.Handler = httpapi.NewServer(core.HTTPDeps(deps))
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()
