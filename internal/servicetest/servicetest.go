@@ -17,6 +17,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -71,6 +72,9 @@ type Env struct {
 	Deps      func(*httpapi.Deps) // nil: the HTTP API's dependencies as StartInstance makes them
 
 	clk clock.Clock // what the instances read: Clock, or the one WithClock gave
+	// first is the first instance's listener, bound before the service is
+	// made so that PublicURL can name it.
+	first net.Listener
 }
 
 // An Option changes how New starts the environment.
@@ -227,6 +231,16 @@ func New(t testing.TB, opts ...Option) *Env {
 	if o.Clock != nil {
 		e.clk = o.Clock
 	}
+	if e.Config.PublicURL == "" {
+		// Without a PUBLIC_URL of the test's, customers are sent back to
+		// the first instance, as the command's default (its own address)
+		// does; every instance has the one public URL, as behind a
+		// load balancer.
+		if e.first, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		e.Config.PublicURL = "http://" + e.first.Addr().String()
+	}
 	e.URL, e.Core, e.Registry = e.Instance()
 	return e
 }
@@ -235,7 +249,9 @@ func New(t testing.TB, opts ...Option) *Env {
 // provider and clock, with its own LISTEN connection, as a second process
 // would have. It returns the instance's URL, core and metrics registry.
 func (e *Env) Instance() (string, *app.Core, *prometheus.Registry) {
-	return StartInstanceWith(e.T, e.Pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Deps)
+	ln := e.first
+	e.first = nil
+	return startInstance(e.T, e.Pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Deps, ln)
 }
 
 // StartInstance starts an API instance on pool, as cmd/paymentsapi wires
@@ -250,6 +266,13 @@ func StartInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk
 // changed by change (nil: none).
 func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit,
 	change func(*httpapi.Deps)) (string, *app.Core, *prometheus.Registry) {
+	return startInstance(t, pool, prov, clk, cfg, limit, change, nil)
+}
+
+// startInstance is StartInstanceWith, serving on ln (nil: a new loopback
+// listener).
+func startInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit,
+	change func(*httpapi.Deps), ln net.Listener) (string, *app.Core, *prometheus.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -258,13 +281,6 @@ func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider,
 	keys := idempotency.NewListener(pool.Config().ConnConfig.Copy(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); keys.Run(ctx) }()
-	// The server's address is chosen before the service is made, so that
-	// without a PUBLIC_URL of the test's the provider sends customers back
-	// to this instance, as the command's default (its own address) does.
-	srv := httptest.NewUnstartedServer(nil)
-	if cfg.PublicURL == "" {
-		cfg.PublicURL = "http://" + srv.Listener.Addr().String()
-	}
 	core := app.New(app.Deps{DB: pool, Provider: prov, Clock: clk, Log: log, Metrics: m, Waiter: keys}, cfg)
 	deps := httpapi.Deps{
 		DB: pool, Log: log, Metrics: m, Gatherer: reg, OpenAPI: api.OpenAPI,
@@ -274,7 +290,11 @@ func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider,
 	if change != nil {
 		change(&deps)
 	}
-	srv.Config.Handler = httpapi.NewServer(core.HTTPDeps(deps))
+	srv := httptest.NewUnstartedServer(httpapi.NewServer(core.HTTPDeps(deps)))
+	if ln != nil {
+		_ = srv.Listener.Close()
+		srv.Listener = ln
+	}
 	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
