@@ -6,13 +6,16 @@ package main
 // API processes that share one database and one providersim process.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os/exec"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/paymentsapi/paymentsapi/internal/pgtest"
 	"github.com/paymentsapi/paymentsapi/internal/proctest"
+	"github.com/paymentsapi/paymentsapi/internal/provider/sim"
 )
 
 // authPayment is what these tests read of a payment.
@@ -108,18 +112,58 @@ func authMoveActors(t *testing.T, dbURL, id string) []string {
 
 // With the in-process simulator and no STRIPE_WEBHOOK_SECRET, the service
 // makes a secret at start, takes POST /webhooks/stripe with it and points
-// the simulator's webhook there: the customer approves on the challenge
-// page, nobody follows the redirect back to the service, the reconciler
-// does not look for an hour, and the payment succeeds by the webhook alone.
-// The made secret is never logged.
+// the simulator's webhook there; with one, the simulator signs with it. The
+// customer approves on the challenge page, nobody follows the redirect back
+// to the service, the reconciler does not look for an hour, and the payment
+// succeeds by the webhook alone. No secret is ever logged.
 func TestInProcessSimulatorWebhookSettlesAnAuthenticatedPayment(t *testing.T) {
 	apiBin, _ := proctest.Binaries(t)
-	dbURL := pgtest.NewURL(t)
-	cmd, base := proctest.Start(t, apiBin, []string{
-		"DATABASE_URL=" + dbURL, "PROVIDER=sim", "PROVIDER_SIM_IN_PROCESS=true", "API_KEYS=" + recTenant + ":" + recSecret,
-		"HTTP_ADDR=127.0.0.1:0", "RECONCILE_INTERVAL=1h",
-	})
+	const configured = "whsec_configured_e2e_secret"
+	for _, tc := range []struct {
+		name   string
+		secret string
+	}{
+		{"a secret made at start", ""},
+		{"STRIPE_WEBHOOK_SECRET", configured},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dbURL := pgtest.NewURL(t)
+			cmd, base := proctest.Start(t, apiBin, []string{
+				"DATABASE_URL=" + dbURL, "PROVIDER=sim", "PROVIDER_SIM_IN_PROCESS=true", "API_KEYS=" + recTenant + ":" + recSecret,
+				"HTTP_ADDR=127.0.0.1:0", "RECONCILE_INTERVAL=1h",
+				"STRIPE_WEBHOOK_SECRET=" + tc.secret,
+			})
+			id := testWebhookAlone(t, cmd, base, dbURL)
+			if tc.secret == "" {
+				return
+			}
+			// Stripe's own webhooks are still verified with the configured
+			// secret, which the simulator shares, not one of its own.
+			body := []byte(`{"id":"evt_e2e","object":"event","type":"payment_intent.succeeded","created":` +
+				strconv.FormatInt(time.Now().Unix(), 10) + `,"data":{"object":{"id":"pi_e2e","object":"payment_intent",` +
+				`"status":"succeeded","metadata":{"payment_id":"` + id + `"}}}}`)
+			req, err := http.NewRequest(http.MethodPost, base+"/webhooks/stripe", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Stripe-Signature", sim.StripeSignature(body, tc.secret, time.Now()))
+			resp, err := recClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("a webhook signed with STRIPE_WEBHOOK_SECRET answered %d, want 200", resp.StatusCode)
+			}
+		})
+	}
+}
 
+// testWebhookAlone pays on the API at base with a card that asks for
+// authentication, approves on the challenge page without coming back, and
+// checks that the webhook settled the payment and that cmd logged no
+// secret. It returns the payment's id.
+func testWebhookAlone(t *testing.T, cmd *exec.Cmd, base, dbURL string) string {
 	p := authCreate(t, base, "3ds-webhook")
 	status, location, err := authChoose(p.NextAction.URL, "approve")
 	if err != nil {
@@ -154,6 +198,7 @@ func TestInProcessSimulatorWebhookSettlesAnAuthenticatedPayment(t *testing.T) {
 			read = false
 		}
 	}
+	return p.PaymentID
 }
 
 // Two API processes on one database and one providersim process, whose
