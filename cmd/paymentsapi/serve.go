@@ -231,7 +231,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 			// on a challenge page to this service's POST /webhooks/stripe
 			// (serve points it there), so that the provider's webhook
 			// road works with no configuration. Nothing outside this
-			// process signs with the secret: a new one each start does.
+			// process needs the secret, so a new one each start will do.
 			if a.stripeWebhookSecret, err = newStripeWebhookSecret(); err != nil {
 				return nil, err
 			}
