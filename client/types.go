@@ -21,6 +21,12 @@ type (
 	Payment = apigen.Payment
 	// PaymentStatus is the status of a payment.
 	PaymentStatus = apigen.PaymentStatus
+	// NextAction is what a payment's customer must do before the payment
+	// goes on (Payment.NextAction, set only while it is
+	// PaymentRequiresAction): send the customer's browser to URL.
+	NextAction = apigen.NextAction
+	// NextActionType is the kind of a NextAction.
+	NextActionType = apigen.NextActionType
 	// PaymentList is one page of payments, newest first.
 	PaymentList = apigen.PaymentList
 	// CreateRefundRequest is the body of POST /payments/{paymentId}/refunds.
@@ -102,12 +108,17 @@ const (
 // The statuses of a payment.
 const (
 	PaymentProcessing      PaymentStatus = apigen.PaymentStatusPROCESSING
+	PaymentRequiresAction  PaymentStatus = apigen.PaymentStatusREQUIRESACTION
 	PaymentRequiresCapture PaymentStatus = apigen.PaymentStatusREQUIRESCAPTURE
 	PaymentSucceeded       PaymentStatus = apigen.PaymentStatusSUCCEEDED
 	PaymentDeclined        PaymentStatus = apigen.PaymentStatusDECLINED
 	PaymentFailed          PaymentStatus = apigen.PaymentStatusFAILED
 	PaymentCanceled        PaymentStatus = apigen.PaymentStatusCANCELED
 )
+
+// NextActionRedirect is the NextAction that sends the customer's browser
+// to its URL, the provider's authentication (3-D Secure) page.
+const NextActionRedirect NextActionType = apigen.Redirect
 
 // The statuses of a refund.
 const (
@@ -134,14 +145,15 @@ const (
 
 // The types of events.
 const (
-	EventPaymentCreated    EventType = apigen.PaymentCreated
-	EventPaymentAuthorized EventType = apigen.PaymentAuthorized
-	EventPaymentSucceeded  EventType = apigen.PaymentSucceeded
-	EventPaymentDeclined   EventType = apigen.PaymentDeclined
-	EventPaymentCanceled   EventType = apigen.PaymentCanceled
-	EventRefundCreated     EventType = apigen.RefundCreated
-	EventRefundSucceeded   EventType = apigen.RefundSucceeded
-	EventRefundDeclined    EventType = apigen.RefundDeclined
+	EventPaymentCreated        EventType = apigen.PaymentCreated
+	EventPaymentAuthorized     EventType = apigen.PaymentAuthorized
+	EventPaymentSucceeded      EventType = apigen.PaymentSucceeded
+	EventPaymentDeclined       EventType = apigen.PaymentDeclined
+	EventPaymentCanceled       EventType = apigen.PaymentCanceled
+	EventPaymentRequiresAction EventType = apigen.PaymentRequiresAction
+	EventRefundCreated         EventType = apigen.RefundCreated
+	EventRefundSucceeded       EventType = apigen.RefundSucceeded
+	EventRefundDeclined        EventType = apigen.RefundDeclined
 )
 
 // The statuses of a webhook endpoint.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,7 @@ type instance struct {
 	dataDir string               // dev mode: where the embedded PostgreSQL keeps its data
 	devURL  string               // dev mode: the embedded database's URL, for psql and the operator commands
 	simURL  string               // the in-process provider simulator's base URL; "": none
+	sim     *sim.Server          // the in-process provider simulator; nil: none
 	apiKeys apikeys.Hasher       // how API keys' secrets are stored (API_KEY_PEPPER)
 	secrets *secretbox.Box       // seals webhook secrets (SECRETS_KEY); nil: none set
 	closers []func()
@@ -83,6 +85,10 @@ type instance struct {
 	// provider is the provider's adapter (nil for an operator's database
 	// tool), for the audit of its objects (package orphans).
 	provider provider.Provider
+
+	// stripeWebhookSecret verifies POST /webhooks/stripe: STRIPE_WEBHOOK_SECRET,
+	// or, for the in-process simulator without one, a secret made at start.
+	stripeWebhookSecret string
 }
 
 // close releases what newApp acquired, in reverse order.
@@ -211,13 +217,26 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 	if u == useOperator && cfg.Provider == "sim" && cfg.ProviderURL == "" {
 		return a, nil // a database tool (outbox): no provider, and never a simulator of its own
 	}
-	prov, simURL, stopProvider, err := startProvider(ctx, cfg, log, tp)
+	prov, simSrv, stopProvider, err := startProvider(ctx, cfg, log, tp)
 	if err != nil {
 		return nil, err
 	}
-	a.simURL = simURL
 	a.closers = append(a.closers, stopProvider)
 	a.provider = prov
+	a.stripeWebhookSecret = cfg.StripeWebhookSecret
+	if simSrv != nil {
+		a.sim, a.simURL = simSrv, simSrv.URL()
+		if a.stripeWebhookSecret == "" {
+			// The in-process simulator announces the customers' choices
+			// on a challenge page to this service's POST /webhooks/stripe
+			// (serve points it there), so that the provider's webhook
+			// road works with no configuration. Nothing outside this
+			// process needs the secret, so a new one each start will do.
+			if a.stripeWebhookSecret, err = newStripeWebhookSecret(); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	a.reg = prometheus.NewRegistry()
 	a.metrics = metrics.New(a.reg)
@@ -245,7 +264,7 @@ func newApp(ctx context.Context, cfg config.Config, log *slog.Logger, u use, tp 
 			Backoff:     backoff.Policy{Base: cfg.ReconcileInterval},
 			MaxAttempts: cfg.ReconcileMaxAttempts,
 		},
-		StripeWebhookSecret: cfg.StripeWebhookSecret,
+		StripeWebhookSecret: a.stripeWebhookSecret,
 		Webhooks:            endpoints.Options{Policy: webhookPolicy(cfg), Secrets: a.secrets},
 		PublicURL:           cfg.PublicURL,
 		AllowHTTPReturnURL:  cfg.DevMode(),
@@ -377,8 +396,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 
 	base := "http://" + displayAddr(ln.Addr())
+	if a.sim != nil {
+		// The listen address, not PUBLIC_URL: the simulator runs in this
+		// process, and PUBLIC_URL may name a proxy it cannot reach.
+		a.sim.Simulator().SetWebhook(sim.WebhookTarget{URL: base + stripeWebhookPath, Secret: a.stripeWebhookSecret})
+		log.Info("the in-process provider simulator sends its webhooks to this service", "url", base+stripeWebhookPath,
+			"secret", secretOrigin(cfg))
+	}
 	log.Info("paymentsapi listening", "url", base, "dev_mode", cfg.DevMode(), "provider", cfg.Provider,
-		"rate_limit_per_tenant_per_instance", cfg.RateLimit, "stripe_webhooks", cfg.StripeWebhookSecret != "")
+		"rate_limit_per_tenant_per_instance", cfg.RateLimit, "stripe_webhooks", a.stripeWebhookSecret != "")
 	printBanner(stdout, cfg, banner{base: base, dataDir: a.dataDir, devURL: a.devURL, simURL: a.simURL})
 
 	select {
@@ -644,11 +670,34 @@ func secretsBox(cfg config.Config, u use, log *slog.Logger) (*secretbox.Box, err
 	return box, nil
 }
 
-// startProvider returns the configured provider, the base URL of the
-// simulator it started in-process ("" if none), and a function that stops
-// whatever it started. With tp active, each call to the provider is a
-// client span and sends it traceparent.
-func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (_ provider.Provider, simURL string, stop func(), _ error) {
+// stripeWebhookPath is where the service takes Stripe's webhooks, and the
+// in-process simulator's.
+const stripeWebhookPath = "/webhooks/stripe"
+
+// newStripeWebhookSecret makes a signing secret shaped like Stripe's
+// (whsec_ and random characters).
+func newStripeWebhookSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return config.StripeWebhookSecretPrefix + base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// secretOrigin says, for the log, where the in-process simulator's
+// webhook secret comes from (never the secret itself).
+func secretOrigin(cfg config.Config) string {
+	if cfg.StripeWebhookSecret != "" {
+		return "STRIPE_WEBHOOK_SECRET"
+	}
+	return "made at start"
+}
+
+// startProvider returns the configured provider, the simulator it started
+// in-process (nil if none), and a function that stops whatever it
+// started. With tp active, each call to the provider is a client span and
+// sends it traceparent.
+func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp trace.TracerProvider) (_ provider.Provider, _ *sim.Server, stop func(), _ error) {
 	hc := &http.Client{Transport: tracing.Transport(tp, &http.Transport{
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
@@ -656,29 +705,29 @@ func startProvider(ctx context.Context, cfg config.Config, log *slog.Logger, tp 
 	switch cfg.Provider {
 	case "sim":
 		if cfg.ProviderURL != "" {
-			return dialSim(ctx, cfg.ProviderURL, hc, log), "", func() {}, nil
+			return dialSim(ctx, cfg.ProviderURL, hc, log), nil, func() {}, nil
 		}
 		rules, err := units.Named(cfg.ProviderSimCurrencyRules)
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("PROVIDER_SIM_CURRENCY_RULES: %w", err)
+			return nil, nil, nil, fmt.Errorf("PROVIDER_SIM_CURRENCY_RULES: %w", err)
 		}
 		srv, err := sim.Start(ctx, "127.0.0.1:0", sim.Options{Logger: log.With("component", "providersim"), CurrencyRules: rules})
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("start in-process provider simulator: %w", err)
+			return nil, nil, nil, fmt.Errorf("start in-process provider simulator: %w", err)
 		}
 		log.Info("in-process provider simulator started", "url", srv.URL(), "currency_rules", rules.Name())
-		return dialSim(ctx, srv.URL(), hc, log), srv.URL(), func() { _ = srv.Close() }, nil
+		return dialSim(ctx, srv.URL(), hc, log), srv, func() { _ = srv.Close() }, nil
 	case "stripe":
 		p, err := stripeprovider.New(stripeprovider.Config{
 			APIKey: cfg.StripeAPIKey, BaseURL: cfg.StripeAPIBase, HTTPClient: hc,
 			Logger: log.With("component", "stripe"),
 		})
 		if err != nil {
-			return nil, "", nil, fmt.Errorf("set up the Stripe provider: %w", err)
+			return nil, nil, nil, fmt.Errorf("set up the Stripe provider: %w", err)
 		}
-		return p, "", func() {}, nil
+		return p, nil, func() {}, nil
 	default:
-		return nil, "", nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
+		return nil, nil, nil, fmt.Errorf("unknown PROVIDER %q", cfg.Provider)
 	}
 }
 

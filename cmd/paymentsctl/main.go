@@ -5,7 +5,9 @@
 //
 //	paymentsctl [-url URL] [-api-key KEY] pay -account ID -amount 10.00 -currency EUR \
 //	    -reference INV -method pm_card_visa [-capture automatic|manual] \
-//	    [-idempotency-key K] [-description TEXT]
+//	    [-idempotency-key K] [-description TEXT] [-return-url URL]
+//	paymentsctl approve [-fail] NEXT_ACTION_URL
+//	paymentsctl fail NEXT_ACTION_URL
 //	paymentsctl get PAYMENT_ID
 //	paymentsctl list [-account ID] [-reference REF] [-status S,...] [-from T] [-to T] \
 //	    [-limit N] [-cursor C | -all]
@@ -31,6 +33,14 @@
 // authorizes the payment (REQUIRES_CAPTURE): capture takes all of it, or
 // -amount of it, and cancel voids it.
 //
+// A payment whose customer must authenticate (3-D Secure, such as
+// pm_card_threeDSecureRequired) is answered 201 REQUIRES_ACTION: pay
+// prints it, then "nextAction: URL" on stderr, and exits 4. approve plays
+// the customer on the provider simulator's challenge page at that URL: it
+// presses Approve (fail, or approve -fail: Fail), follows the provider's
+// redirect to the service's return route, which settles the payment, and
+// no further, and prints the payment.
+//
 // listen receives the tenant's webhooks on this machine until interrupted:
 // it registers a temporary endpoint on 127.0.0.1, prints each delivery it
 // verified (Standard Webhooks) as one JSON line on stdout, or forwards it
@@ -39,9 +49,12 @@
 // WEBHOOK_ALLOW_PRIVATE, the defaults of dev mode).
 //
 // Exit status: 0 done (201, 200); 2 declined (402: a payment, refund or
-// capture the provider declined); 3 still processing after the last attempt
-// (202: run the command again with the same key, or get the payment, to
-// learn the outcome); 1 any other error.
+// capture the provider declined; after approve or fail, a payment
+// DECLINED); 3 still processing after the last attempt (202: run the
+// command again with the same key, or get the payment, to learn the
+// outcome); 4 the customer must authenticate (201 REQUIRES_ACTION: open
+// nextAction.url, or run approve with it; after approve, a payment not
+// settled yet); 1 any other error.
 package main
 
 import (
@@ -66,6 +79,9 @@ const (
 	exitError      = 1
 	exitDeclined   = 2
 	exitProcessing = 3
+	// exitRequiresAction: the payment waits for its customer to
+	// authenticate (201 REQUIRES_ACTION).
+	exitRequiresAction = 4
 )
 
 // The dev server's address and demo secret, the last defaults of -url and
@@ -89,7 +105,9 @@ func main() {
 const usage = `usage:
   paymentsctl [-url URL] [-api-key KEY] pay -account ID -amount 10.00 -currency EUR \
       -reference INV -method pm_card_visa [-capture automatic|manual] \
-      [-idempotency-key K] [-description TEXT]
+      [-idempotency-key K] [-description TEXT] [-return-url URL]
+  paymentsctl approve [-fail] NEXT_ACTION_URL
+  paymentsctl fail NEXT_ACTION_URL
   paymentsctl get PAYMENT_ID
   paymentsctl list [-account ID] [-reference REF] [-status S,...] [-from T] [-to T] \
       [-limit N] [-cursor C] [-all]
@@ -109,6 +127,16 @@ const usage = `usage:
 
 pay -capture manual only authorizes the payment (REQUIRES_CAPTURE): capture
 takes all of it (or -amount of it), cancel voids it.
+
+A payment whose customer must authenticate (3-D Secure, such as
+pm_card_threeDSecureRequired) is answered 201 REQUIRES_ACTION: pay prints
+it, then "nextAction: URL" on stderr, and exits 4; -return-url is where
+the customer goes back to afterwards. Open the URL in a browser, or run
+approve URL: it presses Approve on the provider simulator's challenge page
+(fail URL, or approve -fail URL: Fail) as a browser does, follows the
+redirect to the service's return route, which settles the payment, but not
+on to the merchant's page, and prints the payment (exit 0 succeeded or
+authorized, 2 declined, 4 not settled yet).
 
 list prints one page of the payments that meet every filter given, newest
 first: -status takes PROCESSING, REQUIRES_CAPTURE, SUCCEEDED, DECLINED,
@@ -152,8 +180,8 @@ asks Stripe, never the event, what became of it). It prints the answer.
 
 -url and -api-key default to $PAYMENTS_URL and $PAYMENTS_API_KEY, then to
 http://127.0.0.1:8080 and sk_test_demo. Exit status: 0 done (200, 201),
-2 declined (402), 3 still processing after the last attempt (202), 1 any
-other error.
+2 declined (402), 3 still processing after the last attempt (202), 4 the
+customer must authenticate (201 REQUIRES_ACTION), 1 any other error.
 `
 
 // command runs one subcommand and returns the exit status.
@@ -171,6 +199,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return out.usage(err)
 	}
 	commands := map[string]command{"pay": pay, "get": get, "list": list, "refund": refund, "capture": capture, "cancel": cancel, "listen": listen,
+		"approve": challenge("approve"), "fail": challenge("fail"),
 		"events": events(), "endpoints": endpoints(),
 		"stripe-webhook": func(ctx context.Context, _ *client.Client, args []string, out *output) int {
 			return stripeWebhook(ctx, *baseURL, getenv, args, out)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/paymentsapi/paymentsapi/client"
 )
@@ -16,6 +17,7 @@ func pay(ctx context.Context, c *client.Client, args []string, out *output) int 
 	fs.StringVar(&req.MerchantReference, "reference", "", "the merchant's reference (order, invoice)")
 	fs.StringVar(&req.PaymentMethod, "method", "", "the payment method, such as pm_card_visa")
 	fs.StringVar(&req.Description, "description", "", "free text")
+	fs.StringVar(&req.ReturnURL, "return-url", "", "where the customer goes back to after authenticating (3-D Secure), if the payment asks")
 	captureMethod := fs.String("capture", "", "automatic (the default: charge now) or manual (authorize only; capture or cancel later)")
 	key := fs.String("idempotency-key", "", "the operation's key; default: a new one, printed on stderr")
 	if err := fs.Parse(args); err != nil {
@@ -29,5 +31,13 @@ func pay(ctx context.Context, c *client.Client, args []string, out *output) int 
 	if err != nil {
 		return out.failure(err)
 	}
-	return out.created(res.Payment, res.Outcome)
+	code := out.created(res.Payment, res.Outcome)
+	if code != exitOK || res.Payment.Status != client.PaymentRequiresAction || res.Payment.NextAction == nil {
+		return code
+	}
+	// The payment waits for its customer: the URL to send them to, on its
+	// own line, then how to play the customer here.
+	_, _ = fmt.Fprintf(out.stderr, "nextAction: %s\n", res.Payment.NextAction.URL)
+	out.errorf("the customer must authenticate: open nextAction in a browser, or run paymentsctl approve (or fail) with it")
+	return exitRequiresAction
 }

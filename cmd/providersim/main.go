@@ -5,13 +5,23 @@
 // Usage:
 //
 //	providersim [-addr 127.0.0.1:8081] [-slow 2s] [-key-ttl 24h] [-flaky-lookups 2] [-hang 60s]
-//	            [-currency-rules iso|stripe]
+//	            [-currency-rules iso|stripe] [-webhook-url URL]
 //	providersim -methods
 //
 // Each flag's default can also be set by an environment variable:
 // PROVIDERSIM_ADDR, PROVIDERSIM_SLOW, PROVIDERSIM_KEY_TTL,
-// PROVIDERSIM_FLAKY_LOOKUPS, PROVIDERSIM_HANG, PROVIDERSIM_CURRENCY_RULES.
-// A flag wins over its variable.
+// PROVIDERSIM_FLAKY_LOOKUPS, PROVIDERSIM_HANG, PROVIDERSIM_CURRENCY_RULES,
+// PROVIDERSIM_WEBHOOK_URL. A flag wins over its variable.
+//
+// -webhook-url is where the simulator announces what customers chose on
+// its 3-D Secure challenge pages, as Stripe's webhooks would (a
+// payment_intent event, signed with Stripe's scheme): a service's POST
+// /webhooks/stripe, such as http://127.0.0.1:8080/webhooks/stripe. The
+// signing secret is the environment variable PROVIDERSIM_WEBHOOK_SECRET
+// (whsec_..., the service's STRIPE_WEBHOOK_SECRET), never a flag, so that
+// it does not show in the process list. Without -webhook-url nothing is
+// announced: the services learn the outcome from the customer's return and
+// from their reconciler.
 //
 // -currency-rules stripe plays Stripe's currency rules (package units):
 // amounts in Stripe's unit (ISK with two decimals, whole kronur only) and
@@ -39,9 +49,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -96,8 +108,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	srv.Simulator().SetWebhook(cfg.webhook)
 	log.Info("providersim started", "url", srv.URL(), "slow", cfg.slow.String(), "keyTTL", cfg.keyTTL.String(),
-		"flakyLookups", cfg.flakyLookups, "hang", cfg.hang.String(), "currencyRules", cfg.rules.Name())
+		"flakyLookups", cfg.flakyLookups, "hang", cfg.hang.String(), "currencyRules", cfg.rules.Name(),
+		"webhookURL", cfg.webhook.URL)
 	if _, err := fmt.Fprintf(stdout, "providersim listening on %s\n", srv.URL()); err != nil {
 		_ = srv.Close()
 		return fmt.Errorf("writing the listening address: %w", err)
@@ -122,7 +136,11 @@ type config struct {
 	hang         time.Duration
 	rules        units.Rules
 	methods      bool
+	webhook      sim.WebhookTarget // zero: no webhooks
 }
+
+// webhookSecretPrefix starts every Stripe webhook signing secret.
+const webhookSecretPrefix = "whsec_"
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	cfg := config{
@@ -135,6 +153,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if v := getenv("PROVIDERSIM_ADDR"); v != "" {
 		cfg.addr = v
 	}
+	cfg.webhook.URL = getenv("PROVIDERSIM_WEBHOOK_URL")
+	cfg.webhook.Secret = getenv("PROVIDERSIM_WEBHOOK_SECRET")
 	rules := getenv("PROVIDERSIM_CURRENCY_RULES")
 	var err error
 	envDuration := func(name string, dst *time.Duration) {
@@ -168,12 +188,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&cfg.flakyLookups, "flaky-lookups", cfg.flakyLookups, "how many lookups of a charge with flaky lookups answer 503 [PROVIDERSIM_FLAKY_LOOKUPS]")
 	fs.DurationVar(&cfg.hang, "hang", cfg.hang, "how long a charge, capture or refund whose answer is lost holds the request before dropping it [PROVIDERSIM_HANG]")
 	fs.StringVar(&rules, "currency-rules", rules, "currency rules the simulator plays: iso (ISO 4217 minor units, any amount) or stripe (Stripe's units and refusals) [PROVIDERSIM_CURRENCY_RULES]")
+	fs.StringVar(&cfg.webhook.URL, "webhook-url", cfg.webhook.URL, "where to announce the customers' choices on challenge pages as Stripe webhooks "+
+		"(a service's /webhooks/stripe), signed with PROVIDERSIM_WEBHOOK_SECRET; empty: none [PROVIDERSIM_WEBHOOK_URL]")
 	fs.BoolVar(&cfg.methods, "methods", false, "print the payment methods and what their charges, captures and refunds do, as Markdown, and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if cfg.rules, err = units.Named(rules); err != nil {
 		return cfg, fmt.Errorf("-currency-rules: %w", err)
+	}
+	if err := checkWebhook(cfg.webhook); err != nil {
+		return cfg, err
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -188,4 +213,26 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return cfg, errors.New("-hang must not be negative")
 	}
 	return cfg, nil
+}
+
+// checkWebhook refuses a webhook target the service could not take: a URL
+// that is not absolute http(s), a URL without a secret (every event would
+// be refused as unsigned), or a secret without a URL (a mistake better
+// said at start than found when no webhook comes).
+func checkWebhook(t sim.WebhookTarget) error {
+	switch {
+	case t.URL == "" && t.Secret == "":
+		return nil
+	case t.URL == "":
+		return errors.New("PROVIDERSIM_WEBHOOK_SECRET is set without -webhook-url: say where the webhooks go")
+	case t.Secret == "":
+		return errors.New("-webhook-url needs PROVIDERSIM_WEBHOOK_SECRET, the receiving service's STRIPE_WEBHOOK_SECRET")
+	case !strings.HasPrefix(t.Secret, webhookSecretPrefix):
+		return errors.New("PROVIDERSIM_WEBHOOK_SECRET must start with " + webhookSecretPrefix)
+	}
+	u, err := url.Parse(t.URL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("-webhook-url must be an absolute http or https URL, not %q", t.URL)
+	}
+	return nil
 }

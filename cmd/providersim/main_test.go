@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -191,6 +193,12 @@ func TestRunRejectsBadConfiguration(t *testing.T) {
 		{"bad env duration", []string{"-addr", "127.0.0.1:0"}, map[string]string{"PROVIDERSIM_SLOW": "soon"}},
 		{"bad env count", []string{"-addr", "127.0.0.1:0"}, map[string]string{"PROVIDERSIM_FLAKY_LOOKUPS": "two"}},
 		{"bad address", []string{"-addr", "127.0.0.1:notaport"}, nil},
+		{"webhook url without secret", []string{"-addr", "127.0.0.1:0", "-webhook-url", "http://127.0.0.1:1/webhooks/stripe"}, nil},
+		{"webhook secret without url", []string{"-addr", "127.0.0.1:0"}, map[string]string{"PROVIDERSIM_WEBHOOK_SECRET": "whsec_x"}},
+		{"webhook secret not whsec_", []string{"-addr", "127.0.0.1:0", "-webhook-url", "http://127.0.0.1:1/"},
+			map[string]string{"PROVIDERSIM_WEBHOOK_SECRET": "secret"}},
+		{"webhook url not absolute", []string{"-addr", "127.0.0.1:0"},
+			map[string]string{"PROVIDERSIM_WEBHOOK_URL": "/webhooks/stripe", "PROVIDERSIM_WEBHOOK_SECRET": "whsec_x"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -243,5 +251,62 @@ func TestRunHelp(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "-flaky-lookups") {
 		t.Errorf("usage on stderr = %q, want the flags listed", stderr.String())
+	}
+}
+
+// With -webhook-url (and the secret from the environment) the customer's
+// choice on a challenge page is announced there, signed with the secret,
+// and the secret never shows in the logs.
+func TestRunAnnouncesChallengesToTheWebhookURL(t *testing.T) {
+	const secret = "whsec_providersim_test_secret"
+	got := make(chan string, 1)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var ts int64
+		if _, err := fmt.Sscanf(r.Header.Get("Stripe-Signature"), "t=%d,", &ts); err != nil ||
+			r.Header.Get("Stripe-Signature") != sim.StripeSignature(body, secret, time.Unix(ts, 0)) {
+			t.Errorf("a webhook not signed with the secret: %q", r.Header.Get("Stripe-Signature"))
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var ev struct{ Type string }
+		_ = json.Unmarshal(body, &ev)
+		got <- ev.Type
+	}))
+	defer receiver.Close()
+	r := start(t, []string{"-addr", "127.0.0.1:0", "-webhook-url", receiver.URL + "/webhooks/stripe"},
+		map[string]string{"PROVIDERSIM_WEBHOOK_SECRET": secret})
+
+	req, err := http.NewRequest(http.MethodPost, r.url+"/v1/charges",
+		strings.NewReader(`{"amountMinor":1000,"currency":"EUR","paymentMethod":"pm_card_threeDSecureRequired"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", "3ds")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var charge struct{ Status, NextActionURL string }
+	err = json.NewDecoder(resp.Body).Decode(&charge)
+	resp.Body.Close()
+	if err != nil || charge.Status != "requires_action" || charge.NextActionURL == "" {
+		t.Fatalf("charge %+v (%v), want requires_action with a nextActionUrl", charge, err)
+	}
+	resp, err = http.PostForm(charge.NextActionURL, url.Values{"action": {"approve"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case typ := <-got:
+		if typ != "payment_intent.succeeded" {
+			t.Errorf("event %q, want payment_intent.succeeded", typ)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no webhook reached -webhook-url")
+	}
+	if strings.Contains(r.stderr.String(), secret) {
+		t.Errorf("the webhook secret is in the logs:\n%s", r.stderr)
 	}
 }

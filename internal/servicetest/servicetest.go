@@ -17,6 +17,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -71,6 +72,9 @@ type Env struct {
 	Wire      Wiring // nil: the HTTP API's dependencies as StartInstance makes them
 
 	clk clock.Clock // what the instances read: Clock, or the one WithClock gave
+	// first is the first instance's listener, bound before the service is
+	// made so that PublicURL can name it.
+	first net.Listener
 }
 
 // An Option changes how New starts the environment.
@@ -269,6 +273,16 @@ func New(t testing.TB, opts ...Option) *Env {
 	}
 	e := &Env{T: t, Pool: pool, Sim: simSrv.Simulator(), SimURL: simSrv.URL(), Provider: prov, Config: o.Config, RateLimit: o.Limit, Wire: o.Wire,
 		Clock: fake, clk: clk}
+	if e.Config.PublicURL == "" {
+		// Without a PUBLIC_URL of the test's, customers are sent back to
+		// the first instance, as the command's default (its own address)
+		// does; every instance has the one public URL, as behind a
+		// load balancer.
+		if e.first, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		e.Config.PublicURL = "http://" + e.first.Addr().String()
+	}
 	e.URL, e.Core, e.Registry = e.Instance()
 	return e
 }
@@ -277,7 +291,9 @@ func New(t testing.TB, opts ...Option) *Env {
 // provider and clock, with its own LISTEN connection, as a second process
 // would have. It returns the instance's URL, core and metrics registry.
 func (e *Env) Instance() (string, *app.Core, *prometheus.Registry) {
-	return StartInstanceWith(e.T, e.Pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Wire)
+	ln := e.first
+	e.first = nil
+	return startInstance(e.T, e.Pool, e.Provider, e.clk, e.Config, e.RateLimit, e.Wire, ln)
 }
 
 // Process is Instance with a pool of the instance's own, as a separate
@@ -305,6 +321,13 @@ func StartInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk
 // changed by wire (nil: none).
 func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit,
 	wire Wiring) (string, *app.Core, *prometheus.Registry) {
+	return startInstance(t, pool, prov, clk, cfg, limit, wire, nil)
+}
+
+// startInstance is StartInstanceWith, serving on ln (nil: a new loopback
+// listener).
+func startInstance(t testing.TB, pool *pgxpool.Pool, prov provider.Provider, clk clock.Clock, cfg app.Config, limit httpapi.RateLimit,
+	wire Wiring, ln net.Listener) (string, *app.Core, *prometheus.Registry) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
@@ -322,7 +345,12 @@ func StartInstanceWith(t testing.TB, pool *pgxpool.Pool, prov provider.Provider,
 	if wire != nil {
 		wire(&deps, Instance{Pool: pool, Core: core, Registry: reg, Provider: prov, Clock: clk, Log: log})
 	}
-	srv := httptest.NewServer(httpapi.NewServer(core.HTTPDeps(deps)))
+	srv := httptest.NewUnstartedServer(httpapi.NewServer(core.HTTPDeps(deps)))
+	if ln != nil {
+		_ = srv.Listener.Close()
+		srv.Listener = ln
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()

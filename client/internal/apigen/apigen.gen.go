@@ -764,7 +764,7 @@ type Payment struct {
 
 	// NextAction What the customer must do before the payment goes on. Present only while the payment is
 	// `REQUIRES_ACTION`.
-	NextAction NextAction `json:"nextAction,omitempty"`
+	NextAction *NextAction `json:"nextAction,omitempty"`
 
 	// PaymentID The payment's id, derived from the tenant, the Idempotency-Key and the command: a retry of the same command under the same key always names the same payment (also after a database failover lost it, which the retry recreates). It cannot be guessed without all three.
 	//

@@ -187,6 +187,28 @@ test('a webhook endpoint is created once though its answer is lost, listed and d
   assert.equal((await client.listWebhookEndpoints()).filter((e) => e.url === url).length, 0);
 });
 
+test('a payment whose customer must authenticate exposes nextAction.url, gone once the customer approved', { skip }, async () => {
+  const res = await client.createPayment(payment('3ds', { paymentMethod: 'pm_card_threeDSecureRequired' }));
+  assert.equal(res.status, 201);
+  assert.equal(res.payment.status, 'REQUIRES_ACTION');
+  assert.equal(res.payment.nextAction?.type, 'redirect');
+  const page = new URL(res.payment.nextAction?.url ?? '');
+  assert.equal(page.origin, new URL(/** @type {string} */ (simURL)).origin, "the provider's challenge page");
+  assert.match(page.pathname, /^\/challenge\//);
+  assert.deepEqual((await client.getPayment(res.payment.paymentId)).nextAction, res.payment.nextAction);
+
+  // The customer presses Approve; the provider sends them to the
+  // service's return route, which settles the payment.
+  const pressed = await fetch(page, { method: 'POST', body: new URLSearchParams({ action: 'approve' }), redirect: 'manual' });
+  assert.equal(pressed.status, 303);
+  const back = new URL(pressed.headers.get('Location') ?? '', page);
+  assert.equal(back.pathname, `/payments/${res.payment.paymentId}/return`);
+  assert.equal((await fetch(back, { redirect: 'manual' })).status, 200);
+  const settled = await client.getPayment(res.payment.paymentId);
+  assert.equal(settled.status, 'SUCCEEDED');
+  assert.equal(settled.nextAction, undefined);
+});
+
 test('a delivery the Go side signed verifies, and a tampered one does not', { skip: process.env.PAYMENTSAPI_SIGNED_WEBHOOK ? false : 'PAYMENTSAPI_SIGNED_WEBHOOK unset' }, () => {
   const signed = JSON.parse(/** @type {string} */ (process.env.PAYMENTSAPI_SIGNED_WEBHOOK));
   const msg = verifyWebhook({ secret: signed.secret, headers: signed.headers, body: signed.body });
