@@ -190,6 +190,12 @@ func (a *Authentications) lookEvery() time.Duration {
 // timeout after p's move to StateRequiresAction (its last move).
 func (a *Authentications) deadline(p Payment) time.Time { return p.UpdatedAt.Add(a.timeout) }
 
+// abandonMargin is how long before the deadline an authorization found is
+// settled only by the reconciler, through the abandonment's cancellation:
+// an instance whose clock runs ahead (by less than this) may have sent
+// that cancellation already.
+const abandonMargin = time.Minute
+
 // settle is the one way a payment waiting for its customer learns its
 // outcome, whichever road brings it. own is the owner of the payment's
 // authentication key (the reconciler's, or a webhook's that may only
@@ -214,7 +220,18 @@ func (a *Authentications) settle(ctx context.Context, own *idempotency.Owner, te
 			return p, a.wait(ctx, own, p, err)
 		}
 		to, code := a.outcome(p, c)
-		if to == "" && own != nil && !own.LookupOnly && !a.s.d.Clock.Now().Before(a.deadline(p)) {
+		now, acts := a.s.d.Clock.Now(), own != nil && !own.LookupOnly
+		// An authorization found at the deadline, or just before it, may
+		// have the abandonment's cancellation on its way to the provider
+		// (sent, its answer lost): the lookup saw the approval, the
+		// cancellation would then void it. Only sending the cancellation
+		// again (its key is the same) tells which is the last word, so the
+		// roads that may not cancel leave it to the reconciler.
+		late := to == StateAuthorized && !now.Before(a.deadline(p).Add(-abandonMargin))
+		if late && !acts {
+			return p, a.release(ctx, own, idempotency.LookSoon())
+		}
+		if late || to == "" && acts && !now.Before(a.deadline(p)) {
 			if c, err = a.abandon(ctx, p); err != nil {
 				return p, a.wait(ctx, own, p, err)
 			}
@@ -389,9 +406,7 @@ func (a *Authentications) wait(ctx context.Context, own *idempotency.Owner, p Pa
 		}
 		look = idempotency.LookAt(next)
 	}
-	b := &pgx.Batch{}
-	own.QueueRelease(b, look)
-	if err := own.Commit(ctx, b); err != nil {
+	if err := a.release(ctx, own, look); err != nil {
 		return err
 	}
 	if cause != nil {
@@ -461,4 +476,15 @@ func withPaymentID(u, id string) string {
 	q.Set(IDField, id)
 	parsed.RawQuery = q.Encode()
 	return parsed.String()
+}
+
+// release hands the key own holds (if any) back, to be looked at again
+// as look says.
+func (a *Authentications) release(ctx context.Context, own *idempotency.Owner, look idempotency.Look) error {
+	if own == nil {
+		return nil
+	}
+	b := &pgx.Batch{}
+	own.QueueRelease(b, look)
+	return own.Commit(ctx, b)
 }

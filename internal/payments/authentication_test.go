@@ -375,6 +375,77 @@ func TestAnApprovalJustBeforeTheCancellationWins(t *testing.T) {
 	}
 }
 
+// losesFirstVoid loses the answer of the first cancellation and holds the
+// request back until deliverLate: the provider processes it after the
+// service has looked again.
+type losesFirstVoid struct {
+	provider.Provider
+	mu   sync.Mutex
+	held *provider.VoidRequest
+}
+
+func (p *losesFirstVoid) Void(ctx context.Context, req provider.VoidRequest) (provider.Charge, error) {
+	p.mu.Lock()
+	first := p.held == nil
+	if first {
+		p.held = &req
+	}
+	p.mu.Unlock()
+	if first {
+		return provider.Charge{}, fmt.Errorf("%w: the answer was lost", provider.ErrUnknownOutcome)
+	}
+	return p.Provider.Void(ctx, req)
+}
+
+func (p *losesFirstVoid) deliverLate(t *testing.T) {
+	t.Helper()
+	p.mu.Lock()
+	req := p.held
+	p.mu.Unlock()
+	if req == nil {
+		t.Fatal("no cancellation was sent")
+	}
+	if _, err := p.Provider.Void(context.Background(), *req); err != nil {
+		t.Logf("the late cancellation: %v", err)
+	}
+}
+
+// A manual payment's abandonment sends its cancellation, whose answer is
+// lost; the customer then approves, and every road sees the authorization
+// before the cancellation reaches the provider. None may settle the
+// payment REQUIRES_CAPTURE on it: the cancellation would then void it.
+// The reconciler sends the cancellation again (one key), and the payment
+// ends as the provider's last word says: CANCELED, its authorization
+// voided, however late the first cancellation arrives.
+func TestAnAuthorizationWithTheAbandonmentsCancellationOnItsWayIsNotSettled(t *testing.T) {
+	t.Parallel()
+	lost := &losesFirstVoid{}
+	e := newAuthEnv(t, false, servicetest.WithStripeWebhooks(),
+		servicetest.WithProvider(func(p provider.Provider) provider.Provider { lost.Provider = p; return lost }))
+	body := strings.TrimSuffix(authBody("inv-lostvoid", sim.MethodThreeDSecureRequired), "}") + `,"captureMethod":"manual"}`
+	id, challenge, _ := requiresAction(t, e, "k-lostvoid", body)
+	e.Clock.Advance(payments.DefaultAuthenticationTimeout)
+	e.Reconcile() // past the deadline: the cancellation is sent, its answer lost
+	choose(t, challenge, "approve")
+	comeBack(t, e.URL, id, "")
+	ev := servicetest.StripeEvent("evt_lostvoid", "payment_intent.amount_capturable_updated", servicetest.IntentOf(id, "requires_capture"))
+	if r := e.Webhook(ev, servicetest.StripeWebhookSecret, e.Clock.Now()); r.Status != http.StatusOK {
+		t.Fatalf("webhook: %d %s", r.Status, r.Body)
+	}
+	if s := e.PaymentState(id); s != payments.StateRequiresAction {
+		t.Fatalf("the return or the webhook settled the payment %s with a cancellation on its way", s)
+	}
+	e.Clock.Advance(time.Minute)
+	e.Reconcile()
+	lost.deliverLate(t)
+	e.Clock.Advance(time.Minute)
+	e.Reconcile()
+	assertSettledOnce(t, e, id, payments.StateCanceled, "PaymentCanceled")
+	if c := e.ChargesFor(id); len(c) != 1 || c[0].Status != provider.StatusCanceled || c[0].AmountCapturedMinor != 0 {
+		t.Errorf("the provider's charge: %+v", c)
+	}
+}
+
 // A manual payment whose customer authenticated is authorized
 // (REQUIRES_CAPTURE), with its authorization's expiry scheduled.
 func TestAnAuthenticatedManualPaymentWaitsForItsCapture(t *testing.T) {
