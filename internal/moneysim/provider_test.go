@@ -340,7 +340,11 @@ func (p *simProvider) lookup(book map[string][]*object, key, what string) (*obje
 		w.tracef("provider: lookup %s not found%s", what, hidden)
 		return nil, fmt.Errorf("%w: %s", provider.ErrNotFound, key)
 	case 1:
-		w.tracef("provider: lookup %s -> %s %s", what, seen[0].ID, seen[0].Status)
+		if o := seen[0]; now.Before(o.MovedAt) {
+			w.tracef("provider: lookup %s -> %s %s (%s from %s)", what, o.ID, chargeAt(o, now).Status, o.Status, w.at(o.MovedAt))
+		} else {
+			w.tracef("provider: lookup %s -> %s %s", what, o.ID, o.Status)
+		}
 		return seen[0], nil
 	}
 	p.ambiguous[key] = true
