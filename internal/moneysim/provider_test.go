@@ -457,12 +457,13 @@ func (p *simProvider) Capture(_ context.Context, req provider.CaptureRequest) (p
 // Void voids an authorized charge, or one that waits for its customer, or
 // returns the key's void: the charge with the void's verdict as its status.
 // A charge voided already is canceled again. The cancellation of an
-// abandoned authentication (Reason abandoned) draws its faults from the
-// 3-D Secure stream, and first runs the customer's choice that races it
+// abandoned authentication (its own key, abandonProviderKey; its reason,
+// abandoned, is also the expiry void's) draws its faults from the 3-D
+// Secure stream, and first runs the customer's choice that races it
 // (beforeAbandon).
 func (p *simProvider) Void(_ context.Context, req provider.VoidRequest) (provider.Charge, error) {
 	rng := p.w.mrng
-	if req.Reason == "abandoned" {
+	if req.IdempotencyKey == abandonProviderKey(req.PaymentID) {
 		rng = p.w.arng
 		p.mu.Lock()
 		before := p.beforeAbandon[req.PaymentID]
