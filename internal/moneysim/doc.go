@@ -304,7 +304,7 @@
 // both, as the port's LookupLag asks.
 //
 // With customer authentication, on the code of 24eab1b (seeds 80000-80299,
-// inline committer: 2 of 300 fail), authorized-unlike-provider: a
+// inline committer), authorized-unlike-provider: a
 // customer approves a manual payment's challenge just after the
 // reconciler's look past AUTHENTICATION_TIMEOUT, the abandonment's
 // cancellation is sent, its answer is lost and it is processed a little
