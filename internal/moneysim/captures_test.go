@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"time"
@@ -340,8 +341,7 @@ func (w *world) actionEnded(ac *actionClient, reply idempotency.Reply) {
 // about its payment (Stripe's payment_intent.succeeded or .canceled names
 // the payment, not the action), early or late. The payment's key answered
 // at its authorization, so there is nothing to resolve.
-func (w *world) chargeMoved(o *object) {
-	rng := w.mrng
+func (w *world) chargeMoved(o *object, rng *rand.Rand) {
 	if rng.Float64() >= w.knobs.PWebhook {
 		return
 	}

@@ -2,6 +2,7 @@ package moneysim
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -116,6 +117,12 @@ type payClient struct {
 	manual     bool
 	plannedFor string
 	actions    int // action clients made, for their names
+	// threeDS: its method asks the customer to authenticate (3-D Secure);
+	// what the customer does is planned once per key (authFor). returnURL
+	// is the command's (where the return route sends the customer on).
+	threeDS   bool
+	returnURL string
+	authFor   string
 }
 
 func (w *world) newPayClient(n int) {
@@ -133,6 +140,14 @@ func (w *world) newPayClient(n int) {
 		c.method = pick(w.mrng, methodOK, methodOK, methodOK, methodOK, sim.MethodCaptureDeclined, methodDeclined, methodRefundDeclined)
 		manual = ", captureMethod manual"
 	}
+	// 3-D Secure: from the third stream, likewise.
+	if w.arng.Float64() < w.knobs.PThreeDS {
+		c.threeDS = true
+		c.method = pick(w.arng, sim.MethodThreeDSecureRequired, sim.MethodThreeDSecureRequired, sim.MethodThreeDSecureRequired, sim.MethodThreeDSecureFail)
+		if w.arng.Float64() < 0.5 {
+			c.returnURL = "https://merchant.example/orders/" + c.ref
+		}
+	}
 	c.newKey(fmt.Sprintf("pay%d", n))
 	w.pays = append(w.pays, c)
 	w.tracef("client %s: %s %s %s%s, retries %s up to %d", c.name, c.ref, money.Format(c.amountMinor, "EUR"), c.method, manual, c.style, c.maxAttempts)
@@ -145,6 +160,7 @@ func (c *payClient) command() payments.Command {
 	if c.manual {
 		cmd.CaptureMethod = payments.CaptureManual
 	}
+	cmd.ReturnURL = c.returnURL
 	return cmd
 }
 
@@ -252,6 +268,11 @@ func (w *world) pay(c *payClient) {
 				return w.core.Payments.Create(w.ctx, tenant, key, cmd, 0)
 			})
 			switch {
+			case st == http.StatusCreated && c.threeDS && bodyStatus(reply) == string(payments.StatusRequiresAction):
+				if c.authFor != c.key {
+					c.authFor = c.key
+					w.planCustomer(c, reply)
+				}
 			case st == http.StatusCreated && c.manual:
 				if c.plannedFor != c.key {
 					c.plannedFor = c.key
@@ -295,6 +316,13 @@ func (w *world) pay(c *payClient) {
 	default:
 		w.fail("answer", c.name, "%s: unexpected error %v", c.name, err)
 	}
+}
+
+// bodyStatus is the status a 2xx body says.
+func bodyStatus(reply idempotency.Reply) string {
+	var v authorizedView
+	_ = json.Unmarshal(reply.Response.Body, &v)
+	return v.status()
 }
 
 func short(err error) string {

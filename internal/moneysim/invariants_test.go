@@ -32,7 +32,7 @@ func (w *world) loadKeys() []keyRow {
 		SELECT k.resource_type, k.resource_id, COALESCE(p.state, r.state, a.state, '?'), k.response_status, k.response_body,
 		       k.recovery_next_at, k.manual_review_at, k.recovery_attempts, k.recovery_last_error
 		FROM idempotency_keys k
-		LEFT JOIN payments p ON k.resource_type = 'payment' AND p.id = k.resource_id
+		LEFT JOIN payments p ON k.resource_type IN ('payment', 'payment_authentication') AND p.id = k.resource_id
 		LEFT JOIN refunds r ON k.resource_type = 'refund' AND r.id = k.resource_id
 		LEFT JOIN payment_actions a ON k.resource_type IN ('capture', 'cancellation') AND a.id = k.resource_id
 		ORDER BY k.id`)
@@ -95,7 +95,7 @@ func (w *world) book(resType string) map[string][]*object {
 // that canceled its charge.
 func processedOK(resType string, o *object) bool {
 	switch resType {
-	case payments.ResourceType:
+	case payments.ResourceType, payments.ResourceAuthentication:
 		return o.Status == provider.StatusSucceeded || o.Status == provider.StatusAuthorized
 	case authorizations.ResourceCancellation:
 		return o.Status == provider.StatusCanceled
@@ -138,6 +138,7 @@ func (w *world) checkTimeliness() {
 			w.at(held.ProcessedAt), w.at(held.ProcessedAt.Add(w.knobs.LookupLag)), next, looked)
 	}
 	w.checkAuthorizations()
+	w.checkAuthentications()
 }
 
 // checkAuthorizations, after every step of a run with manual payments: a
@@ -242,10 +243,16 @@ func (w *world) checkFinal() {
 	bk := w.prov.snapshot()
 	charges, refundBook, ambiguous := bk.charges, bk.refunds, bk.ambiguous
 	keys := map[string]keyRow{}
+	authKeys := map[string]keyRow{} // a payment's authentication key, by payment
 	for _, k := range w.loadKeys() {
+		if k.resType == payments.ResourceAuthentication {
+			authKeys[k.resID] = k
+			continue
+		}
 		keys[k.resID] = k
 	}
 	events := w.countEvents()
+	authMoves := w.loadAuthMoves()
 
 	var pays []payRow
 	rows, err := w.pool.Query(w.ctx, `SELECT id, state, account_id, merchant_reference, COALESCE(provider_reference, ''),
@@ -367,6 +374,13 @@ func (w *world) checkFinal() {
 		w.checkEvents(name, p.id, events, payments.EventDeclined, p.state == string(payments.StateDeclined))
 		w.checkEvents(name, p.id, events, payments.EventCanceled, p.state == string(payments.StateCanceled))
 		w.checkEvents(name, p.id, events, payments.EventAuthorized, p.expiresAt != nil)
+		m, waited := authMoves[p.id]
+		if waited {
+			ak, ok := authKeys[p.id]
+			w.checkAuthenticationEnd(p, m, ak, ok, bk, events)
+		} else {
+			w.checkEvents(name, p.id, events, payments.EventRequiresAction, false)
+		}
 		// The ledger books what was captured, as its own code reads the
 		// event.
 		for _, e := range ledger[p.id] {
@@ -384,7 +398,12 @@ func (w *world) checkFinal() {
 		case payments.StateCanceled:
 			want.final, want.status, want.code = true, http.StatusConflict, "PAYMENT_CANCELED"
 		}
-		if p.expiresAt != nil {
+		switch {
+		case waited:
+			// Its key answered when the provider asked for the customer,
+			// whatever came next.
+			want = wantAnswer{final: true, status: http.StatusCreated, idField: "paymentId", id: p.id, bodyStatus: string(payments.StatusRequiresAction)}
+		case p.expiresAt != nil:
 			// Its key answered when it was authorized, whatever came next.
 			want = wantAnswer{final: true, status: http.StatusCreated, idField: "paymentId", id: p.id, bodyStatus: string(payments.StatusRequiresCapture)}
 		}
@@ -454,6 +473,10 @@ func (w *world) checkResource(what, name, state, key string, objs []object, k ke
 	case payments.StateAuthorized, payments.StateCaptureRequested, payments.StateVoidRequested:
 		if what == "payment" {
 			return // its key answered at the authorization: checkAuthorization
+		}
+	case payments.StateRequiresAction:
+		if what == "payment" {
+			return // its key answered when its customer was asked: checkAuthenticationEnd
 		}
 	}
 	final := state == succeeded || state == declined || (canceled != "" && state == canceled)

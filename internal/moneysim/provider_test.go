@@ -64,6 +64,15 @@ type simProvider struct {
 	// call, with no lock held: the world sends a duplicate of the request
 	// while its original is in flight.
 	midFlight func()
+	// afterLookup, by a charge's key, runs once inside the next Lookup of
+	// it, after the answer was read and with no lock held: another road
+	// (a webhook, a return, the customer's choice) while one road's
+	// lookup is at the provider. beforeAbandon, by payment id, runs once
+	// inside the next cancellation of its charge for an abandoned
+	// authentication, before it is processed: the customer's late choice
+	// racing the abandonment.
+	afterLookup   map[string][]*lookHook
+	beforeAbandon map[string]func()
 }
 
 // object is a charge, a refund, a capture or a void as the provider holds
@@ -86,8 +95,18 @@ type object struct {
 	// once it was decided.
 	AmountCapturedMinor int64
 	// MovedAt: of a charge that a capture or void moved on, when that was
-	// processed. Before it the charge shows as authorized.
-	MovedAt time.Time
+	// processed. Before it the charge shows as MovedFrom (authorized when
+	// empty).
+	MovedAt   time.Time
+	MovedFrom provider.Status
+	// 3-D Secure: a charge made with one of the 3DS methods waits for its
+	// customer (StatusRequiresAction) at NextActionURL. Manual: it was
+	// asked for with CaptureManual. Authenticated: the customer approved
+	// it, and the provider took the approval (at DecidedAt).
+	NextActionURL string
+	Manual        bool
+	Authenticated bool
+	DecidedAt     time.Time
 }
 
 var _ provider.Provider = (*simProvider)(nil)
@@ -95,7 +114,8 @@ var _ provider.Provider = (*simProvider)(nil)
 func newSimProvider(w *world) *simProvider {
 	return &simProvider{clock: w.clock, w: w, charges: map[string][]*object{}, refunds: map[string][]*object{},
 		captures: map[string][]*object{}, voids: map[string][]*object{},
-		byID: map[string]*object{}, ambiguous: map[string]bool{}}
+		byID: map[string]*object{}, ambiguous: map[string]bool{},
+		afterLookup: map[string][]*lookHook{}, beforeAbandon: map[string]func(){}}
 }
 
 // LookupLag is the provider's declared lag (provider.Adapter): how long
@@ -236,7 +256,13 @@ func (p *simProvider) Charge(_ context.Context, req provider.ChargeRequest) (pro
 	o := p.create(p.charges, req.IdempotencyKey, f, func(o *object) {
 		o.ID = fmt.Sprintf("ch_%d", p.seq)
 		o.OurID, o.AmountMinor, o.Currency, o.Method = req.PaymentID, req.AmountMinor, req.Currency, req.PaymentMethod
+		o.Manual = req.CaptureManual
+		if isThreeDS(req.PaymentMethod) {
+			p.w.threeDS[req.PaymentID] = true
+		}
 		switch {
+		case isThreeDS(req.PaymentMethod):
+			o.Status, o.NextActionURL = provider.StatusRequiresAction, challengeURL(o.ID)
 		case req.PaymentMethod == methodDeclined:
 			o.Status, o.DeclineCode = provider.StatusDeclined, "card_declined"
 		case req.CaptureManual:
@@ -254,18 +280,27 @@ func (p *simProvider) Charge(_ context.Context, req provider.ChargeRequest) (pro
 }
 
 func chargeOf(o *object) provider.Charge {
-	return provider.Charge{ID: o.ID, IdempotencyKey: o.Key, Status: o.Status, DeclineCode: o.DeclineCode,
+	ch := provider.Charge{ID: o.ID, IdempotencyKey: o.Key, Status: o.Status, DeclineCode: o.DeclineCode,
 		AmountMinor: o.AmountMinor, Currency: o.Currency, AmountCapturedMinor: o.AmountCapturedMinor}
-}
-
-// chargeAt is charge o as a read at now shows it: authorized still, until
-// the capture or void that moved it was processed.
-func chargeAt(o *object, now time.Time) provider.Charge {
-	ch := chargeOf(o)
-	if now.Before(o.MovedAt) {
-		ch.Status, ch.AmountCapturedMinor = provider.StatusAuthorized, 0
+	if o.Status == provider.StatusRequiresAction {
+		ch.NextActionURL = o.NextActionURL
 	}
 	return ch
+}
+
+// chargeAt is charge o as a read at now shows it: as it was (authorized,
+// or waiting for its customer) until the capture or void that moved it was
+// processed.
+func chargeAt(o *object, now time.Time) provider.Charge {
+	if now.Before(o.MovedAt) {
+		before := *o
+		before.Status, before.AmountCapturedMinor, before.DeclineCode = provider.StatusAuthorized, 0, ""
+		if o.MovedFrom != "" {
+			before.Status = o.MovedFrom
+		}
+		return chargeOf(&before)
+	}
+	return chargeOf(o)
 }
 
 func refundOf(o *object) provider.Refund {
@@ -305,7 +340,11 @@ func (p *simProvider) lookup(book map[string][]*object, key, what string) (*obje
 		w.tracef("provider: lookup %s not found%s", what, hidden)
 		return nil, fmt.Errorf("%w: %s", provider.ErrNotFound, key)
 	case 1:
-		w.tracef("provider: lookup %s -> %s %s", what, seen[0].ID, seen[0].Status)
+		if o := seen[0]; now.Before(o.MovedAt) {
+			w.tracef("provider: lookup %s -> %s %s (%s from %s)", what, o.ID, chargeAt(o, now).Status, o.Status, w.at(o.MovedAt))
+		} else {
+			w.tracef("provider: lookup %s -> %s %s", what, o.ID, o.Status)
+		}
 		return seen[0], nil
 	}
 	p.ambiguous[key] = true
@@ -328,17 +367,24 @@ func (p *simProvider) noteLook(key string, o *object, err error) {
 	p.w.looked[key] = fmt.Sprintf("by %s at %s, told %s", p.w.actor, p.w.at(p.clock.Now()), said)
 }
 
-// Lookup returns the charge of key.
+// Lookup returns the charge of key, and then runs what waits on a lookup
+// of it (afterLookup): the answer is the charge as it stood when read.
 func (p *simProvider) Lookup(_ context.Context, l provider.ChargeLookup) (provider.Charge, error) {
 	key := l.IdempotencyKey
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	o, err := p.lookup(p.charges, key, "charge "+p.w.nameOfKey(key))
 	p.noteLook(key, o, err)
-	if err != nil {
-		return provider.Charge{}, err
+	var ch provider.Charge
+	if err == nil {
+		ch = chargeAt(o, p.clock.Now())
 	}
-	return chargeAt(o, p.clock.Now()), nil
+	after := p.afterLookup[key]
+	delete(p.afterLookup, key)
+	p.mu.Unlock()
+	for _, h := range after {
+		h.f()
+	}
+	return ch, err
 }
 
 // Refund creates a refund of a charge, or returns the key's. A refund the
@@ -382,7 +428,7 @@ func (p *simProvider) Refund(_ context.Context, req provider.RefundRequest) (pro
 // charge with the capture's verdict as its status. A capture of a charge
 // the provider does not hold is a plain error, and records nothing.
 func (p *simProvider) Capture(_ context.Context, req provider.CaptureRequest) (provider.Charge, error) {
-	return p.act("capture", p.captures, req.IdempotencyKey, req.ChargeID, req.PaymentID, func(o, ch *object) {
+	return p.act("capture", p.captures, req.IdempotencyKey, req.ChargeID, req.PaymentID, p.w.mrng, func(o, ch *object) {
 		o.ID = fmt.Sprintf("cp_%d", p.seq)
 		o.AmountMinor, o.Currency = req.AmountMinor, req.Currency
 		o.Status = provider.StatusSucceeded
@@ -408,15 +454,31 @@ func (p *simProvider) Capture(_ context.Context, req provider.CaptureRequest) (p
 	})
 }
 
-// Void voids an authorized charge, or returns the key's void: the charge
-// with the void's verdict as its status. A charge voided already is
-// canceled again.
+// Void voids an authorized charge, or one that waits for its customer, or
+// returns the key's void: the charge with the void's verdict as its status.
+// A charge voided already is canceled again. The cancellation of an
+// abandoned authentication (its own key, abandonProviderKey; its reason,
+// abandoned, is also the expiry void's) draws its faults from the 3-D
+// Secure stream, and first runs the customer's choice that races it
+// (beforeAbandon).
 func (p *simProvider) Void(_ context.Context, req provider.VoidRequest) (provider.Charge, error) {
-	return p.act("void", p.voids, req.IdempotencyKey, req.ChargeID, req.PaymentID, func(o, ch *object) {
+	rng := p.w.mrng
+	if req.IdempotencyKey == abandonProviderKey(req.PaymentID) {
+		rng = p.w.arng
+		p.mu.Lock()
+		before := p.beforeAbandon[req.PaymentID]
+		delete(p.beforeAbandon, req.PaymentID)
+		p.mu.Unlock()
+		if before != nil {
+			before()
+		}
+	}
+	return p.act("void", p.voids, req.IdempotencyKey, req.ChargeID, req.PaymentID, rng, func(o, ch *object) {
 		o.ID = fmt.Sprintf("vo_%d", p.seq)
 		o.Status = provider.StatusCanceled
 		switch ch.Status {
-		case provider.StatusAuthorized:
+		case provider.StatusAuthorized, provider.StatusRequiresAction:
+			ch.MovedFrom = ch.Status
 			ch.Status, ch.MovedAt = provider.StatusCanceled, o.ProcessedAt
 		case provider.StatusCanceled:
 		case provider.StatusSucceeded:
@@ -456,7 +518,7 @@ func (p *simProvider) killPoint() string {
 // act runs a capture or void (kind) of charge chargeID with key in book:
 // the fate of the request, then the key's object, or a new one that decide
 // fills in (its id, verdict) and applies to the charge.
-func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID, ourID string, decide func(o, ch *object)) (provider.Charge, error) {
+func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID, ourID string, rng *rand.Rand, decide func(o, ch *object)) (provider.Charge, error) {
 	p.runMidFlight()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -465,7 +527,7 @@ func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID,
 		p.w.tracef("crash: owner of %s's %s dies after request sent (the provider never gets it)", p.w.name(ourID), kind)
 		panic(simKill{point: "after request sent"})
 	}
-	f := p.drawFate(p.w.mrng)
+	f := p.drawFate(rng)
 	now := p.clock.Now()
 	if kind == "capture" && p.w.pool != nil { // (TestProviderCaptures has no service)
 		if exp := p.w.expiryOf(ourID); exp != nil && !now.Before(*exp) {
@@ -491,7 +553,7 @@ func (p *simProvider) act(kind string, book map[string][]*object, key, chargeID,
 		o.AmountCapturedMinor = ch.AmountCapturedMinor
 	})
 	if made {
-		p.w.chargeMoved(o)
+		p.w.chargeMoved(o, rng)
 	}
 	err := answerErr(f, o, now)
 	p.w.tracef("provider: %s %s of %s -> %s %s %s (%s, request %d, processed %s)", kind, p.w.name(ourID), ch.ID, o.ID, o.Status, o.DeclineCode,

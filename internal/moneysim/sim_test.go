@@ -95,7 +95,7 @@ func runSeed(t *testing.T, seed uint64) {
 func TestSimulationReplaysItsSeed(t *testing.T) {
 	t.Parallel()
 	seed := uint64(rand.Uint64N(1_000_000_000))
-	for manualShare(seed) == 0 { // a seed with manual payments: both streams
+	for manualShare(seed) == 0 || threeDSShare(seed) == 0 { // a seed with manual and 3-D Secure payments: every stream
 		seed++
 	}
 	var traces [2][]string
@@ -135,6 +135,13 @@ func manualShare(seed uint64) float64 {
 	var k Knobs
 	drawManualKnobs(newWorldRand(seed).mrng, &k)
 	return k.PManual
+}
+
+// threeDSShare is the knob PThreeDS seed draws.
+func threeDSShare(seed uint64) float64 {
+	var k Knobs
+	drawAuthenticationKnobs(newWorldRand(seed).arng, &k)
+	return k.PThreeDS
 }
 
 // foundSeeds are seeds that once broke an invariant, each fixed since: they

@@ -8,11 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -75,6 +77,12 @@ type Knobs struct {
 	// service's AUTHORIZATION_TTL.
 	PManual          float64
 	AuthorizationTTL time.Duration
+	// 3-D Secure, drawn from the run's third stream (world.arng): the
+	// share of payments made with a method that asks the customer to
+	// authenticate (0: the run is the one this seed played before), and
+	// the service's AUTHENTICATION_TIMEOUT.
+	PThreeDS              float64
+	AuthenticationTimeout time.Duration
 }
 
 func pick[T any](rng *rand.Rand, xs ...T) T { return xs[rng.IntN(len(xs))] }
@@ -136,6 +144,22 @@ func drawManualKnobs(rng *rand.Rand, k *Knobs) {
 	}
 }
 
+// drawAuthenticationKnobs draws the 3-D Secure knobs from the run's third
+// stream. The timeout is the production default, short (minutes: the
+// abandonment races customers who act late and roads that arrive late),
+// or hours.
+func drawAuthenticationKnobs(rng *rand.Rand, k *Knobs) {
+	k.PThreeDS = pick(rng, 0.0, 0.3, 0.6, 0.9)
+	switch r := rng.Float64(); {
+	case r < 0.5:
+		k.AuthenticationTimeout = payments.DefaultAuthenticationTimeout
+	case r < 0.8:
+		k.AuthenticationTimeout = between(rng, 2*time.Minute, 20*time.Minute)
+	default:
+		k.AuthenticationTimeout = between(rng, 2*time.Hour, 6*time.Hour)
+	}
+}
+
 // event is something that happens at a simulated time: a client's
 // request, a webhook's delivery, a clean-up pass.
 type event struct {
@@ -174,7 +198,12 @@ type world struct {
 	// (its knobs, the captures and cancels, the faults of the provider's
 	// Capture, Void and GetCharge) comes from it, so that a run without
 	// manual payments draws from rng exactly what it drew before.
-	mrng  *rand.Rand
+	mrng *rand.Rand
+	// arng is the run's third stream: every choice about 3-D Secure (its
+	// knobs, which payments ask for it, what their customers do and when,
+	// the roads that carry the outcome, the faults of the abandonment's
+	// cancellation).
+	arng  *rand.Rand
 	knobs Knobs
 	ctx   context.Context
 
@@ -200,6 +229,13 @@ type world struct {
 	// notes are what the run saw that breaks no invariant but is worth a
 	// look (logged with -v): note.
 	notes []string
+
+	// auth is the authenticate_payment operation, and returns the
+	// customer's return route (GET /payments/{id}/return) it serves.
+	auth    *payments.Authentications
+	returns http.Handler
+	// threeDS: the payments whose charge waits for its customer (by id).
+	threeDS map[string]bool
 
 	pays []*payClient
 	refs []*refundClient
@@ -236,7 +272,8 @@ func (w *world) serviceConfig() app.Config {
 		// key, and the run stays the seed's.
 		Recovery:     idempotency.RecoveryPolicy{Backoff: backoff.Policy{Base: 2 * tick, Max: 2 * tick}},
 		PaymentHooks: w.hooks(),
-		Settings:     modulesetting.Values{authorizations.SettingTTL: w.knobs.AuthorizationTTL},
+		Settings: modulesetting.Values{authorizations.SettingTTL: w.knobs.AuthorizationTTL,
+			payments.SettingAuthenticationTimeout: w.knobs.AuthenticationTimeout},
 	}
 }
 
@@ -247,13 +284,14 @@ func simLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// worldRand is a seed's two random streams (see world.mrng).
-type worldRand struct{ rng, mrng *rand.Rand }
+// worldRand is a seed's three random streams (see world.mrng, world.arng).
+type worldRand struct{ rng, mrng, arng *rand.Rand }
 
 func newWorldRand(seed uint64) worldRand {
 	return worldRand{
 		rng:  rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		mrng: rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, seed)),
+		arng: rand.New(rand.NewPCG(seed^0x14057b7ef767814f, seed^0xda942042e4dd58b5)),
 	}
 }
 
@@ -261,13 +299,14 @@ func newWorld(t testing.TB, seed uint64) *world {
 	streams := newWorldRand(seed)
 	rng := streams.rng
 	w := &world{
-		t: t, seed: seed, rng: rng, mrng: streams.mrng, ctx: context.Background(),
+		t: t, seed: seed, rng: rng, mrng: streams.mrng, arng: streams.arng, ctx: context.Background(),
 		clock: clock.NewFake(epoch), start: epoch, faults: true,
 		names: map[string]string{}, failed: map[string]bool{}, saw: map[string]seen{}, looked: map[string]string{},
-		uncertain: map[string]int{},
+		uncertain: map[string]int{}, threeDS: map[string]bool{},
 	}
 	w.knobs = drawKnobs(rng)
 	drawManualKnobs(w.mrng, &w.knobs)
+	drawAuthenticationKnobs(w.arng, &w.knobs)
 	w.pool = pgtest.NewPool(t)
 	w.prov = newSimProvider(w)
 	log := simLogger()
@@ -275,6 +314,9 @@ func newWorld(t testing.TB, seed uint64) *world {
 		DB: w.pool, Provider: w.prov, Clock: w.clock, Log: log, Metrics: metrics.New(prometheus.NewRegistry()),
 	}, w.serviceConfig())
 	for _, op := range w.core.Operations {
+		if a, ok := op.(*payments.Authentications); ok {
+			w.auth = a
+		}
 		if svc, ok := op.(*authorizations.Service); ok {
 			switch svc.Name() {
 			case authorizations.OperationCapture:
@@ -284,9 +326,12 @@ func newWorld(t testing.TB, seed uint64) *world {
 			}
 		}
 	}
-	if w.captures == nil || w.cancels == nil {
-		t.Fatal("app.New built no capture_payment or cancel_payment operation")
+	if w.captures == nil || w.cancels == nil || w.auth == nil {
+		t.Fatal("app.New built no capture_payment, cancel_payment or authenticate_payment operation")
 	}
+	r := chi.NewRouter()
+	w.auth.PublicRoutes(r)
+	w.returns = r
 	w.janitor = cleanup.New(w.pool, w.clock, cleanup.Policy{ReplayTTL: replayTTL, MetadataTTL: metadataTTL}, log)
 	w.lastTick = w.start.Add(-tick)
 	return w
@@ -413,10 +458,22 @@ func (w *world) objectCreated(o *object) {
 	}
 }
 
+// webhook delivers an event about provider object objID that names res.
+// An event about the charge of a payment that waits for its customer names
+// its authentication too (a charge stands for both: webhooks.kindsOf), in
+// the modules' order.
 func (w *world) webhook(res idempotency.Resource, objID string) {
 	w.actor = "webhook"
 	outcome, err := w.core.Reconciler.ResolveNow(w.ctx, res)
 	w.tracef("webhook for %s (%s): ResolveNow -> %s %v", w.name(res.ID), objID, outcome, errText(err))
+	if res.Type == payments.ResourceType && w.threeDS[res.ID] {
+		auth := idempotency.Resource{Type: payments.ResourceAuthentication, ID: res.ID}
+		outcome, err := w.core.Reconciler.ResolveNow(w.ctx, auth)
+		if errors.Is(err, idempotency.ErrNotFound) {
+			outcome, err = "no authentication key", nil
+		}
+		w.tracef("webhook for %s's authentication (%s): ResolveNow -> %s %v", w.name(res.ID), objID, outcome, errText(err))
+	}
 }
 
 func errText(err error) string {
