@@ -303,19 +303,17 @@
 // was declined as lapsed and then captured (seed 841); it now declares
 // both, as the port's LookupLag asks.
 //
-// With customer authentication, on the code of 24eab1b (seeds 80000-80299,
-// inline committer), authorized-unlike-provider: a
-// customer approves a manual payment's challenge just after the
-// reconciler's look past AUTHENTICATION_TIMEOUT, the abandonment's
-// cancellation is sent, its answer is lost and it is processed a little
-// later; the reconciler's next look, before it was processed, sees the
-// authorization and settles the payment AUTHORIZED without settling its
-// own cancellation in flight, which then cancels the charge: the payment
-// says REQUIRES_CAPTURE over a canceled authorization (its captures are
-// refused; no money moves) (seeds 80187, 80202, 72116; the webhook's
-// look, which may not act, does the same in seed 61537). Of 5,000 seeds
-// (60000-62499 group committer, 70000-72499 inline) only those two fail,
-// both so.
+// With customer authentication (seeds 80187, 80202 and 72116 inline,
+// 61537 group), authorized-unlike-provider: a customer approves a manual
+// payment's challenge just after the reconciler's look past
+// AUTHENTICATION_TIMEOUT; the abandonment's cancellation is sent, its
+// answer lost, and it is processed a little later; the next look (the
+// reconciler's, or a webhook's in seed 61537), before it was processed,
+// saw the authorization and settled the payment AUTHORIZED, and the
+// cancellation then voided the charge: REQUIRES_CAPTURE over a canceled
+// authorization (its captures refused; no money moved). An authorization
+// found at the deadline is now settled only by sending the cancellation
+// again (Authentications.settle).
 //
 // # Wiring new settings
 //

@@ -147,9 +147,10 @@ func threeDSShare(seed uint64) float64 {
 // foundSeeds are seeds that once broke an invariant, each fixed since: they
 // run in every `make test`, whatever range TestSimulation draws.
 var foundSeeds = []uint64{
-	841,  // a capture processed late just before its expiry (the simulated provider's LookupLag declaration)
-	3434, // an expiry void left for a person with a capture its client then ended (Engine.QueueWake)
-	5696, // a client's cancel that waited on the expiry's void left for a person after 20 looks (awaitHolder)
+	841,                        // a capture processed late just before its expiry (the simulated provider's LookupLag declaration)
+	3434,                       // an expiry void left for a person with a capture its client then ended (Engine.QueueWake)
+	5696,                       // a client's cancel that waited on the expiry's void left for a person after 20 looks (awaitHolder)
+	61537, 72116, 80187, 80202, // an authorization seen while the abandonment's cancellation was on its way (Authentications.settle)
 }
 
 // TestSimulationFoundSeeds replays foundSeeds.
