@@ -12,25 +12,14 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/paymentsapi/paymentsapi/internal/testio"
+	"github.com/paymentsapi/paymentsapi/internal/testio/headless"
 )
 
-// newChrome starts headless Chromium, in which only the loopback test
-// server resolves: the pages must need nothing else.
+// newChrome starts headless Chromium at a desktop's size, its scrollbars
+// hidden so that screenshots show the pages alone.
 func newChrome(t *testing.T) context.Context {
 	t.Helper()
-	bin := testio.Chromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.Flag("hide-scrollbars", true),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-		chromedp.WindowSize(1280, 800))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	return ctx
+	return headless.Chrome(t, chromedp.Flag("hide-scrollbars", true), chromedp.WindowSize(1280, 800))
 }
 
 // run runs steps in the browser, each within a minute, failing the test

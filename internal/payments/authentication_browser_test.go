@@ -13,27 +13,8 @@ import (
 	"github.com/paymentsapi/paymentsapi/internal/app"
 	"github.com/paymentsapi/paymentsapi/internal/payments"
 	"github.com/paymentsapi/paymentsapi/internal/servicetest"
-	"github.com/paymentsapi/paymentsapi/internal/testio"
+	"github.com/paymentsapi/paymentsapi/internal/testio/headless"
 )
-
-// newBrowser starts headless Chromium, in which only loopback addresses
-// resolve: the challenge page, the service and the merchant's page must
-// need nothing else.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	bin := testio.Chromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	return ctx
-}
 
 // The customer in a real browser: the payment's nextAction.url opens the
 // provider simulator's challenge page; a click on Approve (or Fail) ends on
@@ -41,7 +22,7 @@ func newBrowser(t *testing.T) context.Context {
 // service's return route, which settled the payment: SUCCEEDED, or
 // DECLINED authentication_failed.
 func TestTheChallengePageInABrowser(t *testing.T) {
-	ctx := newBrowser(t)
+	ctx := headless.Chrome(t)
 	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write([]byte(`<!doctype html><title>Shop</title><p id="done">Thank you.</p>`))
