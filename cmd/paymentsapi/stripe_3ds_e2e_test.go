@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -81,14 +80,7 @@ func TestStripeRequiresActionAnswersTheRedirect(t *testing.T) {
 		"STRIPE_API_KEY": "sk_test_123demo", "STRIPE_API_BASE": recorder.URL,
 		"PUBLIC_URL": publicURL, "LOG_LEVEL": "warn",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := proctest.NewLineWatcher(), proctest.NewLineWatcher()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-http-addr", "127.0.0.1:0"}, getenv(env), nil, stdout, stderr)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	base, _ := stdout.Await(t, proctest.ListeningRE, 60*time.Second)
+	base, stderr := startServer(t, env)
 
 	const shop = "https://shop.example/checkout/done?order=7781"
 	paid := call(t, "POST", base+"/payments", "sk_demo", "3ds-1",
